@@ -1,0 +1,31 @@
+# Quick start: `make run` (venv, install, the built-in K3-class example) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+EXAMPLE := examples/out/kimi-k3
+EXAMPLE_MODEL := $(EXAMPLE)/kimi-k3-00001-of-00014.gguf
+
+.PHONY: run test bench example clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+$(EXAMPLE_MODEL): | $(STAMP)
+	$(BIN)/python -m moetools.synth kimi-k3 $(EXAMPLE)/kimi-k3.gguf --shards 14 > /dev/null
+
+example: $(EXAMPLE_MODEL)
+
+run: $(STAMP) $(EXAMPLE_MODEL)
+	$(BIN)/moetools inspect $(EXAMPLE_MODEL)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) examples/out .pytest_cache

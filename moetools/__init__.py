@@ -1,0 +1,3 @@
+"""moetools: tools for running Mixture-of-Experts models bigger than the GPU."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from moetools.cli import main
+
+main()

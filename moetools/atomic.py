@@ -1,0 +1,70 @@
+"""Atomic file writes: temporary name in the destination folder, flush, fsync, rename, fsync folder.
+
+An interrupted run never leaves a half-written file under the final name.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+
+from moetools.errors import OutputError
+
+
+def fsync_dir(folder):
+    """fsync a folder so a rename in it survives a crash (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="wb", overwrite=True):
+    """Yield a file object for `path`'s temporary twin; rename it into place on success.
+
+    With `overwrite=False` an existing `path` is an OutputError (checked before and at rename).
+    On any exception the temporary file is removed and the exception propagates.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not overwrite and os.path.exists(path):
+        raise OutputError(f"{path}: already exists (use --force to replace it)")
+    try:
+        fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise OutputError(f"{folder}: cannot write here: {err.strerror or err}") from None
+    try:
+        encoding = None if "b" in mode else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_path, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_path)
+        if isinstance(err, OSError):
+            raise OutputError(f"{path}: write failed: {err.strerror or err}") from None
+        raise
+    fsync_dir(folder)
+
+
+def write_bytes(path, data, overwrite=True):
+    with atomic_write(path, "wb", overwrite=overwrite) as handle:
+        handle.write(data)
+
+
+def write_text(path, text, overwrite=True):
+    with atomic_write(path, "w", overwrite=overwrite) as handle:
+        handle.write(text)
+
+
+def write_json(path, doc, overwrite=True):
+    write_text(path, json.dumps(doc, indent=2) + "\n", overwrite=overwrite)

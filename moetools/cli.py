@@ -1,0 +1,113 @@
+"""The `moetools` command: a thin root that only wires subcommands together.
+
+Each subcommand lives in its own module and is imported only when it runs (or when `--help`
+lists it), so `moetools inspect` does not pay for numpy, gguf or rich unless it needs them.
+"""
+
+import errno
+import importlib
+import importlib.util
+import os
+import sys
+
+import click
+
+from moetools import __version__
+from moetools.errors import EXIT_USAGE, MoeError
+
+# name -> "module:attribute" of its click command. A module that is not there yet is not listed.
+COMMANDS = {
+    "inspect": "moetools.inspect_cmd:inspect_command",
+    "device-fit": "moetools.devicefit.command:device_fit_command",
+    "quantize": "moetools.quantize.command:quantize_command",
+    "container-encode": "moetools.container.command:encode_command",
+    "container-verify": "moetools.container.command:verify_command",
+    "container-read": "moetools.container.command:read_command",
+    "cold-twin": "moetools.coldtwin.command:cold_twin_command",
+    "trace-tail": "moetools.tracetail.command:trace_tail_command",
+    "build-env": "moetools.buildenv.command:build_env_command",
+}
+
+# OS errors that mean "bad input path", reported as one line with exit 2.
+_OS_ERROR_WORDS = {
+    errno.ENOENT: "no such file or folder",
+    errno.EACCES: "permission denied",
+    errno.EISDIR: "is a folder, not a file",
+    errno.ENOTDIR: "not a folder",
+    errno.ENOSPC: "no space left on device",
+    errno.EROFS: "read-only file system",
+}
+
+
+def _module_exists(module_name):
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def error_line(err):
+    """The one line a user sees for an exception, and its exit code."""
+    if isinstance(err, MoeError):
+        return str(err), err.exit_code
+    if isinstance(err, OSError):
+        words = _OS_ERROR_WORDS.get(err.errno, err.strerror or str(err))
+        target = err.filename if err.filename is not None else ""
+        return (f"{target}: {words}" if target else words), EXIT_USAGE
+    return None, None
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx):
+        return [name for name, target in COMMANDS.items() if _module_exists(target.split(":")[0])]
+
+    def get_command(self, ctx, cmd_name):
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        if not _module_exists(module_name):
+            return None
+        return getattr(importlib.import_module(module_name), attribute)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (MoeError, OSError) as err:
+            if isinstance(err, BrokenPipeError):
+                _quiet_broken_pipe()
+            line, code = error_line(err)
+            click.echo(f"error: {line}", err=True)
+            ctx.exit(code)
+
+
+def _quiet_broken_pipe():
+    """`moetools ... | head` closed stdout: exit quietly, as Unix tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="moetools")
+def cli():
+    """Plan, shrink, re-encode, replicate and measure Mixture-of-Experts models that are bigger than
+    the GPU, for llama.cpp and its expert-streaming fork.
+
+    Shell completion (bash): eval "$(_MOETOOLS_COMPLETE=bash_source moetools)"
+    """
+
+
+def main():
+    try:
+        cli(prog_name="moetools")
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)

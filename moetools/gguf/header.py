@@ -1,0 +1,298 @@
+"""Parse one GGUF file's header: metadata and tensor infos, never the tensor data.
+
+Large metadata arrays (a 160k-entry token list, merges, token types) are not decoded: their extent
+is walked with a precompiled `struct` loop and they are kept as `LazyArray`s that decode on demand.
+Every length and count is checked against the bytes left in the file before it is used, so a
+corrupt header gives a `GGUFError` naming the offset, never a huge allocation or a traceback.
+"""
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from moetools.errors import GGUFError
+from moetools.gguf.constants import (
+    GGML_MAX_DIMS,
+    GGML_TYPES,
+    GGUF_DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    GGUF_SUPPORTED_VERSIONS,
+    GGUF_VALUE_TYPES,
+    VALUE_ARRAY,
+    VALUE_STRING,
+    Keys,
+    type_name,
+)
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_SCALAR_STRUCTS = {
+    type_id: struct.Struct("<" + fmt) for type_id, (_, fmt) in GGUF_VALUE_TYPES.items() if fmt
+}
+# Numeric arrays up to this many bytes are decoded at once (per-layer head counts and the like);
+# bigger ones (token types, scores) stay lazy.
+EAGER_ARRAY_BYTES = 64 * 1024
+# Smallest possible encodings, used to reject counts that cannot fit in what is left of the file.
+_MIN_KV_BYTES = 8 + 1 + 4  # key length, one key byte, value type
+_MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as the header describes it. `shape` is in ggml order (ne[0] fastest)."""
+
+    name: str
+    type_id: int
+    shape: tuple
+    n_bytes: int
+    shard: int  # index of the shard file holding it (0 for a single file)
+    offset: int  # absolute byte offset of its data in that shard file
+
+    @property
+    def type_name(self):
+        return type_name(self.type_id)
+
+    @property
+    def n_elements(self):
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+
+class LazyArray:
+    """A metadata array whose elements are decoded only when asked for."""
+
+    def __init__(self, path, elem_type, count, offset, end):
+        self.path = path
+        self.elem_type = elem_type
+        self.count = count
+        self.offset = offset  # file offset of the first element
+        self.end = end  # file offset just past the last element
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return f"LazyArray({GGUF_VALUE_TYPES[self.elem_type][0]}, {self.count})"
+
+    def load(self):
+        """Decode every element (strings as str). Reads only this array's bytes."""
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.end - self.offset)
+        if self.elem_type == VALUE_STRING:
+            values = []
+            position = 0
+            unpack_len = _U64.unpack_from
+            for _ in range(self.count):
+                (length,) = unpack_len(data, position)
+                position += 8
+                values.append(data[position : position + length].decode("utf-8", errors="replace"))
+                position += length
+            return values
+        fmt = GGUF_VALUE_TYPES[self.elem_type][1]
+        return list(struct.unpack_from(f"<{self.count}{fmt}", data, 0))
+
+
+@dataclass
+class GGUFHeader:
+    """Everything in one file's header. `metadata` values are Python scalars, lists or LazyArrays."""
+
+    path: str
+    version: int
+    file_size: int
+    metadata: dict
+    value_types: dict  # key -> GGUF value type id (for arrays: (9, element type id))
+    tensors: list
+    alignment: int
+    data_offset: int
+
+    def get(self, key, default=None):
+        return self.metadata.get(key, default)
+
+
+class _Cursor:
+    """Bounds-checked reads from a buffer; every error names the file and the offset."""
+
+    def __init__(self, path, buffer, size):
+        self.path = path
+        self.buffer = buffer
+        self.size = size
+        self.position = 0
+
+    def fail(self, problem, offset=None, key=None):
+        raise GGUFError(self.path, problem, offset=self.position if offset is None else offset, key=key)
+
+    def need(self, count, what):
+        if count < 0 or self.position + count > self.size:
+            self.fail(f"truncated: {what} needs {count} bytes but only {self.size - self.position} remain")
+
+    def u32(self, what):
+        self.need(4, what)
+        (value,) = _U32.unpack_from(self.buffer, self.position)
+        self.position += 4
+        return value
+
+    def u64(self, what):
+        self.need(8, what)
+        (value,) = _U64.unpack_from(self.buffer, self.position)
+        self.position += 8
+        return value
+
+    def string(self, what):
+        start = self.position
+        length = self.u64(f"{what} length")
+        if length > self.size - self.position:
+            self.fail(f"{what} length {length} runs past the end of the file ({self.size} bytes)", offset=start)
+        raw = bytes(self.buffer[self.position : self.position + length])
+        self.position += length
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail(f"{what} is not valid UTF-8", offset=start)
+
+    def scalar(self, value_type, what):
+        packer = _SCALAR_STRUCTS[value_type]
+        self.need(packer.size, what)
+        (value,) = packer.unpack_from(self.buffer, self.position)
+        self.position += packer.size
+        return value
+
+    def skip_strings(self, count, what):
+        """Walk `count` strings without decoding them."""
+        unpack_len = _U64.unpack_from
+        buffer, size, position = self.buffer, self.size, self.position
+        for index in range(count):
+            if position + 8 > size:
+                self.position = position
+                self.fail(f"truncated inside {what} (element {index})")
+            (length,) = unpack_len(buffer, position)
+            position += 8 + length
+            if position > size:
+                self.position = position - length - 8
+                self.fail(f"{what} element {index} length {length} runs past the end of the file")
+        self.position = position
+
+
+def _read_value(cursor, value_type, key):
+    """Read one metadata value; returns (value, recorded type)."""
+    if value_type == VALUE_STRING:
+        return cursor.string(f"value of {key}"), value_type
+    if value_type == VALUE_ARRAY:
+        start = cursor.position
+        elem_type = cursor.u32(f"array type of {key}")
+        if elem_type not in GGUF_VALUE_TYPES or elem_type == VALUE_ARRAY:
+            cursor.fail(f"unknown or nested array element type {elem_type}", offset=start, key=key)
+        count = cursor.u64(f"array length of {key}")
+        remaining = cursor.size - cursor.position
+        if elem_type == VALUE_STRING:
+            if count > remaining // 8:
+                cursor.fail(f"array of {count} strings runs past the end of the file", offset=start, key=key)
+            first = cursor.position
+            cursor.skip_strings(count, f"array {key}")
+            if count <= 64:
+                return LazyArray(cursor.path, elem_type, count, first, cursor.position).load(), (VALUE_ARRAY, elem_type)
+            return LazyArray(cursor.path, elem_type, count, first, cursor.position), (VALUE_ARRAY, elem_type)
+        item_size = _SCALAR_STRUCTS[elem_type].size
+        if count > remaining // item_size:
+            cursor.fail(f"array of {count} x {item_size}-byte values runs past the end of the file", offset=start, key=key)
+        first = cursor.position
+        cursor.position += count * item_size
+        if count * item_size <= EAGER_ARRAY_BYTES:
+            fmt = GGUF_VALUE_TYPES[elem_type][1]
+            return list(struct.unpack_from(f"<{count}{fmt}", cursor.buffer, first)), (VALUE_ARRAY, elem_type)
+        return LazyArray(cursor.path, elem_type, count, first, cursor.position), (VALUE_ARRAY, elem_type)
+    if value_type not in _SCALAR_STRUCTS:
+        cursor.fail(f"unknown metadata value type {value_type}", offset=cursor.position - 4, key=key)
+    return cursor.scalar(value_type, f"value of {key}"), value_type
+
+
+def _parse(path, buffer, size, shard):
+    cursor = _Cursor(path, buffer, size)
+    cursor.need(4, "magic")
+    magic = bytes(buffer[0:4])
+    if magic != GGUF_MAGIC:
+        cursor.fail(f"not a GGUF file (magic {magic!r}, expected b'GGUF')", offset=0)
+    cursor.position = 4
+    version = cursor.u32("version")
+    if version not in GGUF_SUPPORTED_VERSIONS:
+        if version & 0xFFFF == 0 and (version >> 16) in (2, 3, 0x200, 0x300):
+            cursor.fail(f"big-endian GGUF (version {version:#x}) is not supported", offset=4)
+        cursor.fail(f"unsupported GGUF version {version} (supported: 2, 3)", offset=4)
+    n_tensors = cursor.u64("tensor count")
+    n_kv = cursor.u64("metadata count")
+    remaining = size - cursor.position
+    if n_kv > remaining // _MIN_KV_BYTES:
+        cursor.fail(f"metadata count {n_kv} cannot fit in the {remaining} bytes left", offset=16)
+    if n_tensors > remaining // _MIN_TENSOR_INFO_BYTES:
+        cursor.fail(f"tensor count {n_tensors} cannot fit in the {remaining} bytes left", offset=8)
+
+    metadata = {}
+    value_types = {}
+    for _ in range(n_kv):
+        key_offset = cursor.position
+        key = cursor.string("metadata key")
+        if key in metadata:
+            cursor.fail(f"duplicate metadata key {key!r}", offset=key_offset)
+        value_type = cursor.u32(f"value type of {key}")
+        metadata[key], value_types[key] = _read_value(cursor, value_type, key)
+
+    alignment = metadata.get(Keys.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
+        raise GGUFError(path, f"alignment {alignment!r} is not a power of two", key=Keys.ALIGNMENT)
+
+    infos = []
+    seen = set()
+    for index in range(n_tensors):
+        info_offset = cursor.position
+        name = cursor.string(f"tensor {index} name")
+        if name in seen:
+            cursor.fail(f"duplicate tensor name {name!r}", offset=info_offset)
+        seen.add(name)
+        n_dims = cursor.u32(f"dimension count of {name}")
+        if n_dims == 0 or n_dims > GGML_MAX_DIMS:
+            cursor.fail(f"tensor {name!r} has {n_dims} dimensions (1 to {GGML_MAX_DIMS} allowed)", offset=info_offset)
+        shape = tuple(cursor.u64(f"dimension of {name}") for _ in range(n_dims))
+        type_offset = cursor.position
+        type_id = cursor.u32(f"type of {name}")
+        if type_id not in GGML_TYPES:
+            cursor.fail(f"tensor {name!r} has unknown ggml type id {type_id}", offset=type_offset)
+        relative = cursor.u64(f"data offset of {name}")
+        _, block_size, block_bytes = GGML_TYPES[type_id]
+        if shape[0] % block_size:
+            cursor.fail(
+                f"tensor {name!r}: row of {shape[0]} values does not divide into {type_name(type_id)} blocks of {block_size}",
+                offset=info_offset,
+            )
+        count = 1
+        for dim in shape:
+            count *= dim
+        if relative % alignment:
+            cursor.fail(f"tensor {name!r} data offset {relative} is not a multiple of the alignment {alignment}", offset=info_offset)
+        infos.append((name, type_id, shape, count // block_size * block_bytes, relative))
+
+    data_offset = -(-cursor.position // alignment) * alignment
+    tensors = []
+    for name, type_id, shape, n_bytes, relative in infos:
+        absolute = data_offset + relative
+        if absolute + n_bytes > size:
+            raise GGUFError(
+                path,
+                f"tensor {name!r} data ({n_bytes} bytes at offset {absolute}) lies beyond the end of the file ({size} bytes)",
+                offset=absolute,
+            )
+        tensors.append(TensorInfo(name, type_id, shape, n_bytes, shard, absolute))
+    return GGUFHeader(path, version, size, metadata, value_types, tensors, alignment, data_offset)
+
+
+def read_header(path, shard=0):
+    """Parse the header of the GGUF file at `path`. Raises GGUFError (or OSError) on bad input."""
+    path = os.fspath(path)
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            raise GGUFError(path, "empty file, not a GGUF", offset=0)
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
+            return _parse(path, buffer, size, shard)

@@ -1,0 +1,370 @@
+"""A whole model: one GGUF file or a validated shard set, its tensor table and its summary.
+
+This is the one way moetools opens a GGUF. It reads headers only; a tool that needs a tensor's data
+asks for it (`read_tensor_bytes`, `tensor_memmap`).
+"""
+
+import glob
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from moetools.errors import GGUFError
+from moetools.gguf.constants import Keys
+from moetools.gguf.header import LazyArray, read_header
+
+SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+EXPERT_TENSOR_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.")
+BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
+
+
+def split_name(path):
+    """(prefix, shard number 1-based, shard count) for `NAME-0000k-of-0000N.gguf`, else None."""
+    match = SPLIT_NAME_RE.match(os.path.basename(path))
+    if not match:
+        return None
+    prefix = os.path.join(os.path.dirname(path), match["prefix"])
+    return prefix, int(match["no"]), int(match["count"])
+
+
+def shard_path(prefix, number, count):
+    return f"{prefix}-{number:05d}-of-{count:05d}.gguf"
+
+
+def expert_tensor_kind(name):
+    """`(block, matrix)` for a routed-expert tensor (`gate`, `up`, `down`, `gate_up`), else None."""
+    match = EXPERT_TENSOR_RE.match(name)
+    return (int(match[1]), match[2]) if match else None
+
+
+def tensor_block(name):
+    """The block number of a `blk.N.*` tensor, else None."""
+    match = BLOCK_RE.match(name)
+    return int(match[1]) if match else None
+
+
+@dataclass
+class ModelSummary:
+    """What a tool needs to know about a model's shape. Per-layer values are lists of block_count."""
+
+    architecture: str
+    name: str
+    block_count: int
+    context_length: int
+    embedding_length: int
+    vocab_size: int
+    expert_count: int
+    expert_used_count: int
+    expert_shared_count: int
+    leading_dense_block_count: int
+    moe_layers: list  # block numbers that hold routed-expert tensors
+    head_count: list
+    head_count_kv: list
+    key_length: int
+    value_length: int
+    key_length_mla: int
+    value_length_mla: int
+    kv_lora_rank: int
+    q_lora_rank: int
+    rope_dimension_count: int
+    sliding_window: int
+    sliding_window_pattern: object  # raw key value: int period, list of per-layer flags, or None
+    feed_forward_length: list
+    expert_feed_forward_length: int
+    expert_latent_length: int
+    nextn_predict_layers: int
+    file_type: object
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self):
+        return {key: value for key, value in self.__dict__.items() if key != "extra"} | self.extra
+
+
+class Model:
+    """A GGUF model, single file or split. Open with `open_model(path)`."""
+
+    def __init__(self, headers, warnings=()):
+        self.headers = headers
+        self.shards = [header.path for header in headers]
+        self.path = self.shards[0]
+        self.metadata = headers[0].metadata
+        self.architecture = self.metadata.get(Keys.ARCHITECTURE)
+        if not isinstance(self.architecture, str) or not self.architecture:
+            raise GGUFError(self.path, "no architecture in the metadata", key=Keys.ARCHITECTURE)
+        self.tensors = [tensor for header in headers for tensor in header.tensors]
+        self.tensor_by_name = {}
+        for tensor in self.tensors:
+            if tensor.name in self.tensor_by_name:
+                raise GGUFError(self.shards[tensor.shard], f"duplicate tensor name {tensor.name!r} across shards")
+            self.tensor_by_name[tensor.name] = tensor
+        self.warnings = list(warnings)
+        self._fds = {}
+
+    # --- metadata -------------------------------------------------------------------------
+
+    def key(self, template):
+        """The full key name: `{arch}.block_count` -> `deepseek2.block_count`."""
+        return template.format(arch=self.architecture)
+
+    def get(self, template, default=None):
+        return self.metadata.get(self.key(template), default)
+
+    def require(self, template, what="this"):
+        """A key's value, or a GGUFError naming the missing key."""
+        key = self.key(template)
+        if key not in self.metadata:
+            raise GGUFError(self.path, f"missing metadata key needed for {what}", key=key)
+        return self.metadata[key]
+
+    def layer_values(self, template, default=None):
+        """A per-layer key as a list of block_count values: a scalar repeats, an array is checked."""
+        key = self.key(template)
+        value = self.metadata.get(key, default)
+        n_layers = self.block_count
+        if value is None:
+            return [None] * n_layers
+        if isinstance(value, LazyArray):
+            value = value.load()
+        if isinstance(value, list):
+            if len(value) != n_layers:
+                raise GGUFError(self.path, f"per-layer array has {len(value)} entries for {n_layers} blocks", key=key)
+            return list(value)
+        return [value] * n_layers
+
+    @cached_property
+    def block_count(self):
+        value = self.require(Keys.BLOCK_COUNT, "the layer count")
+        if not isinstance(value, int) or value < 0:
+            raise GGUFError(self.path, f"block count {value!r} is not a count", key=self.key(Keys.BLOCK_COUNT))
+        return value
+
+    # --- tensor classes ---------------------------------------------------------------------
+
+    def is_expert(self, tensor):
+        return expert_tensor_kind(tensor.name) is not None
+
+    @cached_property
+    def expert_tensors(self):
+        return [tensor for tensor in self.tensors if self.is_expert(tensor)]
+
+    @cached_property
+    def resident_tensors(self):
+        return [tensor for tensor in self.tensors if not self.is_expert(tensor)]
+
+    @cached_property
+    def expert_bytes_by_layer(self):
+        """{block: bytes of one (layer, expert)}: each expert tensor's bytes / its expert count."""
+        per_layer = {}
+        for tensor in self.expert_tensors:
+            block, _ = expert_tensor_kind(tensor.name)
+            n_expert = tensor.shape[-1]
+            if len(tensor.shape) < 2 or n_expert == 0:
+                raise GGUFError(self.shards[tensor.shard], f"expert tensor {tensor.name!r} has shape {list(tensor.shape)}")
+            if self.expert_count and n_expert != self.expert_count:
+                raise GGUFError(
+                    self.shards[tensor.shard],
+                    f"expert tensor {tensor.name!r} holds {n_expert} experts but expert_count is {self.expert_count}",
+                    key=self.key(Keys.EXPERT_COUNT),
+                )
+            per_layer[block] = per_layer.get(block, 0) + tensor.n_bytes // n_expert
+        return dict(sorted(per_layer.items()))
+
+    @cached_property
+    def expert_count(self):
+        value = self.get(Keys.EXPERT_COUNT, 0) or 0
+        if not value and self.expert_tensors_raw:
+            value = self.expert_tensors_raw[0].shape[-1]
+        return int(value)
+
+    @property
+    def expert_tensors_raw(self):
+        return [tensor for tensor in self.tensors if expert_tensor_kind(tensor.name)]
+
+    @property
+    def resident_bytes(self):
+        return sum(tensor.n_bytes for tensor in self.resident_tensors)
+
+    @property
+    def expert_bytes(self):
+        return sum(tensor.n_bytes for tensor in self.expert_tensors)
+
+    @property
+    def total_bytes(self):
+        return sum(tensor.n_bytes for tensor in self.tensors)
+
+    @cached_property
+    def fingerprint(self):
+        """A short stable id of the tensor table (names, types, shapes): same model, same id."""
+        digest = hashlib.blake2b(digest_size=8)
+        digest.update(self.architecture.encode())
+        for tensor in self.tensors:
+            digest.update(f"{tensor.name}:{tensor.type_id}:{tensor.shape}".encode())
+        return digest.hexdigest()
+
+    # --- summary ----------------------------------------------------------------------------
+
+    @cached_property
+    def summary(self):
+        get = self.get
+        n_layers = self.block_count
+        head_count = self.layer_values(Keys.HEAD_COUNT, 0)
+        head_count = [value or 0 for value in head_count]
+        head_count_kv = self.layer_values(Keys.HEAD_COUNT_KV)
+        # llama.cpp: a missing head_count_kv means as many KV heads as query heads.
+        head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
+        n_embd = get(Keys.EMBEDDING_LENGTH, 0) or 0
+        first_heads = head_count[0] if head_count else 0
+        default_head = n_embd // first_heads if first_heads else 0
+        vocab_size = get(Keys.VOCAB_SIZE)
+        if vocab_size is None:
+            tokens = self.metadata.get("tokenizer.ggml.tokens")
+            vocab_size = len(tokens) if tokens is not None else 0
+        return ModelSummary(
+            architecture=self.architecture,
+            name=str(self.metadata.get(Keys.NAME, "")),
+            block_count=n_layers,
+            context_length=get(Keys.CONTEXT_LENGTH, 0) or 0,
+            embedding_length=n_embd,
+            vocab_size=vocab_size,
+            expert_count=self.expert_count,
+            expert_used_count=get(Keys.EXPERT_USED_COUNT, 0) or 0,
+            expert_shared_count=get(Keys.EXPERT_SHARED_COUNT, 0) or 0,
+            leading_dense_block_count=get(Keys.LEADING_DENSE_BLOCK_COUNT, 0) or 0,
+            moe_layers=list(self.expert_bytes_by_layer),
+            head_count=head_count,
+            head_count_kv=head_count_kv,
+            key_length=get(Keys.KEY_LENGTH, default_head) or 0,
+            value_length=get(Keys.VALUE_LENGTH, default_head) or 0,
+            key_length_mla=get(Keys.KEY_LENGTH_MLA, 0) or 0,
+            value_length_mla=get(Keys.VALUE_LENGTH_MLA, 0) or 0,
+            kv_lora_rank=get(Keys.KV_LORA_RANK, 0) or 0,
+            q_lora_rank=get(Keys.Q_LORA_RANK, 0) or 0,
+            rope_dimension_count=get(Keys.ROPE_DIMENSION_COUNT, 0) or 0,
+            sliding_window=get(Keys.SLIDING_WINDOW, 0) or 0,
+            sliding_window_pattern=self._raw(Keys.SLIDING_WINDOW_PATTERN),
+            feed_forward_length=[value or 0 for value in self.layer_values(Keys.FEED_FORWARD_LENGTH, 0)],
+            expert_feed_forward_length=get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0) or 0,
+            expert_latent_length=get(Keys.EXPERT_LATENT_LENGTH, 0) or 0,
+            nextn_predict_layers=get(Keys.NEXTN_PREDICT_LAYERS, 0) or 0,
+            file_type=self.metadata.get(Keys.FILE_TYPE),
+        )
+
+    def _raw(self, template):
+        value = self.get(template)
+        return value.load() if isinstance(value, LazyArray) else value
+
+    # --- tensor data ------------------------------------------------------------------------
+
+    def read_tensor_bytes(self, tensor, start=0, length=None):
+        """Bytes of one tensor (or a slice of it, `start` relative to the tensor) with pread."""
+        if isinstance(tensor, str):
+            tensor = self.tensor_by_name[tensor]
+        if length is None:
+            length = tensor.n_bytes - start
+        if start < 0 or length < 0 or start + length > tensor.n_bytes:
+            raise ValueError(f"slice {start}+{length} outside tensor {tensor.name} ({tensor.n_bytes} bytes)")
+        fd = self._fd(tensor.shard)
+        data = os.pread(fd, length, tensor.offset + start)
+        if len(data) != length:
+            raise GGUFError(self.shards[tensor.shard], f"short read of tensor {tensor.name!r}", offset=tensor.offset + start)
+        return data
+
+    def tensor_memmap(self, tensor):
+        """A read-only numpy uint8 memmap of one tensor's bytes (imports numpy on first use)."""
+        import numpy as np
+
+        if isinstance(tensor, str):
+            tensor = self.tensor_by_name[tensor]
+        return np.memmap(self.shards[tensor.shard], dtype=np.uint8, mode="r", offset=tensor.offset, shape=(tensor.n_bytes,))
+
+    def _fd(self, shard):
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self.shards[shard], os.O_RDONLY)
+        return fd
+
+    def close(self):
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def discover_shards(path):
+    """The shard paths of the model `path` belongs to, in order; validates the set is complete.
+
+    Returns (paths, warnings). Raises GGUFError for a missing shard.
+    """
+    parsed = split_name(path)
+    if parsed is None:
+        return [path], []
+    prefix, number, count = parsed
+    if count == 0 or number == 0 or number > count:
+        raise GGUFError(path, f"shard name says {number} of {count}")
+    expected = [shard_path(prefix, index, count) for index in range(1, count + 1)]
+    missing = [os.path.basename(candidate) for candidate in expected if not os.path.exists(candidate)]
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise GGUFError(path, f"split model is missing {len(missing)} of {count} shards: {shown}")
+    warnings = []
+    extra = sorted(set(glob.glob(glob.escape(prefix) + "-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9].gguf")) - set(expected))
+    if extra:
+        warnings.append(f"ignoring {len(extra)} shard(s) of another split beside this one: " + ", ".join(os.path.basename(e) for e in extra[:4]))
+    return expected, warnings
+
+
+def _validate_split(headers):
+    count = len(headers)
+    first = headers[0]
+    total_tensors = sum(len(header.tensors) for header in headers)
+    first_arch = first.get(Keys.ARCHITECTURE)
+    declared_total = first.get(Keys.SPLIT_TENSORS_COUNT)
+    for index, header in enumerate(headers):
+        split_count = header.get(Keys.SPLIT_COUNT)
+        split_no = header.get(Keys.SPLIT_NO)
+        if count > 1 or split_count not in (None, 1):
+            if split_count is None:
+                raise GGUFError(header.path, f"shard {index + 1} of {count} has no split.count", key=Keys.SPLIT_COUNT)
+            if split_count != count:
+                raise GGUFError(header.path, f"split.count is {split_count} but the set has {count} shards", key=Keys.SPLIT_COUNT)
+            if split_no is not None and split_no != index:
+                raise GGUFError(header.path, f"split.no is {split_no} but the file name says shard {index + 1} (split.no {index})", key=Keys.SPLIT_NO)
+            tensors_count = header.get(Keys.SPLIT_TENSORS_COUNT)
+            if tensors_count is not None and declared_total is not None and tensors_count != declared_total:
+                raise GGUFError(
+                    header.path,
+                    f"split.tensors.count {tensors_count} differs from the first shard's {declared_total}: a shard from another model",
+                    key=Keys.SPLIT_TENSORS_COUNT,
+                )
+        arch = header.get(Keys.ARCHITECTURE)
+        if index and arch is not None and arch != first_arch:
+            raise GGUFError(header.path, f"architecture {arch!r} differs from the first shard's {first_arch!r}: a shard from another model", key=Keys.ARCHITECTURE)
+    if declared_total is not None and count > 1 and declared_total != total_tensors:
+        raise GGUFError(first.path, f"split.tensors.count says {declared_total} tensors but the shards hold {total_tensors}", key=Keys.SPLIT_TENSORS_COUNT)
+
+
+def open_model(path):
+    """Open a GGUF model from any of its shards. Raises GGUFError for bad input."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise GGUFError(path, "is a folder; give a .gguf file (any shard of a split model)")
+    paths, warnings = discover_shards(path)
+    headers = [read_header(shard, shard=index) for index, shard in enumerate(paths)]
+    if len(paths) == 1:
+        split_count = headers[0].get(Keys.SPLIT_COUNT)
+        if isinstance(split_count, int) and split_count > 1:
+            raise GGUFError(
+                path,
+                f"this is one shard of {split_count} (split.count) but its name does not follow NAME-0000k-of-0000N.gguf",
+                key=Keys.SPLIT_COUNT,
+            )
+    _validate_split(headers)
+    return Model(headers, warnings)

@@ -1,0 +1,468 @@
+"""Synthetic GGUF models in llama.cpp's real layouts, for the quick start, the tests and the benchmarks.
+
+Each builder returns a `ModelSpec`: the architecture's metadata keys and its tensors with the names,
+ggml-order shapes and types llama.cpp's loader expects (src/models/*.cpp, gguf-py constants).
+`write_model` writes a spec with gguf.GGUFWriter either with real (random) tensor data, for tiny
+models, or header-only as sparse files of full apparent size, for K2/K3-class shapes: the header is
+real and every offset is right, the tensor data is a hole that costs no disk.
+
+Full-size presets match public configurations where those exist (DeepSeek-V3, Kimi-K2,
+Qwen3-235B-A22B, gpt-oss-120b, Llama-3-8B). The Kimi-K3 preset is header-faithful to llama.cpp's
+`kimi-k3` loader (93 blocks, hybrid KDA/MLA, latent MoE, 896 experts, top-16); its widths are
+chosen so one routed expert is 8,060,928 bytes in IQ2_XS/IQ3_XXS, within 0.5% of the published
+8,093,696, not copied from a released checkpoint.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+# ggml type ids used below (equal to gguf.GGMLQuantizationType, checked by the constants test)
+F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, IQ2_XS, IQ3_XXS, BF16, MXFP4 = 0, 1, 2, 8, 12, 14, 17, 18, 30, 39
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: tuple  # ggml order: ne[0] is the row length
+    type_id: int
+
+
+@dataclass
+class ModelSpec:
+    architecture: str
+    metadata: list  # (key, value, kind) with kind in "u32", "i32", "f32", "bool", "str", "u32[]", "i32[]", "str[]"
+    tensors: list = field(default_factory=list)
+    vocab_size: int = 0
+    merges: int = 0  # number of BPE merges to write (0: none)
+
+    def add(self, name, shape, type_id):
+        self.tensors.append(TensorSpec(name, tuple(int(d) for d in shape), type_id))
+
+    def meta(self, key, value, kind="u32"):
+        self.metadata.append((key.format(arch=self.architecture), value, kind))
+
+
+@dataclass
+class Types:
+    """Which ggml type each class of tensor gets."""
+
+    expert: int = Q8_0
+    expert_down: int = None  # defaults to `expert`
+    resident: int = Q8_0  # 2-D resident matrices
+    embed: int = Q8_0
+    output: int = Q8_0
+    norm: int = F32  # 1-D tensors, router, biases
+
+
+def _common(spec, p):
+    spec.meta("general.name", p.get("name", f"synthetic {spec.architecture}"), "str")
+    spec.meta("{arch}.block_count", p["n_layer"])
+    spec.meta("{arch}.context_length", p["ctx"])
+    spec.meta("{arch}.embedding_length", p["n_embd"])
+    spec.meta("{arch}.attention.layer_norm_rms_epsilon", 1e-6, "f32")
+    spec.meta("{arch}.rope.freq_base", p.get("rope_base", 10000.0), "f32")
+    spec.meta("general.file_type", p.get("file_type", 7))
+    spec.vocab_size = p["vocab"]
+    spec.merges = p.get("merges", 0)
+
+
+def _experts(spec, il, n_embd, n_ff, n_expert, t, bias=False):
+    down = t.expert_down if t.expert_down is not None else t.expert
+    spec.add(f"blk.{il}.ffn_gate_exps.weight", (n_embd, n_ff, n_expert), t.expert)
+    spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, n_ff, n_expert), t.expert)
+    spec.add(f"blk.{il}.ffn_down_exps.weight", (n_ff, n_embd, n_expert), down)
+    if bias:
+        spec.add(f"blk.{il}.ffn_gate_exps.bias", (n_ff, n_expert), F32)
+        spec.add(f"blk.{il}.ffn_up_exps.bias", (n_ff, n_expert), F32)
+        spec.add(f"blk.{il}.ffn_down_exps.bias", (n_embd, n_expert), F32)
+
+
+def _dense_ffn(spec, il, n_embd, n_ff, t, suffix=""):
+    spec.add(f"blk.{il}.ffn_gate{suffix}.weight", (n_embd, n_ff), t.resident)
+    spec.add(f"blk.{il}.ffn_up{suffix}.weight", (n_embd, n_ff), t.resident)
+    spec.add(f"blk.{il}.ffn_down{suffix}.weight", (n_ff, n_embd), t.resident)
+
+
+def _embeddings(spec, p, t):
+    spec.add("token_embd.weight", (p["n_embd"], p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (p["n_embd"],), t.norm)
+    spec.add("output.weight", (p["n_embd"], p["vocab"]), t.output)
+
+
+def llama_moe(t=Types(), **p):
+    """Mixtral-style experts in the `llama` architecture (also a dense llama with n_expert=0)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
+         "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
+    spec = ModelSpec("llama", [])
+    _common(spec, p)
+    head = p["n_embd"] // p["n_head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.vocab_size", p["vocab"])
+    if p["n_expert"]:
+        spec.meta("{arch}.expert_count", p["n_expert"])
+        spec.meta("{arch}.expert_used_count", p["top_k"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.attn_q.weight", (p["n_embd"], p["n_head"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_k.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_v.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, p["n_embd"]), t.resident)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        if p["n_expert"]:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+            _experts(spec, il, p["n_embd"], p["n_ff"], p["n_expert"], t)
+        else:
+            _dense_ffn(spec, il, p["n_embd"], p["n_ff"], t)
+    return spec
+
+
+def qwen3moe(t=Types(), **p):
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
+    spec = ModelSpec("qwen3moe", [])
+    _common(spec, p)
+    head = p["head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.attn_q.weight", (p["n_embd"], p["n_head"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_k.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_v.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, p["n_embd"]), t.resident)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def _mla_attention(spec, il, p, t):
+    """DeepSeek-style MLA as llama.cpp's converter writes it today (absorbed k_b / v_b)."""
+    n_embd, n_head = p["n_embd"], p["n_head"]
+    nope, rope, v_head, kv_lora = p["qk_nope"], p["rope"], p["v_head"], p["kv_lora"]
+    if p.get("q_lora"):
+        spec.add(f"blk.{il}.attn_q_a.weight", (n_embd, p["q_lora"]), t.resident)
+        spec.add(f"blk.{il}.attn_q_a_norm.weight", (p["q_lora"],), t.norm)
+        spec.add(f"blk.{il}.attn_q_b.weight", (p["q_lora"], n_head * (nope + rope)), t.resident)
+    else:
+        spec.add(f"blk.{il}.attn_q.weight", (n_embd, n_head * (nope + rope)), t.resident)
+    spec.add(f"blk.{il}.attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), t.resident)
+    spec.add(f"blk.{il}.attn_kv_a_norm.weight", (kv_lora,), t.norm)
+    spec.add(f"blk.{il}.attn_k_b.weight", (nope, kv_lora, n_head), t.resident)
+    spec.add(f"blk.{il}.attn_v_b.weight", (kv_lora, v_head, n_head), t.resident)
+    spec.add(f"blk.{il}.attn_output.weight", (n_head * v_head, n_embd), t.resident)
+
+
+def _mla_keys(spec, p):
+    if p.get("q_lora"):
+        spec.meta("{arch}.attention.q_lora_rank", p["q_lora"])
+    spec.meta("{arch}.attention.kv_lora_rank", p["kv_lora"])
+    spec.meta("{arch}.attention.key_length", p["kv_lora"] + p["rope"])
+    spec.meta("{arch}.attention.value_length", p["kv_lora"])
+    spec.meta("{arch}.attention.key_length_mla", p["qk_nope"] + p["rope"])
+    spec.meta("{arch}.attention.value_length_mla", p["v_head"])
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+
+
+def deepseek2(t=Types(), **p):
+    """DeepSeek-V3 / Kimi-K2 layout: MLA, leading dense blocks, shared expert, sigmoid router bias."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 16, "qk_nope": 32, "v_head": 32,
+         "vocab": 1024, "ctx": 2048} | p
+    spec = ModelSpec("deepseek2", [])
+    _common(spec, p)
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.vocab_size", p["vocab"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _mla_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _mla_attention(spec, il, p, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, p["n_embd"], p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, p["n_embd"], p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def gpt_oss(t=Types(), **p):
+    """gpt-oss: sliding window on alternate layers, attention sinks, biases everywhere, expert biases."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 4, "swa": 128, "vocab": 1024, "ctx": 131072, "rope_base": 150000.0} | p
+    spec = ModelSpec("gpt-oss", [])
+    _common(spec, p)
+    head = p["head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        n_embd, q, kv = p["n_embd"], p["n_head"] * head, p["n_head_kv"] * head
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+            spec.add(f"blk.{il}.{name}.weight", (n_embd, rows), t.resident)
+            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+        spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
+        spec.add(f"blk.{il}.attn_output.bias", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_sinks.weight", (p["n_head"],), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t, bias=True)
+    return spec
+
+
+def kimi_k3(t=Types(), **p):
+    """llama.cpp's `kimi-k3`: KDA recurrent layers (head_count_kv 0) and MLA layers, one leading dense
+    block, a shared expert, and a latent MoE whose routed experts run at expert_latent_length."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "latent": 128, "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64,
+         "rope": 16, "qk_nope": 32, "v_head": 32, "full_every": 4, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("kimi-k3", [])
+    _common(spec, p)
+    n_layer, n_embd, n_head = p["n_layer"], p["n_embd"], p["n_head"]
+    # KimiLinearConfig: full-attention layers are 1-indexed multiples of `full_every`; the rest are KDA.
+    is_mla = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", [1 if mla else 0 for mla in is_mla], "u32[]")
+    spec.meta("{arch}.vocab_size", p["vocab"])
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.kda.head_dim", p["kda_head"])
+    _mla_keys(spec, p)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.expert_latent_length", p["latent"])
+    spec.meta("{arch}.activation.situ_beta", 1.0, "f32")
+    spec.meta("{arch}.activation.situ_linear_beta", 0.5, "f32")
+    spec.meta("{arch}.attn_res_block_size", 8)
+    _embeddings(spec, p, t)
+    spec.add("output_res_score.weight", (n_embd,), t.norm)
+    d_inner = p["kda_head"] * n_head
+    for il in range(n_layer):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_res_score.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_res_score.weight", (n_embd,), t.norm)
+        if is_mla[il]:
+            _mla_attention(spec, il, p, t)
+            spec.add(f"blk.{il}.attn_gate.weight", (n_embd, n_head * p["v_head"]), t.resident)
+        else:
+            for conv in ("q", "k", "v"):
+                spec.add(f"blk.{il}.ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
+            for name in ("attn_q", "attn_k", "attn_v"):
+                spec.add(f"blk.{il}.{name}.weight", (n_embd, d_inner), t.resident)
+            spec.add(f"blk.{il}.ssm_f_a.weight", (n_embd, p["kda_head"]), t.resident)
+            spec.add(f"blk.{il}.ssm_f_b.weight", (p["kda_head"], d_inner), t.resident)
+            spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, n_head), t.norm)
+            spec.add(f"blk.{il}.ssm_a", (n_head,), t.norm)
+            spec.add(f"blk.{il}.ssm_dt.bias", (d_inner,), t.norm)
+            spec.add(f"blk.{il}.ssm_g.weight", (n_embd, d_inner), t.resident)
+            spec.add(f"blk.{il}.ssm_norm.weight", (p["kda_head"],), t.norm)
+            spec.add(f"blk.{il}.attn_output.weight", (d_inner, n_embd), t.resident)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, p["latent"], p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_routed_down.weight", (n_embd, p["latent"]), t.resident)
+        spec.add(f"blk.{il}.ffn_routed_up.weight", (p["latent"], n_embd), t.resident)
+        spec.add(f"blk.{il}.ffn_routed_norm.weight", (p["latent"],), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+BUILDERS = {
+    "mixtral": llama_moe,
+    "qwen3moe": qwen3moe,
+    "deepseek2": deepseek2,
+    "gpt-oss": gpt_oss,
+    "kimi-k3": kimi_k3,
+    "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
+}
+
+# Full-size presets (header-only, sparse). Types are those of common community quantizations.
+PRESETS = {
+    "kimi-k3": lambda: kimi_k3(
+        Types(expert=IQ2_XS, expert_down=IQ3_XXS, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Kimi-K3 (synthetic, header-faithful)", n_layer=93, n_embd=7168, n_head=32, kda_head=128,
+        n_ff=18432, n_ff_exp=2048, latent=4096, n_expert=896, top_k=16, q_lora=1536, kv_lora=512, rope=64,
+        qk_nope=128, v_head=128, vocab=163840, merges=163328, ctx=262144, file_type=17),
+    "kimi-k2": lambda: deepseek2(
+        Types(expert=IQ2_XS, expert_down=IQ3_XXS, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Kimi-K2 (synthetic)", n_layer=61, n_embd=7168, n_head=64, n_ff=18432, n_ff_exp=2048,
+        n_expert=384, top_k=8, n_dense=1, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        vocab=163840, merges=163328, ctx=131072, file_type=17),
+    "deepseek-v3": lambda: deepseek2(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="DeepSeek-V3 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
+        n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        vocab=129280, ctx=163840, file_type=15),
+    "qwen3-235b": lambda: qwen3moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Qwen3-235B-A22B (synthetic)", n_layer=94, n_embd=4096, n_head=64, n_head_kv=4, head=128,
+        n_ff=12288, n_ff_exp=1536, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
+    "gpt-oss-120b": lambda: gpt_oss(
+        Types(expert=MXFP4, resident=Q8_0, embed=Q8_0, output=Q8_0),
+        name="gpt-oss-120b (synthetic)", n_layer=36, n_embd=2880, n_head=64, n_head_kv=8, head=64,
+        n_ff_exp=2880, n_expert=128, top_k=4, swa=128, vocab=201088, ctx=131072, file_type=38),
+    "llama3-8b": lambda: llama_moe(
+        Types(resident=F16, embed=F16, output=F16), name="Llama-3-8B (synthetic)", n_expert=0, n_layer=32,
+        n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab=128256, ctx=8192, file_type=1),
+}
+
+
+def _vocab_arrays(n_tokens, n_merges):
+    """Token strings, token types and merges shaped like a BPE vocabulary of that size."""
+    tokens = [f"tok{index}" for index in range(n_tokens)]
+    merges = [f"t{index % 97} k{index}" for index in range(n_merges)]
+    return tokens, [1] * n_tokens, merges
+
+
+def _random_tensor(rng, spec_tensor):
+    """Real data for one tensor: normal floats quantized by gguf, or raw bytes for types gguf cannot make."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+    qtype = GGMLQuantizationType(spec_tensor.type_id)
+    numpy_shape = tuple(reversed(spec_tensor.shape))
+    values = (rng.standard_normal(numpy_shape, dtype=np.float32) * 0.02).astype(np.float32)
+    if qtype == GGMLQuantizationType.F32:
+        return values
+    if qtype == GGMLQuantizationType.F16:
+        return values.astype(np.float16)
+    try:
+        return quants.quantize(values, qtype)
+    except NotImplementedError:
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        byte_shape = (*numpy_shape[:-1], numpy_shape[-1] // block * block_bytes)
+        return rng.integers(0, 256, size=byte_shape, dtype=np.uint8)
+
+
+def write_model(spec, path, *, sparse=False, shards=1, seed=0, alignment=None):
+    """Write `spec` to `path` (split into `shards` files when > 1) and return the file paths.
+
+    sparse=True writes the header only and extends each file to its full size as a hole.
+    """
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+
+    kinds = {"u32": GGUFValueType.UINT32, "i32": GGUFValueType.INT32, "f32": GGUFValueType.FLOAT32,
+             "bool": GGUFValueType.BOOL, "str": GGUFValueType.STRING}
+    sizes = []
+    for tensor in spec.tensors:
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(tensor.type_id)]
+        count = 1
+        for dim in tensor.shape:
+            count *= dim
+        sizes.append(count // block * block_bytes)
+    split_max_tensors = 0
+    if shards > 1:
+        split_max_tensors = -(-len(spec.tensors) // shards)
+    writer = GGUFWriter(os.fspath(path), spec.architecture, split_max_tensors=split_max_tensors)
+    if alignment:
+        writer.add_custom_alignment(alignment)
+    for key, value, kind in spec.metadata:
+        if kind.endswith("[]"):
+            writer.add_array(key, value)
+        else:
+            writer.add_key_value(key, value, kinds[kind])
+    if spec.vocab_size:
+        tokens, token_types, merges = _vocab_arrays(spec.vocab_size, spec.merges)
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list(tokens)
+        writer.add_token_types(token_types)
+        if merges:
+            writer.add_token_merges(merges)
+    rng = np.random.default_rng(seed)
+    for tensor, n_bytes in zip(spec.tensors, sizes):
+        if sparse:
+            writer.add_tensor_info(tensor.name, tuple(reversed(tensor.shape)), np.dtype(np.float32), n_bytes,
+                                   raw_dtype=GGMLQuantizationType(tensor.type_id))
+        else:
+            data = _random_tensor(rng, tensor)
+            raw_dtype = None if tensor.type_id in (F32, F16) else GGMLQuantizationType(tensor.type_id)
+            writer.add_tensor(tensor.name, data, raw_dtype=raw_dtype)
+    writer.write_header_to_file(path=None)
+    writer.write_kv_data_to_file()
+    if sparse:
+        writer.write_ti_data_to_file()
+        align = writer.data_alignment
+        for handle, shard_tensors in zip(writer.fout, writer.tensors):
+            data_start = -(-handle.tell() // align) * align
+            data_bytes = sum(-(-info.nbytes // align) * align for info in shard_tensors.values())
+            handle.truncate(data_start + data_bytes)
+    else:
+        writer.write_tensors_to_file()
+    paths = [os.fspath(handle.name) for handle in writer.fout]
+    writer.close()
+    return paths
+
+
+def preset(name):
+    """The full-size spec of a preset (`kimi-k3`, `kimi-k2`, `qwen3-235b`, ...)."""
+    return PRESETS[name]()
+
+
+def tiny(name, types=Types(), **params):
+    """A tiny spec of an architecture (`mixtral`, `qwen3moe`, `deepseek2`, `gpt-oss`, `kimi-k3`, `dense`)."""
+    return BUILDERS[name](types, **params)
+
+
+def main(argv=None):
+    """`python -m moetools.synth PRESET OUT.gguf [--shards N]`: write a header-only sparse model."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m moetools.synth", description=main.__doc__)
+    parser.add_argument("preset", choices=sorted(PRESETS))
+    parser.add_argument("output", help="output path (NAME.gguf; shards become NAME-0000k-of-0000N.gguf)")
+    parser.add_argument("--shards", type=int, default=1)
+    args = parser.parse_args(argv)
+    folder = os.path.dirname(os.path.abspath(args.output))
+    os.makedirs(folder, exist_ok=True)
+    for path in write_model(preset(args.preset), args.output, sparse=True, shards=args.shards):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
