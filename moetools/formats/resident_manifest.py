@@ -1,0 +1,74 @@
+"""Resident manifest (`*.resident.json`, beside its GGUF): one precision tier of a model's resident
+weights, as `quantize --resident-only` writes it and device-fit and the serving fork read it.
+
+Required (the fork's contract): `resident_only` 1, `tier_label` (ggml type name), `resident_bytes`.
+Readers ignore extra keys; moetools adds the GGUF file name, the source model and error figures.
+"""
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from moetools import atomic
+from moetools.errors import FormatError
+from moetools.formats.jsonio import load_json, require
+
+SUFFIX = ".resident.json"
+
+
+@dataclass
+class ResidentManifest:
+    tier_label: str  # ggml type name: q4_0, q8_0, q4_K, q6_K, bf16, ...
+    resident_bytes: int  # total tensor bytes of the resident GGUF
+    gguf: str = ""  # file name of the resident GGUF, relative to the manifest's folder
+    source_model: str = ""  # file name of the source model (first shard)
+    source_fingerprint: str = ""  # moetools.gguf.Model.fingerprint of the source
+    tensor_count: int = 0
+    bits_per_weight: float = 0.0
+    rmse: float = 0.0
+    max_rel_error: float = 0.0
+    fallbacks: list = field(default_factory=list)  # [{"tensor": name, "type": ggml name, "reason": text}]
+    extra: dict = field(default_factory=dict)  # any other keys, kept on read and written back
+    path: str = ""  # where it was read from (not written)
+
+    def to_doc(self):
+        doc = {"resident_only": 1}
+        doc.update({key: value for key, value in asdict(self).items() if key not in ("extra", "path")})
+        doc.update(self.extra)
+        return doc
+
+    @property
+    def gguf_path(self):
+        """The resident GGUF's path, resolved against the manifest's folder."""
+        return os.path.join(os.path.dirname(self.path), self.gguf) if self.gguf else ""
+
+
+def write_manifest(path, manifest, overwrite=True):
+    atomic.write_json(path, manifest.to_doc(), overwrite=overwrite)
+
+
+def read_manifest(path):
+    """Parse and validate a resident manifest. Raises FormatError naming the file and the key."""
+    what = "resident manifest"
+    doc = load_json(path, what)
+    if require(doc, "resident_only", int, path, what) != 1:
+        raise FormatError(path, "resident_only must be 1", key="resident_only")
+    tier = require(doc, "tier_label", str, path, what)
+    resident_bytes = require(doc, "resident_bytes", int, path, what)
+    if resident_bytes <= 0:
+        raise FormatError(path, "resident_bytes must be positive", key="resident_bytes")
+    known = {name for name in ResidentManifest.__dataclass_fields__ if name not in ("extra", "path")}
+    fields = {key: doc[key] for key in known if key in doc and key not in ("tier_label", "resident_bytes")}
+    extra = {key: value for key, value in doc.items() if key not in known and key != "resident_only"}
+    try:
+        return ResidentManifest(tier_label=tier, resident_bytes=resident_bytes, extra=extra, path=os.fspath(path), **fields)
+    except TypeError as err:
+        raise FormatError(path, f"invalid {what}: {err}") from None
+
+
+def find_manifests(folder):
+    """Paths of every `*.resident.json` directly in `folder`, sorted."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        raise FormatError(folder, "tier folder does not exist") from None
+    return sorted(os.path.join(folder, name) for name in names if name.endswith(SUFFIX))

@@ -1,0 +1,33 @@
+import pytest
+
+from tests import factory
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """{arch: path} of one tiny model with real data per architecture, written once per session."""
+    folder = tmp_path_factory.mktemp("tiny")
+    return {arch: factory.write_tiny(folder, arch) for arch in factory.TINY_ARCHES}
+
+
+@pytest.fixture(scope="session")
+def preset_model(tmp_path_factory):
+    """preset_model(name, shards=1) -> first shard path of a full-size header-only model (cached)."""
+    cache = {}
+
+    def make(name, shards=1):
+        key = (name, shards)
+        if key not in cache:
+            cache[key] = factory.write_preset(tmp_path_factory.mktemp(name), name, shards=shards)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture
+def shared_models():
+    """The real converter-written GGUFs in ../shared/models; skips the test when they are absent."""
+    models = factory.all_shared_models()
+    if not models:
+        pytest.skip(f"real GGUFs not present in {factory.SHARED_MODELS} (CI has them; a fresh clone may not)")
+    return models

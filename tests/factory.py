@@ -1,0 +1,48 @@
+"""Fixture factory: GGUF files in llama.cpp's real layouts, written with gguf.GGUFWriter.
+
+Tiny models carry real (random) data; full-size K2/K3-class models are header-only sparse files.
+The layouts themselves live in `moetools.synth` (the quick start uses them too); this module only
+decides where files go and caches them per test session.
+"""
+
+import os
+from pathlib import Path
+
+from moetools import synth
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+SHARED_MODELS = SHARED / "models"
+SHARED_TRACES = SHARED / "traces"
+
+TINY_ARCHES = ("mixtral", "qwen3moe", "deepseek2", "gpt-oss", "kimi-k3", "dense")
+
+
+def write_tiny(folder, arch, *, shards=1, sparse=False, name=None, types=None, seed=0, **params):
+    """Write a tiny `arch` model into `folder`; returns the path of its first (or only) file."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = synth.tiny(arch, types or synth.Types(), **params)
+    paths = synth.write_model(spec, folder / f"{name or arch}.gguf", sparse=sparse, shards=shards, seed=seed)
+    return Path(paths[0])
+
+
+def write_preset(folder, preset, *, shards=1):
+    """Write a full-size preset header-only (sparse); returns the first shard's path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = synth.write_model(synth.preset(preset), folder / f"{preset}.gguf", sparse=True, shards=shards)
+    return Path(paths[0])
+
+
+def shared_model(name):
+    """Path of a real converter-written GGUF in ../shared/models, or None when absent."""
+    path = SHARED_MODELS / name
+    return path if path.exists() else None
+
+
+def all_shared_models():
+    return sorted(SHARED_MODELS.glob("*.gguf")) if SHARED_MODELS.is_dir() else []
+
+
+def sparse_bytes_on_disk(path):
+    return os.stat(path).st_blocks * 512
