@@ -29,6 +29,15 @@ def split_name(path):
     return prefix, int(match["no"]), int(match["count"])
 
 
+def model_stem(path):
+    """A model's name without folder, `.gguf` or split suffix: `k3-00001-of-00014.gguf` -> `k3`."""
+    parsed = split_name(path)
+    if parsed:
+        return os.path.basename(parsed[0])
+    name = os.path.basename(path)
+    return name[: -len(".gguf")] if name.endswith(".gguf") else name
+
+
 def shard_path(prefix, number, count):
     return f"{prefix}-{number:05d}-of-{count:05d}.gguf"
 
