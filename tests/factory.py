@@ -17,12 +17,13 @@ SHARED_TRACES = SHARED / "traces"
 TINY_ARCHES = ("mixtral", "qwen3moe", "deepseek2", "gpt-oss", "kimi-k3", "dense")
 
 
-def write_tiny(folder, arch, *, shards=1, sparse=False, name=None, types=None, seed=0, **params):
+def write_tiny(folder, arch, *, shards=1, sparse=False, name=None, types=None, seed=0, alignment=None, **params):
     """Write a tiny `arch` model into `folder`; returns the path of its first (or only) file."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     spec = synth.tiny(arch, types or synth.Types(), **params)
-    paths = synth.write_model(spec, folder / f"{name or arch}.gguf", sparse=sparse, shards=shards, seed=seed)
+    paths = synth.write_model(spec, folder / f"{name or arch}.gguf", sparse=sparse, shards=shards, seed=seed,
+                             alignment=alignment)
     return Path(paths[0])
 
 

@@ -33,9 +33,6 @@ _SCALAR_STRUCTS = {
 # Numeric arrays up to this many bytes are decoded at once (per-layer head counts and the like);
 # bigger ones (token types, scores) stay lazy.
 EAGER_ARRAY_BYTES = 64 * 1024
-# Smallest possible encodings, used to reject counts that cannot fit in what is left of the file.
-_MIN_KV_BYTES = 8 + 1 + 4  # key length, one key byte, value type
-_MIN_TENSOR_INFO_BYTES = 8 + 1 + 4 + 8 + 4 + 8  # name length, name, n_dims, one dim, type, offset
 
 
 @dataclass(frozen=True)
@@ -223,17 +220,18 @@ def _parse(path, buffer, size, shard):
         cursor.fail(f"unsupported GGUF version {version} (supported: 2, 3)", offset=4)
     n_tensors = cursor.u64("tensor count")
     n_kv = cursor.u64("metadata count")
-    remaining = size - cursor.position
-    if n_kv > remaining // _MIN_KV_BYTES:
-        cursor.fail(f"metadata count {n_kv} cannot fit in the {remaining} bytes left", offset=16)
-    if n_tensors > remaining // _MIN_TENSOR_INFO_BYTES:
-        cursor.fail(f"tensor count {n_tensors} cannot fit in the {remaining} bytes left", offset=8)
+    # A count no file of this size could hold is corruption, not truncation; say so before looping.
+    # (A plausible count in a truncated file is caught where the bytes run out, with that offset.)
+    if n_kv > size:
+        cursor.fail(f"metadata count {n_kv} cannot fit in a file of {size} bytes", offset=16)
+    if n_tensors > size:
+        cursor.fail(f"tensor count {n_tensors} cannot fit in a file of {size} bytes", offset=8)
 
     metadata = {}
     value_types = {}
-    for _ in range(n_kv):
+    for index in range(n_kv):
         key_offset = cursor.position
-        key = cursor.string("metadata key")
+        key = cursor.string(f"metadata key {index} of {n_kv}")
         if key in metadata:
             cursor.fail(f"duplicate metadata key {key!r}", offset=key_offset)
         value_type = cursor.u32(f"value type of {key}")
@@ -247,7 +245,7 @@ def _parse(path, buffer, size, shard):
     seen = set()
     for index in range(n_tensors):
         info_offset = cursor.position
-        name = cursor.string(f"tensor {index} name")
+        name = cursor.string(f"name of tensor {index} of {n_tensors}")
         if name in seen:
             cursor.fail(f"duplicate tensor name {name!r}", offset=info_offset)
         seen.add(name)

@@ -127,27 +127,38 @@ class Model:
             raise GGUFError(self.path, f"missing metadata key needed for {what}", key=key)
         return self.metadata[key]
 
-    def layer_values(self, template, default=None):
-        """A per-layer key as a list of block_count values: a scalar repeats, an array is checked."""
+    def get_int(self, template, default=0):
+        """A whole-number key (default when absent); any other type is a GGUFError naming the key."""
         key = self.key(template)
         value = self.metadata.get(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise GGUFError(self.path, f"expected a non-negative whole number, found {value!r}", key=key)
+        return value
+
+    def layer_values(self, template, default=None):
+        """A per-layer whole-number key as a list of block_count values: a scalar repeats, an array is
+        checked for length. Missing: `default` for every layer."""
+        key = self.key(template)
+        value = self.metadata.get(key)
         n_layers = self.block_count
         if value is None:
-            return [None] * n_layers
+            return [default] * n_layers
         if isinstance(value, LazyArray):
             value = value.load()
-        if isinstance(value, list):
-            if len(value) != n_layers:
-                raise GGUFError(self.path, f"per-layer array has {len(value)} entries for {n_layers} blocks", key=key)
-            return list(value)
-        return [value] * n_layers
+        values = value if isinstance(value, list) else [value] * n_layers
+        if len(values) != n_layers:
+            raise GGUFError(self.path, f"per-layer array has {len(values)} entries for {n_layers} blocks", key=key)
+        for item in values:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+                raise GGUFError(self.path, f"expected non-negative whole numbers, found {item!r}", key=key)
+        return list(values)
 
     @cached_property
     def block_count(self):
-        value = self.require(Keys.BLOCK_COUNT, "the layer count")
-        if not isinstance(value, int) or value < 0:
-            raise GGUFError(self.path, f"block count {value!r} is not a count", key=self.key(Keys.BLOCK_COUNT))
-        return value
+        self.require(Keys.BLOCK_COUNT, "the layer count")
+        return self.get_int(Keys.BLOCK_COUNT)
 
     # --- tensor classes ---------------------------------------------------------------------
 
@@ -169,7 +180,7 @@ class Model:
         for tensor in self.expert_tensors:
             block, _ = expert_tensor_kind(tensor.name)
             n_expert = tensor.shape[-1]
-            if len(tensor.shape) < 2 or n_expert == 0:
+            if len(tensor.shape) < 2 or n_expert == 0 or tensor.n_bytes % n_expert:
                 raise GGUFError(self.shards[tensor.shard], f"expert tensor {tensor.name!r} has shape {list(tensor.shape)}")
             if self.expert_count and n_expert != self.expert_count:
                 raise GGUFError(
@@ -182,14 +193,11 @@ class Model:
 
     @cached_property
     def expert_count(self):
-        value = self.get(Keys.EXPERT_COUNT, 0) or 0
-        if not value and self.expert_tensors_raw:
-            value = self.expert_tensors_raw[0].shape[-1]
-        return int(value)
-
-    @property
-    def expert_tensors_raw(self):
-        return [tensor for tensor in self.tensors if expert_tensor_kind(tensor.name)]
+        """Routed experts per MoE layer: the metadata key, else the expert tensors' last dimension."""
+        value = self.get_int(Keys.EXPERT_COUNT, 0)
+        if not value and self.expert_tensors:
+            value = self.expert_tensors[0].shape[-1]
+        return value
 
     @property
     def resident_bytes(self):
@@ -216,47 +224,46 @@ class Model:
 
     @cached_property
     def summary(self):
-        get = self.get
-        n_layers = self.block_count
+        get_int = self.get_int
         head_count = self.layer_values(Keys.HEAD_COUNT, 0)
-        head_count = [value or 0 for value in head_count]
-        head_count_kv = self.layer_values(Keys.HEAD_COUNT_KV)
         # llama.cpp: a missing head_count_kv means as many KV heads as query heads.
+        head_count_kv = self.layer_values(Keys.HEAD_COUNT_KV, None)
         head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
-        n_embd = get(Keys.EMBEDDING_LENGTH, 0) or 0
+        n_embd = get_int(Keys.EMBEDDING_LENGTH, 0)
         first_heads = head_count[0] if head_count else 0
+        # llama.cpp's default head width is n_embd / n_head when the key is absent
         default_head = n_embd // first_heads if first_heads else 0
-        vocab_size = get(Keys.VOCAB_SIZE)
+        vocab_size = get_int(Keys.VOCAB_SIZE, None)
         if vocab_size is None:
             tokens = self.metadata.get("tokenizer.ggml.tokens")
-            vocab_size = len(tokens) if tokens is not None else 0
+            vocab_size = len(tokens) if isinstance(tokens, (list, LazyArray)) else 0
         return ModelSummary(
             architecture=self.architecture,
             name=str(self.metadata.get(Keys.NAME, "")),
-            block_count=n_layers,
-            context_length=get(Keys.CONTEXT_LENGTH, 0) or 0,
+            block_count=self.block_count,
+            context_length=get_int(Keys.CONTEXT_LENGTH),
             embedding_length=n_embd,
             vocab_size=vocab_size,
             expert_count=self.expert_count,
-            expert_used_count=get(Keys.EXPERT_USED_COUNT, 0) or 0,
-            expert_shared_count=get(Keys.EXPERT_SHARED_COUNT, 0) or 0,
-            leading_dense_block_count=get(Keys.LEADING_DENSE_BLOCK_COUNT, 0) or 0,
+            expert_used_count=get_int(Keys.EXPERT_USED_COUNT),
+            expert_shared_count=get_int(Keys.EXPERT_SHARED_COUNT),
+            leading_dense_block_count=get_int(Keys.LEADING_DENSE_BLOCK_COUNT),
             moe_layers=list(self.expert_bytes_by_layer),
             head_count=head_count,
             head_count_kv=head_count_kv,
-            key_length=get(Keys.KEY_LENGTH, default_head) or 0,
-            value_length=get(Keys.VALUE_LENGTH, default_head) or 0,
-            key_length_mla=get(Keys.KEY_LENGTH_MLA, 0) or 0,
-            value_length_mla=get(Keys.VALUE_LENGTH_MLA, 0) or 0,
-            kv_lora_rank=get(Keys.KV_LORA_RANK, 0) or 0,
-            q_lora_rank=get(Keys.Q_LORA_RANK, 0) or 0,
-            rope_dimension_count=get(Keys.ROPE_DIMENSION_COUNT, 0) or 0,
-            sliding_window=get(Keys.SLIDING_WINDOW, 0) or 0,
+            key_length=get_int(Keys.KEY_LENGTH, default_head),
+            value_length=get_int(Keys.VALUE_LENGTH, default_head),
+            key_length_mla=get_int(Keys.KEY_LENGTH_MLA),
+            value_length_mla=get_int(Keys.VALUE_LENGTH_MLA),
+            kv_lora_rank=get_int(Keys.KV_LORA_RANK),
+            q_lora_rank=get_int(Keys.Q_LORA_RANK),
+            rope_dimension_count=get_int(Keys.ROPE_DIMENSION_COUNT),
+            sliding_window=get_int(Keys.SLIDING_WINDOW),
             sliding_window_pattern=self._raw(Keys.SLIDING_WINDOW_PATTERN),
-            feed_forward_length=[value or 0 for value in self.layer_values(Keys.FEED_FORWARD_LENGTH, 0)],
-            expert_feed_forward_length=get(Keys.EXPERT_FEED_FORWARD_LENGTH, 0) or 0,
-            expert_latent_length=get(Keys.EXPERT_LATENT_LENGTH, 0) or 0,
-            nextn_predict_layers=get(Keys.NEXTN_PREDICT_LAYERS, 0) or 0,
+            feed_forward_length=self.layer_values(Keys.FEED_FORWARD_LENGTH, 0),
+            expert_feed_forward_length=get_int(Keys.EXPERT_FEED_FORWARD_LENGTH),
+            expert_latent_length=get_int(Keys.EXPERT_LATENT_LENGTH),
+            nextn_predict_layers=get_int(Keys.NEXTN_PREDICT_LAYERS),
             file_type=self.metadata.get(Keys.FILE_TYPE),
         )
 
