@@ -8,9 +8,13 @@ EXAMPLE_MODEL := $(EXAMPLE)/kimi-k3-00001-of-00014.gguf
 
 .PHONY: run test bench example clean
 
-$(STAMP): pyproject.toml
+SOURCES := $(shell find moetools -name '*.py')
+
+# A regular (not editable) install, as users get from pip: an editable install's import hook costs
+# 15 ms at every start-up, a tenth of `inspect`'s whole run. Reinstalled whenever a source changes.
+$(STAMP): pyproject.toml $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check '.[test]'
 	touch $(STAMP)
 
 $(EXAMPLE_MODEL): | $(STAMP)

@@ -7,18 +7,18 @@ is actually drawn, so the JSON path stays fast.
 
 import json
 import sys
-from dataclasses import dataclass, field
 
 
-@dataclass
 class Table:
-    """A table to draw on a terminal: `rows` are lists of already formatted cells."""
+    """A table to draw on a terminal: `rows` are lists of already formatted cells; `right_align`
+    holds the indices of numeric columns. (Not a dataclass: the header path stays import-light.)"""
 
-    title: str
-    columns: list
-    rows: list = field(default_factory=list)
-    right_align: tuple = ()  # column indices to right-align (numbers)
-    caption: str = ""
+    def __init__(self, title, columns, rows=None, right_align=(), caption=""):
+        self.title = title
+        self.columns = list(columns)
+        self.rows = list(rows or [])
+        self.right_align = tuple(right_align)
+        self.caption = caption
 
 
 def want_json(json_flag):

@@ -9,7 +9,8 @@ corrupt header gives a `GGUFError` naming the offset, never a huge allocation or
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from collections import namedtuple
+from itertools import repeat
 
 from moetools.errors import GGUFError
 from moetools.gguf.constants import (
@@ -35,16 +36,14 @@ _SCALAR_STRUCTS = {
 EAGER_ARRAY_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor as the header describes it. `shape` is in ggml order (ne[0] fastest)."""
+class TensorInfo(namedtuple("TensorInfo", "name type_id shape n_bytes shard offset")):
+    """One tensor as the header describes it. `shape` is in ggml order (ne[0] fastest); `shard` is the
+    index of the file holding it (0 for a single file); `offset` is absolute in that file.
 
-    name: str
-    type_id: int
-    shape: tuple
-    n_bytes: int
-    shard: int  # index of the shard file holding it (0 for a single file)
-    offset: int  # absolute byte offset of its data in that shard file
+    A namedtuple rather than a dataclass: the header path must not pay for importing dataclasses.
+    """
+
+    __slots__ = ()
 
     @property
     def type_name(self):
@@ -93,18 +92,19 @@ class LazyArray:
         return list(struct.unpack_from(f"<{self.count}{fmt}", data, 0))
 
 
-@dataclass
 class GGUFHeader:
-    """Everything in one file's header. `metadata` values are Python scalars, lists or LazyArrays."""
+    """Everything in one file's header. `metadata` values are Python scalars, lists or LazyArrays;
+    `value_types` maps a key to its GGUF value type id (arrays: (9, element type id))."""
 
-    path: str
-    version: int
-    file_size: int
-    metadata: dict
-    value_types: dict  # key -> GGUF value type id (for arrays: (9, element type id))
-    tensors: list
-    alignment: int
-    data_offset: int
+    def __init__(self, path, version, file_size, metadata, value_types, tensors, alignment, data_offset):
+        self.path = path
+        self.version = version
+        self.file_size = file_size
+        self.metadata = metadata
+        self.value_types = value_types
+        self.tensors = tensors
+        self.alignment = alignment
+        self.data_offset = data_offset
 
     def get(self, key, default=None):
         return self.metadata.get(key, default)
@@ -158,18 +158,29 @@ class _Cursor:
         return value
 
     def skip_strings(self, count, what):
-        """Walk `count` strings without decoding them."""
+        """Walk `count` strings without decoding them: the hot loop of opening a big vocabulary.
+
+        The loop does nothing but unpack lengths; running off the end makes unpack_from raise,
+        and the final position is checked once, so no per-string bounds test is paid.
+        """
         unpack_len = _U64.unpack_from
-        buffer, size, position = self.buffer, self.size, self.position
-        for index in range(count):
-            if position + 8 > size:
-                self.position = position
-                self.fail(f"truncated inside {what} (element {index})")
-            (length,) = unpack_len(buffer, position)
-            position += 8 + length
-            if position > size:
-                self.position = position - length - 8
-                self.fail(f"{what} element {index} length {length} runs past the end of the file")
+        buffer, position = self.buffer, self.position
+        quads, rest = divmod(count, 4)
+        try:
+            # unrolled by four: on a 160k-token vocabulary the loop overhead is a fifth of the walk
+            for _ in repeat(None, quads):
+                position += 8 + unpack_len(buffer, position)[0]
+                position += 8 + unpack_len(buffer, position)[0]
+                position += 8 + unpack_len(buffer, position)[0]
+                position += 8 + unpack_len(buffer, position)[0]
+            for _ in repeat(None, rest):
+                position += 8 + unpack_len(buffer, position)[0]
+        except (struct.error, OverflowError):
+            self.position = min(position, self.size)
+            self.fail(f"truncated inside {what}: a string length runs past the end of the file")
+        if position > self.size:
+            self.position = self.size
+            self.fail(f"{what} runs past the end of the file")
         self.position = position
 
 

@@ -5,10 +5,8 @@ asks for it (`read_tensor_bytes`, `tensor_memmap`).
 """
 
 import glob
-import hashlib
 import os
 import re
-from dataclasses import dataclass, field
 from functools import cached_property
 
 from moetools.errors import GGUFError
@@ -54,41 +52,42 @@ def tensor_block(name):
     return int(match[1]) if match else None
 
 
-@dataclass
 class ModelSummary:
-    """What a tool needs to know about a model's shape. Per-layer values are lists of block_count."""
+    """What a tool needs to know about a model's shape. Per-layer values are lists of block_count.
 
-    architecture: str
-    name: str
-    block_count: int
-    context_length: int
-    embedding_length: int
-    vocab_size: int
-    expert_count: int
-    expert_used_count: int
-    expert_shared_count: int
-    leading_dense_block_count: int
-    moe_layers: list  # block numbers that hold routed-expert tensors
-    head_count: list
-    head_count_kv: list
-    key_length: int
-    value_length: int
-    key_length_mla: int
-    value_length_mla: int
-    kv_lora_rank: int
-    q_lora_rank: int
-    rope_dimension_count: int
-    sliding_window: int
-    sliding_window_pattern: object  # raw key value: int period, list of per-layer flags, or None
-    feed_forward_length: list
-    expert_feed_forward_length: int
-    expert_latent_length: int
-    nextn_predict_layers: int
-    file_type: object
-    extra: dict = field(default_factory=dict)
+    Fields: architecture, name, block_count, context_length, embedding_length, vocab_size,
+    expert_count, expert_used_count, expert_shared_count, leading_dense_block_count, moe_layers
+    (blocks holding routed experts), head_count and head_count_kv (per layer), key_length,
+    value_length, key_length_mla, value_length_mla, kv_lora_rank, q_lora_rank, rope_dimension_count,
+    sliding_window, sliding_window_pattern (the raw key: a period, per-layer flags, or None),
+    feed_forward_length (per layer), expert_feed_forward_length, expert_latent_length,
+    nextn_predict_layers, file_type. (A plain class: the header path does not import dataclasses.)
+    """
+
+    FIELDS = (
+        "architecture", "name", "block_count", "context_length", "embedding_length", "vocab_size",
+        "expert_count", "expert_used_count", "expert_shared_count", "leading_dense_block_count",
+        "moe_layers", "head_count", "head_count_kv", "key_length", "value_length", "key_length_mla",
+        "value_length_mla", "kv_lora_rank", "q_lora_rank", "rope_dimension_count", "sliding_window",
+        "sliding_window_pattern", "feed_forward_length", "expert_feed_forward_length",
+        "expert_latent_length", "nextn_predict_layers", "file_type",
+    )
+
+    def __init__(self, **values):
+        missing = set(self.FIELDS) - set(values)
+        unknown = set(values) - set(self.FIELDS)
+        if missing or unknown:
+            raise TypeError(f"ModelSummary fields: missing {sorted(missing)}, unknown {sorted(unknown)}")
+        self.__dict__.update(values)
 
     def as_dict(self):
-        return {key: value for key, value in self.__dict__.items() if key != "extra"} | self.extra
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def __eq__(self, other):
+        return isinstance(other, ModelSummary) and self.as_dict() == other.as_dict()
+
+    def __repr__(self):
+        return "ModelSummary(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS) + ")"
 
 
 class Model:
@@ -214,6 +213,8 @@ class Model:
     @cached_property
     def fingerprint(self):
         """A short stable id of the tensor table (names, types, shapes): same model, same id."""
+        import hashlib
+
         digest = hashlib.blake2b(digest_size=8)
         digest.update(self.architecture.encode())
         for tensor in self.tensors:
