@@ -18,6 +18,16 @@ def _compact(values):
     return values[0] if values and all(value == values[0] for value in values) else list(values)
 
 
+def describe_per_layer(value):
+    """A per-layer value for a table cell: `8`, or `0 on 70 layers, 1 on 23` for an array."""
+    if not isinstance(value, list):
+        return str(value)
+    counts = {}
+    for item in value:
+        counts[item] = counts.get(item, 0) + 1
+    return ", ".join(f"{item} on {count} layers" for item, count in sorted(counts.items()))
+
+
 def layer_runs(per_layer):
     """Group {layer: bytes} into runs of consecutive layers with equal bytes: [(first, last, bytes)]."""
     runs = []
@@ -93,7 +103,7 @@ def describe(model, with_tensors=False):
 
 def tables(doc):
     """The terminal view of an inspect document."""
-    overview = Table("Model", ["", ""], [
+    overview = Table("Model", ["field", "value"], [
         ["architecture", doc["architecture"]],
         ["name", doc["name"] or "-"],
         ["blocks", doc["block_count"]],
@@ -101,7 +111,8 @@ def tables(doc):
          if doc["expert_count"] else "dense (no routed experts)"],
         ["MoE layers", f"{doc['moe_layer_count']} ({doc['leading_dense_block_count']} leading dense); "
          f"{doc['experts_per_token']} experts per token"],
-        ["heads / KV heads", f"{doc['head_count']} / {doc['head_count_kv']}"],
+        ["heads", describe_per_layer(doc["head_count"])],
+        ["KV heads", describe_per_layer(doc["head_count_kv"])],
         ["K / V width", f"{doc['key_length']} / {doc['value_length']}"
          + (f"  (MLA kv_lora_rank {doc['kv_lora_rank']}, rope {doc['rope_dimension_count']})" if doc["kv_lora_rank"] else "")],
         ["sliding window", f"{doc['sliding_window']} (pattern {doc['sliding_window_pattern']})" if doc["sliding_window"] else "-"],

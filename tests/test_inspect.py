@@ -91,3 +91,10 @@ def test_llama_cpp_files_inspect(shared_models):
         doc = run_json(path)
         assert doc["expert_count"] in (8, 16) and doc["block_count"] == 4
         assert doc["resident_bytes"] + doc["expert_bytes"] == doc["total_bytes"]
+
+
+def test_per_layer_cells():
+    from moetools.inspect_cmd import describe_per_layer
+
+    assert describe_per_layer(8) == "8"
+    assert describe_per_layer([0, 0, 1, 0]) == "0 on 3 layers, 1 on 1 layers"
