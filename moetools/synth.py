@@ -274,7 +274,7 @@ def kimi_k3(t=Types(), **p):
     spec.meta("{arch}.expert_latent_length", p["latent"])
     spec.meta("{arch}.activation.situ_beta", 1.0, "f32")
     spec.meta("{arch}.activation.situ_linear_beta", 0.5, "f32")
-    spec.meta("{arch}.attn_res_block_size", 8)
+    spec.meta("{arch}.attn_res.block_size", 8)
     _embeddings(spec, p, t)
     spec.add("output_res_score.weight", (n_embd,), t.norm)
     d_inner = p["kda_head"] * n_head
