@@ -241,9 +241,17 @@ def _check_cmake_pick(report, system, toolkits, default_search):
                    "use the printed environment, which points both at one toolkit")
 
 
-def _accepting_toolkits(toolkits, compiler, exclude):
-    return [tk for tk in toolkits if tk.complete and tk is not exclude and tk.host_limits
-            and tk.host_limits.accepts(compiler.kind, compiler.check_version)]
+def _accepting_toolkit(toolkits, compiler, exclude):
+    """'; CUDA X at P accepts it' for another toolkit found whose host_config.h accepts `compiler`
+    (complete ones first), or ''."""
+    others = [tk for tk in toolkits if tk is not exclude and tk.host_limits
+              and tk.host_limits.accepts(compiler.kind, compiler.check_version)]
+    if not others:
+        return ""
+    others.sort(key=lambda tk: (tk.complete, tk.version_key), reverse=True)
+    best = others[0]
+    state = "" if best.complete else f" (once complete: it lacks {', '.join(best.missing)})"
+    return f"; CUDA {best.version} at {best.path} accepts it{state}"
 
 
 def _check_unix_compiler(report, system, toolkits, allow_unsupported):
@@ -289,9 +297,7 @@ def _check_unix_compiler(report, system, toolkits, allow_unsupported):
                    f"the environment sets CUDAHOSTCXX={accepted[0].path}")
         return
     report.compiler = default
-    others = _accepting_toolkits(toolkits, default, tk)
-    alternatives = f"; CUDA {others[0].version} at {others[0].path} accepts it (--search-path it or " \
-                   f"install that toolkit completely)" if others else ""
+    alternatives = _accepting_toolkit(toolkits, default, tk)
     detail = (f"{default.label} ({default.path}) is not accepted by CUDA {tk.version} "
               f"({limits.describe(default.kind)}){alternatives}")
     risk = (f"or pass {ALLOW_UNSUPPORTED} (--allow-unsupported-compiler), at the risk of compile "
@@ -329,8 +335,7 @@ def _check_msvc(report, system, toolkits, allow_unsupported):
                        f"({limits.describe('msvc')}); toolset {chosen.version} is installed and accepted",
                        f"the environment runs vcvars64.bat -vcvars_ver={chosen.version}")
         else:
-            others = _accepting_toolkits(toolkits, default, tk)
-            also = f"; CUDA {others[0].version} at {others[0].path} accepts it" if others else ""
+            also = _accepting_toolkit(toolkits, default, tk)
             detail = (f"{default.label} is not accepted by CUDA {tk.version} "
                       f"({limits.describe('msvc')}){also}")
             fix = ("install an older MSVC toolset side by side (Visual Studio Installer, Individual "
