@@ -70,7 +70,8 @@ def render_cmd(report, system):
         lines.append(f'set "{name}={cmd_escape(value)}"')
     if report.path_prepend:
         lines.append(f'set "PATH={cmd_escape(";".join(report.path_prepend))};%PATH%"')
-    return "\r\n".join(lines) + "\r\n"
+    # "\n": on Windows the text-mode stdout writes CRLF itself (a literal \r\n would become \r\r\n).
+    return "\n".join(lines) + "\n"
 
 
 def render_ps1(report, system):
