@@ -134,6 +134,16 @@ def test_default_search_sources_and_dedup(tmp_path):
     assert [tk.version for tk in toolkits] == ["12.6.2", "12.4.1", "11.8.0"]
 
 
+def test_variables_pointing_nowhere_are_reported(tmp_path):
+    system, runner = _good_linux(tmp_path)
+    system.env.update({"CUDA_PATH": "/gone/cuda-11.8", "CUDAToolkit_ROOT": "/gone/too"})
+    report = analyse(system, ["/usr/local/cuda-12.4"])
+    assert finding(report, "CUDA_PATH").detail == "CUDA_PATH=/gone/cuda-11.8 does not exist"
+    assert finding(report, "CMake's own pick").detail == \
+        "CMake alone would use CUDAToolkit_ROOT=/gone/too holds no bin/nvcc: CMake stops with an error"
+    assert report.chosen.path == "/usr/local/cuda-12.4" and not report.fails
+
+
 def test_no_default_search_ignores_environment(tmp_path):
     system, _ = linux_system(tmp_path, env={"PATH": "/usr/local/cuda-12.4/bin", "CUDA_PATH": "/usr/local/cuda-12.4"})
     linux_toolkit(system, "/usr/local/cuda-12.4")

@@ -197,6 +197,15 @@ def _check_toolkits(report, system, toolkits, search_paths, default_search):
                    "install the missing parts (see each toolkit's fix) or a full CUDA toolkit")
 
 
+def _check_variables(report, system):
+    """Toolkit variables already set that point nowhere: CMake follows some of them blindly."""
+    for name in ("CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME", "CUDACXX"):
+        value = system.getenv(name)
+        if value and not system.exists(value):
+            report.add(name, WARN, f"{name}={value} does not exist",
+                       f"unset {name} or point it at a toolkit (the printed environment replaces it)")
+
+
 def _choose(toolkits, caps):
     """Newest complete toolkit that compiles for every GPU present; else the newest complete one."""
     complete = sorted((tk for tk in toolkits if tk.complete), key=lambda tk: tk.version_key, reverse=True)
@@ -480,6 +489,8 @@ def analyse(system, search_paths=(), default_search=True, arch=(), allow_unsuppo
     _check_toolkits(report, system, toolkits, search_paths, default_search)
     if report.chosen:
         report.add("chosen toolkit", OK, f"CUDA {report.chosen.version} at {report.chosen.path}")
+    if default_search:
+        _check_variables(report, system)
     _check_cmake_pick(report, system, toolkits, default_search)
     vcvars, vs = None, None
     if system.windows:
