@@ -18,6 +18,7 @@ from tests.buildenv_trees import (
     vcvars_answer, windows_system, windows_toolkit,
 )
 
+SMI = "NVIDIA GeForce RTX 3090, 8.6, 560.35.03\n"
 REAL_HOST_CONFIG = Path("/usr/local/cuda/include/crt/host_config.h")
 
 
@@ -161,6 +162,16 @@ def test_nvcc_wrapper_resolved_through_top_line(tmp_path):
     assert tk.found_via[0] == "nvcc on PATH (/usr/local/bin/nvcc)"
 
 
+def test_search_path_holding_a_wrapper_nvcc_and_toolkits(tmp_path):
+    system, runner = linux_system(tmp_path)
+    linux_toolkit(system, "/usr/local/cuda-13.0", "13.0.1")
+    linux_toolkit(system, "/usr/local/cuda-12.9", "12.9.1")
+    add_tool(system, runner, "/usr/local/bin/nvcc", RunResult(0, "#$ TOP=/usr/local/cuda-13.0/bin/..\n"))
+    toolkits = discover(system, ["/usr/local"], default_search=False)
+    assert [(tk.path, tk.complete) for tk in toolkits] == [("/usr/local/cuda-13.0", True),
+                                                           ("/usr/local/cuda-12.9", True)]
+
+
 def test_unparsable_version_json_falls_back_to_cuda_h(tmp_path):
     system, _ = linux_system(tmp_path)
     linux_toolkit(system, "/tk/cuda-12.4", "12.4.1", version_json='{"cuda": {"version": ')
@@ -246,6 +257,19 @@ def test_mixed_tree_cmake_would_pick_the_incomplete_newer_one(tmp_path):
                            "incomplete: missing cublas, cublasLt")
     assert report.env["CUDAToolkit_ROOT"] == "/usr/local/cuda-12.4"
     assert not report.fails
+
+
+def test_cudacxx_from_another_toolkit_is_a_mixed_build(tmp_path):
+    system, runner = linux_system(tmp_path, env={"PATH": "/usr/local/cuda-12.4/bin:/usr/bin",
+                                                  "CUDACXX": "/usr/local/cuda-11.8/bin/nvcc"})
+    linux_toolkit(system, "/usr/local/cuda-12.4", "12.4.1")
+    linux_toolkit(system, "/usr/local/cuda-11.8", "11.8.0")
+    linux_basics(system, runner, smi=SMI)
+    report = analyse(system)
+    assert finding(report, "CUDACXX").detail == (
+        "CUDACXX=/usr/local/cuda-11.8/bin/nvcc belongs to another toolkit than find_package(CUDAToolkit) "
+        "picks (/usr/local/cuda-12.4): nvcc and the libraries would come from different toolkits")
+    assert finding(report, "CMake's own pick").status == "ok"
 
 
 def test_cmake_pick_order_cudatoolkit_root_then_path_then_cuda_path(tmp_path):

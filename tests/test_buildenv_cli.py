@@ -112,6 +112,24 @@ def test_check_table_on_a_terminal(tmp_path, monkeypatch):
     assert "WARN" in result.stdout and "pip install ninja" in result.stdout
 
 
+def test_script_names_cmake_own_pick_when_it_differs(tmp_path):
+    system = good_linux(tmp_path)
+    linux_toolkit(system, "/usr/local/cuda-12.6", "12.6.0", parts=set(ALL_PARTS) - {"cublas"})
+    import os
+
+    os.symlink("cuda-12.6", system.real("/usr/local/cuda"))
+    result = invoke(system, [])
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[:3] == [
+        "# moetools build-env: CUDA 12.4.1 at /usr/local/cuda-12.4",
+        "# CMake alone would pick /usr/local/cuda-12.6 (default location /usr/local/cuda)",
+        "# architectures from nvidia-smi",
+    ]
+    assert ("warning: CMake's own pick: CMake alone would use /usr/local/cuda-12.6 (default location "
+            "/usr/local/cuda), incomplete: missing cublas (fix: use the printed environment: it sets "
+            "CUDAToolkit_ROOT and CUDACXX to /usr/local/cuda-12.4)") in result.stderr
+
+
 def test_problems_go_to_stderr_and_exit_1(tmp_path):
     system, runner = linux_system(tmp_path)
     linux_basics(system, runner, smi=SMI_3090)

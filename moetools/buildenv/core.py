@@ -223,6 +223,13 @@ def _check_cmake_pick(report, system, toolkits, default_search):
         return
     pick, reason = cmake_pick(system, toolkits)
     report.cmake_pick, report.cmake_pick_reason = pick, reason
+    cudacxx = system.getenv("CUDACXX")
+    if cudacxx and pick and system.exists(cudacxx) and nvcc_root(system, cudacxx) != pick:
+        # enable_language(CUDA) takes nvcc from CUDACXX, find_package(CUDAToolkit) the libraries.
+        report.add("CUDACXX", WARN,
+                   f"CUDACXX={cudacxx} belongs to another toolkit than find_package(CUDAToolkit) picks "
+                   f"({pick}): nvcc and the libraries would come from different toolkits",
+                   "use the printed environment, which points both at one toolkit")
     chosen = report.chosen
     if chosen is None:
         if pick:
@@ -242,12 +249,6 @@ def _check_cmake_pick(report, system, toolkits, default_search):
         why = f"{pick} ({reason}), CUDA {picked.version} instead of {chosen.version}"
     report.add("CMake's own pick", WARN, f"CMake alone would use {why}",
                f"use the printed environment: it sets CUDAToolkit_ROOT and CUDACXX to {chosen.path}")
-    cudacxx = system.getenv("CUDACXX")
-    if cudacxx and pick and nvcc_root(system, cudacxx) != pick:
-        report.add("CUDACXX", WARN,
-                   f"CUDACXX={cudacxx} belongs to another toolkit than find_package(CUDAToolkit) picks "
-                   f"({pick}): nvcc and the libraries would come from different toolkits",
-                   "use the printed environment, which points both at one toolkit")
 
 
 def _accepting_toolkit(toolkits, compiler, exclude):

@@ -45,6 +45,8 @@ def cmake_quote(value):
 def _header(report):
     tk = report.chosen
     lines = ["moetools build-env: " + (f"CUDA {tk.version} at {tk.path}" if tk else "no complete CUDA toolkit")]
+    if tk and report.cmake_pick_reason and report.cmake_pick != tk.path:
+        lines.append(f"CMake alone would pick {report.cmake_pick or 'nothing'} ({report.cmake_pick_reason})")
     if report.architectures:
         lines.append(f"architectures from {report.architectures_source}")
     for finding in report.findings:

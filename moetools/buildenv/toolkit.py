@@ -70,16 +70,23 @@ class Toolkit:
         }
 
 
-def looks_like_toolkit(system, folder):
-    """A folder that holds a toolkit's markers (nvcc, cuda.h, version.json/txt or a CUDA library)."""
+def toolkit_at(system, folder):
+    """The toolkit folder `folder` stands for, or None.
+
+    A folder with cuda.h, version.json/txt or a CUDA library is a toolkit. One with only
+    `bin/nvcc` (such as /usr/local, whose bin/nvcc may be a wrapper script) stands for the toolkit
+    that nvcc belongs to.
+    """
     j = system.join
-    markers = [j(folder, "bin", n) for n in system.exe_names("nvcc")]
-    markers += [j(folder, "include", "cuda.h"), j(folder, "version.json"), j(folder, "version.txt")]
+    markers = [j(folder, "include", "cuda.h"), j(folder, "version.json"), j(folder, "version.txt")]
     if system.windows:
         markers += [j(folder, "lib", "x64", "cudart.lib")]
     else:
         markers += [j(folder, "lib64", "libcudart.so"), j(folder, "lib", "libcudart.so")]
-    return any(system.exists(m) for m in markers)
+    if any(system.exists(m) for m in markers):
+        return folder
+    nvcc = _find_first(system, [j(folder, "bin", n) for n in system.exe_names("nvcc")])
+    return nvcc_root(system, nvcc) if nvcc else None
 
 
 def nvcc_root(system, nvcc):
@@ -122,13 +129,11 @@ def candidate_folders(system, search_paths=(), default_search=True):
     """
     found = []
     for folder in search_paths:
-        if looks_like_toolkit(system, folder):
-            found.append((folder, f"--search-path {folder}"))
-            continue
-        for name in system.listdir(folder):
-            child = system.join(folder, name)
-            if system.is_dir(child) and looks_like_toolkit(system, child):
-                found.append((child, f"--search-path {folder}"))
+        # The folder itself, and its subfolders: it may be a toolkit, hold toolkits, or both.
+        for child in [folder] + [system.join(folder, name) for name in system.listdir(folder)]:
+            toolkit = toolkit_at(system, child) if system.is_dir(child) else None
+            if toolkit:
+                found.append((toolkit, f"--search-path {folder}"))
     if not default_search:
         return found
     env = system.env
