@@ -84,6 +84,18 @@ def test_arch_list_parsing():
         parse_arch_list(["sm86"])
 
 
+def test_arch_keywords(tmp_path):
+    assert parse_arch_list(["native"]) == ["native"]
+    system, _ = _good_linux(tmp_path, cmake="3.22.1", smi=None)
+    report = analyse(system, ["/usr/local/cuda-12.4"], default_search=False, arch=("native",))
+    details = [f.detail for f in report.findings if f.item == "architectures"]
+    assert details == ["CMAKE_CUDA_ARCHITECTURES=native needs cmake >= 3.24, this is 3.22.1",
+                       "CMAKE_CUDA_ARCHITECTURES=native needs a GPU at build time"]
+    system, _ = _good_linux(tmp_path / "b", cmake="3.28.3")
+    report = analyse(system, ["/usr/local/cuda-12.4"], default_search=False, arch=("native",))
+    assert not report.fails and report.env["CMAKE_CUDA_ARCHITECTURES"] == "native"
+
+
 def test_llama_default_list_follows_its_cmake():
     assert llama_default_architectures((12, 4)) == [
         "50-virtual", "61-virtual", "70-virtual", "75-virtual", "80-virtual", "86-real", "89-real", "90-virtual"]
@@ -312,6 +324,7 @@ def test_compiler_too_new_names_the_toolkit_that_would_accept_it(tmp_path):
     report = analyse(system, ["/tk"], default_search=False, allow_unsupported=True)
     assert not report.fails and statuses(report, "host compiler") == ["warn"]
     assert report.env["CMAKE_ARGS"].endswith("-DCMAKE_CUDA_FLAGS=-allow-unsupported-compiler")
+    assert report.env["CUDAFLAGS"] == "-allow-unsupported-compiler"
 
 
 def test_compiler_too_new_without_any_accepting_toolkit(tmp_path):

@@ -159,7 +159,8 @@ def test_no_gpu_and_explicit_arch(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--search-path", "/nope"], "error: --search-path /nope: not a folder"),
     (["--no-default-search"], "error: --no-default-search needs at least one --search-path"),
-    (["--arch", "ampere"], "error: --arch ampere: not a CUDA architecture (use 8.6, 86, 86-real or 120a)"),
+    (["--arch", "ampere"], "error: --arch ampere: not a CUDA architecture (use 8.6, 86, 86-real, 120a, "
+                         "native, all or all-major)"),
 ])
 def test_bad_options(tmp_path, args, message):
     result = invoke(good_linux(tmp_path), args)

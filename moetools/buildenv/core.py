@@ -72,6 +72,8 @@ class Report:
 # --- architectures ---------------------------------------------------------------------------------
 
 _ARCH_RE = re.compile(r"(\d+)\.(\d+)|(\d{2,3})([af]?)(-real|-virtual)?")
+# CMake's special values: all / all-major need CMake 3.23, native 3.24 (and a GPU at build time).
+ARCH_KEYWORDS = {"all": (3, 23), "all-major": (3, 23), "native": (3, 24)}
 
 
 def parse_arch_list(values):
@@ -82,9 +84,14 @@ def parse_arch_list(values):
         for token in re.split(r"[,;\s]+", value.strip()):
             if not token:
                 continue
+            if token in ARCH_KEYWORDS:
+                if token not in result:
+                    result.append(token)
+                continue
             match = _ARCH_RE.fullmatch(token)
             if not match:
-                raise UsageError(f"--arch {token}: not a CUDA architecture (use 8.6, 86, 86-real or 120a)")
+                raise UsageError(f"--arch {token}: not a CUDA architecture (use 8.6, 86, 86-real, 120a, "
+                                 "native, all or all-major)")
             if match.group(1):
                 number = int(match.group(1)) * 10 + int(match.group(2))
                 entry = f"{number}a-real" if number in ARCH_SPECIFIC else str(number)
@@ -422,9 +429,10 @@ def _check_gpus(report, system, probe, arch_values):
         report.architectures = llama_default_architectures(tk.version_key)
         report.architectures_source = "llama.cpp default list"
         report.add("architectures", WARN,
-                   f"no GPU to build for: llama.cpp's portable list for CUDA {tk.version} is used "
+                   f"no GPU compute capability known: llama.cpp's portable list for CUDA {tk.version} is used "
                    f"({';'.join(report.architectures)})",
                    "give --arch for a smaller, faster build")
+    failures = len([f for f in report.findings if f.status == FAIL])
     if tk is not None:
         for entry in report.architectures:
             number = arch_number(entry)
@@ -435,9 +443,20 @@ def _check_gpus(report, system, probe, arch_values):
                            f"CUDA {tk.version} cannot compile for sm_{number}{also}",
                            "install a CUDA release that supports it (12.8+ for Blackwell 12.x, 12.x for "
                            "Maxwell/Pascal/Volta) or drop it from --arch")
-        if report.architectures and report.architectures_source != "llama.cpp default list":
-            report.add("architectures", OK, f"CMAKE_CUDA_ARCHITECTURES={';'.join(report.architectures)} "
-                       f"(from {report.architectures_source})")
+    cmake_version = version_tuple(report.cmake.version) if report.cmake and report.cmake.version else None
+    for entry in report.architectures:
+        needed = ARCH_KEYWORDS.get(entry)
+        if needed and cmake_version and cmake_version[:2] < needed:
+            report.add("architectures", FAIL, f"CMAKE_CUDA_ARCHITECTURES={entry} needs cmake >= "
+                       f"{needed[0]}.{needed[1]}, this is {report.cmake.version}",
+                       "give explicit architectures (--arch 8.6) or update cmake")
+        if entry == "native" and not caps:
+            report.add("architectures", FAIL, "CMAKE_CUDA_ARCHITECTURES=native needs a GPU at build time",
+                       "give explicit architectures, e.g. --arch 8.6")
+    arch_failed = len([f for f in report.findings if f.status == FAIL]) > failures
+    if report.architectures and report.architectures_source != "llama.cpp default list" and not arch_failed:
+        report.add("architectures", OK, f"CMAKE_CUDA_ARCHITECTURES={';'.join(report.architectures)} "
+                   f"(from {report.architectures_source})")
     _check_driver(report, system, probe, tk)
 
 
@@ -563,6 +582,8 @@ def build_environment(report, system, vcvars=None):
             prepend.append(folder)
     if report.architectures:
         env["CMAKE_CUDA_ARCHITECTURES"] = ";".join(report.architectures)
+    if report.allow_unsupported and tk is not None:
+        env["CUDAFLAGS"] = ALLOW_UNSUPPORTED  # CMake's initial CMAKE_CUDA_FLAGS
     defs = cmake_definitions(report, system)
     if defs:
         env["CMAKE_ARGS"] = " ".join(f"-D{name}={_cmake_value(system, value)}" for name, _, value in defs)
