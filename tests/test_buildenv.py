@@ -184,6 +184,26 @@ def test_search_path_holding_a_wrapper_nvcc_and_toolkits(tmp_path):
                                                            ("/usr/local/cuda-12.9", True)]
 
 
+def test_distribution_scattered_install(tmp_path):
+    """Debian/Ubuntu nvidia-cuda-toolkit: /usr/bin/nvcc, /usr/include, /usr/lib/x86_64-linux-gnu."""
+    system, runner = linux_system(tmp_path, env={"PATH": "/usr/bin"})
+    add_tool(system, runner, "/usr/bin/nvcc", RunResult(0, "#$ TOP=/usr/lib/nvidia-cuda-toolkit\n"))
+    system.real("/usr/lib/nvidia-cuda-toolkit/bin").mkdir(parents=True)
+    (system.real("/usr/lib/nvidia-cuda-toolkit/bin") / "nvcc").write_text("")
+    include = system.real("/usr/include")
+    (include / "crt").mkdir(parents=True)
+    (include / "cuda.h").write_text("#define CUDA_VERSION 12000\n")
+    (include / "crt" / "host_config.h").write_text(host_config_text(gcc_max=12))
+    lib = system.real("/usr/lib/x86_64-linux-gnu")
+    lib.mkdir(parents=True)
+    for name in ("cudart", "cublas", "cublasLt", "cuda"):
+        (lib / f"lib{name}.so").write_text("")
+    toolkits = {tk.path: tk for tk in discover(system)}
+    assert toolkits["/usr"].complete and toolkits["/usr"].version == "12.0"
+    assert toolkits["/usr"].lib_dir == "/usr/lib/x86_64-linux-gnu"
+    assert toolkits["/usr/lib/nvidia-cuda-toolkit"].missing[0] == "include/cuda.h"
+
+
 def test_unparsable_version_json_falls_back_to_cuda_h(tmp_path):
     system, _ = linux_system(tmp_path)
     linux_toolkit(system, "/tk/cuda-12.4", "12.4.1", version_json='{"cuda": {"version": ')

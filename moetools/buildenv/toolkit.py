@@ -150,6 +150,11 @@ def candidate_folders(system, search_paths=(), default_search=True):
     nvcc = system.which("nvcc")
     if nvcc:
         found.append((nvcc_root(system, nvcc), f"nvcc on PATH ({nvcc})"))
+        # A distribution's scattered install: /usr/bin/nvcc, /usr/include/cuda.h, libraries in
+        # /usr/lib/<multiarch>; nvcc itself may report its private folder as TOP.
+        prefix = system.pathmod.dirname(system.pathmod.dirname(nvcc))
+        if prefix and toolkit_at(system, prefix) == prefix:
+            found.append((prefix, f"nvcc on PATH ({nvcc})"))
     conda = system.getenv("CONDA_PREFIX")
     if conda:
         found.append((system.join(conda, "Library") if system.windows else conda, f"CONDA_PREFIX={conda}"))
