@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moetools.buildenv import core, facts
+from moetools.buildenv import facts
 from moetools.buildenv.core import analyse, architectures_for, llama_default_architectures, parse_arch_list
 from moetools.buildenv.system import RunResult, System
 from moetools.buildenv.toolkit import discover

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 # llama.cpp ggml/src/ggml-cuda/CMakeLists.txt: cmake_minimum_required(VERSION 3.18) "for
 # CMAKE_CUDA_ARCHITECTURES" (the top-level CMakeLists asks only for 3.14, the CUDA backend for 3.18).
 CMAKE_MIN_CUDA = (3, 18)
-# CMAKE_CUDA_ARCHITECTURES=native needs CMake 3.24 (llama.cpp only uses it from there on).
-CMAKE_MIN_NATIVE = (3, 24)
 
 # Minimum driver per CUDA major under minor-version compatibility, and the driver each toolkit
 # release ships with (below it, PTX built by that toolkit cannot be JIT-compiled by the driver).

@@ -122,9 +122,6 @@ class System:
     def exists(self, vpath):
         return self.real(vpath).exists()
 
-    def is_symlink(self, vpath):
-        return self.real(vpath).is_symlink()
-
     def listdir(self, vpath):
         """Names in a folder, sorted; [] when it is not a readable folder."""
         try:

@@ -296,12 +296,6 @@ def discover(system, search_paths=(), default_search=True):
     return toolkits
 
 
-def choose(toolkits):
-    """The newest complete toolkit, or None."""
-    complete = [tk for tk in toolkits if tk.complete]
-    return max(complete, key=lambda tk: tk.version_key) if complete else None
-
-
 def cmake_pick(system, toolkits):
     """(path or None, reason): the toolkit llama.cpp's `find_package(CUDAToolkit)` would pick alone.
 
