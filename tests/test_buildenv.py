@@ -558,3 +558,15 @@ def test_startup_imports_no_numpy_or_gguf():
             "moetools.buildenv.render; print(sorted(m for m in ('numpy', 'gguf', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_windows_without_toolkit_and_failing_vcvars(tmp_path):
+    system, runner = windows_system(tmp_path, toolsets=("14.38.33130",))
+    runner.add("vcvars64.bat", RunResult(1, "", "[ERROR:vcvars.bat] Toolset directory for version '14.38' was not found."))
+    report = analyse(system, arch=("8.6",))
+    assert finding(report, "CUDA toolkit").status == "fail"
+    assert finding(report, "MSVC").detail == ("MSVC 14.38.33130 (_MSC_VER 1938) in Visual Studio Community 2022; "
+                                              "no toolkit to check it against")
+    assert finding(report, "vcvars64.bat").detail.endswith(
+        r"vcvars64.bat failed: [ERROR:vcvars.bat] Toolset directory for version '14.38' was not found.")
+    assert "INCLUDE" not in report.env

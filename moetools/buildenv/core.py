@@ -362,9 +362,11 @@ def _check_msvc(report, system, toolkits, allow_unsupported):
     elif limits is None and tk is not None:
         report.add("MSVC", WARN, f"{default.label}: cannot check, no include/crt/host_config.h in {tk.path}")
     else:
-        if tk is not None:
-            report.add("MSVC", OK, f"{default.label} in {default.vs.get('displayName', default.vs['installationPath'])}; "
-                       f"CUDA {tk.version} accepts {limits.describe('msvc')}")
+        where = default.vs.get("displayName") or default.vs["installationPath"]
+        if tk is None:
+            report.add("MSVC", INFO, f"{default.label} in {where}; no toolkit to check it against")
+        else:
+            report.add("MSVC", OK, f"{default.label} in {where}; CUDA {tk.version} accepts {limits.describe('msvc')}")
     report.compiler = chosen
     toolset = chosen.version if chosen is not default else None
     vcvars, problem = probes.vcvars_environment(system, chosen.vs, toolset)
