@@ -82,6 +82,8 @@ def test_json_output_keys(tmp_path):
     assert doc["gpus"] == [{"name": "NVIDIA GeForce RTX 3090", "compute_cap": "8.6", "driver": "550.54.15"}]
     assert doc["problems"] == []
     assert doc["host_compiler"]["version"] == "12.2.0"
+    again = invoke(good_linux(tmp_path / "b"), ["--no-default-search", "--search-path", "/usr/local", "--json"])
+    assert json.loads(again.stdout) == doc
 
 
 def test_check_ready_and_failing(tmp_path):
@@ -110,6 +112,9 @@ def test_check_table_on_a_terminal(tmp_path, monkeypatch):
     assert result.exit_code == 0
     assert "build-env check: ready to build" in result.stdout
     assert "WARN" in result.stdout and "pip install ninja" in result.stdout
+    result = invoke(good_linux(tmp_path / "b"), ["--no-default-search", "--search-path", "/usr/local", "--check",
+                                                 "--shell", "json"])
+    assert json.loads(result.stdout)["ok"] is True
 
 
 def test_script_names_cmake_own_pick_when_it_differs(tmp_path):

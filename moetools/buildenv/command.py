@@ -23,7 +23,8 @@ SHELL_CHOICES = ("sh", "cmd", "ps1", "json", "cmake")
               help="Output format: sh (default; cmd on Windows), cmd, ps1, json, or cmake (a `cmake -C` "
                    "initial-cache file).")
 @click.option("--check", is_flag=True, help="Print a table of every finding with a fix; exit 1 if the build would fail.")
-@click.option("--json", "json_flag", is_flag=True, help="With --check: JSON instead of the table (also when piped).")
+@click.option("--json", "json_flag", is_flag=True,
+              help="JSON: the same as --shell json; with --check, JSON instead of the table (also when piped).")
 @click.option("--search-path", "search_paths", multiple=True, metavar="DIR",
               help="Also search DIR: a toolkit itself or a folder holding toolkits (repeatable).")
 @click.option("--no-default-search", is_flag=True,
@@ -59,8 +60,10 @@ def build_env_command(ctx, shell, check, json_flag, search_paths, no_default_sea
         raise UsageError("--no-default-search needs at least one --search-path")
     report = analyse(system, folders, default_search=not no_default_search, arch=arch,
                      allow_unsupported=allow_unsupported_compiler)
+    if json_flag:
+        shell = "json"
     if check:
-        output.render(json_document(report, system), [check_table(report)], json_flag)
+        output.render(json_document(report, system), [check_table(report)], shell == "json")
     else:
         shell = shell or ("cmd" if system.windows else "sh")
         if shell == "json":
