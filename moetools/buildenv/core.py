@@ -169,7 +169,7 @@ def _fix_for_missing(tk, system):
     packages = {"nvcc": f"cuda-nvcc{suffix}", "include/cuda.h": f"cuda-driver-dev{suffix}",
                 "cudart": f"cuda-cudart-dev{suffix}", "cublas": f"libcublas-dev{suffix}",
                 "cublasLt": f"libcublas-dev{suffix}", "driver stub": f"cuda-driver-dev{suffix}",
-                "version": "cuda-toolkit-config-common (it ships version.json)"}
+                "version": f"cuda-toolkit{suffix} (reinstall: neither version.json nor cuda.h says the version)"}
     wanted = []
     for item in tk.missing:
         package = packages.get(item)
