@@ -1,0 +1,1 @@
+"""`moetools build-env`: find what a CUDA build of llama.cpp needs and print its environment."""
