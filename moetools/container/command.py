@@ -256,6 +256,6 @@ def read_command(folder, layer, expert, matrix, output, direct, json_flag):
         return
     if sys.stdout.isatty():
         raise UsageError("refusing to write binary bytes to a terminal: redirect stdout or use -o FILE")
-    stream = click.get_binary_stream("stdout")
-    stream.write(data)
-    stream.flush()
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()

@@ -265,8 +265,9 @@ def _fill_records(model, bank, buffer, record_bytes, first, count):
     return read
 
 
-def _batch_records(record_bytes, batch_bytes):
-    return max(1, batch_bytes // record_bytes)
+def _batch_records(record_bytes, batch_bytes, n_expert):
+    """Records per batch: about `batch_bytes` worth, at least one, at most a bank."""
+    return max(1, min(n_expert, batch_bytes // record_bytes))
 
 
 def _write_bank(model, folder, plan, bank, batch_bytes, bar):
@@ -276,13 +277,14 @@ def _write_bank(model, folder, plan, bank, batch_bytes, bar):
 
     manifest = plan.manifest
     record_bytes, n_expert = manifest.record_bytes, manifest.experts_per_layer
-    batch = _batch_records(record_bytes, batch_bytes)
+    batch = _batch_records(record_bytes, batch_bytes, n_expert)
     buffer = bytearray(batch * record_bytes)
     view = memoryview(buffer)
     digests, read, written = [], 0, 0
     path = os.path.join(folder, fmt.bank_name(bank.layout.layer))
     with atomic.atomic_write(path, "wb") as handle:
         fd = handle.fileno()
+        fmt.publish_mode(fd)
         for first in range(0, n_expert, batch):
             count = min(batch, n_expert - first)
             read += _fill_records(model, bank, buffer, record_bytes, first, count)
@@ -445,7 +447,7 @@ def scan_bank(folder, manifest, layout, *, checksums=None, model=None, sources=N
             return problems
     n_full = min(n_expert, size // record_bytes)
     zero_tail = bytes(record_bytes - layout.payload_bytes)
-    batch = _batch_records(record_bytes, batch_bytes)
+    batch = _batch_records(record_bytes, batch_bytes, n_expert)
     buffer = bytearray(batch * record_bytes)
     with open(path, "rb", buffering=0) as handle:
         for first in range(0, n_full, batch):

@@ -13,6 +13,7 @@ The only module that reads or writes the container's on-disk layout (DESIGN sect
   u64 xxh3-64 per record, over the whole record including header and padding.
 """
 
+import json
 import os
 import struct
 from dataclasses import dataclass, field
@@ -242,8 +243,23 @@ class ContainerManifest:
         return doc
 
 
+def publish_mode(fd):
+    """Give a file the usual 0666 & ~umask mode: temporary files are created 0600, and a container
+    is read by the server, possibly running as another user."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+
+
+def _write_published(path, data):
+    with atomic.atomic_write(path, "wb") as handle:
+        publish_mode(handle.fileno())
+        handle.write(data)
+
+
 def write_manifest(folder, manifest):
-    atomic.write_json(os.path.join(folder, MANIFEST_NAME), manifest.to_doc())
+    """Write `manifest.json` atomically (the encoder writes it last, once every bank is complete)."""
+    _write_published(os.path.join(folder, MANIFEST_NAME), (json.dumps(manifest.to_doc(), indent=2) + "\n").encode())
 
 
 def manifest_path(folder_or_file):
@@ -346,7 +362,7 @@ class Checksums:
 
 
 def write_checksums(folder, checksums):
-    atomic.write_bytes(os.path.join(folder, checksum_name(checksums.layer)), checksums.pack())
+    _write_published(os.path.join(folder, checksum_name(checksums.layer)), checksums.pack())
 
 
 def read_checksums(path):
