@@ -87,7 +87,7 @@ def encode_tables(doc):
 @click.option("-o", "--output", "folder", required=True, type=click.Path(file_okay=False),
               help="Container folder to write (created if needed; a rerun resumes it).")
 @click.option("--force", is_flag=True, help="Replace a container of another model (or an unreadable one) in the folder.")
-@click.option("--batch", "batch", default="64MiB", show_default=True, callback=lambda c, p, v: _size_option(v),
+@click.option("--batch", "batch", default="16MiB", show_default=True, callback=lambda c, p, v: _size_option(v),
               help="Bytes of records built per write (memory used is about this, at least one record).")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
 def encode_command(model, folder, force, batch, json_flag):

@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 
 from moetools import atomic
-from moetools.errors import FormatError, InputError, OutputError
+from moetools.errors import FormatError, GGUFError, InputError, OutputError
 from moetools.formats import container as fmt
 from moetools.gguf import expert_tensor_kind, model_stem
 from moetools.gguf.constants import Keys
 from moetools.progress import progress
 
-DEFAULT_BATCH_BYTES = 64 * 1024 * 1024
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
 MATRIX_ORDER = ("gate", "up", "down")
@@ -246,22 +246,81 @@ def _write_all(fd, view):
         view = view[written:]
 
 
-def _fill_records(model, bank, buffer, record_bytes, first, count):
-    """Build records first..first+count-1 of `bank` in `buffer` (headers and slices; padding is not
-    touched, so a buffer zeroed once keeps zero padding). Returns the source bytes read."""
-    view = memoryview(buffer)
-    last_name, data, read = None, None, 0
-    for piece, source in zip(bank.layout.slices, bank.sources):
-        if source.tensor.name != last_name:  # the two halves of a merged gate_up share one read
-            data = memoryview(model.read_tensor_bytes(source.tensor, first * source.stride, count * source.stride))
-            last_name = source.tensor.name
-            read += len(data)
+def _advise(fd, offset, length, advice):
+    """posix_fadvise where the platform has it; a hint, so failures are ignored."""
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, offset, length, advice)
+        except OSError:
+            pass
+
+
+class SourceFiles:
+    """Read-only descriptors of a model's shard files, for scatter reads straight into record buffers.
+
+    The GGUF is parsed only by moetools.gguf (tensor offsets and sizes come from its TensorInfo);
+    this class just reads those byte ranges with preadv, which fills every record's slice in place
+    without the intermediate bytes object and copy that Model.read_tensor_bytes costs, and gives the
+    kernel read-ahead hints for the next batch while this one is written.
+    """
+
+    IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
+
+    def __init__(self, model):
+        self.model = model
+        self._fds = {}
+
+    def fd(self, shard):
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self.model.shards[shard], os.O_RDONLY)
+        return fd
+
+    def groups(self, bank):
+        """[(tensor, stride, [(slice, source) in byte order within one expert's stride])]: the
+        slices that one contiguous run of a tensor fills (two for a merged gate_up)."""
+        groups = {}
+        for piece, source in zip(bank.layout.slices, bank.sources):
+            groups.setdefault(source.tensor.name, (source.tensor, source.stride, []))[2].append((piece, source))
+        return [(tensor, stride, sorted(pairs, key=lambda pair: pair[1].start)) for tensor, stride, pairs in groups.values()]
+
+    def prefetch(self, bank, first, count):
+        for tensor, stride, _ in self.groups(bank):
+            _advise(self.fd(tensor.shard), tensor.offset + first * stride, count * stride, getattr(os, "POSIX_FADV_WILLNEED", 3))
+
+    def read_into(self, view, tensor, offset, targets):
+        """preadv `tensor`'s bytes from `offset` (relative to the tensor) into `targets` in order."""
+        fd = self.fd(tensor.shard)
+        position = tensor.offset + offset
+        for at in range(0, len(targets), self.IOV_MAX):
+            chunk = targets[at:at + self.IOV_MAX]
+            want = sum(len(target) for target in chunk)
+            got = os.preadv(fd, chunk, position)
+            if got != want:
+                raise GGUFError(self.model.shards[tensor.shard], f"short read of tensor {tensor.name!r} (file truncated?)",
+                                offset=position + got)
+            position += want
+
+    def close(self):
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _fill_records(files, bank, view, record_bytes, first, count):
+    """Build records first..first+count-1 of `bank` in `view` (headers and slices; the padding is
+    left as it is, zero). One preadv per source tensor scatters its contiguous run of experts
+    straight into the records. Returns the source bytes read."""
+    read = 0
+    for tensor, stride, pairs in files.groups(bank):
+        targets = []
         for index in range(count):
-            at = index * record_bytes + piece.offset
-            start = index * source.stride + source.start
-            view[at:at + piece.n_bytes] = data[start:start + source.n_bytes]
+            base = index * record_bytes
+            targets += [view[base + piece.offset:base + piece.end] for piece, _ in pairs]
+        files.read_into(view, tensor, first * stride, targets)
+        read += count * stride
     for index in range(count):
-        bank.layout.header(first + index, record_bytes).pack_into(buffer, index * record_bytes)
+        bank.layout.header(first + index, record_bytes).pack_into(view, index * record_bytes)
     return read
 
 
@@ -270,34 +329,41 @@ def _batch_records(record_bytes, batch_bytes, n_expert):
     return max(1, min(n_expert, batch_bytes // record_bytes))
 
 
-def _write_bank(model, folder, plan, bank, batch_bytes, bar):
-    """Write one bank to a temporary name, fsync, rename; then its checksum sidecar. Returns
-    (bytes read, bytes written)."""
+def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
+    """Write one bank to a temporary name, fsync, rename; then its checksum sidecar. `view` is the
+    reused batch buffer (whole records); `next_bank`'s first batch is prefetched during the fsync.
+    Returns (bytes read, bytes written)."""
     import xxhash
 
     manifest = plan.manifest
     record_bytes, n_expert = manifest.record_bytes, manifest.experts_per_layer
-    batch = _batch_records(record_bytes, batch_bytes, n_expert)
-    buffer = bytearray(batch * record_bytes)
-    view = memoryview(buffer)
+    batch = len(view) // record_bytes
+    tail = bytes(record_bytes - bank.layout.payload_bytes)
+    for index in range(batch):  # another bank's longer payload may have left bytes in this padding
+        view[index * record_bytes + bank.layout.payload_bytes:(index + 1) * record_bytes] = tail
     digests, read, written = [], 0, 0
     path = os.path.join(folder, fmt.bank_name(bank.layout.layer))
     with atomic.atomic_write(path, "wb") as handle:
         fd = handle.fileno()
         fmt.publish_mode(fd)
+        files.prefetch(bank, 0, min(batch, n_expert))
         for first in range(0, n_expert, batch):
             count = min(batch, n_expert - first)
-            read += _fill_records(model, bank, buffer, record_bytes, first, count)
+            read += _fill_records(files, bank, view, record_bytes, first, count)
+            if first + count < n_expert:  # the kernel reads the next batch while this one is written
+                files.prefetch(bank, first + count, min(batch, n_expert - first - count))
             for index in range(count):
                 digests.append(xxhash.xxh3_64_intdigest(view[index * record_bytes:(index + 1) * record_bytes]))
             _write_all(fd, view[:count * record_bytes])
+            # DONTNEED on freshly written pages starts their writeback now, so the fsync below has
+            # little left to wait for and a many-GB encode does not fill the page cache.
+            _advise(fd, written, count * record_bytes, getattr(os, "POSIX_FADV_DONTNEED", 4))
             written += count * record_bytes
             bar.update(count * record_bytes)
+        if next_bank is not None:
+            files.prefetch(next_bank, 0, min(batch, n_expert))
         os.fsync(fd)
-        # The bank is on disk: drop it from the page cache so a many-GB encode does not evict the
-        # rest of the machine's working set (no effect on correctness).
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        _advise(fd, 0, 0, getattr(os, "POSIX_FADV_DONTNEED", 4))
     # A bank under its final name without a sidecar is simply re-encoded by the next run.
     fmt.write_checksums(folder, fmt.Checksums(bank.layout.layer, record_bytes, manifest.fingerprint, digests))
     return read, written
@@ -358,15 +424,24 @@ def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BY
     _prepare_folder(folder, manifest, force)
     bar = bar or progress(enabled=False)
     written_layers, skipped, read, written = [], [], 0, 0
-    for bank in plan.banks:
-        if bank_is_complete(folder, manifest, bank.layout, batch_bytes):
-            skipped.append(bank.layout.layer)
-            bar.update(manifest.bank_bytes)
-            continue
-        bank_read, bank_written = _write_bank(model, folder, plan, bank, batch_bytes, bar)
-        read += bank_read
-        written += bank_written
-        written_layers.append(bank.layout.layer)
+    batch = _batch_records(manifest.record_bytes, batch_bytes, manifest.experts_per_layer)
+    buffer = None  # allocated once, on the first bank that needs writing
+    files = SourceFiles(model)
+    try:
+        for position, bank in enumerate(plan.banks):
+            if bank_is_complete(folder, manifest, bank.layout, batch_bytes):
+                skipped.append(bank.layout.layer)
+                bar.update(manifest.bank_bytes)
+                continue
+            if buffer is None:
+                buffer = bytearray(batch * manifest.record_bytes)
+            next_bank = plan.banks[position + 1] if position + 1 < len(plan.banks) else None
+            bank_read, bank_written = _write_bank(files, folder, plan, bank, memoryview(buffer), bar, next_bank)
+            read += bank_read
+            written += bank_written
+            written_layers.append(bank.layout.layer)
+    finally:
+        files.close()
     fmt.write_manifest(folder, manifest)
     return EncodeResult(folder, manifest, written_layers, skipped, read, written, time.monotonic() - started, plan.notes)
 
