@@ -37,11 +37,12 @@ PAGE = 4096
 MiB = 1024 * 1024
 
 
-def build_model(folder, n_layer, n_expert):
+def build_model(folder, n_layer, n_expert, n_embd=2048, n_ff_exp=768):
     """A real GGUF of a few hundred MB: synth header, tensor data filled with random bytes."""
     import numpy as np
 
-    spec = synth.tiny("qwen3moe", synth.Types(expert=synth.Q4_K), n_layer=n_layer, n_embd=2048, n_ff_exp=768,
+    os.makedirs(folder, exist_ok=True)
+    spec = synth.tiny("qwen3moe", synth.Types(expert=synth.Q4_K), n_layer=n_layer, n_embd=n_embd, n_ff_exp=n_ff_exp,
                       n_expert=n_expert, n_head=16, n_head_kv=4, head=128, vocab=4096)
     path = synth.write_model(spec, os.path.join(folder, "bench-moe.gguf"), sparse=True)[0]
     rng = np.random.default_rng(0)
@@ -191,6 +192,29 @@ def fetch_both(folder, model, sequence, direct):
     return container_s, gguf_s, len(sequence) * reader.manifest.record_bytes, gguf.bytes_read, used_direct
 
 
+def fetch_scenario(model, out_dir, fetches):
+    layers = sorted(model.expert_bytes_by_layer)
+    rng = random.Random(1234)
+    sequence = [(rng.choice(layers), rng.randrange(model.expert_count)) for _ in range(fetches)]
+    direct = o_direct_works(os.path.join(out_dir, f"experts-L{layers[0]}.bin")) and o_direct_works(model.path)
+    mode = "O_DIRECT" if direct else "buffered reads, page cache dropped with posix_fadvise(DONTNEED)"
+    banks = [os.path.join(out_dir, f"experts-L{layer}.bin") for layer in layers]
+    for path in [*model.shards, *banks]:
+        drop_cache(path)
+    c_s, g_s, c_bytes, g_bytes, used_direct = fetch_both(out_dir, model, sequence, direct)
+    if direct and not used_direct:
+        mode = "buffered reads (O_DIRECT refused), page cache dropped with posix_fadvise(DONTNEED)"
+    one = model.expert_bytes_by_layer[layers[0]]
+    payload = sum(model.expert_bytes_by_layer[layer] for layer, _ in sequence)
+    print(f"fetch, experts of {one / 1024:.0f} KiB ({mode}; {fetches} random experts, {payload / MiB:.0f} MiB; "
+          f"interleaved expert by expert):")
+    print(f"  container, 1 read/expert:  {fetches / c_s:8.1f} experts/s, {payload / c_s / 1e9:.3f} GB/s of experts "
+          f"({c_bytes / MiB:.0f} MiB transferred)")
+    print(f"  raw GGUF, 3 reads/expert:  {fetches / g_s:8.1f} experts/s, {payload / g_s / 1e9:.3f} GB/s of experts "
+          f"({g_bytes / MiB:.0f} MiB transferred)")
+    print(f"  ratio container/GGUF: {g_s / c_s:.2f}x experts/s")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=4)
@@ -232,27 +256,16 @@ def main():
         print(f"  peak RSS of container-encode: {rss / MiB:.0f} MiB on this {file_bytes / MiB:.0f} MiB model, "
               f"{tiny_rss / MiB:.0f} MiB on a {os.path.getsize(tiny) / MiB:.0f} MiB model (target < 300 MiB)")
 
-        # 2. random fetch: same (layer, expert) sequence from both
-        layers = sorted(model.expert_bytes_by_layer)
-        rng = random.Random(1234)
-        sequence = [(rng.choice(layers), rng.randrange(model.expert_count)) for _ in range(args.fetches)]
-        direct = o_direct_works(os.path.join(out_dir, f"experts-L{layers[0]}.bin")) and o_direct_works(model_path)
-        mode = "O_DIRECT" if direct else "buffered reads, page cache dropped with posix_fadvise(DONTNEED)"
-        banks = [os.path.join(out_dir, f"experts-L{layer}.bin") for layer in layers]
-        for path in [model_path, *banks]:
-            drop_cache(path)
-        c_s, g_s, c_bytes, g_bytes, used_direct = fetch_both(out_dir, model, sequence, direct)
-        if direct and not used_direct:
-            mode = "buffered reads (O_DIRECT refused), page cache dropped with posix_fadvise(DONTNEED)"
-        payload = sum(model.expert_bytes_by_layer[layer] for layer, _ in sequence)
-        print(f"fetch ({mode}; {args.fetches} random experts, {payload / MiB:.0f} MiB of expert bytes; "
-              f"interleaved expert by expert):")
-        print(f"  container, 1 read/expert:  {args.fetches / c_s:8.1f} experts/s, {payload / c_s / 1e9:.3f} GB/s of experts "
-              f"({c_bytes / MiB:.0f} MiB transferred)")
-        print(f"  raw GGUF, 3 reads/expert:  {args.fetches / g_s:8.1f} experts/s, {payload / g_s / 1e9:.3f} GB/s of experts "
-              f"({g_bytes / MiB:.0f} MiB transferred)")
-        print(f"  ratio container/GGUF: {g_s / c_s:.2f}x experts/s")
+        # 2. random fetch: same (layer, expert) sequence from both, on these experts and on small ones
+        fetch_scenario(model, out_dir, args.fetches)
         model.close()
+        small_path = build_model(os.path.join(scratch, "small"), 4, 128, n_embd=1024, n_ff_exp=256)
+        small = open_model(small_path)
+        from moetools.container import core
+
+        core.encode_container(small, os.path.join(scratch, "small-container"))
+        fetch_scenario(small, os.path.join(scratch, "small-container"), args.fetches * 4)
+        small.close()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -494,7 +494,7 @@ def test_encode_table_output(models, tmp_path):
     assert rows["record bytes"] == "212,992 (208.0 KiB)"
     notes = verify_notes({"ok": True, "folder": "c", "banks_checked": 4, "records_checked": 32, "bytes_checked": 1 << 20,
                           "checked_against": None, "problems": [], "problem_count": 0})
-    assert notes[0].startswith("OK: c: 4 banks, 32 records")
+    assert notes[0] == "OK: c: 4 banks, 32 records, 1.0 MiB (headers, padding, checksums)"
 
 
 def test_plan_errors_on_missing_matrix(tmp_path):
@@ -510,3 +510,35 @@ def test_output_folder_is_a_file(models, tmp_path):
     target.write_text("x")
     with pytest.raises(OutputError, match="not a folder"):
         core.encode_container(open_model(models["qwen3moe"]), target)
+
+
+# --- full-size layouts (header-only presets: planning reads no tensor data) ----------------------
+
+
+def test_kimi_k3_preset_plan(preset_model):
+    model = open_model(preset_model("kimi-k3"))
+    manifest = core.plan_container(model).manifest
+    gate = 4096 * 2048 // 256 * 74  # iq2_xs, latent 4096 x expert width 2048
+    down = 2048 * 4096 // 256 * 98  # iq3_xxs
+    assert manifest.layers == list(range(1, 93)) and manifest.n_layers == 92  # block 0 is the dense block
+    assert manifest.experts_per_layer == 896
+    assert manifest.activated_per_token == 16 * 92
+    assert manifest.fmt == "mixed"
+    assert manifest.matrix_types == {"gate": "iq2_xs", "up": "iq2_xs", "down": "iq3_xxs"}
+    assert manifest.record_bytes == align_up(32 + 2 * gate + down, 16384) == 8_077_312
+    header = manifest.banks[0].header(3, manifest.record_bytes)
+    assert (header.fmt, header.up_off, header.down_off, header.corr_off, header.record_4k_blocks) == (
+        17, 32 + gate, 32 + 2 * gate, 0, 8_077_312 // 4096)
+    model.close()
+
+
+def test_gpt_oss_120b_preset_plan(preset_model):
+    model = open_model(preset_model("gpt-oss-120b"))
+    manifest = core.plan_container(model).manifest
+    matrix = 2880 * 2880 // 32 * 17  # mxfp4
+    biases = 3 * 2880 * 4  # f32 gate, up, down biases of one expert
+    assert manifest.fmt == "mxfp4" and manifest.matrix_types is None
+    assert manifest.n_layers == 36 and manifest.experts_per_layer == 128 and manifest.activated_per_token == 4 * 36
+    assert manifest.record_bytes == align_up(32 + 3 * matrix + biases, 16384)
+    assert manifest.banks[5].corr_off == 32 + 3 * matrix
+    model.close()

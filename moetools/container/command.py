@@ -79,7 +79,7 @@ def encode_tables(doc):
         ["banks kept (complete, verified)", _layers_text(doc["banks_skipped"])],
         ["time", f"{doc['seconds']:.1f} s, {format_size(doc['bytes_per_s'])}/s"],
     ]
-    return [Table("container-encode", ["", ""], rows)]
+    return [Table("container-encode", ["item", "value"], rows)]
 
 
 @click.command("container-encode")
@@ -140,8 +140,8 @@ def verify_tables(doc):
 
 
 def verify_notes(doc):
-    against = f" and against {doc['checked_against']}" if doc["checked_against"] else " (headers, padding, checksums)"
-    what = f"{doc['banks_checked']} banks, {doc['records_checked']} records, {format_size(doc['bytes_checked'])}{against}"
+    checks = "headers, padding, checksums" + (f", slices against {doc['checked_against']}" if doc["checked_against"] else "")
+    what = f"{doc['banks_checked']} banks, {doc['records_checked']} records, {format_size(doc['bytes_checked'])} ({checks})"
     if doc["ok"]:
         return [f"OK: {doc['folder']}: {what}"]
     shown = len(doc["problems"])
@@ -216,12 +216,13 @@ def read_doc(reader, record):
 
 
 def read_tables(doc):
-    header_rows = [[key, str(value)] for key, value in doc["header"].items()]
-    slice_rows = [[s["name"], s["type"], f"{s['offset']:,}", f"{s['bytes']:,}", s["xxh3"]] for s in doc["slices"]]
     checksum = {True: "matches sidecar", False: "DIFFERS from sidecar", None: "no sidecar"}[doc["checksum_ok"]]
+    rows = [["bank", doc["bank"]], ["offset", f"{doc['offset']:,}"], ["record bytes", f"{doc['record_bytes']:,}"],
+            ["checksum", checksum]]
+    rows += [[key, str(value)] for key, value in doc["header"].items()]
+    slice_rows = [[s["name"], s["type"], f"{s['offset']:,}", f"{s['bytes']:,}", s["xxh3"]] for s in doc["slices"]]
     return [
-        Table(f"layer {doc['layer']} expert {doc['expert']}: {doc['bank']} @ {doc['offset']:,} ({checksum})", ["field", "value"],
-              header_rows, right_align=(1,)),
+        Table(f"layer {doc['layer']} expert {doc['expert']}", ["field", "value"], rows),
         Table("slices", ["slice", "type", "offset", "bytes", "xxh3"], slice_rows, right_align=(2, 3)),
     ]
 
