@@ -542,3 +542,26 @@ def test_gpt_oss_120b_preset_plan(preset_model):
     assert manifest.record_bytes == align_up(32 + 3 * matrix + biases, 16384)
     assert manifest.banks[5].corr_off == 32 + 3 * matrix
     model.close()
+
+
+def test_truncated_source_model(models, tmp_path):
+    """A partial download: the header is whole, the expert data is cut short."""
+    data = open(models["qwen3moe"], "rb").read()
+    short = tmp_path / "short.gguf"
+    short.write_bytes(data[: len(data) - 100_000])
+    result = CliRunner().invoke(cli, ["container-encode", str(short), "-o", str(tmp_path / "c")])
+    assert result.exit_code == 2 and "short.gguf" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "c").exists()  # refused before anything is written
+
+
+def test_expert_count_metadata_disagrees(tmp_path):
+    spec = synth.tiny("mixtral")
+    spec.metadata = [(key, 16 if key == "llama.expert_count" else value, kind) for key, value, kind in spec.metadata]
+    path = synth.write_model(spec, tmp_path / "meta.gguf")[0]
+    with pytest.raises(InputError, match="expert tensors hold 8 experts but the metadata says 16"):
+        core.plan_container(open_model(path))
+
+
+def test_verify_split_source(models, tmp_path):
+    encode(models["split"], tmp_path)
+    assert verify(tmp_path, "--model", models["split"])[0] == 0
