@@ -19,7 +19,7 @@ from moetools.sizes import format_size, parse_size
 def _size_option(value):
     try:
         return parse_size(value)
-    except Exception as err:  # parse_size's own error is the message
+    except MoeError as err:
         raise click.BadParameter(str(err)) from None
 
 

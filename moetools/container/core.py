@@ -115,8 +115,9 @@ def _check_counts(model, groups):
     if isinstance(declared, int) and declared and declared != n_expert:
         raise InputError(model.path, f"expert tensors hold {n_expert} experts but the metadata says {declared}",
                          key=model.key(Keys.EXPERT_COUNT))
-    if n_expert > MAX_U16 + 1:
-        raise InputError(model.path, f"{n_expert} experts per layer: the record header's expert field is 16-bit")
+    if n_expert > MAX_U16:
+        raise InputError(model.path, f"{n_expert} experts per layer: the record header's expert field and the "
+                                     f"fork's experts_per_layer are 16-bit")
     return n_expert
 
 
@@ -288,7 +289,7 @@ class SourceFiles:
         for tensor, stride, _ in self.groups(bank):
             _advise(self.fd(tensor.shard), tensor.offset + first * stride, count * stride, getattr(os, "POSIX_FADV_WILLNEED", 3))
 
-    def read_into(self, view, tensor, offset, targets):
+    def read_into(self, tensor, offset, targets):
         """preadv `tensor`'s bytes from `offset` (relative to the tensor) into `targets` in order."""
         fd = self.fd(tensor.shard)
         position = tensor.offset + offset
@@ -317,7 +318,7 @@ def _fill_records(files, bank, view, record_bytes, first, count):
         for index in range(count):
             base = index * record_bytes
             targets += [view[base + piece.offset:base + piece.end] for piece, _ in pairs]
-        files.read_into(view, tensor, first * stride, targets)
+        files.read_into(tensor, first * stride, targets)
         read += count * stride
     for index in range(count):
         bank.layout.header(first + index, record_bytes).pack_into(view, index * record_bytes)
