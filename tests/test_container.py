@@ -8,6 +8,7 @@ here with struct from the DESIGN section 3 layout, and the whole bank must equal
 import json
 import os
 import struct
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -565,3 +566,11 @@ def test_expert_count_metadata_disagrees(tmp_path):
 def test_verify_split_source(models, tmp_path):
     encode(models["split"], tmp_path)
     assert verify(tmp_path, "--model", models["split"])[0] == 0
+
+
+@pytest.mark.parametrize("command", ["container-encode", "container-verify", "container-read"])
+def test_every_command_has_help_and_a_readme_entry(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0 and "Usage:" in result.output and command in result.output
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    assert f"moetools {command} " in readme.read_text()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from moetools import atomic
 from moetools.errors import FormatError, GGUFError, InputError, OutputError
+from moetools.container.reader import ContainerReader
 from moetools.formats import container as fmt
 from moetools.gguf import expert_tensor_kind, model_stem
 from moetools.gguf.constants import Keys
@@ -510,31 +511,27 @@ def scan_bank(folder, manifest, layout, *, checksums=None, model=None, sources=N
     Stops after `limit` problems. Returns a Problems."""
     problems = problems or Problems()
     layer, record_bytes, n_expert = layout.layer, manifest.record_bytes, manifest.experts_per_layer
-    path = os.path.join(folder, fmt.bank_name(layer))
     try:
-        size = os.path.getsize(path)
-    except OSError:
+        reader = ContainerReader(folder, manifest=manifest)
+        n_full = reader.bank_records(layer)
+    except FileNotFoundError:
         problems.add(Problem(layer, None, "bank", f"{fmt.bank_name(layer)} is missing"))
         return problems
+    size = os.path.getsize(reader.bank_path(layer))
     if size != manifest.bank_bytes:
         problems.add(Problem(layer, None, "bank size",
                              f"{size} bytes, expected {manifest.bank_bytes} ({n_expert} records of {record_bytes}): truncated or not this container's"))
         if problems.full(limit):
+            reader.close()
             return problems
-    n_full = min(n_expert, size // record_bytes)
     zero_tail = bytes(record_bytes - layout.payload_bytes)
     batch = _batch_records(record_bytes, batch_bytes, n_expert)
     buffer = bytearray(batch * record_bytes)
-    with open(path, "rb", buffering=0) as handle:
+    with reader:
         for first in range(0, n_full, batch):
             count = min(batch, n_full - first)
             view = memoryview(buffer)[:count * record_bytes]
-            got = 0
-            while got < len(view):
-                chunk = handle.readinto(view[got:])
-                if not chunk:
-                    break
-                got += chunk
+            count = reader.read_records(layer, first, view)
             source_data = []
             if model is not None:
                 last_name = None

@@ -33,9 +33,10 @@ class ExpertRecord:
 class ContainerReader:
     """A container folder opened for reading. Banks open on first use."""
 
-    def __init__(self, folder, direct=False):
+    def __init__(self, folder, direct=False, manifest=None):
         self.folder = os.fspath(folder)
-        self.manifest = fmt.read_manifest(self.folder)
+        # An encoder checking banks before it writes the manifest passes the manifest it will write.
+        self.manifest = manifest if manifest is not None else fmt.read_manifest(self.folder)
         self.direct = direct
         self._fds = {}
         self._buffer = None  # page-aligned, reused by read_record
@@ -81,6 +82,24 @@ class ContainerReader:
             raise FormatError(self.bank_path(layer),
                               f"bank is truncated: record of expert {expert} needs {record_bytes} bytes, read {got}", offset=offset)
         return memoryview(self._buffer)
+
+    def bank_records(self, layer):
+        """How many whole records the bank file holds (fewer than experts_per_layer when truncated)."""
+        return min(self.manifest.experts_per_layer, os.fstat(self._fd(layer)).st_size // self.manifest.record_bytes)
+
+    def read_records(self, layer, first, view):
+        """Read consecutive records from `first` into `view` (a writable buffer of whole records) in
+        one positioned read, for sequential scans such as verify. Returns the whole records read:
+        fewer than asked at the end of a truncated bank."""
+        self._check(layer, first)
+        record_bytes = self.manifest.record_bytes
+        got = 0
+        while got < len(view):
+            chunk = os.preadv(self._fd(layer), [view[got:]], first * record_bytes + got)
+            if not chunk:
+                break
+            got += chunk
+        return got // record_bytes
 
     def read_expert(self, layer, expert):
         """One expert's header and slices, after checking the header names this (layer, expert)."""
