@@ -574,3 +574,18 @@ def test_every_command_has_help_and_a_readme_entry(command):
     assert result.exit_code == 0 and "Usage:" in result.output and command in result.output
     readme = Path(__file__).resolve().parent.parent / "README.md"
     assert f"moetools {command} " in readme.read_text()
+
+
+def test_types_that_vary_by_layer(tmp_path):
+    """Layer 2's gate and up in q4_0, every other expert matrix q8_0: per-bank types and fmt bytes."""
+    spec = synth.tiny("qwen3moe")
+    for index, tensor in enumerate(spec.tensors):
+        if tensor.name in ("blk.2.ffn_gate_exps.weight", "blk.2.ffn_up_exps.weight"):
+            spec.tensors[index] = synth.TensorSpec(tensor.name, tensor.shape, synth.Q4_0)
+    path = synth.write_model(spec, tmp_path / "bylayer.gguf")[0]
+    doc = encode(path, tmp_path / "c")
+    assert doc["fmt"] == "mixed"
+    assert doc["matrix_types"] == {"gate": ["q8_0", "q8_0", "q4_0", "q8_0"], "up": ["q8_0", "q8_0", "q4_0", "q8_0"], "down": "q8_0"}
+    assert_matches_reference(tmp_path / "c", path)
+    assert (tmp_path / "c" / "experts-L2.bin").read_bytes()[8] == 2 and (tmp_path / "c" / "experts-L1.bin").read_bytes()[8] == 8
+    assert verify(tmp_path / "c", "--model", path)[0] == 0
