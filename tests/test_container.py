@@ -437,6 +437,14 @@ def test_manifest_of_another_model(models, tmp_path):
     assert code == 1
     assert [p["field"] for p in doc["problems"]] == ["model"]
     assert "not from this model" in doc["problems"][0]["detail"]
+    # another model's manifest dropped into this container: the sidecars' fingerprints give it away
+    encode(models["mixed"], tmp_path / "other")
+    original = (tmp_path / "manifest.json").read_bytes()
+    (tmp_path / "manifest.json").write_bytes((tmp_path / "other" / "manifest.json").read_bytes())
+    code, doc = verify(tmp_path)
+    assert code == 1
+    assert {p["layer"] for p in doc["problems"] if p["field"] == "checksums"} == {0, 1, 2, 3}
+    (tmp_path / "manifest.json").write_bytes(original)
     result = CliRunner().invoke(cli, ["container-encode", models["mixtral"], "-o", str(tmp_path)])
     assert result.exit_code == 2 and "holds the container of another model (qwen3moe" in result.output
     doc = encode(models["mixtral"], tmp_path, "--force")

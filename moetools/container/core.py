@@ -4,8 +4,8 @@ Pure core: a `moetools.gguf.Model` and a folder in, dataclasses out; no click, n
 on-disk layout (manifest, record header, checksum sidecar) belongs to `moetools.formats.container`.
 
 Memory stays constant: a bank is built in batches of whole records in one reused buffer of about
-`batch_bytes` (at least one record), read from the GGUF with large sequential preads (one per
-source tensor per batch) and written straight to the bank's temporary file.
+`batch_bytes` (at least one record), filled from the GGUF by one sequential scatter read (preadv)
+per source tensor per batch and written straight to the bank's temporary file.
 """
 
 import os
@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 
 from moetools import atomic
-from moetools.errors import FormatError, GGUFError, InputError, OutputError
 from moetools.container.reader import ContainerReader
+from moetools.errors import FormatError, GGUFError, InputError, OutputError
 from moetools.formats import container as fmt
 from moetools.gguf import expert_tensor_kind, model_stem
 from moetools.gguf.constants import Keys
