@@ -1,0 +1,262 @@
+"""`moetools container-encode`, `container-verify`, `container-read`: the expert container.
+
+    moetools container-encode k3-00001-of-00014.gguf -o /nvme/k3.container
+    moetools container-verify /nvme/k3.container --model k3-00001-of-00014.gguf
+    moetools container-read /nvme/k3.container --layer 5 --expert 17
+    moetools container-read /nvme/k3.container --layer 5 --expert 17 --matrix down -o down.bin
+"""
+
+import os
+import sys
+
+import click
+
+from moetools.errors import AnswerNo, MoeError, UsageError
+from moetools.output import Table, render, warn
+from moetools.sizes import format_size, parse_size
+
+
+def _size_option(value):
+    try:
+        return parse_size(value)
+    except MoeError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+def _open_model(path):
+    from moetools.gguf import open_model
+
+    model = open_model(path)
+    for message in model.warnings:
+        warn(message)
+    return model
+
+
+# --- encode ------------------------------------------------------------------------------------
+
+
+def encode_doc(result):
+    manifest = result.manifest
+    source_bytes = manifest.source.get("expert_bytes", 0)
+    return {
+        "folder": result.folder,
+        "model": manifest.model,
+        "fmt": manifest.fmt,
+        "matrix_types": manifest.matrix_types,
+        "record_bytes": manifest.record_bytes,
+        "n_layers": manifest.n_layers,
+        "layers": manifest.layers,
+        "experts_per_layer": manifest.experts_per_layer,
+        "activated_per_token": manifest.activated_per_token,
+        "expert_bytes": source_bytes,
+        "container_bytes": result.container_bytes,
+        "padding_ratio": round(result.container_bytes / source_bytes - 1, 6) if source_bytes else 0,
+        "banks_written": result.banks_written,
+        "banks_skipped": result.banks_skipped,
+        "bytes_read": result.bytes_read,
+        "bytes_written": result.bytes_written,
+        "seconds": round(result.seconds, 3),
+        "bytes_per_s": round(result.bytes_written / result.seconds) if result.seconds > 0 else 0,
+    }
+
+
+def _layers_text(layers):
+    return ", ".join(str(layer) for layer in layers) if layers else "none"
+
+
+def encode_tables(doc):
+    rows = [
+        ["folder", doc["folder"]],
+        ["model", doc["model"]],
+        ["fmt", doc["fmt"] if not doc["matrix_types"] else f"mixed {doc['matrix_types']}"],
+        ["record bytes", f"{doc['record_bytes']:,} ({format_size(doc['record_bytes'])})"],
+        ["banks (MoE layers)", f"{doc['n_layers']}: blocks {_layers_text(doc['layers'])}"],
+        ["experts per layer", str(doc["experts_per_layer"])],
+        ["activated per token", str(doc["activated_per_token"])],
+        ["expert bytes (source)", format_size(doc["expert_bytes"])],
+        ["container bytes", f"{format_size(doc['container_bytes'])} (+{doc['padding_ratio']:.1%} padding)"],
+        ["banks written", _layers_text(doc["banks_written"])],
+        ["banks kept (complete, verified)", _layers_text(doc["banks_skipped"])],
+        ["time", f"{doc['seconds']:.1f} s, {format_size(doc['bytes_per_s'])}/s"],
+    ]
+    return [Table("container-encode", ["item", "value"], rows)]
+
+
+@click.command("container-encode")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "folder", required=True, type=click.Path(file_okay=False),
+              help="Container folder to write (created if needed; a rerun resumes it).")
+@click.option("--force", is_flag=True, help="Replace a container of another model (or an unreadable one) in the folder.")
+@click.option("--batch", "batch", default="16MiB", show_default=True, callback=lambda c, p, v: _size_option(v),
+              help="Bytes of records built per write (memory used is about this, at least one record).")
+@click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
+def encode_command(model, folder, force, batch, json_flag):
+    """Rewrite MODEL's routed experts into FOLDER as the serving fork's expert container:
+    manifest.json and one experts-L{N}.bin bank per MoE layer, each expert one 4 KiB-aligned record
+    (header, gate | up | down, zero padding), plus xxh3 sidecars.
+
+    Streams with constant memory; each bank is written to a temporary name and renamed when
+    complete, so a rerun after an interruption keeps the verified banks and finishes the rest.
+    """
+    from moetools.container import core
+    from moetools.progress import progress
+
+    with _open_model(model) as source:
+        plan = core.plan_container(source)
+        total = plan.manifest.bank_bytes * plan.manifest.n_layers
+        with progress(total, desc="container-encode") as bar:
+            result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar)
+    for note in result.notes:
+        warn(note)
+    doc = encode_doc(result)
+    render(doc, lambda: encode_tables(doc), json_flag)
+
+
+# --- verify ------------------------------------------------------------------------------------
+
+
+def verify_doc(result):
+    return {
+        "folder": result.folder,
+        "model": result.manifest.model,
+        "ok": result.ok,
+        "checked_against": result.model_path or None,
+        "banks_checked": result.banks_checked,
+        "records_checked": result.records_checked,
+        "bytes_checked": result.bytes_checked,
+        "problem_count": result.problems.count,
+        "problems": [problem.to_doc() for problem in result.problems.items],
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def verify_tables(doc):
+    tables = []
+    if doc["problems"]:
+        rows = [["" if p["layer"] is None else p["layer"], "" if p["expert"] is None else p["expert"], p["field"], p["detail"]]
+                for p in doc["problems"]]
+        tables.append(Table(f"{doc['problem_count']} mismatch(es)", ["layer", "expert", "field", "detail"], rows, right_align=(0, 1)))
+    return tables
+
+
+def verify_notes(doc):
+    checks = "headers, padding, checksums" + (f", slices against {doc['checked_against']}" if doc["checked_against"] else "")
+    what = f"{doc['banks_checked']} banks, {doc['records_checked']} records, {format_size(doc['bytes_checked'])} ({checks})"
+    if doc["ok"]:
+        return [f"OK: {doc['folder']}: {what}"]
+    shown = len(doc["problems"])
+    more = f" (first {shown} shown)" if shown < doc["problem_count"] else ""
+    return [f"FAILED: {doc['problem_count']} mismatch(es){more} in {doc['folder']}: {what}"]
+
+
+@click.command("container-verify")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="Source GGUF (any shard): also check every slice byte for byte against it.")
+@click.option("--max-problems", default=100, show_default=True, type=click.IntRange(1), help="Mismatches listed (all are counted).")
+@click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
+def verify_command(folder, model_path, max_problems, json_flag):
+    """Check a container: manifest geometry, bank sizes, every record header field, zero padding,
+    the xxh3 checksums and, with --model, that every slice equals the GGUF's bytes.
+
+    Exit 0 when everything matches, 1 on any mismatch (each named by layer, expert and field),
+    2 when the manifest is unreadable.
+    """
+    from moetools.container import core
+    from moetools.progress import progress
+
+    model = _open_model(model_path) if model_path else None
+    try:
+        manifest = core.fmt.read_manifest(folder)
+        with progress(manifest.bank_bytes * manifest.n_layers, desc="container-verify") as bar:
+            result = core.verify_container(folder, model, bar=bar, keep=max_problems)
+    finally:
+        if model is not None:
+            model.close()
+    doc = verify_doc(result)
+    render(doc, lambda: verify_tables(doc), json_flag, notes=verify_notes(doc))
+    if not result.ok:
+        click.get_current_context().exit(AnswerNo.exit_code)
+
+
+# --- read --------------------------------------------------------------------------------------
+
+
+def read_doc(reader, record):
+    import xxhash
+
+    from moetools.formats import container as fmt
+    from moetools.gguf.constants import type_name
+
+    header = record.header
+    manifest = reader.manifest
+    layout = manifest.bank(record.layer)
+    checksum_ok = None
+    try:
+        sums = fmt.read_checksums(os.path.join(reader.folder, fmt.checksum_name(record.layer)))
+        if record.expert < len(sums.digests):
+            checksum_ok = xxhash.xxh3_64_intdigest(record.record) == sums.digests[record.expert]
+    except (OSError, MoeError):  # a missing or bad sidecar is reported as "unknown"; verify names it
+        checksum_ok = None
+    return {
+        "layer": record.layer,
+        "expert": record.expert,
+        "bank": reader.bank_path(record.layer),
+        "offset": record.expert * manifest.record_bytes,
+        "record_bytes": manifest.record_bytes,
+        "header": {
+            "layer": header.layer, "expert": header.expert, "fmt": header.fmt, "fmt_name": type_name(header.fmt),
+            "flags": header.flags, "codebook": header.codebook, "gate_off": header.gate_off, "up_off": header.up_off,
+            "down_off": header.down_off, "corr_off": header.corr_off, "record_4k_blocks": header.record_4k_blocks,
+        },
+        "slices": [{"name": piece.name, "type": piece.type_name, "offset": piece.offset, "bytes": piece.n_bytes,
+                    "xxh3": f"{xxhash.xxh3_64_intdigest(record.slices[piece.name]):016x}"} for piece in layout.slices],
+        "checksum_ok": checksum_ok,
+    }
+
+
+def read_tables(doc):
+    checksum = {True: "matches sidecar", False: "DIFFERS from sidecar", None: "no sidecar"}[doc["checksum_ok"]]
+    rows = [["bank", doc["bank"]], ["offset", f"{doc['offset']:,}"], ["record bytes", f"{doc['record_bytes']:,}"],
+            ["checksum", checksum]]
+    rows += [[key, str(value)] for key, value in doc["header"].items()]
+    slice_rows = [[s["name"], s["type"], f"{s['offset']:,}", f"{s['bytes']:,}", s["xxh3"]] for s in doc["slices"]]
+    return [
+        Table(f"layer {doc['layer']} expert {doc['expert']}", ["field", "value"], rows),
+        Table("slices", ["slice", "type", "offset", "bytes", "xxh3"], slice_rows, right_align=(2, 3)),
+    ]
+
+
+@click.command("container-read")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--layer", required=True, type=click.IntRange(0), help="GGUF block number of the MoE layer (bank experts-L{N}.bin).")
+@click.option("--expert", required=True, type=click.IntRange(0), help="Expert id within the layer.")
+@click.option("--matrix", type=click.Choice(["gate", "up", "down", "gate_bias", "up_bias", "down_bias", "record"]),
+              help="Write this slice's raw bytes (or the whole record) instead of describing the record.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File for --matrix bytes (default stdout, never a terminal).")
+@click.option("--direct", is_flag=True, help="Read with O_DIRECT, bypassing the page cache, as the serving fork does.")
+@click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
+def read_command(folder, layer, expert, matrix, output, direct, json_flag):
+    """Read one expert's record from a container with one aligned read: its header fields and each
+    slice's type, offset, bytes and xxh3, or with --matrix the raw bytes of one slice.
+    """
+    from moetools import atomic
+    from moetools.container.reader import ContainerReader
+
+    with ContainerReader(folder, direct=direct) as reader:
+        record = reader.read_expert(layer, expert)
+        if matrix is None:
+            doc = read_doc(reader, record)
+            render(doc, lambda: read_tables(doc), json_flag)
+            return
+        data = record.record if matrix == "record" else record.slices.get(matrix)
+        if data is None:
+            raise UsageError(f"layer {layer} has no {matrix} slice (slices: {', '.join(record.slices)})")
+    if output and output != "-":
+        atomic.write_bytes(output, data)
+        return
+    if sys.stdout.isatty():
+        raise UsageError("refusing to write binary bytes to a terminal: redirect stdout or use -o FILE")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()

@@ -1,0 +1,644 @@
+"""Container encode and verify: a GGUF's routed experts rewritten as one aligned record per expert.
+
+Pure core: a `moetools.gguf.Model` and a folder in, dataclasses out; no click, no printing. The
+on-disk layout (manifest, record header, checksum sidecar) belongs to `moetools.formats.container`.
+
+Memory stays constant: a bank is built in batches of whole records in one reused buffer of about
+`batch_bytes` (at least one record), filled from the GGUF by one sequential scatter read (preadv)
+per source tensor per batch and written straight to the bank's temporary file.
+"""
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from moetools import atomic
+from moetools.container.reader import ContainerReader
+from moetools.errors import FormatError, GGUFError, InputError, OutputError
+from moetools.formats import container as fmt
+from moetools.gguf import expert_tensor_kind, model_stem
+from moetools.gguf.constants import Keys
+from moetools.progress import progress
+
+DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
+MAX_U16 = 0xFFFF
+MAX_U32 = 0xFFFFFFFF
+MATRIX_ORDER = ("gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class SliceSource:
+    """Where one record slice comes from: bytes [start, start + n_bytes) of each expert's
+    `stride`-byte slice of `tensor` (start is 0, or half the stride for a merged gate_up tensor)."""
+
+    name: str
+    tensor: object  # moetools.gguf.TensorInfo
+    stride: int  # bytes of one expert in the tensor (tensor bytes / expert count)
+    start: int
+    n_bytes: int
+
+
+@dataclass
+class BankPlan:
+    layout: fmt.BankLayout
+    sources: tuple  # SliceSource per layout slice, same order
+
+
+@dataclass
+class ContainerPlan:
+    manifest: fmt.ContainerManifest
+    banks: list  # BankPlan, ascending block number
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class Problem:
+    """One mismatch found by verify: `layer` and `expert` are None when the problem is not theirs."""
+
+    layer: object
+    expert: object
+    field: str
+    detail: str
+
+    def to_doc(self):
+        return {"layer": self.layer, "expert": self.expert, "field": self.field, "detail": self.detail}
+
+    def __str__(self):
+        where = "container" if self.layer is None else f"layer {self.layer}"
+        if self.expert is not None:
+            where += f" expert {self.expert}"
+        return f"{where}: {self.field}: {self.detail}"
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def _tensor_path(model, tensor):
+    return model.shards[tensor.shard]
+
+
+def _collect_expert_tensors(model):
+    """{block: {(matrix, "weight"|"bias"): TensorInfo}} for every routed-expert tensor."""
+    groups = {}
+    for tensor in model.tensors:
+        kind = expert_tensor_kind(tensor.name)
+        if kind is None:
+            continue
+        block, matrix = kind
+        suffix = tensor.name.split("_exps.", 1)[1]
+        if suffix not in ("weight", "bias"):
+            raise InputError(_tensor_path(model, tensor),
+                             f"expert tensor {tensor.name!r}: a container record holds weights and biases, not '.{suffix}'")
+        groups.setdefault(block, {})[(matrix, suffix)] = tensor
+    return groups
+
+
+def _check_counts(model, groups):
+    """The one expert count every expert tensor shares; InputError naming two tensors that disagree."""
+    first = None
+    for block in sorted(groups):
+        for (matrix, suffix), tensor in sorted(groups[block].items()):
+            dims = 3 if suffix == "weight" else 2
+            if len(tensor.shape) != dims or tensor.shape[-1] < 1:
+                raise InputError(_tensor_path(model, tensor),
+                                 f"expert tensor {tensor.name!r} has shape {list(tensor.shape)}; expected {dims} dimensions, experts last")
+            count = tensor.shape[-1]
+            if first is None:
+                first = tensor
+            elif count != first.shape[-1]:
+                raise InputError(_tensor_path(model, tensor),
+                                 f"inconsistent expert counts: {tensor.name} holds {count} experts but {first.name} holds {first.shape[-1]}")
+            if tensor.n_bytes % count:
+                raise InputError(_tensor_path(model, tensor),
+                                 f"expert tensor {tensor.name!r}: {tensor.n_bytes} bytes do not divide into {count} experts")
+    n_expert = first.shape[-1]
+    declared = model.get(Keys.EXPERT_COUNT)
+    if isinstance(declared, int) and declared and declared != n_expert:
+        raise InputError(model.path, f"expert tensors hold {n_expert} experts but the metadata says {declared}",
+                         key=model.key(Keys.EXPERT_COUNT))
+    if n_expert > MAX_U16:
+        raise InputError(model.path, f"{n_expert} experts per layer: the record header's expert field and the "
+                                     f"fork's experts_per_layer are 16-bit")
+    return n_expert
+
+
+def _bank_sources(model, block, tensors, n_expert):
+    """SliceSources of one block in record order: gate, up, down, then gate/up/down biases."""
+
+    def whole(name, tensor):
+        stride = tensor.n_bytes // n_expert
+        return SliceSource(name, tensor, stride, 0, stride)
+
+    def halves(names, tensor):
+        stride = tensor.n_bytes // n_expert
+        rows = tensor.shape[-2] if len(tensor.shape) == 3 else tensor.shape[0]
+        if rows % 2 or stride % 2:
+            raise InputError(_tensor_path(model, tensor),
+                             f"merged tensor {tensor.name!r} has {rows} rows per expert: cannot split into gate and up halves")
+        half = stride // 2
+        return [SliceSource(names[0], tensor, stride, 0, half), SliceSource(names[1], tensor, stride, half, half)]
+
+    sources = []
+    for suffix, prefix in (("weight", ""), ("bias", "_bias")):
+        merged = tensors.get(("gate_up", suffix))
+        separate = [tensors.get((matrix, suffix)) for matrix in ("gate", "up")]
+        if merged is not None and any(separate):
+            raise InputError(_tensor_path(model, merged),
+                             f"block {block} has both {merged.name} and separate gate/up expert tensors")
+        if merged is not None:
+            sources += halves((f"gate{prefix}", f"up{prefix}"), merged)
+        else:
+            for matrix, tensor in zip(("gate", "up"), separate):
+                if tensor is not None:
+                    sources.append(whole(f"{matrix}{prefix}", tensor))
+                elif suffix == "weight":
+                    raise InputError(model.path, f"block {block} has expert tensors but no blk.{block}.ffn_{matrix}_exps.weight "
+                                                 f"(nor a merged ffn_gate_up_exps)")
+        down = tensors.get(("down", suffix))
+        if down is not None:
+            sources.append(whole(f"down{prefix}", down))
+        elif suffix == "weight":
+            raise InputError(model.path, f"block {block} has expert tensors but no blk.{block}.ffn_down_exps.weight")
+    return sources
+
+
+def plan_container(model):
+    """The container a model encodes to: manifest and, per MoE layer, where each slice comes from.
+
+    record_bytes = align_up(32 + max gate + max up + max down slice over all layers (+ max expert
+    bias bytes, gpt-oss), 16 KiB). Raises InputError for a model without routed experts, with
+    inconsistent expert counts, or with a layer missing a matrix.
+    """
+    groups = _collect_expert_tensors(model)
+    if not groups:
+        raise InputError(model.path, "no routed-expert tensors (blk.N.ffn_{gate,up,down}_exps.weight): "
+                                     "a dense model has nothing to put in an expert container")
+    n_expert = _check_counts(model, groups)
+    banks = []
+    for block in sorted(groups):
+        if block > MAX_U16:
+            raise InputError(model.path, f"block {block}: the record header's layer field is 16-bit")
+        sources = _bank_sources(model, block, groups[block], n_expert)
+        layout = fmt.layout_slices(block, [(s.name, s.tensor.type_name, s.n_bytes) for s in sources])
+        banks.append(BankPlan(layout, tuple(sources)))
+
+    max_of = {name: max(bank.layout.slice(name).n_bytes for bank in banks) for name in MATRIX_ORDER}
+    max_corr = max(sum(piece.n_bytes for piece in bank.layout.corr) for bank in banks)
+    record_bytes = fmt.align_up(fmt.HEADER_BYTES + sum(max_of.values()) + max_corr, fmt.RECORD_ALIGN)
+    if record_bytes > MAX_U32:
+        raise InputError(model.path, f"one expert needs a {record_bytes}-byte record: the header's offsets are 32-bit")
+
+    per_matrix = {name: [bank.layout.slice(name).type_name for bank in banks] for name in MATRIX_ORDER}
+    all_types = {name for names in per_matrix.values() for name in names}
+    matrix_types = None
+    if len(all_types) == 1:
+        fmt_name = all_types.pop()
+    else:
+        fmt_name = "mixed"
+        matrix_types = {name: names[0] if len(set(names)) == 1 else names for name, names in per_matrix.items()}
+
+    notes = []
+    top_k = model.get(Keys.EXPERT_USED_COUNT, 0) or 0
+    if not top_k:
+        notes.append(f"{model.key(Keys.EXPERT_USED_COUNT)} is missing: activated_per_token is written as 0")
+    unique = {source.tensor.name: source.tensor for bank in banks for source in bank.sources}
+    manifest = fmt.ContainerManifest(
+        model=model_stem(model.path),
+        fmt=fmt_name,
+        record_bytes=record_bytes,
+        experts_per_layer=n_expert,
+        activated_per_token=top_k * len(banks),
+        banks=[bank.layout for bank in banks],
+        matrix_types=matrix_types,
+        top_k=top_k,
+        source={
+            "file": os.path.basename(model.path),
+            "shards": len(model.shards),
+            "architecture": model.architecture,
+            "fingerprint": model.fingerprint,
+            "expert_bytes": sum(tensor.n_bytes for tensor in unique.values()),
+        },
+    )
+    return ContainerPlan(manifest, banks, notes)
+
+
+# --- encode ------------------------------------------------------------------------------------
+
+
+@dataclass
+class EncodeResult:
+    folder: str
+    manifest: fmt.ContainerManifest
+    banks_written: list  # block numbers
+    banks_skipped: list  # block numbers already complete and verified
+    bytes_read: int  # source expert bytes read from the GGUF
+    bytes_written: int  # bank bytes written
+    seconds: float
+    notes: list = field(default_factory=list)
+
+    @property
+    def container_bytes(self):
+        return self.manifest.bank_bytes * self.manifest.n_layers
+
+
+def _write_all(fd, view):
+    """os.write until every byte of `view` is written (a separate function so tests can fail it)."""
+    while len(view):
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _advise(fd, offset, length, advice):
+    """posix_fadvise where the platform has it; a hint, so failures are ignored."""
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, offset, length, advice)
+        except OSError:
+            pass
+
+
+class SourceFiles:
+    """Read-only descriptors of a model's shard files, for scatter reads straight into record buffers.
+
+    The GGUF is parsed only by moetools.gguf (tensor offsets and sizes come from its TensorInfo);
+    this class just reads those byte ranges with preadv, which fills every record's slice in place
+    without the intermediate bytes object and copy that Model.read_tensor_bytes costs, and gives the
+    kernel read-ahead hints for the next batch while this one is written.
+    """
+
+    IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
+
+    def __init__(self, model):
+        self.model = model
+        self._fds = {}
+
+    def fd(self, shard):
+        fd = self._fds.get(shard)
+        if fd is None:
+            fd = self._fds[shard] = os.open(self.model.shards[shard], os.O_RDONLY)
+        return fd
+
+    def groups(self, bank):
+        """[(tensor, stride, [(slice, source) in byte order within one expert's stride])]: the
+        slices that one contiguous run of a tensor fills (two for a merged gate_up)."""
+        groups = {}
+        for piece, source in zip(bank.layout.slices, bank.sources):
+            groups.setdefault(source.tensor.name, (source.tensor, source.stride, []))[2].append((piece, source))
+        return [(tensor, stride, sorted(pairs, key=lambda pair: pair[1].start)) for tensor, stride, pairs in groups.values()]
+
+    def prefetch(self, bank, first, count):
+        for tensor, stride, _ in self.groups(bank):
+            _advise(self.fd(tensor.shard), tensor.offset + first * stride, count * stride, getattr(os, "POSIX_FADV_WILLNEED", 3))
+
+    def read_into(self, tensor, offset, targets):
+        """preadv `tensor`'s bytes from `offset` (relative to the tensor) into `targets` in order."""
+        fd = self.fd(tensor.shard)
+        position = tensor.offset + offset
+        for at in range(0, len(targets), self.IOV_MAX):
+            chunk = targets[at:at + self.IOV_MAX]
+            want = sum(len(target) for target in chunk)
+            got = os.preadv(fd, chunk, position)
+            if got != want:
+                raise GGUFError(self.model.shards[tensor.shard], f"short read of tensor {tensor.name!r} (file truncated?)",
+                                offset=position + got)
+            position += want
+
+    def close(self):
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _fill_records(files, bank, view, record_bytes, first, count):
+    """Build records first..first+count-1 of `bank` in `view` (headers and slices; the padding is
+    left as it is, zero). One preadv per source tensor scatters its contiguous run of experts
+    straight into the records. Returns the source bytes read."""
+    read = 0
+    for tensor, stride, pairs in files.groups(bank):
+        targets = []
+        for index in range(count):
+            base = index * record_bytes
+            targets += [view[base + piece.offset:base + piece.end] for piece, _ in pairs]
+        files.read_into(tensor, first * stride, targets)
+        read += count * stride
+    for index in range(count):
+        bank.layout.header(first + index, record_bytes).pack_into(view, index * record_bytes)
+    return read
+
+
+def _batch_records(record_bytes, batch_bytes, n_expert):
+    """Records per batch: about `batch_bytes` worth, at least one, at most a bank."""
+    return max(1, min(n_expert, batch_bytes // record_bytes))
+
+
+def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
+    """Write one bank to a temporary name, fsync, rename; then its checksum sidecar. `view` is the
+    reused batch buffer (whole records); `next_bank`'s first batch is prefetched during the fsync.
+    Returns (bytes read, bytes written)."""
+    import xxhash
+
+    manifest = plan.manifest
+    record_bytes, n_expert = manifest.record_bytes, manifest.experts_per_layer
+    batch = len(view) // record_bytes
+    tail = bytes(record_bytes - bank.layout.payload_bytes)
+    for index in range(batch):  # another bank's longer payload may have left bytes in this padding
+        view[index * record_bytes + bank.layout.payload_bytes:(index + 1) * record_bytes] = tail
+    digests, read, written = [], 0, 0
+    path = os.path.join(folder, fmt.bank_name(bank.layout.layer))
+    with atomic.atomic_write(path, "wb") as handle:
+        fd = handle.fileno()
+        fmt.publish_mode(fd)
+        files.prefetch(bank, 0, min(batch, n_expert))
+        for first in range(0, n_expert, batch):
+            count = min(batch, n_expert - first)
+            read += _fill_records(files, bank, view, record_bytes, first, count)
+            if first + count < n_expert:  # the kernel reads the next batch while this one is written
+                files.prefetch(bank, first + count, min(batch, n_expert - first - count))
+            for index in range(count):
+                digests.append(xxhash.xxh3_64_intdigest(view[index * record_bytes:(index + 1) * record_bytes]))
+            _write_all(fd, view[:count * record_bytes])
+            # DONTNEED on freshly written pages starts their writeback now, so the fsync below has
+            # little left to wait for and a many-GB encode does not fill the page cache.
+            _advise(fd, written, count * record_bytes, getattr(os, "POSIX_FADV_DONTNEED", 4))
+            written += count * record_bytes
+            bar.update(count * record_bytes)
+        if next_bank is not None:
+            files.prefetch(next_bank, 0, min(batch, n_expert))
+        os.fsync(fd)
+        _advise(fd, 0, 0, getattr(os, "POSIX_FADV_DONTNEED", 4))
+    # A bank under its final name without a sidecar is simply re-encoded by the next run.
+    fmt.write_checksums(folder, fmt.Checksums(bank.layout.layer, record_bytes, manifest.fingerprint, digests))
+    return read, written
+
+
+def _prepare_folder(folder, manifest, force):
+    """Create `folder`; refuse another model's container unless `force`; drop stale temporaries."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise OutputError(f"{folder}: exists and is not a folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{folder}: cannot create the output folder: {err.strerror or err}") from None
+    existing_path = os.path.join(folder, fmt.MANIFEST_NAME)
+    if os.path.exists(existing_path) and not force:
+        try:
+            existing = fmt.read_manifest(existing_path)
+        except FormatError as err:
+            raise OutputError(f"{folder}: holds an unreadable container manifest ({err}); pass --force to replace it") from None
+        if existing.fingerprint != manifest.fingerprint:
+            raise OutputError(
+                f"{folder}: holds the container of another model ({existing.model}, fingerprint "
+                f"{existing.fingerprint or 'unknown'}; this model is {manifest.model}, fingerprint "
+                f"{manifest.fingerprint}): choose another folder or pass --force to replace it")
+    removed = []
+    for name in sorted(os.listdir(folder)):
+        stale_temp = name.startswith(".") and name.endswith(".tmp")
+        if fmt.is_container_file(name) and (force or stale_temp):
+            os.unlink(os.path.join(folder, name))
+            removed.append(name)
+    return removed
+
+
+def bank_is_complete(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
+    """True when the bank and its sidecar exist, match the manifest and every record checks out."""
+    try:
+        sums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layout.layer)))
+    except (OSError, FormatError):
+        return False
+    if (sums.layer, sums.record_bytes, len(sums.digests), sums.fingerprint) != (
+            layout.layer, manifest.record_bytes, manifest.experts_per_layer, manifest.fingerprint):
+        return False
+    problems = scan_bank(folder, manifest, layout, checksums=sums, batch_bytes=batch_bytes, limit=1)
+    return problems.count == 0
+
+
+def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BYTES, bar=None):
+    """Encode `model`'s routed experts into `folder`; resumable (complete, verified banks are kept).
+
+    Writes one bank per MoE layer (temporary name, fsync, rename), its xxh3 sidecar, and the
+    manifest last. Raises InputError for a model that cannot be encoded, OutputError when the folder
+    holds another model's container (unless `force`) or a write fails (disk full).
+    """
+    started = time.monotonic()
+    plan = plan_container(model)
+    manifest = plan.manifest
+    folder = os.fspath(folder)
+    _prepare_folder(folder, manifest, force)
+    bar = bar or progress(enabled=False)
+    written_layers, skipped, read, written = [], [], 0, 0
+    batch = _batch_records(manifest.record_bytes, batch_bytes, manifest.experts_per_layer)
+    buffer = None  # allocated once, on the first bank that needs writing
+    files = SourceFiles(model)
+    try:
+        for position, bank in enumerate(plan.banks):
+            if bank_is_complete(folder, manifest, bank.layout, batch_bytes):
+                skipped.append(bank.layout.layer)
+                bar.update(manifest.bank_bytes)
+                continue
+            if buffer is None:
+                buffer = bytearray(batch * manifest.record_bytes)
+            next_bank = plan.banks[position + 1] if position + 1 < len(plan.banks) else None
+            bank_read, bank_written = _write_bank(files, folder, plan, bank, memoryview(buffer), bar, next_bank)
+            read += bank_read
+            written += bank_written
+            written_layers.append(bank.layout.layer)
+    finally:
+        files.close()
+    fmt.write_manifest(folder, manifest)
+    return EncodeResult(folder, manifest, written_layers, skipped, read, written, time.monotonic() - started, plan.notes)
+
+
+# --- verify ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Problems:
+    """Problems found, keeping the first `keep` and counting the rest."""
+
+    keep: int = 100
+    items: list = field(default_factory=list)
+    count: int = 0
+
+    def add(self, problem):
+        self.count += 1
+        if len(self.items) < self.keep:
+            self.items.append(problem)
+
+    def full(self, limit):
+        return limit is not None and self.count >= limit
+
+
+def _first_difference(actual, expected):
+    import numpy as np
+
+    a = np.frombuffer(actual, dtype=np.uint8)
+    b = np.frombuffer(expected, dtype=np.uint8)
+    return int(np.flatnonzero(a != b)[0])
+
+
+def _check_record(record, expert, layout, manifest, zero_tail, checksums, expected_slices, problems):
+    """Header fields, zero padding, checksum and (when given) source slices of one record."""
+    import xxhash
+
+    layer = layout.layer
+    try:
+        header = fmt.RecordHeader.unpack(record)
+    except ValueError as err:
+        problems.add(Problem(layer, expert, "magic", str(err)))
+        header = None
+    if header is not None:
+        for name, found, wanted in header.differences(layout.header(expert, manifest.record_bytes)):
+            problems.add(Problem(layer, expert, name, f"header says {found}, expected {wanted}"))
+    if record[layout.payload_bytes:] != zero_tail:
+        at = layout.payload_bytes + _first_difference(record[layout.payload_bytes:], zero_tail)
+        problems.add(Problem(layer, expert, "padding", f"non-zero byte at record offset {at}"))
+    if checksums is not None and expert < len(checksums.digests):
+        digest = xxhash.xxh3_64_intdigest(record)
+        if digest != checksums.digests[expert]:
+            problems.add(Problem(layer, expert, "checksum", f"xxh3 {digest:016x}, sidecar says {checksums.digests[expert]:016x}"))
+    for piece, expected in expected_slices:
+        actual = record[piece.offset:piece.end]
+        if actual != expected:
+            at = _first_difference(actual, expected)
+            problems.add(Problem(layer, expert, piece.name,
+                                 f"differs from the GGUF at byte {at} of the slice (record offset {piece.offset + at})"))
+
+
+def scan_bank(folder, manifest, layout, *, checksums=None, model=None, sources=None, batch_bytes=DEFAULT_BATCH_BYTES,
+              bar=None, limit=None, problems=None):
+    """Check every record of one bank: size, header fields, zero padding, xxh3 against `checksums`,
+    and with `model` and `sources` (SliceSources of the bank) the slices against the GGUF bytes.
+    Stops after `limit` problems. Returns a Problems."""
+    problems = problems or Problems()
+    layer, record_bytes, n_expert = layout.layer, manifest.record_bytes, manifest.experts_per_layer
+    try:
+        reader = ContainerReader(folder, manifest=manifest)
+        n_full = reader.bank_records(layer)
+    except FileNotFoundError:
+        problems.add(Problem(layer, None, "bank", f"{fmt.bank_name(layer)} is missing"))
+        return problems
+    size = os.path.getsize(reader.bank_path(layer))
+    if size != manifest.bank_bytes:
+        problems.add(Problem(layer, None, "bank size",
+                             f"{size} bytes, expected {manifest.bank_bytes} ({n_expert} records of {record_bytes}): truncated or not this container's"))
+        if problems.full(limit):
+            reader.close()
+            return problems
+    zero_tail = bytes(record_bytes - layout.payload_bytes)
+    batch = _batch_records(record_bytes, batch_bytes, n_expert)
+    buffer = bytearray(batch * record_bytes)
+    with reader:
+        for first in range(0, n_full, batch):
+            count = min(batch, n_full - first)
+            view = memoryview(buffer)[:count * record_bytes]
+            count = reader.read_records(layer, first, view)
+            source_data = []
+            if model is not None:
+                last_name = None
+                for piece, source in zip(layout.slices, sources):
+                    if source.tensor.name != last_name:
+                        data = memoryview(model.read_tensor_bytes(source.tensor, first * source.stride, count * source.stride))
+                        last_name = source.tensor.name
+                    source_data.append((piece, source, data))
+            for index in range(count):
+                expert = first + index
+                record = view[index * record_bytes:(index + 1) * record_bytes]
+                expected = [(piece, data[index * source.stride + source.start:index * source.stride + source.start + source.n_bytes])
+                            for piece, source, data in source_data]
+                _check_record(record, expert, layout, manifest, zero_tail, checksums, expected, problems)
+                if problems.full(limit):
+                    return problems
+            if bar is not None:
+                bar.update(count * record_bytes)
+    return problems
+
+
+@dataclass
+class VerifyResult:
+    folder: str
+    manifest: fmt.ContainerManifest
+    problems: Problems
+    banks_checked: int
+    records_checked: int
+    bytes_checked: int
+    model_path: str  # "" when not checked against a model
+    seconds: float
+
+    @property
+    def ok(self):
+        return self.problems.count == 0
+
+
+def _compare_plan(plan, manifest, problems):
+    """Structural differences between what the model encodes to and what the manifest says.
+    Returns the layers whose layout matches (their slices can be compared byte by byte)."""
+    if plan.manifest.fingerprint != manifest.fingerprint:
+        problems.add(Problem(None, None, "model",
+                             f"the container was encoded from {manifest.source.get('file') or manifest.model} "
+                             f"(fingerprint {manifest.fingerprint or 'unknown'}), not from this model "
+                             f"({plan.manifest.source['file']}, fingerprint {plan.manifest.fingerprint})"))
+        return set()
+    for key in ("record_bytes", "experts_per_layer", "fmt", "activated_per_token"):
+        if getattr(plan.manifest, key) != getattr(manifest, key):
+            problems.add(Problem(None, None, key, f"manifest says {getattr(manifest, key)}, the model encodes to {getattr(plan.manifest, key)}"))
+    if plan.manifest.layers != manifest.layers:
+        problems.add(Problem(None, None, "layers", f"manifest lists {manifest.layers}, the model's MoE layers are {plan.manifest.layers}"))
+    matching = set()
+    planned = {bank.layout.layer: bank.layout for bank in plan.banks}
+    for layout in manifest.banks:
+        want = planned.get(layout.layer)
+        if want is None:
+            continue
+        if want != layout:
+            problems.add(Problem(layout.layer, None, "layout", f"manifest slices {[s.to_doc() | {'name': s.name} for s in layout.slices]}, "
+                                                               f"the model's {[s.to_doc() | {'name': s.name} for s in want.slices]}"))
+        else:
+            matching.add(layout.layer)
+    return matching
+
+
+def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, keep=100):
+    """Check a container: manifest geometry, bank sizes, every record header, the xxh3 sidecars and,
+    given the source `model`, every slice against the GGUF bytes. Raises FormatError when the
+    manifest itself is unreadable; every other mismatch is a Problem in the result."""
+    started = time.monotonic()
+    folder = os.fspath(folder)
+    manifest = fmt.read_manifest(folder)
+    problems = Problems(keep=keep)
+    comparable, plan_banks = set(), {}
+    if model is not None:
+        plan = plan_container(model)
+        comparable = _compare_plan(plan, manifest, problems)
+        plan_banks = {bank.layout.layer: bank for bank in plan.banks}
+    records = checked_bytes = 0
+    for layout in manifest.banks:
+        layer = layout.layer
+        checksums = None
+        try:
+            checksums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layer)))
+        except FileNotFoundError:
+            problems.add(Problem(layer, None, "checksums", f"{fmt.checksum_name(layer)} is missing"))
+        except (OSError, FormatError) as err:
+            problems.add(Problem(layer, None, "checksums", str(err)))
+        if checksums is not None:
+            for name, found, wanted in (("layer", checksums.layer, layer),
+                                        ("record count", len(checksums.digests), manifest.experts_per_layer),
+                                        ("record_bytes", checksums.record_bytes, manifest.record_bytes),
+                                        ("fingerprint", checksums.fingerprint, manifest.fingerprint)):
+                if found != wanted:
+                    problems.add(Problem(layer, None, "checksums", f"sidecar {name} is {found}, expected {wanted}"))
+                    if name != "fingerprint":  # digests of another geometry say nothing about these records
+                        checksums = None
+                        break
+        with_model = model if layer in comparable else None
+        sources = plan_banks[layer].sources if with_model is not None else None
+        scan_bank(folder, manifest, layout, checksums=checksums, model=with_model, sources=sources,
+                  batch_bytes=batch_bytes, bar=bar, problems=problems)
+        try:
+            size = os.path.getsize(os.path.join(folder, fmt.bank_name(layer)))
+        except OSError:
+            size = 0
+        records += min(manifest.experts_per_layer, size // manifest.record_bytes)
+        checked_bytes += min(size, manifest.bank_bytes)
+    return VerifyResult(folder, manifest, problems, manifest.n_layers, records, checked_bytes,
+                        model.path if model is not None else "", time.monotonic() - started)

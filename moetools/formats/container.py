@@ -1,0 +1,384 @@
+"""Expert container (`GGML_MOE_CONTAINER`, a folder): manifest, record header, checksum sidecars.
+
+The only module that reads or writes the container's on-disk layout (DESIGN section 3):
+
+- `manifest.json`: `version`, `model`, `fmt`, `record_bytes`, `n_layers`, `experts_per_layer`,
+  `activated_per_token` (the serving fork's keys), plus moetools' own: `layers` (GGUF block number of
+  each bank), `banks` (each bank's record layout: ggml type, offset and bytes of gate, up, down and
+  the expert biases), `matrix_types` (when `fmt` is "mixed"), `source` (file, fingerprint) and
+  `checksums`. The fork ignores keys it does not know.
+- `experts-L{N}.bin`, N the GGUF block number: record r (expert r) at `r * record_bytes`. A record is
+  a 32-byte little-endian header, then gate | up | down (| biases) back to back, zero padding.
+- `experts-L{N}.xxh3` (moetools only; the fork ignores it): a 32-byte header then one little-endian
+  u64 xxh3-64 per record, over the whole record including header and padding.
+"""
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+
+from moetools import atomic
+from moetools.errors import FormatError
+from moetools.formats.jsonio import load_json, require
+from moetools.gguf.constants import GGML_TYPE_IDS
+
+VERSION = 1
+MANIFEST_NAME = "manifest.json"
+MAGIC = b"WEXP"
+HEADER_BYTES = 32
+PAGE_BYTES = 4096  # O_DIRECT granularity: record_4k_blocks counts these
+RECORD_ALIGN = 16384  # record_bytes is rounded up to this
+MATRICES = ("gate", "up", "down")
+
+# "WEXP", layer u16 @4, expert u16 @6, fmt u8 @8, flags u8 @9, codebook u16 @10,
+# gate_off u32 @12, up_off u32 @16, down_off u32 @20, corr_off u32 @24, record_4k_blocks u32 @28
+HEADER = struct.Struct("<4sHHBBHIIIII")
+assert HEADER.size == HEADER_BYTES
+
+CHECKSUM_MAGIC = b"WXH3"
+CHECKSUM_VERSION = 1
+# magic, version u16, layer u16, n_records u32, reserved u32, record_bytes u64, source fingerprint 8 bytes
+CHECKSUM_HEADER = struct.Struct("<4sHHIIQ8s")
+assert CHECKSUM_HEADER.size == 32
+
+
+def align_up(value, alignment):
+    return -(-value // alignment) * alignment
+
+
+def bank_name(layer):
+    return f"experts-L{layer}.bin"
+
+
+def checksum_name(layer):
+    return f"experts-L{layer}.xxh3"
+
+
+def is_container_file(name):
+    """True for a name the container owns (manifest, bank, sidecar, or a temporary twin of one)."""
+    base = name[1:] if name.startswith(".") else name
+    return base.startswith((MANIFEST_NAME, "experts-L"))
+
+
+# --- record header -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordHeader:
+    """The 32-byte header at the start of every record; offsets are relative to the record start."""
+
+    layer: int
+    expert: int
+    fmt: int  # ggml type id of the gate matrix
+    flags: int
+    codebook: int
+    gate_off: int
+    up_off: int
+    down_off: int
+    corr_off: int  # expert biases, 0 when there are none
+    record_4k_blocks: int  # record_bytes / 4096
+
+    FIELDS = ("magic", "layer", "expert", "fmt", "flags", "codebook", "gate_off", "up_off", "down_off",
+              "corr_off", "record_4k_blocks")
+
+    def pack_into(self, buffer, offset=0):
+        HEADER.pack_into(buffer, offset, MAGIC, self.layer, self.expert, self.fmt, self.flags, self.codebook,
+                         self.gate_off, self.up_off, self.down_off, self.corr_off, self.record_4k_blocks)
+
+    def pack(self):
+        buffer = bytearray(HEADER_BYTES)
+        self.pack_into(buffer)
+        return bytes(buffer)
+
+    @classmethod
+    def unpack(cls, buffer, offset=0):
+        """Parse a header; raises ValueError when the magic is not `WEXP`."""
+        magic, *values = HEADER.unpack_from(buffer, offset)
+        if magic != MAGIC:
+            raise ValueError(f"magic is {magic!r}, not {MAGIC!r}")
+        return cls(*values)
+
+    def differences(self, other):
+        """[(field, self value, other value)] for every field that differs."""
+        return [(name, getattr(self, name), getattr(other, name)) for name in self.FIELDS[1:]
+                if getattr(self, name) != getattr(other, name)]
+
+
+# --- bank layout -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One piece of a record: a matrix (`gate`, `up`, `down`) or an expert bias (`gate_bias`, ...)."""
+
+    name: str
+    type_name: str  # ggml type name
+    offset: int  # from the record start
+    n_bytes: int
+
+    @property
+    def end(self):
+        return self.offset + self.n_bytes
+
+    def to_doc(self):
+        return {"type": self.type_name, "offset": self.offset, "bytes": self.n_bytes}
+
+
+@dataclass(frozen=True)
+class BankLayout:
+    """Where each slice sits in every record of one bank (all records of a bank share it)."""
+
+    layer: int  # GGUF block number
+    slices: tuple  # Slice: gate, up, down, then any biases, back to back from HEADER_BYTES
+
+    def slice(self, name):
+        for piece in self.slices:
+            if piece.name == name:
+                return piece
+        raise KeyError(name)
+
+    @property
+    def corr(self):
+        return self.slices[3:]
+
+    @property
+    def corr_off(self):
+        return self.slices[3].offset if len(self.slices) > 3 else 0
+
+    @property
+    def payload_bytes(self):
+        return self.slices[-1].end
+
+    @property
+    def fmt_id(self):
+        return GGML_TYPE_IDS.get(self.slices[0].type_name, 0)
+
+    def header(self, expert, record_bytes):
+        """The header record `expert` of this bank must carry."""
+        return RecordHeader(
+            layer=self.layer, expert=expert, fmt=self.fmt_id, flags=0, codebook=0,
+            gate_off=self.slice("gate").offset, up_off=self.slice("up").offset,
+            down_off=self.slice("down").offset, corr_off=self.corr_off,
+            record_4k_blocks=record_bytes // PAGE_BYTES,
+        )
+
+    def to_doc(self):
+        doc = {"layer": self.layer, "file": bank_name(self.layer), "checksums": checksum_name(self.layer)}
+        for piece in self.slices[:3]:
+            doc[piece.name] = piece.to_doc()
+        doc["corr"] = [{"name": piece.name} | piece.to_doc() for piece in self.corr]
+        doc["payload_bytes"] = self.payload_bytes
+        return doc
+
+
+def layout_slices(layer, pieces):
+    """A BankLayout from [(name, ggml type name, bytes)] in record order (gate, up, down, biases)."""
+    slices, offset = [], HEADER_BYTES
+    for name, type_name, n_bytes in pieces:
+        slices.append(Slice(name, type_name, offset, n_bytes))
+        offset += n_bytes
+    return BankLayout(layer, tuple(slices))
+
+
+# --- manifest ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ContainerManifest:
+    model: str  # source model stem, e.g. "kimi-k3"
+    fmt: str  # ggml type name of every expert matrix, or "mixed"
+    record_bytes: int
+    experts_per_layer: int
+    activated_per_token: int  # top-k x MoE layers
+    banks: list  # BankLayout per MoE layer, ascending block number
+    matrix_types: dict = None  # when fmt is "mixed": matrix -> type name, or per-bank list of names
+    top_k: int = 0
+    source: dict = field(default_factory=dict)  # file, shards, architecture, fingerprint, expert_bytes
+    version: int = VERSION
+    extra: dict = field(default_factory=dict)  # unknown keys, kept
+    path: str = ""  # where it was read from (not written)
+
+    @property
+    def n_layers(self):
+        return len(self.banks)
+
+    @property
+    def layers(self):
+        return [bank.layer for bank in self.banks]
+
+    @property
+    def fingerprint(self):
+        return self.source.get("fingerprint", "")
+
+    @property
+    def bank_bytes(self):
+        return self.record_bytes * self.experts_per_layer
+
+    def bank(self, layer):
+        for bank in self.banks:
+            if bank.layer == layer:
+                return bank
+        raise KeyError(layer)
+
+    def to_doc(self):
+        doc = {
+            "version": self.version,
+            "model": self.model,
+            "fmt": self.fmt,
+            "record_bytes": self.record_bytes,
+            "n_layers": self.n_layers,
+            "experts_per_layer": self.experts_per_layer,
+            "activated_per_token": self.activated_per_token,
+            "layers": self.layers,
+            "top_k": self.top_k,
+        }
+        if self.matrix_types:
+            doc["matrix_types"] = self.matrix_types
+        doc["header_bytes"] = HEADER_BYTES
+        doc["checksums"] = {"algorithm": "xxh3_64", "files": "experts-L{N}.xxh3", "scope": "whole record"}
+        doc["source"] = self.source
+        doc["banks"] = [bank.to_doc() for bank in self.banks]
+        doc.update(self.extra)
+        return doc
+
+
+def publish_mode(fd):
+    """Give a file the usual 0666 & ~umask mode: temporary files are created 0600, and a container
+    is read by the server, possibly running as another user."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+
+
+def _write_published(path, data):
+    with atomic.atomic_write(path, "wb") as handle:
+        publish_mode(handle.fileno())
+        handle.write(data)
+
+
+def write_manifest(folder, manifest):
+    """Write `manifest.json` atomically (the encoder writes it last, once every bank is complete)."""
+    _write_published(os.path.join(folder, MANIFEST_NAME), (json.dumps(manifest.to_doc(), indent=2) + "\n").encode())
+
+
+def manifest_path(folder_or_file):
+    path = os.fspath(folder_or_file)
+    return os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
+
+
+def _int(doc, key, path, what, minimum=0):
+    value = require(doc, key, int, path, what)
+    if value < minimum:
+        raise FormatError(path, f"{key} is {value}, must be at least {minimum}", key=key)
+    return value
+
+
+def _bank_from_doc(doc, path, index):
+    what = f"bank {index} of the container manifest"
+    layer = _int(doc, "layer", path, what)
+    pieces = []
+    for name in MATRICES:
+        piece = require(doc, name, dict, path, what)
+        pieces.append((name, require(piece, "type", str, path, what), _int(piece, "bytes", path, what, 1)))
+    for piece in doc.get("corr") or []:
+        pieces.append((require(piece, "name", str, path, what), require(piece, "type", str, path, what),
+                       _int(piece, "bytes", path, what, 1)))
+    layout = layout_slices(layer, pieces)
+    declared = [doc[name].get("offset") for name in MATRICES] + [piece.get("offset") for piece in doc.get("corr") or []]
+    actual = [piece.offset for piece in layout.slices]
+    if any(d is not None and d != a for d, a in zip(declared, actual)):
+        raise FormatError(path, f"bank of layer {layer}: slice offsets {declared} are not back to back from {HEADER_BYTES}",
+                          key=f"banks[{index}]")
+    return layout
+
+
+def read_manifest(folder_or_file):
+    """Parse and validate `manifest.json` (given the container folder or the file itself)."""
+    path = manifest_path(folder_or_file)
+    what = "container manifest"
+    if not os.path.exists(path):
+        raise FormatError(path, "no container manifest here (is this a container folder?)")
+    doc = load_json(path, what)
+    version = _int(doc, "version", path, what, 1)
+    if version > VERSION:
+        raise FormatError(path, f"container version {version} is newer than this moetools reads ({VERSION})", key="version")
+    record_bytes = _int(doc, "record_bytes", path, what, PAGE_BYTES)
+    if record_bytes % PAGE_BYTES:
+        raise FormatError(path, f"record_bytes {record_bytes} is not a multiple of {PAGE_BYTES}", key="record_bytes")
+    n_layers = _int(doc, "n_layers", path, what)
+    bank_docs = require(doc, "banks", list, path, what)
+    banks = [_bank_from_doc(bank, path, index) for index, bank in enumerate(bank_docs)]
+    if len(banks) != n_layers:
+        raise FormatError(path, f"n_layers is {n_layers} but {len(banks)} banks are listed", key="n_layers")
+    layers = doc.get("layers")
+    if layers is not None and layers != [bank.layer for bank in banks]:
+        raise FormatError(path, f"layers {layers} differ from the banks' layers", key="layers")
+    if len({bank.layer for bank in banks}) != len(banks):
+        raise FormatError(path, "a layer is listed twice", key="banks")
+    for bank in banks:
+        if bank.payload_bytes > record_bytes:
+            raise FormatError(path, f"layer {bank.layer}'s record payload ({bank.payload_bytes} bytes) exceeds record_bytes {record_bytes}",
+                              key="record_bytes")
+    known = {"version", "model", "fmt", "record_bytes", "n_layers", "experts_per_layer", "activated_per_token",
+             "layers", "top_k", "matrix_types", "header_bytes", "checksums", "source", "banks"}
+    source = doc.get("source") or {}
+    if not isinstance(source, dict):
+        raise FormatError(path, "source must be an object", key="source")
+    return ContainerManifest(
+        model=require(doc, "model", str, path, what),
+        fmt=require(doc, "fmt", str, path, what),
+        record_bytes=record_bytes,
+        experts_per_layer=_int(doc, "experts_per_layer", path, what, 1),
+        activated_per_token=_int(doc, "activated_per_token", path, what),
+        banks=banks,
+        matrix_types=doc.get("matrix_types"),
+        top_k=doc.get("top_k", 0) if isinstance(doc.get("top_k", 0), int) else 0,
+        source=source,
+        version=version,
+        extra={key: value for key, value in doc.items() if key not in known},
+        path=path,
+    )
+
+
+# --- checksum sidecar --------------------------------------------------------------------------
+
+
+@dataclass
+class Checksums:
+    """One bank's sidecar: xxh3-64 of every record, and what it was computed for."""
+
+    layer: int
+    record_bytes: int
+    fingerprint: str  # source model fingerprint (16 hex digits)
+    digests: list  # int per record
+    path: str = ""
+
+    def pack(self):
+        fingerprint = bytes.fromhex(self.fingerprint) if self.fingerprint else bytes(8)
+        head = CHECKSUM_HEADER.pack(CHECKSUM_MAGIC, CHECKSUM_VERSION, self.layer, len(self.digests), 0,
+                                    self.record_bytes, fingerprint.ljust(8, b"\0")[:8])
+        return head + struct.pack(f"<{len(self.digests)}Q", *self.digests)
+
+
+def write_checksums(folder, checksums):
+    _write_published(os.path.join(folder, checksum_name(checksums.layer)), checksums.pack())
+
+
+def read_checksums(path):
+    """Parse a bank's checksum sidecar. Raises FormatError naming the file and offset."""
+    path = os.fspath(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < CHECKSUM_HEADER.size:
+        raise FormatError(path, f"checksum file is {len(data)} bytes, shorter than its {CHECKSUM_HEADER.size}-byte header")
+    magic, version, layer, count, _reserved, record_bytes, fingerprint = CHECKSUM_HEADER.unpack_from(data)
+    if magic != CHECKSUM_MAGIC:
+        raise FormatError(path, f"not a moetools checksum file (magic {magic!r})", offset=0)
+    if version != CHECKSUM_VERSION:
+        raise FormatError(path, f"checksum file version {version} is not {CHECKSUM_VERSION}", offset=4)
+    expected = CHECKSUM_HEADER.size + 8 * count
+    if len(data) != expected:
+        raise FormatError(path, f"checksum file is {len(data)} bytes, {count} records need {expected}", offset=min(len(data), expected))
+    digests = list(struct.unpack_from(f"<{count}Q", data, CHECKSUM_HEADER.size))
+    return Checksums(layer, record_bytes, fingerprint.hex(), digests, path)
