@@ -25,10 +25,19 @@ def fsync_dir(folder):
         os.close(fd)
 
 
+def _usual_mode():
+    """0666 & ~umask: what open() would give a new file (mkstemp gives 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="wb", overwrite=True):
     """Yield a file object for `path`'s temporary twin; rename it into place on success.
 
+    The file gets the mode a plain open() would give it, not mkstemp's 0600: outputs such as a
+    container or a plan file are read by a server that may run as another user.
     With `overwrite=False` an existing `path` is an OutputError (checked before and at rename).
     On any exception the temporary file is removed and the exception propagates.
     """
@@ -41,6 +50,7 @@ def atomic_write(path, mode="wb", overwrite=True):
     except OSError as err:
         raise OutputError(f"{folder}: cannot write here: {err.strerror or err}") from None
     try:
+        os.fchmod(fd, _usual_mode())
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle

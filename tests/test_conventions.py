@@ -122,3 +122,12 @@ def test_header_path_imports_neither_numpy_nor_gguf(tiny_models):
 def test_python_dash_m_runs(tiny_models):
     proc = subprocess.run([sys.executable, "-m", "moetools", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("moetools, version")
+
+
+def test_atomic_write_gives_the_usual_mode(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        atomic.write_text(tmp_path / "plan.json", "{}")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "plan.json").stat().st_mode & 0o777 == 0o644

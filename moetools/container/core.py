@@ -347,7 +347,6 @@ def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
     path = os.path.join(folder, fmt.bank_name(bank.layout.layer))
     with atomic.atomic_write(path, "wb") as handle:
         fd = handle.fileno()
-        fmt.publish_mode(fd)
         files.prefetch(bank, 0, min(batch, n_expert))
         for first in range(0, n_expert, batch):
             count = min(batch, n_expert - first)

@@ -243,23 +243,9 @@ class ContainerManifest:
         return doc
 
 
-def publish_mode(fd):
-    """Give a file the usual 0666 & ~umask mode: temporary files are created 0600, and a container
-    is read by the server, possibly running as another user."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-
-
-def _write_published(path, data):
-    with atomic.atomic_write(path, "wb") as handle:
-        publish_mode(handle.fileno())
-        handle.write(data)
-
-
 def write_manifest(folder, manifest):
     """Write `manifest.json` atomically (the encoder writes it last, once every bank is complete)."""
-    _write_published(os.path.join(folder, MANIFEST_NAME), (json.dumps(manifest.to_doc(), indent=2) + "\n").encode())
+    atomic.write_bytes(os.path.join(folder, MANIFEST_NAME), (json.dumps(manifest.to_doc(), indent=2) + "\n").encode())
 
 
 def manifest_path(folder_or_file):
@@ -362,7 +348,7 @@ class Checksums:
 
 
 def write_checksums(folder, checksums):
-    _write_published(os.path.join(folder, checksum_name(checksums.layer)), checksums.pack())
+    atomic.write_bytes(os.path.join(folder, checksum_name(checksums.layer)), checksums.pack())
 
 
 def read_checksums(path):
