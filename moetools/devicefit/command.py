@@ -74,7 +74,9 @@ def tables(doc):
         ["resident weights", gib(doc["resident_bytes"]), doc["resident_source"]],
         ["KV cache", gib(doc["kv_bytes"]), f"context {doc['context']}: {_cell_summary(doc)} ({doc['ctk']}/{doc['ctv']})"],
     ]
-    if doc["experts_per_token"]:
+    if doc["verdict"] == "unfittable":
+        rows.append(["shortfall", gib(doc["shortfall_bytes"]), f"{doc['shortfall_bytes']} bytes short for the smallest division"])
+    elif doc["experts_per_token"]:
         rows.append(["hot-expert budget", gib(doc["expert_budget_bytes"]),
                      f"{doc['slots']} of {doc['total_slots']} slots x {gib(doc['expert_bytes'])}"])
     else:

@@ -424,7 +424,10 @@ def fit(facts, tiers, options, coverage=None, observations=()):
         native_division = divisions[0]
         if chosen is not native_division and native_division.feasible and native_division.tok_s:
             notes.append(f"native fits too; tier {chosen.tier.label} is {chosen.tok_s / native_division.tok_s:.2f}x its speed")
-        if not facts.dense and coverage.source == "uniform":
+        if not facts.dense and chosen.slots >= facts.total_slots:
+            spare = chosen.expert_budget_bytes - facts.total_slots * facts.expert_bytes
+            notes.append(f"every expert fits in VRAM ({facts.total_slots} slots); {max(0, spare)} bytes of the budget are spare")
+        elif not facts.dense and coverage.source == "uniform":
             notes.append("coverage is the uniform floor (slots / total slots); give --coverage for a measured curve")
     if options.ram is not None:
         result.host = host_budget(facts, chosen, options, warnings)
