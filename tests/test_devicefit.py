@@ -406,3 +406,30 @@ def test_real_converter_models_fit(shared_models):
 def test_usage_error_core():
     with pytest.raises(UsageError):
         core.fit(None, [], core.FitOptions(vram=1, reserve=2))
+
+
+def test_header_path_imports_no_heavy_modules(tiny_models, tmp_path):
+    """device-fit --json imports neither numpy, gguf nor rich, and its own modules not dataclasses."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport moetools.gguf, click\nbefore = set(sys.modules)\n"
+            "sys.argv = ['moetools', 'device-fit', %r, '--vram', '8G', '--json']\n"
+            "from moetools.cli import cli\n"
+            "try:\n    cli()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('numpy', 'gguf', 'rich') if m in sys.modules]\n"
+            "heavy += [m for m in ('dataclasses',) if m in set(sys.modules) - before]\n"
+            "sys.stderr.write('HEAVY=' + ','.join(heavy))") % str(tiny_models["kimi-k3"])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stderr.endswith("HEAVY="), proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "native"
+
+
+def test_record_fields():
+    tier = core.Tier("q4_0", 10, "x.gguf")
+    assert tier == core.Tier(label="q4_0", resident_bytes=10, gguf="x.gguf", manifest="")
+    assert core.Division(tier).kv == [] and core.Division(tier).kv is not core.Division(tier).kv
+    with pytest.raises(TypeError):
+        core.Tier("q4_0")
+    with pytest.raises(TypeError):
+        core.Tier("q4_0", 1, "g", nope=1)

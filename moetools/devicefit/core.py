@@ -7,12 +7,10 @@ is given through moetools.formats. Sizes are bytes, speeds tokens/s, times secon
 
 import json
 import os
-from dataclasses import dataclass, field
 
 from moetools.devicefit import kv as kvmod
+from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import FormatError, GGUFError, UsageError
-from moetools.formats.curve import CEILING_POLICIES
-from moetools.formats.resident_manifest import find_manifests, read_manifest
 from moetools.gguf.constants import Keys
 from moetools.gguf.model import expert_tensor_kind, model_stem
 
@@ -24,23 +22,24 @@ OBSERVATION_WEIGHT = 0.4  # later measurements blend in with this weight
 NATIVE = "native"
 
 
-@dataclass
-class ModelFacts:
+class ModelFacts(Record):
     """What device-fit needs from a model, read once from its header."""
 
-    path: str
-    architecture: str
-    fingerprint: str
-    shape: kvmod.KVShape
-    resident_bytes: int  # every tensor that is not a routed expert
-    file_bytes: int  # all shards, as llama.cpp maps them
-    block_count: int
-    expert_count: int
-    moe_layers: list  # block numbers holding routed experts
-    layer_expert_bytes: dict  # {block: bytes of all that block's expert tensors}
-    experts_per_token: int  # sum of top-k over the MoE layers
-    expert_bytes: int  # mean bytes of one (layer, expert) over the MoE layers, rounded up
-    warnings: list = field(default_factory=list)
+    FIELDS = (
+        ("path", REQUIRED),
+        ("architecture", REQUIRED),
+        ("fingerprint", REQUIRED),
+        ("shape", REQUIRED),
+        ("resident_bytes", REQUIRED),  # every tensor that is not a routed expert
+        ("file_bytes", REQUIRED),  # all shards, as llama.cpp maps them
+        ("block_count", REQUIRED),
+        ("expert_count", REQUIRED),
+        ("moe_layers", REQUIRED),  # block numbers holding routed experts
+        ("layer_expert_bytes", REQUIRED),  # {block: bytes of all that block's expert tensors}
+        ("experts_per_token", REQUIRED),  # sum of top-k over the MoE layers
+        ("expert_bytes", REQUIRED),  # mean bytes of one (layer, expert) over the MoE layers, rounded up
+        ("warnings", list),
+    )
 
     @property
     def total_slots(self):
@@ -91,14 +90,15 @@ def model_facts(model):
 
 # --- resident tiers ---------------------------------------------------------------------------
 
-@dataclass
-class Tier:
+class Tier(Record):
     """One way to hold the resident weights: the model's own (native) or a resident-only GGUF."""
 
-    label: str
-    resident_bytes: int
-    gguf: str  # the GGUF that supplies the resident weights
-    manifest: str = ""
+    FIELDS = (
+        ("label", REQUIRED),
+        ("resident_bytes", REQUIRED),
+        ("gguf", REQUIRED),  # the GGUF that supplies the resident weights
+        ("manifest", ""),
+    )
 
 
 def default_tier_folder(model_path):
@@ -112,6 +112,9 @@ def load_tiers(folder, facts):
     Skipped with a warning: malformed manifests, manifests whose GGUF is missing, manifests recorded
     against another model (by `source_fingerprint`, else by `source_model`), duplicate labels.
     """
+    # formats use dataclasses; imported only when there are tiers to read (header path start-up)
+    from moetools.formats.resident_manifest import find_manifests, read_manifest
+
     tiers, warnings, seen = [], [], set()
     model_name = os.path.basename(facts.path)
     for path in find_manifests(folder):
@@ -145,14 +148,15 @@ def load_tiers(folder, facts):
 
 # --- coverage and observations ----------------------------------------------------------------
 
-@dataclass
-class Coverage:
+class Coverage(Record):
     """Hit ratio of the hot-expert cache against its size in slots."""
 
-    source: str  # "curve" or "uniform"
-    policy: str = ""
-    curve: object = None
-    total_slots: int = 0
+    FIELDS = (
+        ("source", REQUIRED),  # "curve" or "uniform"
+        ("policy", ""),
+        ("curve", None),
+        ("total_slots", 0),
+    )
 
     def at(self, slots):
         if self.source == "curve":
@@ -168,6 +172,8 @@ def coverage_model(curve, policy, facts, path="<curve>"):
     """A Coverage from a parsed curve (or None for the uniform floor). Raises UsageError/FormatError."""
     if curve is None:
         return Coverage("uniform", total_slots=facts.total_slots), []
+    from moetools.formats.curve import CEILING_POLICIES
+
     if policy in CEILING_POLICIES:
         raise UsageError(f"--coverage-policy {policy}: Belady is the offline ceiling, never a prediction")
     if policy not in curve.hit:
@@ -228,37 +234,40 @@ def refine(predicted, observations):
 
 # --- the division -----------------------------------------------------------------------------
 
-@dataclass
-class FitOptions:
-    vram: int
-    reserve: int = None  # default max(2 GiB, VRAM / 10)
-    ctx: int = None  # default: the training context
-    min_ctx: int = 4096
-    kv: kvmod.KVSettings = field(default_factory=kvmod.KVSettings)
-    h2d_bytes_per_s: float = 25e9
-    floor_s: float = 0.010
-    ram: int = None
-    os_reserve: int = 4 * GIB
-    container: str = ""
+class FitOptions(Record):
+
+    FIELDS = (
+        ("vram", REQUIRED),
+        ("reserve", None),  # default max(2 GiB, VRAM / 10)
+        ("ctx", None),  # default: the training context
+        ("min_ctx", 4096),
+        ("kv", kvmod.KVSettings),
+        ("h2d_bytes_per_s", 25e9),
+        ("floor_s", 0.010),
+        ("ram", None),
+        ("os_reserve", 4 * GIB),
+        ("container", ""),
+    )
 
 
-@dataclass
-class Division:
+class Division(Record):
     """One resident tier's division of the card."""
 
-    tier: Tier
-    feasible: bool = False
-    context: int = 0
-    kv: list = field(default_factory=list)  # KVCache
-    expert_budget_bytes: int = 0
-    free_bytes: int = 0  # VRAM left after resident + KV (the expert budget, or unused on a dense model)
-    slots: int = 0
-    coverage: float = 0.0
-    tok_s_predicted: float = 0.0
-    tok_s: float = 0.0
-    observations: int = 0
-    shortfall_bytes: int = 0
-    note: str = ""
+    FIELDS = (
+        ("tier", REQUIRED),
+        ("feasible", False),
+        ("context", 0),
+        ("kv", list),  # KVCache
+        ("expert_budget_bytes", 0),
+        ("free_bytes", 0),  # VRAM left after resident + KV (the expert budget, or unused on a dense model)
+        ("slots", 0),
+        ("coverage", 0.0),
+        ("tok_s_predicted", 0.0),
+        ("tok_s", 0.0),
+        ("observations", 0),
+        ("shortfall_bytes", 0),
+        ("note", ""),
+    )
 
     @property
     def kv_bytes(self):
@@ -348,20 +357,22 @@ def divide(facts, tier, options, coverage, usable, wanted, floor):
     return division
 
 
-@dataclass
-class Fit:
-    facts: ModelFacts
-    options: FitOptions
-    reserve: int
-    usable: int
-    wanted: int
-    floor: int
-    coverage: Coverage
-    divisions: list
-    chosen: Division = None
-    host: dict = None
-    warnings: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
+class Fit(Record):
+
+    FIELDS = (
+        ("facts", REQUIRED),
+        ("options", REQUIRED),
+        ("reserve", REQUIRED),
+        ("usable", REQUIRED),
+        ("wanted", REQUIRED),
+        ("floor", REQUIRED),
+        ("coverage", REQUIRED),
+        ("divisions", REQUIRED),
+        ("chosen", None),
+        ("host", None),
+        ("warnings", list),
+        ("notes", list),
+    )
 
     @property
     def verdict(self):

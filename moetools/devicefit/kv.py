@@ -15,8 +15,8 @@ The rules, in short:
 - without flash attention the V cache is transposed and every layer's V row is padded to the widest.
 """
 
-from dataclasses import dataclass, field
 
+from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import GGUFError, UsageError
 from moetools.gguf.constants import GGML_TYPE_IDS, GGML_TYPES, Keys
 from moetools.gguf.header import LazyArray
@@ -83,25 +83,26 @@ def row_bytes(type_name, width):
     return width // block * block_bytes
 
 
-@dataclass
-class KVShape:
+class KVShape(Record):
     """What llama.cpp's KV allocation depends on, per layer (lists of block_count)."""
 
-    architecture: str
-    block_count: int
-    trunk_layers: int  # layers that get KV (block_count minus NextN/MTP layers, which the trunk never attends)
-    context_train: int
-    head_count_kv: list
-    k_width: list  # per-head key width of each layer (SWA layers may differ)
-    v_width: list
-    is_swa: list
-    is_recurrent: list
-    n_swa: int = 0
-    swa_type: str = "none"
-    mla: bool = False
-    state_r: int = 0  # f32 values per recurrent row (conv state)
-    state_s: int = 0  # f32 values per recurrent row (recurrent matrix state)
-    notes: list = field(default_factory=list)
+    FIELDS = (
+        ("architecture", REQUIRED),
+        ("block_count", REQUIRED),
+        ("trunk_layers", REQUIRED),  # layers that get KV (block_count minus NextN/MTP layers, which the trunk never attends)
+        ("context_train", REQUIRED),
+        ("head_count_kv", REQUIRED),
+        ("k_width", REQUIRED),  # per-head key width of each layer (SWA layers may differ)
+        ("v_width", REQUIRED),
+        ("is_swa", REQUIRED),
+        ("is_recurrent", REQUIRED),
+        ("n_swa", 0),
+        ("swa_type", "none"),
+        ("mla", False),
+        ("state_r", 0),  # f32 values per recurrent row (conv state)
+        ("state_s", 0),  # f32 values per recurrent row (recurrent matrix state)
+        ("notes", list),
+    )
 
 
 def _int_key(model, template, default=None, required_for=None):
@@ -247,32 +248,34 @@ def kv_shape(model):
     )
 
 
-@dataclass
-class KVSettings:
+class KVSettings(Record):
     """The llama.cpp context parameters that size the KV cache."""
 
-    ctk: str = "f16"
-    ctv: str = "f16"
-    ubatch: int = 512
-    batch: int = 2048
-    n_seq: int = 1  # --parallel
-    unified: bool = False  # --kv-unified
-    swa_full: bool = False
-    flash_attn: bool = True
+    FIELDS = (
+        ("ctk", "f16"),
+        ("ctv", "f16"),
+        ("ubatch", 512),
+        ("batch", 2048),
+        ("n_seq", 1),  # --parallel
+        ("unified", False),  # --kv-unified
+        ("swa_full", False),
+        ("flash_attn", True),
+    )
 
 
-@dataclass
-class KVCache:
+class KVCache(Record):
     """One allocation: `kind` full, swa or recurrent; bytes over all streams and layers."""
 
-    kind: str
-    cells: int  # cells (recurrent: state rows) per stream
-    streams: int
-    layers: int
-    k_bytes: int = 0
-    v_bytes: int = 0
-    r_bytes: int = 0
-    s_bytes: int = 0
+    FIELDS = (
+        ("kind", REQUIRED),
+        ("cells", REQUIRED),  # cells (recurrent: state rows) per stream
+        ("streams", REQUIRED),
+        ("layers", REQUIRED),
+        ("k_bytes", 0),
+        ("v_bytes", 0),
+        ("r_bytes", 0),
+        ("s_bytes", 0),
+    )
 
     @property
     def total(self):
