@@ -433,3 +433,12 @@ def test_record_fields():
         core.Tier("q4_0")
     with pytest.raises(TypeError):
         core.Tier("q4_0", 1, "g", nope=1)
+
+
+def test_observations_of_unknown_or_unfitting_tiers_warn(k3, tmp_path):
+    obs = tmp_path / "obs.jsonl"
+    obs.write_text('{"tier": "q3_K", "tok_s": 4, "tokens": 100}\n')
+    result = run(k3, "--vram", "32G", "--ctx", 32768, "--observations", "-", "--json", input=obs.read_text())
+    assert result.exit_code == 0 and "observation of unknown tier 'q3_K'" in result.stderr
+    result = run(k3, "--vram", "24G", "--observations", obs, "--json")
+    assert result.exit_code == 1

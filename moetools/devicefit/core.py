@@ -412,8 +412,12 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     native = Tier(NATIVE, facts.resident_bytes, facts.path)
     divisions = [divide(facts, tier, options, coverage, usable, wanted, floor) for tier in [native, *tiers]]
     feasible = [division for division in divisions if division.feasible]
-    estimate, runs, ignored = refine({d.tier.label: d.tok_s_predicted for d in feasible}, observations)
+    infeasible = {d.tier.label for d in divisions if not d.feasible}
+    estimate, runs, ignored = refine({d.tier.label: d.tok_s_predicted for d in feasible},
+                                     [o for o in observations if o[0] not in infeasible])
     warnings += ignored
+    warnings += [f"ignoring observations of tier {label!r}: it does not fit with these settings"
+                 for label in sorted(infeasible & {o[0] for o in observations})]
     for division in feasible:
         division.tok_s = estimate[division.tier.label]
         division.observations = runs[division.tier.label]
