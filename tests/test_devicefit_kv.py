@@ -215,3 +215,17 @@ def test_real_converter_models(shared_models):
         for kind, cells in swa_cells.items():
             assert caches[kind].cells == cells
     assert seen == 4
+
+
+def test_nextn_layers(tmp_path):
+    """llama.cpp's plain KV cache filters NextN/MTP blocks out of the main context; the hybrid memory's
+    attention filter (not recurrent) keeps them."""
+    spec = synth.tiny("deepseek2")
+    spec.meta("{arch}.nextn_predict_layers", 1)
+    shape = shape_of(synth.write_model(spec, tmp_path / "d.gguf", sparse=True)[0])
+    assert kv.bytes_per_token(shape, F16) == 3 * 80 * 2
+    spec = synth.tiny("kimi-k3")
+    spec.meta("{arch}.nextn_predict_layers", 1)
+    shape = shape_of(synth.write_model(spec, tmp_path / "k.gguf", sparse=True)[0])
+    caches = by_kind(kv.kv_caches(shape, 256, F16))
+    assert caches["full"].layers == 2 and caches["recurrent"].layers == 6

@@ -89,7 +89,8 @@ class KVShape(Record):
     FIELDS = (
         ("architecture", REQUIRED),
         ("block_count", REQUIRED),
-        ("trunk_layers", REQUIRED),  # layers that get KV (block_count minus NextN/MTP layers, which the trunk never attends)
+        ("trunk_layers", REQUIRED),  # block_count minus NextN/MTP layers (the ones llama.cpp checks and marks)
+        ("kv_layers", REQUIRED),  # layers that may get KV: the trunk, or every block in a hybrid (its filter keeps NextN)
         ("context_train", REQUIRED),
         ("head_count_kv", REQUIRED),
         ("k_width", REQUIRED),  # per-head key width of each layer (SWA layers may differ)
@@ -194,7 +195,7 @@ def kv_shape(model):
     nextn = _int_key(model, Keys.NEXTN_PREDICT_LAYERS, 0)
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
     notes = []
-    if trunk < n_layer:
+    if trunk < n_layer and arch not in KDA_ARCHES:
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
 
     k_key_length_mla = _int_key(model, Keys.KEY_LENGTH_MLA, 0)
@@ -229,10 +230,13 @@ def kv_shape(model):
         state_s = kda * kda * head_count[0]
     if any(head_count_kv[il] and not (k_full if not is_swa[il] else k_swa) for il in range(trunk)):
         raise GGUFError(model.path, "attention layers without a key width", key=model.key(Keys.KEY_LENGTH))
+    # The hybrid memory's attention filter is only "not recurrent", so NextN blocks keep their KV there.
+    kv_layers = n_layer if arch in KDA_ARCHES else trunk
     return KVShape(
         architecture=arch,
         block_count=n_layer,
         trunk_layers=trunk,
+        kv_layers=kv_layers,
         context_train=context_train,
         head_count_kv=head_count_kv,
         k_width=[k_swa if is_swa[il] else k_full for il in range(n_layer)],
@@ -334,7 +338,7 @@ def kv_caches(shape, ctx, settings):
     mla = shape.mla
     v_widest = max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
     caches = {"full": KVCache("full", cells, streams, 0), "swa": KVCache("swa", swa_cells, streams, 0)}
-    for il in range(shape.trunk_layers):
+    for il in range(shape.kv_layers):
         if shape.is_recurrent[il]:
             continue
         hkv = shape.head_count_kv[il]
@@ -363,7 +367,7 @@ def kv_bytes(shape, ctx, settings):
 def bytes_per_token(shape, settings):
     """K + V bytes one token adds to the full-attention cache (the published per-token figure)."""
     total = 0
-    for il in range(shape.trunk_layers):
+    for il in range(shape.kv_layers):
         hkv = shape.head_count_kv[il]
         if shape.is_recurrent[il] or shape.is_swa[il] or not hkv:
             continue
