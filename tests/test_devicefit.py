@@ -77,6 +77,10 @@ def test_k3_on_32g_by_hand(k3):
                              "k_bytes": 32768 * K3_PER_TOKEN, "v_bytes": 0, "bytes": 32768 * K3_PER_TOKEN}
     assert kinds["recurrent"]["bytes"] == K3_STATE
     assert len(doc["divisions"]) == 1 and doc["divisions"][0]["tier"] == "native"
+    division = doc["divisions"][0]
+    for key in ("resident_source", "resident_bytes", "context", "kv_bytes", "kv", "expert_budget_bytes", "slots",
+                "expert_bytes", "experts_per_token", "coverage", "tok_s"):
+        assert division[key] == doc[key], key
 
 
 def test_default_context_is_squeezed_in_steps_of_256(k3):

@@ -545,6 +545,14 @@ def plan_budget(result):
 
 # --- the document -----------------------------------------------------------------------------
 
+def _division_doc(division, facts):
+    """A division's entry, with the same field names as the top level where they apply."""
+    doc = division.to_doc()
+    doc.update(resident_source=division.tier.label, expert_bytes=facts.expert_bytes,
+               experts_per_token=facts.experts_per_token, free_bytes=division.free_bytes)
+    return doc
+
+
 def to_doc(result, launch=None):
     """The JSON document of a fit (sizes in bytes)."""
     facts, options, chosen = result.facts, result.options, result.chosen
@@ -586,7 +594,7 @@ def to_doc(result, launch=None):
         "h2d_bytes_per_s": options.h2d_bytes_per_s,
         "floor_s": options.floor_s,
         "shortfall_bytes": result.shortfall_bytes,
-        "divisions": [division.to_doc() for division in result.divisions],
+        "divisions": [_division_doc(division, facts) for division in result.divisions],
         "host": result.host,
         "warnings": list(result.warnings),
         "notes": list(result.notes),
