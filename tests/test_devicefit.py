@@ -446,3 +446,9 @@ def test_observations_of_unknown_or_unfitting_tiers_warn(k3, tmp_path):
     assert result.exit_code == 0 and "observation of unknown tier 'q3_K'" in result.stderr
     result = run(k3, "--vram", "24G", "--observations", obs, "--json")
     assert result.exit_code == 1
+
+
+def test_context_below_min_ctx_is_said(tiny_models):
+    doc = run_json(tiny_models["qwen3moe"], "--vram", "4G", "--ctx", 1000)
+    assert doc["context"] == 1000 and doc["kv"][0]["cells"] == 1024
+    assert "context 1000 (as asked) is below --min-ctx 4096" in doc["notes"]

@@ -430,8 +430,8 @@ def fit(facts, tiers, options, coverage=None, observations=()):
         notes.append(f"unfittable: {result.shortfall_bytes} bytes short for the smallest division "
                      f"(resident weights + KV for {floor} tokens in {usable} usable bytes)")
     else:
-        if chosen.context < floor:
-            notes.append(f"context {chosen.context} is below --min-ctx {options.min_ctx}")
+        if chosen.context < options.min_ctx:
+            notes.append(f"context {chosen.context} (as asked) is below --min-ctx {options.min_ctx}")
         if facts.dense:
             notes.append("dense model: every weight is resident; no expert budget")
         elif not divisions[0].feasible:
