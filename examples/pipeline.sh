@@ -43,7 +43,7 @@ set -- --vram "$VRAM"
 
 if has quantize; then
     say "resident tiers: $MOETOOLS quantize $MODEL --resident-only --type q4_0,q8_0"
-    $MOETOOLS quantize "$MODEL" --resident-only --type q4_0,q8_0 --json > /dev/null
+    $MOETOOLS quantize "$MODEL" --resident-only --type q4_0,q8_0 >&2
 else
     say "skipped resident tiers: '$MOETOOLS quantize' is not installed"
 fi
