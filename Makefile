@@ -1,4 +1,4 @@
-# Quick start: `make run` (venv, install, the built-in K3-class example) and `make test`.
+# Quick start: `make run` (venv, install, device-fit on the built-in K3-class example) and `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -23,7 +23,7 @@ $(EXAMPLE_MODEL): | $(STAMP)
 example: $(EXAMPLE_MODEL)
 
 run: $(STAMP) $(EXAMPLE_MODEL)
-	$(BIN)/moetools inspect $(EXAMPLE_MODEL)
+	$(BIN)/moetools device-fit $(EXAMPLE_MODEL) --vram 32G
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

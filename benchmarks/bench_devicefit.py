@@ -1,0 +1,58 @@
+"""Benchmark: `moetools device-fit --json` as a whole process on a Kimi-K2-class 8-shard header.
+
+Target: under 0.5 s per run (the header path imports neither numpy, gguf nor rich at start-up).
+Baseline, run once in this script: gguf.GGUFReader opening the same 8 shards (what a tool built on
+gguf-py pays before it can size anything). Also checks with `python -X importtime` that the run
+never imports numpy, gguf or rich.
+
+    .venv/bin/python benchmarks/bench_devicefit.py
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from moetools import synth
+
+RUNS = 7
+
+
+def time_process(argv):
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="bench-devicefit-") as folder:
+        paths = synth.write_model(synth.preset("kimi-k2"), os.path.join(folder, "k2.gguf"), sparse=True, shards=8)
+        argv = [sys.executable, "-m", "moetools", "device-fit", paths[0], "--vram", "32G", "--json"]
+        time_process(argv)  # warm the page cache and the bytecode cache
+        runs = [time_process(argv) for _ in range(RUNS)]
+        median = statistics.median(runs)
+
+        imports = subprocess.run([sys.executable, "-X", "importtime", *argv[1:]], check=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
+        heavy = sorted({line.rsplit("|", 1)[-1].strip() for line in imports.splitlines()
+                        if line.rsplit("|", 1)[-1].strip().split(".")[0] in ("numpy", "gguf", "rich")})
+
+        start = time.perf_counter()
+        from gguf import GGUFReader
+
+        for path in paths:
+            GGUFReader(path)
+        baseline = time.perf_counter() - start
+
+    print(f"device-fit --json, whole process, K2-class 8 shards: median {median:.3f} s over {RUNS} runs "
+          f"(min {min(runs):.3f}, max {max(runs):.3f}); target < 0.5 s: {'ok' if median < 0.5 else 'MISSED'}")
+    print(f"baseline gguf.GGUFReader on the same 8 shards (import included): {baseline:.2f} s")
+    print(f"ratio: device-fit is {baseline / median:.0f}x faster than opening the shards with gguf.GGUFReader")
+    print(f"heavy modules imported on the header path: {', '.join(heavy) if heavy else 'none'}")
+    return 0 if median < 0.5 and not heavy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,604 @@
+"""device-fit's core: divide one GPU between compute reserve, resident weights, KV cache and the
+hot-expert cache; predict decode speed for every feasible division; build the launch settings.
+
+Pure functions over plain data (`ModelFacts`, `Tier`, `FitOptions`); reads only the small JSON files it
+is given through moetools.formats. Sizes are bytes, speeds tokens/s, times seconds.
+"""
+
+import json
+import os
+
+from moetools.devicefit import kv as kvmod
+from moetools.devicefit.record import REQUIRED, Record
+from moetools.errors import FormatError, GGUFError, UsageError
+from moetools.gguf.constants import Keys
+from moetools.gguf.model import expert_tensor_kind, model_stem
+
+GIB = 1024**3
+MIN_RESERVE = 2 * GIB
+CTX_STEP = 256
+OBSERVATION_MIN_TOKENS = 64  # the serving fork's division bandit ignores shorter runs
+OBSERVATION_WEIGHT = 0.4  # later measurements blend in with this weight
+NATIVE = "native"
+
+
+class ModelFacts(Record):
+    """What device-fit needs from a model, read once from its header."""
+
+    FIELDS = (
+        ("path", REQUIRED),
+        ("architecture", REQUIRED),
+        ("fingerprint", REQUIRED),
+        ("shape", REQUIRED),
+        ("resident_bytes", REQUIRED),  # every tensor that is not a routed expert
+        ("file_bytes", REQUIRED),  # all shards, as llama.cpp maps them
+        ("block_count", REQUIRED),
+        ("expert_count", REQUIRED),
+        ("moe_layers", REQUIRED),  # block numbers holding routed experts
+        ("layer_expert_bytes", REQUIRED),  # {block: bytes of all that block's expert tensors}
+        ("experts_per_token", REQUIRED),  # sum of top-k over the MoE layers
+        ("expert_bytes", REQUIRED),  # mean bytes of one (layer, expert) over the MoE layers, rounded up
+        ("warnings", list),
+    )
+
+    @property
+    def total_slots(self):
+        return self.expert_count * len(self.moe_layers)
+
+    @property
+    def dense(self):
+        return not self.moe_layers
+
+
+def model_facts(model):
+    """ModelFacts of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
+    shape = kvmod.kv_shape(model)
+    per_expert = model.expert_bytes_by_layer
+    layer_bytes = {}
+    for tensor in model.expert_tensors:
+        block, _ = expert_tensor_kind(tensor.name)
+        layer_bytes[block] = layer_bytes.get(block, 0) + tensor.n_bytes
+    moe_layers = sorted(per_expert)
+    experts_per_token = 0
+    if moe_layers:
+        key = model.key(Keys.EXPERT_USED_COUNT)
+        if key not in model.metadata:
+            raise GGUFError(model.path, "missing metadata key needed for experts per token", key=key)
+        top_k = model.layer_values(Keys.EXPERT_USED_COUNT)
+        for block in moe_layers:
+            value = top_k[block]
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise GGUFError(model.path, f"top-k {value!r} of layer {block} is not a positive count", key=key)
+            experts_per_token += value
+    mean = -(-sum(per_expert.values()) // len(moe_layers)) if moe_layers else 0
+    return ModelFacts(
+        path=model.path,
+        architecture=model.architecture,
+        fingerprint=model.fingerprint,
+        shape=shape,
+        resident_bytes=model.resident_bytes,
+        file_bytes=sum(header.file_size for header in model.headers),
+        block_count=model.block_count,
+        expert_count=model.expert_count,
+        moe_layers=moe_layers,
+        layer_expert_bytes=dict(sorted(layer_bytes.items())),
+        experts_per_token=experts_per_token,
+        expert_bytes=mean,
+        warnings=list(model.warnings) + list(shape.notes),
+    )
+
+
+# --- resident tiers ---------------------------------------------------------------------------
+
+class Tier(Record):
+    """One way to hold the resident weights: the model's own (native) or a resident-only GGUF."""
+
+    FIELDS = (
+        ("label", REQUIRED),
+        ("resident_bytes", REQUIRED),
+        ("gguf", REQUIRED),  # the GGUF that supplies the resident weights
+        ("manifest", ""),
+    )
+
+
+def default_tier_folder(model_path):
+    """Where `quantize --resident-only` puts a model's tiers: device-fit/<stem>/ beside the model."""
+    return os.path.join(os.path.dirname(os.path.abspath(model_path)), "device-fit", model_stem(model_path))
+
+
+def load_tiers(folder, facts):
+    """Resident tiers of this model found in `folder`: (list of Tier, warnings).
+
+    Skipped with a warning: malformed manifests, manifests whose GGUF is missing, manifests recorded
+    against another model (by `source_fingerprint`, else by `source_model`), duplicate labels.
+    """
+    # formats use dataclasses; imported only when there are tiers to read (header path start-up)
+    from moetools.formats.resident_manifest import find_manifests, read_manifest
+
+    tiers, warnings, seen = [], [], set()
+    model_name = os.path.basename(facts.path)
+    for path in find_manifests(folder):
+        try:
+            manifest = read_manifest(path)
+        except FormatError as err:
+            warnings.append(f"skipping tier manifest: {err}")
+            continue
+        if manifest.source_fingerprint and manifest.source_fingerprint != facts.fingerprint:
+            warnings.append(f"skipping tier manifest {path}: made from another model "
+                            f"(source_fingerprint {manifest.source_fingerprint}, this model is {facts.fingerprint})")
+            continue
+        if not manifest.source_fingerprint and manifest.source_model and manifest.source_model not in (
+                model_name, model_stem(facts.path)) and model_stem(manifest.source_model) != model_stem(facts.path):
+            warnings.append(f"skipping tier manifest {path}: made from another model ({manifest.source_model!r})")
+            continue
+        if not manifest.source_fingerprint and not manifest.source_model:
+            warnings.append(f"tier manifest {path} does not record its source model; assuming it is of this model")
+        gguf = manifest.gguf_path
+        if not gguf or not os.path.isfile(gguf):
+            warnings.append(f"skipping tier manifest {path}: its GGUF {gguf or '(none named)'!s} is missing")
+            continue
+        if manifest.tier_label in seen or manifest.tier_label == NATIVE:
+            warnings.append(f"skipping tier manifest {path}: tier {manifest.tier_label!r} already listed")
+            continue
+        seen.add(manifest.tier_label)
+        tiers.append(Tier(manifest.tier_label, manifest.resident_bytes, gguf, path))
+    tiers.sort(key=lambda tier: -tier.resident_bytes)
+    return tiers, warnings
+
+
+# --- coverage and observations ----------------------------------------------------------------
+
+class Coverage(Record):
+    """Hit ratio of the hot-expert cache against its size in slots."""
+
+    FIELDS = (
+        ("source", REQUIRED),  # "curve" or "uniform"
+        ("policy", ""),
+        ("curve", None),
+        ("total_slots", 0),
+    )
+
+    def at(self, slots):
+        if self.source == "curve":
+            return float(self.curve.coverage(self.policy, slots))
+        return min(1.0, slots / self.total_slots) if self.total_slots else 0.0
+
+    @property
+    def label(self):
+        return f"curve ({self.policy})" if self.source == "curve" else "uniform floor (slots / total slots)"
+
+
+def coverage_model(curve, policy, facts, path="<curve>"):
+    """A Coverage from a parsed curve (or None for the uniform floor). Raises UsageError/FormatError."""
+    if curve is None:
+        return Coverage("uniform", total_slots=facts.total_slots), []
+    from moetools.formats.curve import CEILING_POLICIES
+
+    if policy in CEILING_POLICIES:
+        raise UsageError(f"--coverage-policy {policy}: Belady is the offline ceiling, never a prediction")
+    if policy not in curve.hit:
+        raise FormatError(path, f"coverage curve has no policy {policy!r} (it has {', '.join(sorted(curve.hit))})", key="hit")
+    warnings = []
+    total = curve.extra.get("total_slots")
+    if isinstance(total, int) and facts.total_slots and total != facts.total_slots:
+        warnings.append(f"coverage curve was measured on {total} slots, this model has {facts.total_slots}")
+    curve_bytes = curve.extra.get("expert_bytes")
+    if isinstance(curve_bytes, int) and facts.expert_bytes and curve_bytes != facts.expert_bytes:
+        warnings.append(f"coverage curve was measured with {curve_bytes}-byte experts, this model's are {facts.expert_bytes}")
+    return Coverage("curve", policy, curve, facts.total_slots), warnings
+
+
+def parse_observations(text, path="<observations>"):
+    """JSON lines `{"tier": label, "tok_s": x, "tokens": n}` -> list of (tier, tok_s, tokens)."""
+    result = []
+    offset = 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        start = offset
+        offset += len(line.encode("utf-8"))
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise FormatError(path, f"line {number} is not JSON: {err.msg}", offset=start) from None
+        if not isinstance(doc, dict):
+            raise FormatError(path, f"line {number} is not a JSON object", offset=start)
+        tier, tok_s, tokens = doc.get("tier"), doc.get("tok_s"), doc.get("tokens")
+        if not isinstance(tier, str) or not tier:
+            raise FormatError(path, f"line {number}: 'tier' must be a tier label", offset=start, key="tier")
+        if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not tok_s > 0 or tok_s != tok_s:
+            raise FormatError(path, f"line {number}: 'tok_s' must be a positive number", offset=start, key="tok_s")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise FormatError(path, f"line {number}: 'tokens' must be a whole number", offset=start, key="tokens")
+        result.append((tier, float(tok_s), tokens))
+    return result
+
+
+def refine(predicted, observations):
+    """Blend measurements into predictions as the serving fork's division bandit does.
+
+    predicted: {tier: tok_s}. The first measurement of a tier (runs of at least 64 tokens) replaces the
+    prediction; later ones blend in with weight 0.4. Returns ({tier: tok_s}, {tier: runs used}, ignored).
+    """
+    estimate, runs, ignored = dict(predicted), {tier: 0 for tier in predicted}, []
+    for tier, tok_s, tokens in observations:
+        if tier not in estimate:
+            ignored.append(f"observation of unknown tier {tier!r}")
+            continue
+        if tokens < OBSERVATION_MIN_TOKENS:
+            continue
+        estimate[tier] = tok_s if runs[tier] == 0 else (1 - OBSERVATION_WEIGHT) * estimate[tier] + OBSERVATION_WEIGHT * tok_s
+        runs[tier] += 1
+    return estimate, runs, ignored
+
+
+# --- the division -----------------------------------------------------------------------------
+
+class FitOptions(Record):
+
+    FIELDS = (
+        ("vram", REQUIRED),
+        ("reserve", None),  # default max(2 GiB, VRAM / 10)
+        ("ctx", None),  # default: the training context
+        ("min_ctx", 4096),
+        ("kv", kvmod.KVSettings),
+        ("h2d_bytes_per_s", 25e9),
+        ("floor_s", 0.010),
+        ("ram", None),
+        ("os_reserve", 4 * GIB),
+        ("container", ""),
+    )
+
+
+class Division(Record):
+    """One resident tier's division of the card."""
+
+    FIELDS = (
+        ("tier", REQUIRED),
+        ("feasible", False),
+        ("context", 0),
+        ("kv", list),  # KVCache
+        ("expert_budget_bytes", 0),
+        ("free_bytes", 0),  # VRAM left after resident + KV (the expert budget, or unused on a dense model)
+        ("slots", 0),
+        ("coverage", 0.0),
+        ("tok_s_predicted", 0.0),
+        ("tok_s", 0.0),
+        ("observations", 0),
+        ("shortfall_bytes", 0),
+        ("note", ""),
+    )
+
+    @property
+    def kv_bytes(self):
+        return sum(cache.total for cache in self.kv)
+
+    def to_doc(self):
+        return {
+            "tier": self.tier.label,
+            "resident_bytes": self.tier.resident_bytes,
+            "resident_gguf": self.tier.gguf,
+            "feasible": self.feasible,
+            "context": self.context,
+            "kv_bytes": self.kv_bytes,
+            "kv": [cache.to_doc() for cache in self.kv],
+            "expert_budget_bytes": self.expert_budget_bytes,
+            "slots": self.slots,
+            "coverage": round(self.coverage, 6),
+            "tok_s_predicted": round(self.tok_s_predicted, 4),
+            "tok_s": round(self.tok_s, 4),
+            "tok_s_source": "measured" if self.observations else "predicted",
+            "observations": self.observations,
+            "shortfall_bytes": self.shortfall_bytes,
+            "note": self.note,
+        }
+
+
+def default_reserve(vram):
+    return max(MIN_RESERVE, vram // 10)
+
+
+def fit_context(shape, settings, wanted, floor, room):
+    """The largest context <= wanted (squeezed in steps of 256, never below `floor`) whose caches fit
+    in `room` bytes: (context, caches) or (None, caches at `floor`)."""
+    caches = kvmod.kv_caches(shape, wanted, settings)
+    if sum(cache.total for cache in caches) <= room:
+        return wanted, caches
+    low = -(-floor // CTX_STEP)  # multiples of 256 in [floor, wanted)
+    high = (wanted - 1) // CTX_STEP
+    best = None
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = kvmod.kv_caches(shape, middle * CTX_STEP, settings)
+        if sum(cache.total for cache in candidate) <= room:
+            best = (middle * CTX_STEP, candidate)
+            low = middle + 1
+        else:
+            high = middle - 1
+    if best:
+        return best
+    return None, kvmod.kv_caches(shape, floor, settings)
+
+
+def speed(facts, coverage, options):
+    """tok/s = 1 / ((1 - coverage) x experts_per_token x expert_bytes / h2d + floor)."""
+    miss_seconds = (1.0 - coverage) * facts.experts_per_token * facts.expert_bytes / options.h2d_bytes_per_s
+    return 1.0 / (miss_seconds + options.floor_s)
+
+
+def divide(facts, tier, options, coverage, usable, wanted, floor):
+    """The division of `usable` VRAM for one resident tier."""
+    division = Division(tier)
+    room = usable - tier.resident_bytes
+    if room < 0:
+        caches = kvmod.kv_caches(facts.shape, floor, options.kv)
+        division.kv = []
+        division.shortfall_bytes = tier.resident_bytes + sum(c.total for c in caches) - usable
+        division.note = "resident weights do not fit"
+        return division
+    context, caches = fit_context(facts.shape, options.kv, wanted, floor, room)
+    if context is None:
+        division.shortfall_bytes = sum(c.total for c in caches) - room
+        division.note = f"KV for the {floor}-token minimum context does not fit"
+        return division
+    division.feasible = True
+    division.context = context
+    division.kv = caches
+    division.free_bytes = room - division.kv_bytes
+    if context < wanted:
+        division.note = f"context squeezed from {wanted}"
+    if facts.dense:
+        division.coverage = 1.0
+    else:
+        division.expert_budget_bytes = division.free_bytes
+        division.slots = min(division.free_bytes // facts.expert_bytes, facts.total_slots)
+        division.coverage = coverage.at(division.slots)
+    division.tok_s_predicted = division.tok_s = speed(facts, division.coverage, options)
+    return division
+
+
+class Fit(Record):
+
+    FIELDS = (
+        ("facts", REQUIRED),
+        ("options", REQUIRED),
+        ("reserve", REQUIRED),
+        ("usable", REQUIRED),
+        ("wanted", REQUIRED),
+        ("floor", REQUIRED),
+        ("coverage", REQUIRED),
+        ("divisions", REQUIRED),
+        ("chosen", None),
+        ("host", None),
+        ("warnings", list),
+        ("notes", list),
+    )
+
+    @property
+    def verdict(self):
+        if self.chosen is None:
+            return "unfittable"
+        return "native" if self.chosen.tier.label == NATIVE else "override"
+
+    @property
+    def shortfall_bytes(self):
+        if self.chosen is not None:
+            return 0
+        return min(division.shortfall_bytes for division in self.divisions)
+
+
+def fit(facts, tiers, options, coverage=None, observations=()):
+    """Divide the card for the native weights and every tier; choose the fastest feasible division.
+
+    Raises UsageError for VRAM at or below the reserve, or a context of 0.
+    """
+    reserve = default_reserve(options.vram) if options.reserve is None else options.reserve
+    if options.vram <= reserve:
+        raise UsageError(f"VRAM {options.vram} bytes is at or below the compute reserve {reserve} bytes")
+    wanted = facts.shape.context_train if options.ctx is None else options.ctx
+    if wanted < 1:
+        raise UsageError("the context must be at least 1 token" if options.ctx is not None
+                         else "the model's training context is 0; give --ctx")
+    if options.min_ctx < 1:
+        raise UsageError("--min-ctx must be at least 1 token")
+    kvmod.check_settings(facts.shape, options.kv)
+    coverage = coverage or Coverage("uniform", total_slots=facts.total_slots)
+    warnings, notes = list(facts.warnings), []
+    if options.ctx is not None and options.ctx > facts.shape.context_train:
+        warnings.append(f"context {options.ctx} is above the training context {facts.shape.context_train}; "
+                        "sized as asked, as llama.cpp allocates it")
+    floor = min(options.min_ctx, wanted)
+    usable = options.vram - reserve
+    native = Tier(NATIVE, facts.resident_bytes, facts.path)
+    divisions = [divide(facts, tier, options, coverage, usable, wanted, floor) for tier in [native, *tiers]]
+    feasible = [division for division in divisions if division.feasible]
+    infeasible = {d.tier.label for d in divisions if not d.feasible}
+    estimate, runs, ignored = refine({d.tier.label: d.tok_s_predicted for d in feasible},
+                                     [o for o in observations if o[0] not in infeasible])
+    warnings += ignored
+    warnings += [f"ignoring observations of tier {label!r}: it does not fit with these settings"
+                 for label in sorted(infeasible & {o[0] for o in observations})]
+    for division in feasible:
+        division.tok_s = estimate[division.tier.label]
+        division.observations = runs[division.tier.label]
+    chosen = None
+    if feasible:
+        # fastest; on a tie the larger (more precise) resident weights
+        chosen = max(feasible, key=lambda d: (round(d.tok_s, 9), d.tier.resident_bytes))
+    result = Fit(facts, options, reserve, usable, wanted, floor, coverage, divisions, chosen, warnings=warnings, notes=notes)
+    if chosen is None:
+        notes.append(f"unfittable: {result.shortfall_bytes} bytes short for the smallest division "
+                     f"(resident weights + KV for {floor} tokens in {usable} usable bytes)")
+    else:
+        if chosen.context < options.min_ctx:
+            notes.append(f"context {chosen.context} (as asked) is below --min-ctx {options.min_ctx}")
+        if facts.dense:
+            notes.append("dense model: every weight is resident; no expert budget")
+        elif not divisions[0].feasible:
+            notes.append("native resident weights do not fit; using a resident tier")
+        native_division = divisions[0]
+        if chosen is not native_division and native_division.feasible and native_division.tok_s:
+            notes.append(f"native fits too; tier {chosen.tier.label} is {chosen.tok_s / native_division.tok_s:.2f}x its speed")
+        if not facts.dense and chosen.slots >= facts.total_slots:
+            spare = chosen.expert_budget_bytes - facts.total_slots * facts.expert_bytes
+            notes.append(f"every expert fits in VRAM ({facts.total_slots} slots); {max(0, spare)} bytes of the budget are spare")
+        elif not facts.dense and coverage.source == "uniform":
+            notes.append("coverage is the uniform floor (slots / total slots); give --coverage for a measured curve")
+    if options.ram is not None:
+        result.host = host_budget(facts, chosen, options, warnings)
+    return result
+
+
+def host_budget(facts, chosen, options, warnings):
+    """The host expert-cache budget: RAM - OS reserve - the model's mmap footprint, never negative.
+
+    The footprint is every shard's bytes when experts are read through llama.cpp's mmap; with a
+    container (read with O_DIRECT, past the page cache) only the resident weights are mapped.
+    """
+    resident = chosen.tier.resident_bytes if chosen else facts.resident_bytes
+    footprint = resident if options.container else facts.file_bytes
+    budget = max(0, options.ram - options.os_reserve - footprint)
+    if budget + footprint + options.os_reserve > options.ram:
+        warnings.append(f"pinned host cache + mapped model ({footprint} bytes) + OS reserve exceed RAM ({options.ram} bytes): "
+                        "no host expert cache; the page cache will thrash")
+    return {"ram_bytes": options.ram, "os_reserve_bytes": options.os_reserve, "mmap_bytes": footprint,
+            "host_cache_bytes": budget, "host_slots": budget // facts.expert_bytes if facts.expert_bytes else 0}
+
+
+# --- launch settings --------------------------------------------------------------------------
+
+def cpu_moe_layers(facts, budget):
+    """K for upstream `--n-cpu-moe K`: experts of blocks < K stay on the CPU; the last MoE layers whose
+    whole expert tensors fit in `budget` bytes go to the GPU (upstream has no streaming cache)."""
+    used, first_gpu = 0, None
+    for block in reversed(facts.moe_layers):
+        if used + facts.layer_expert_bytes[block] > budget:
+            break
+        used += facts.layer_expert_bytes[block]
+        first_gpu = block
+    if first_gpu is None:
+        return facts.block_count, 0
+    return first_gpu, used
+
+
+def kv_flags(settings):
+    flags = ["-ctk", settings.ctk, "-ctv", settings.ctv, "-fa", "on" if settings.flash_attn else "off"]
+    if settings.ubatch != 512:
+        flags += ["-ub", str(settings.ubatch)]
+    if settings.batch != 2048:
+        flags += ["-b", str(settings.batch)]
+    if settings.n_seq != 1:
+        flags += ["-np", str(settings.n_seq)]
+    if settings.unified:
+        flags.append("-kvu")
+    if settings.swa_full:
+        flags.append("--swa-full")
+    return flags
+
+
+def llama_launch(result):
+    """Upstream llama.cpp flags for the native division: {"args": [...], "cpu_moe_layers": K,
+    "gpu_expert_bytes": n, "note": text}. Upstream cannot load a resident override."""
+    facts = result.facts
+    native = result.divisions[0]
+    if not native.feasible:
+        return {"args": [], "cpu_moe_layers": facts.block_count, "gpu_expert_bytes": 0,
+                "note": "upstream llama.cpp cannot fit the native resident weights and KV on this card"}
+    args = ["-m", facts.path, "-c", str(native.context), "-ngl", "999", *kv_flags(result.options.kv), "--fit", "off"]
+    layers, used = (0, 0)
+    override = ""
+    if not facts.dense:
+        layers, used = cpu_moe_layers(facts, native.free_bytes)
+        if layers >= facts.block_count:
+            args.append("--cpu-moe")  # not one whole layer of experts fits
+            override = "\\.ffn_(up|down|gate|gate_up)_exps=CPU"
+        elif layers:
+            args += ["--n-cpu-moe", str(layers)]
+            cpu = [block for block in facts.moe_layers if block < layers]
+            override = "blk\\.(" + "|".join(str(block) for block in cpu) + ")\\.ffn_(up|down|gate|gate_up)_exps=CPU"
+    return {"args": args, "cpu_moe_layers": layers, "gpu_expert_bytes": used, "override_tensor": override,
+            "note": "" if result.chosen is native or result.chosen is None else
+            f"upstream has no resident override: these flags realise the native division, not {result.chosen.tier.label}"}
+
+
+def env_launch(result, plan_path=""):
+    """The serving fork's variables for the chosen division ({name: value or None to unset})."""
+    chosen = result.chosen
+    if chosen is None:
+        return {}
+    gib = chosen.expert_budget_bytes / GIB
+    env = {
+        "LLAMA_RESIDENT_OVERRIDE": None if chosen.tier.label == NATIVE else chosen.tier.gguf,
+        # floored to 0.01 GiB so the cache never asks for more than the budget
+        "GGML_MOE_VRAM_CACHE_GB": f"{int(gib * 100) / 100:.2f}",
+        "GGML_MOE_PLAN_FILE": os.path.abspath(plan_path) if plan_path else None,
+        "GGML_MOE_CONTAINER": os.path.abspath(result.options.container) if result.options.container else None,
+    }
+    return env
+
+
+def plan_budget(result):
+    """(host budget bytes, device budget bytes, tier label) for the plan file."""
+    host = result.host["host_cache_bytes"] if result.host else 0
+    return host, result.chosen.expert_budget_bytes, result.chosen.tier.label
+
+
+# --- the document -----------------------------------------------------------------------------
+
+def _division_doc(division, facts):
+    """A division's entry, with the same field names as the top level where they apply."""
+    doc = division.to_doc()
+    doc.update(resident_source=division.tier.label, expert_bytes=facts.expert_bytes,
+               experts_per_token=facts.experts_per_token, free_bytes=division.free_bytes)
+    return doc
+
+
+def to_doc(result, launch=None):
+    """The JSON document of a fit (sizes in bytes)."""
+    facts, options, chosen = result.facts, result.options, result.chosen
+    picked = chosen or Division(Tier(NATIVE, facts.resident_bytes, facts.path))
+    doc = {
+        "model": facts.path,
+        "architecture": facts.architecture,
+        "vram_bytes": options.vram,
+        "reserve_bytes": result.reserve,
+        "usable_bytes": result.usable,
+        "resident_bytes": picked.tier.resident_bytes if chosen else 0,
+        "resident_source": picked.tier.label if chosen else "none",
+        "resident_gguf": picked.tier.gguf if chosen else "",
+        "verdict": result.verdict,
+        "context": picked.context,
+        "context_wanted": result.wanted,
+        "context_train": facts.shape.context_train,
+        "min_context": result.floor,
+        "kv_bytes": picked.kv_bytes,
+        "kv_bytes_per_token": kvmod.bytes_per_token(facts.shape, options.kv),
+        "kv": [cache.to_doc() for cache in picked.kv],
+        "ctk": options.kv.ctk,
+        "ctv": options.kv.ctv,
+        "ubatch": kvmod.n_ubatch(options.kv, picked.context or result.wanted),
+        "parallel": options.kv.n_seq,
+        "kv_unified": options.kv.unified,
+        "swa_full": options.kv.swa_full,
+        "flash_attn": options.kv.flash_attn,
+        "expert_budget_bytes": picked.expert_budget_bytes,
+        "free_bytes": picked.free_bytes,
+        "slots": picked.slots,
+        "total_slots": facts.total_slots,
+        "expert_bytes": facts.expert_bytes,
+        "experts_per_token": facts.experts_per_token,
+        "coverage": round(picked.coverage, 6),
+        "coverage_source": result.coverage.label,
+        "tok_s": round(picked.tok_s, 4),
+        "tok_s_predicted": round(picked.tok_s_predicted, 4),
+        "h2d_bytes_per_s": options.h2d_bytes_per_s,
+        "floor_s": options.floor_s,
+        "shortfall_bytes": result.shortfall_bytes,
+        "divisions": [_division_doc(division, facts) for division in result.divisions],
+        "host": result.host,
+        "warnings": list(result.warnings),
+        "notes": list(result.notes),
+    }
+    if launch is not None:
+        doc["launch"] = launch
+    return doc

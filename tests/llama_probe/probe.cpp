@@ -1,0 +1,41 @@
+// One-off probe for tests/test_devicefit_llama.py: load a GGUF on the CPU, create a context, and let
+// llama.cpp log its KV / recurrent-state allocation (moetools code, linked against libllama).
+// usage: probe MODEL N_CTX N_SEQ TYPE_K TYPE_V FA(0/1) SWA_FULL(0/1) UNIFIED(0/1) UBATCH
+#include "llama.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+static ggml_type type_of(const char * s) {
+    if (!strcmp(s, "f16")) return GGML_TYPE_F16;
+    if (!strcmp(s, "bf16")) return GGML_TYPE_BF16;
+    if (!strcmp(s, "f32")) return GGML_TYPE_F32;
+    if (!strcmp(s, "q8_0")) return GGML_TYPE_Q8_0;
+    if (!strcmp(s, "q4_0")) return GGML_TYPE_Q4_0;
+    if (!strcmp(s, "q4_1")) return GGML_TYPE_Q4_1;
+    if (!strcmp(s, "q5_0")) return GGML_TYPE_Q5_0;
+    if (!strcmp(s, "q5_1")) return GGML_TYPE_Q5_1;
+    abort();
+}
+int main(int argc, char ** argv) {
+    if (argc < 10) return 2;
+    llama_backend_init();
+    auto mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    llama_model * model = llama_model_load_from_file(argv[1], mp);
+    if (!model) { fprintf(stderr, "PROBE: load failed\n"); return 1; }
+    auto cp = llama_context_default_params();
+    cp.n_ctx = atoi(argv[2]);
+    cp.n_seq_max = atoi(argv[3]);
+    cp.type_k = type_of(argv[4]);
+    cp.type_v = type_of(argv[5]);
+    cp.flash_attn_type = atoi(argv[6]) ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.swa_full = atoi(argv[7]);
+    cp.kv_unified = atoi(argv[8]);
+    cp.n_ubatch = atoi(argv[9]);
+    llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) { fprintf(stderr, "PROBE: context failed\n"); return 1; }
+    fprintf(stderr, "PROBE: ok\n");
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}

@@ -1,0 +1,454 @@
+"""device-fit: the division, tiers, context squeeze, speed, observations, host RAM, plan, launch
+settings and the CLI's bad-input handling."""
+
+import json
+import os
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from moetools.cli import cli
+from moetools.devicefit import core, kv
+from moetools.devicefit.kv import KVSettings
+from moetools.errors import UsageError
+from moetools.formats.curve import Curve, write_curve
+from moetools.formats.plan import read_plan
+from moetools.formats.resident_manifest import ResidentManifest, write_manifest
+from moetools.gguf import open_model
+
+GIB = 1024**3
+K3_RESIDENT = 27_708_950_272
+K3_EXPERT = 8_060_928
+K3_EPT = 16 * 92
+K3_SLOTS = 896 * 92
+K3_PER_TOKEN = 23 * 576 * 2
+K3_STATE = 70 * (3 * 3 * 32 * 128 + 128 * 128 * 32) * 4
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, ["device-fit", *map(str, args)], input=input, catch_exceptions=False)
+
+
+def run_json(*args, input=None, code=0):
+    result = run(*args, "--json", input=input)
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def facts_of(path):
+    with open_model(path) as model:
+        return core.model_facts(model)
+
+
+@pytest.fixture(scope="module")
+def k3(preset_model):
+    return preset_model("kimi-k3", 2)
+
+
+def tok_s(coverage, ept=K3_EPT, expert=K3_EXPERT, h2d=25e9, floor=0.010):
+    return 1 / ((1 - coverage) * ept * expert / h2d + floor)
+
+
+def test_k3_facts(k3):
+    facts = facts_of(k3)
+    assert facts.resident_bytes == K3_RESIDENT
+    assert facts.expert_bytes == K3_EXPERT
+    assert facts.experts_per_token == K3_EPT
+    assert facts.total_slots == K3_SLOTS
+
+
+def test_k3_on_32g_by_hand(k3):
+    doc = run_json(k3, "--vram", "32G", "--ctx", 32768)
+    vram = 32 * GIB
+    reserve = vram // 10
+    kv_bytes = 32768 * K3_PER_TOKEN + K3_STATE
+    budget = vram - reserve - K3_RESIDENT - kv_bytes
+    slots = budget // K3_EXPERT
+    assert doc["verdict"] == "native" and doc["resident_source"] == "native"
+    assert (doc["vram_bytes"], doc["reserve_bytes"], doc["resident_bytes"]) == (vram, reserve, K3_RESIDENT)
+    assert doc["context"] == 32768 and doc["kv_bytes"] == kv_bytes
+    assert doc["expert_budget_bytes"] == budget and doc["slots"] == slots == 271
+    assert doc["coverage"] == pytest.approx(slots / K3_SLOTS, abs=1e-6)
+    assert doc["tok_s"] == pytest.approx(tok_s(slots / K3_SLOTS), rel=1e-4)
+    assert doc["experts_per_token"] == K3_EPT and doc["expert_bytes"] == K3_EXPERT
+    kinds = {cache["kind"]: cache for cache in doc["kv"]}
+    assert kinds["full"] == {"kind": "full", "cells": 32768, "cells_per_stream": 32768, "streams": 1, "layers": 23,
+                             "k_bytes": 32768 * K3_PER_TOKEN, "v_bytes": 0, "bytes": 32768 * K3_PER_TOKEN}
+    assert kinds["recurrent"]["bytes"] == K3_STATE
+    assert len(doc["divisions"]) == 1 and doc["divisions"][0]["tier"] == "native"
+    division = doc["divisions"][0]
+    for key in ("resident_source", "resident_bytes", "context", "kv_bytes", "kv", "expert_budget_bytes", "slots",
+                "expert_bytes", "experts_per_token", "coverage", "tok_s"):
+        assert division[key] == doc[key], key
+
+
+def test_default_context_is_squeezed_in_steps_of_256(k3):
+    doc = run_json(k3, "--vram", "32G")
+    room = 32 * GIB - 32 * GIB // 10 - K3_RESIDENT - K3_STATE
+    context = doc["context"]
+    assert context % 256 == 0 and context < 262144
+    assert context * K3_PER_TOKEN <= room < (context + 256) * K3_PER_TOKEN
+    assert doc["divisions"][0]["note"] == "context squeezed from 262144"
+
+
+def test_fit_context_matches_a_linear_scan(tiny_models, preset_model):
+    """The binary search equals the obvious scan over every multiple of 256."""
+    rng = random.Random(3)
+    for path in (preset_model("gpt-oss-120b"), tiny_models["kimi-k3"], preset_model("llama3-8b")):
+        shape = facts_of(path).shape
+        for _ in range(30):
+            settings = KVSettings(n_seq=rng.choice([1, 2, 3]), unified=rng.random() < 0.5, ubatch=rng.choice([64, 512]))
+            wanted = rng.randrange(300, 40000)
+            floor = rng.randrange(1, wanted + 1)
+            room = rng.randrange(0, kv.kv_bytes(shape, wanted, settings) * 2)
+            got, _ = core.fit_context(shape, settings, wanted, floor, room)
+            candidates = [wanted] + [c for c in range((wanted - 1) // 256 * 256, 0, -256) if c >= floor]
+            expected = next((c for c in candidates if kv.kv_bytes(shape, c, settings) <= room), None)
+            assert got == expected
+
+
+def test_unfittable_exits_1_with_the_shortfall(k3):
+    result = run(k3, "--vram", "24G", "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    usable = 24 * GIB - 24 * GIB // 10
+    assert doc["verdict"] == "unfittable" and doc["context"] == 0 and doc["expert_budget_bytes"] == 0
+    assert doc["shortfall_bytes"] == K3_RESIDENT + 4096 * K3_PER_TOKEN + K3_STATE - usable
+    assert "unfittable" in doc["notes"][0]
+
+
+def test_min_ctx_bounds_the_squeeze(k3):
+    # 29.5 GiB: the resident weights fit but not with 200k tokens of KV
+    vram = int(29.5 * GIB)
+    usable = vram - 2 * GIB - 1  # explicit reserve
+    doc = run_json(k3, "--vram", vram, "--reserve", 2 * GIB + 1, "--min-ctx", 200000, code=1)
+    assert doc["verdict"] == "unfittable"
+    assert doc["shortfall_bytes"] == K3_RESIDENT + pad(200000) * K3_PER_TOKEN + K3_STATE - usable
+    doc = run_json(k3, "--vram", vram, "--reserve", 2 * GIB + 1)
+    assert doc["context"] >= 4096
+
+
+def pad(n):
+    return -(-n // 256) * 256
+
+
+def _tier(folder, label, resident, facts, source=None, gguf=True, fingerprint=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"k3.{label}.resident.gguf"
+    if gguf:
+        (folder / name).write_bytes(b"GGUF")
+    manifest = ResidentManifest(tier_label=label, resident_bytes=resident, gguf=name,
+                                source_model=source if source is not None else os.path.basename(facts.path),
+                                source_fingerprint=facts.fingerprint if fingerprint is None else fingerprint)
+    write_manifest(folder / f"k3.{label}.resident.json", manifest)
+
+
+def test_tiers_override_when_native_does_not_fit(k3, tmp_path):
+    facts = facts_of(k3)
+    tiers = tmp_path / "tiers"
+    _tier(tiers, "q4_0", 14 * GIB, facts)
+    _tier(tiers, "q8_0", 25 * GIB, facts)
+    doc = run_json(k3, "--vram", "24G", "--ctx", 16384, "--tiers", tiers)
+    assert doc["verdict"] == "override" and doc["resident_source"] == "q4_0"
+    assert [d["tier"] for d in doc["divisions"]] == ["native", "q8_0", "q4_0"]
+    assert [d["feasible"] for d in doc["divisions"]] == [False, False, True]
+    budget = 24 * GIB - 24 * GIB // 10 - 14 * GIB - 16384 * K3_PER_TOKEN - K3_STATE
+    assert doc["expert_budget_bytes"] == budget and doc["slots"] == budget // K3_EXPERT
+    assert doc["resident_gguf"].endswith("k3.q4_0.resident.gguf")
+
+
+def test_fastest_division_wins_with_a_curve(k3, tmp_path):
+    facts = facts_of(k3)
+    tiers = tmp_path / "tiers"
+    _tier(tiers, "q4_0", 20 * GIB, facts)
+    curve = tmp_path / "curve.json"
+    write_curve(curve, Curve(slots=[500, 1000], hit={"decay_bandit": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]}))
+    doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve)
+    native, q4 = doc["divisions"]
+    assert native["slots"] == 271 and native["coverage"] == pytest.approx(0.5 * 271 / 500, abs=1e-6)
+    q4_budget = 32 * GIB - 32 * GIB // 10 - 20 * GIB - 32768 * K3_PER_TOKEN - K3_STATE
+    assert q4["slots"] == q4_budget // K3_EXPERT > 1000  # flat past the last point
+    assert q4["coverage"] == pytest.approx(0.6)
+    assert q4["tok_s"] == pytest.approx(tok_s(0.6), rel=1e-4)
+    assert doc["resident_source"] == "q4_0" and doc["coverage_source"] == "curve (decay_bandit)"
+    lru = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve, "--coverage-policy", "lru")
+    assert lru["divisions"][1]["coverage"] == pytest.approx(0.2)
+    piped = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", "-", input=curve.read_text())
+    assert piped["tok_s"] == doc["tok_s"]
+
+
+def test_observations_refine_the_choice(k3, tmp_path):
+    facts = facts_of(k3)
+    tiers = tmp_path / "tiers"
+    _tier(tiers, "q4_0", 20 * GIB, facts)
+    obs = tmp_path / "obs.jsonl"
+    obs.write_text("\n".join(json.dumps(o) for o in [
+        {"tier": "q4_0", "tok_s": 1.0, "tokens": 500},
+        {"tier": "q4_0", "tok_s": 2.0, "tokens": 500},
+        {"tier": "native", "tok_s": 99.0, "tokens": 10},  # under 64 tokens: ignored
+        {"tier": "native", "tok_s": 5.0, "tokens": 64},
+    ]) + "\n")
+    doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--observations", obs)
+    native, q4 = doc["divisions"]
+    assert q4["tok_s"] == pytest.approx(0.6 * 1.0 + 0.4 * 2.0) and q4["observations"] == 2
+    assert native["tok_s"] == pytest.approx(5.0) and native["tok_s_source"] == "measured"
+    assert doc["resident_source"] == "native"
+
+
+def test_refine_rules():
+    estimate, runs, ignored = core.refine({"a": 3.0, "b": 1.0}, [("a", 1.0, 63), ("b", 4.0, 64), ("b", 2.0, 100), ("c", 9.0, 100)])
+    assert estimate == {"a": 3.0, "b": pytest.approx(0.6 * 4 + 0.4 * 2)}
+    assert runs == {"a": 0, "b": 2} and len(ignored) == 1
+
+
+def test_bad_tier_manifests_are_skipped_with_warnings(k3, tmp_path):
+    facts = facts_of(k3)
+    tiers = tmp_path / "tiers"
+    _tier(tiers, "q4_0", 14 * GIB, facts)
+    _tier(tiers, "q6_K", 15 * GIB, facts, gguf=False)
+    _tier(tiers, "q5_0", 15 * GIB, facts, fingerprint="0123456789abcdef")
+    _tier(tiers, "bf16", 15 * GIB, facts, source="other-model.gguf", fingerprint="")
+    (tiers / "broken.resident.json").write_text("{not json")
+    (tiers / "wrong.resident.json").write_text(json.dumps({"resident_only": 1, "tier_label": "q2_K"}))
+    result = run(k3, "--vram", "24G", "--ctx", 16384, "--tiers", tiers, "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert [d["tier"] for d in doc["divisions"]] == ["native", "q4_0"]
+    stderr = result.stderr
+    assert "k3.q6_K.resident.gguf is missing" in stderr
+    assert "made from another model (source_fingerprint 0123456789abcdef" in stderr
+    assert "made from another model ('other-model.gguf')" in stderr
+    assert "broken.resident.json" in stderr and "wrong.resident.json" in stderr
+    assert len(doc["warnings"]) == 5
+
+
+def test_default_tier_folder_beside_the_model(tmp_path):
+    from tests import factory
+
+    path = factory.write_tiny(tmp_path, "qwen3moe", sparse=True, name="q3")
+    facts = facts_of(path)
+    _tier(tmp_path / "device-fit" / "q3", "q4_0", 1000, facts)
+    assert core.default_tier_folder(path) == str(tmp_path / "device-fit" / "q3")
+    doc = run_json(path, "--vram", "4G")
+    assert [d["tier"] for d in doc["divisions"]] == ["native", "q4_0"]
+
+
+def test_dense_model_has_no_expert_budget(preset_model):
+    doc = run_json(preset_model("llama3-8b"), "--vram", "24G")
+    assert doc["verdict"] == "native" and doc["context"] == 8192
+    assert doc["expert_budget_bytes"] == 0 and doc["slots"] == 0 and doc["experts_per_token"] == 0
+    assert doc["free_bytes"] == 24 * GIB - 24 * GIB // 10 - doc["resident_bytes"] - 8192 * 131072
+    assert any("dense model" in note for note in doc["notes"])
+    assert doc["tok_s"] == pytest.approx(100.0)
+
+
+def test_context_above_training_is_sized_as_asked(preset_model):
+    result = run(preset_model("llama3-8b"), "--vram", "80G", "--ctx", 20000, "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["context"] == 20000 and doc["kv_bytes"] == pad(20000) * 131072
+    assert "above the training context 8192" in result.stderr
+
+
+def test_ram_budget_and_warning(k3, tmp_path):
+    facts = facts_of(k3)
+    doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--ram", "2T", "--os-reserve", "8G")
+    host = doc["host"]
+    assert host["mmap_bytes"] == facts.file_bytes
+    assert host["host_cache_bytes"] == 2 * 1024 * GIB - 8 * GIB - facts.file_bytes
+    assert host["host_slots"] == host["host_cache_bytes"] // K3_EXPERT
+    result = run(k3, "--vram", "32G", "--ctx", 32768, "--ram", "256G", "--json")
+    assert json.loads(result.stdout)["host"]["host_cache_bytes"] == 0
+    assert "exceed RAM" in result.stderr
+    container = run_json(k3, "--vram", "32G", "--ctx", 32768, "--ram", "256G", "--container", tmp_path)
+    assert container["host"]["mmap_bytes"] == K3_RESIDENT
+    assert container["host"]["host_cache_bytes"] == 256 * GIB - 4 * GIB - K3_RESIDENT
+
+
+def test_plan_file(k3, tmp_path):
+    plan_path = tmp_path / "k3.plan.json"
+    doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", plan_path)
+    plan = read_plan(plan_path)
+    assert plan.budget_bytes == doc["host"]["host_cache_bytes"]
+    assert plan.device_budget_bytes == doc["expert_budget_bytes"] and plan.resident_tier == "native"
+    assert plan.pin_list == [] and plan.window_k == 8
+
+
+def test_emit_llama_and_env(k3, preset_model, tmp_path):
+    result = run(k3, "--vram", "32G", "--ctx", 32768, "--emit", "llama")
+    assert result.exit_code == 0
+    budget = 32 * GIB - 32 * GIB // 10 - K3_RESIDENT - 32768 * K3_PER_TOKEN - K3_STATE
+    # one K3 layer's experts (896 x 7.7 MiB) are more than the budget: every expert stays on the CPU
+    assert result.stdout.splitlines()[0] == f"llama-server -m {k3} -c 32768 -ngl 999 -ctk f16 -ctv f16 -fa on --fit off --cpu-moe"
+    qwen = preset_model("qwen3-235b")
+    facts = facts_of(qwen)
+    flags = ["--ctx", 8192, "--ctk", "q8_0", "--ctv", "q8_0", "--parallel", 2]
+    doc = run_json(qwen, "--vram", "48G", *flags)
+    layer = facts.layer_expert_bytes[93]
+    first_gpu = 94 - doc["expert_budget_bytes"] // layer  # every layer's experts hold the same bytes
+    result = run(qwen, "--vram", "48G", *flags, "--emit", "llama")
+    lines = result.stdout.splitlines()
+    assert lines[0] == (f"llama-server -m {qwen} -c 8192 -ngl 999 -ctk q8_0 -ctv q8_0 -fa on -np 2 --fit off "
+                        f"--n-cpu-moe {first_gpu}")
+    assert 0 < first_gpu < 94
+    assert lines[2] == "#   -ot 'blk\\.(" + "|".join(map(str, range(first_gpu))) + ")\\.ffn_(up|down|gate|gate_up)_exps=CPU'"
+    plan = tmp_path / "p.json"
+    env = run(k3, "--vram", "32G", "--ctx", 32768, "--emit", "env", "--plan", plan, "--container", tmp_path)
+    lines = env.stdout.splitlines()
+    assert lines[0] == "unset LLAMA_RESIDENT_OVERRIDE"
+    assert lines[1] == f"export GGML_MOE_VRAM_CACHE_GB={int(budget / GIB * 100) / 100:.2f}"
+    assert lines[2] == f"export GGML_MOE_PLAN_FILE={plan}"
+    assert lines[3] == f"export GGML_MOE_CONTAINER={tmp_path}"
+    assert lines[4].startswith("# then: llama-server -m ")
+
+
+def test_emit_env_for_an_override(k3, tmp_path):
+    facts = facts_of(k3)
+    tiers = tmp_path / "tiers"
+    _tier(tiers, "q4_0", 14 * GIB, facts)
+    env = run(k3, "--vram", "24G", "--ctx", 16384, "--tiers", tiers, "--emit", "env")
+    assert env.stdout.splitlines()[0] == f"export LLAMA_RESIDENT_OVERRIDE={tiers / 'k3.q4_0.resident.gguf'}"
+    llama = run(k3, "--vram", "24G", "--ctx", 16384, "--tiers", tiers, "--emit", "llama")
+    assert llama.stdout.startswith("# upstream llama.cpp cannot fit")
+
+
+def test_table_output(k3):
+    result = run(k3, "--vram", "32G", "--ctx", 32768)  # CliRunner's stdout is not a TTY: JSON
+    assert json.loads(result.stdout)["verdict"] == "native"
+    from moetools.devicefit.command import tables
+
+    doc = run_json(k3, "--vram", "32G", "--ctx", 32768)
+    ledger, divisions = tables(doc)
+    assert [row[0] for row in ledger.rows] == ["VRAM", "compute reserve", "resident weights", "KV cache", "hot-expert budget"]
+    assert divisions.rows[0][0] == "* native"
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (["--vram", "2G"], "at or below the compute reserve"),
+    (["--vram", "8G", "--reserve", "8G"], "at or below the compute reserve"),
+    (["--vram", "32Q"], "cannot parse size"),
+    (["--vram", "32G", "--reserve", "lots"], "cannot parse size"),
+    (["--vram", "32G", "--ctx", "0"], "context must be at least 1"),
+    (["--vram", "32G", "--h2d", "fast"], "cannot parse size"),
+    (["--vram", "32G", "--floor", "soon"], "cannot parse time"),
+    (["--vram", "32G", "--ram", "much"], "cannot parse size"),
+])
+def test_bad_options_exit_2(tiny_models, args, message):
+    result = run(tiny_models["qwen3moe"], *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_bad_kv_type_for_the_model_exits_2(tiny_models):
+    result = run(tiny_models["deepseek2"], "--vram", "8G", "--ctk", "q4_0", "--ctv", "q4_0")
+    assert result.exit_code == 2 and "does not divide the key head width 80" in result.stderr
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{", "not valid JSON"),
+    ('{"slots": [10, 5], "hit": {"decay_bandit": [0.1, 0.2]}}', "slots must increase"),
+    ('{"slots": [10], "hit": {"decay_bandit": [1.5]}}', "not a ratio"),
+    ('{"slots": [10], "hit": {"lru": [0.5]}}', "no policy 'decay_bandit'"),
+])
+def test_bad_coverage_files_exit_2(tiny_models, tmp_path, content, message):
+    path = tmp_path / "curve.json"
+    path.write_text(content)
+    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--coverage", path)
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_belady_is_never_a_prediction(tiny_models, tmp_path):
+    path = tmp_path / "curve.json"
+    write_curve(path, Curve(slots=[4], hit={"belady": [0.9]}))
+    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--coverage", path, "--coverage-policy", "belady")
+    assert result.exit_code == 2 and "ceiling" in result.stderr
+
+
+def test_bad_observations_exit_2(tiny_models, tmp_path):
+    path = tmp_path / "obs.jsonl"
+    path.write_text('{"tier": "native", "tok_s": 3, "tokens": 100}\n{"tier": "native", "tok_s": -1, "tokens": 100}\n')
+    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--observations", path)
+    assert result.exit_code == 2 and "line 2" in result.stderr and "offset 46" in result.stderr
+
+
+def test_missing_tier_folder_and_model_exit_2(tiny_models, tmp_path):
+    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--tiers", tmp_path / "nope")
+    assert result.exit_code == 2 and "tier folder does not exist" in result.stderr
+    assert run(tmp_path / "absent.gguf", "--vram", "8G").exit_code == 2
+
+
+def test_missing_expert_used_count_is_named(tmp_path):
+    from moetools import synth
+
+    spec = synth.tiny("qwen3moe")
+    spec.metadata = [entry for entry in spec.metadata if entry[0] != "qwen3moe.expert_used_count"]
+    path = synth.write_model(spec, tmp_path / "m.gguf", sparse=True)[0]
+    result = run(path, "--vram", "8G")
+    assert result.exit_code == 2 and "qwen3moe.expert_used_count" in result.stderr
+
+
+def test_every_tiny_architecture_fits(tiny_models):
+    for arch, path in tiny_models.items():
+        doc = run_json(path, "--vram", "4G")
+        assert doc["verdict"] == "native", arch
+        assert doc["context"] == doc["context_train"]
+        assert doc["kv_bytes"] == sum(cache["bytes"] for cache in doc["kv"])
+        assert doc["vram_bytes"] == doc["reserve_bytes"] + doc["resident_bytes"] + doc["kv_bytes"] + doc["free_bytes"]
+
+
+def test_real_converter_models_fit(shared_models):
+    for path in shared_models:
+        doc = run_json(path, "--vram", "4G", "--ctx", 4096)
+        assert doc["verdict"] == "native", path.name
+        assert doc["slots"] == doc["total_slots"]  # tiny models: every expert fits
+        assert doc["coverage"] == 1.0
+
+
+def test_usage_error_core():
+    with pytest.raises(UsageError):
+        core.fit(None, [], core.FitOptions(vram=1, reserve=2))
+
+
+def test_header_path_imports_no_heavy_modules(tiny_models, tmp_path):
+    """device-fit --json imports neither numpy, gguf nor rich, and its own modules not dataclasses."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport moetools.gguf, click\nbefore = set(sys.modules)\n"
+            "sys.argv = ['moetools', 'device-fit', %r, '--vram', '8G', '--json']\n"
+            "from moetools.cli import cli\n"
+            "try:\n    cli()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('numpy', 'gguf', 'rich') if m in sys.modules]\n"
+            "heavy += [m for m in ('dataclasses',) if m in set(sys.modules) - before]\n"
+            "sys.stderr.write('HEAVY=' + ','.join(heavy))") % str(tiny_models["kimi-k3"])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stderr.endswith("HEAVY="), proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "native"
+
+
+def test_record_fields():
+    tier = core.Tier("q4_0", 10, "x.gguf")
+    assert tier == core.Tier(label="q4_0", resident_bytes=10, gguf="x.gguf", manifest="")
+    assert core.Division(tier).kv == [] and core.Division(tier).kv is not core.Division(tier).kv
+    with pytest.raises(TypeError):
+        core.Tier("q4_0")
+    with pytest.raises(TypeError):
+        core.Tier("q4_0", 1, "g", nope=1)
+
+
+def test_observations_of_unknown_or_unfitting_tiers_warn(k3, tmp_path):
+    obs = tmp_path / "obs.jsonl"
+    obs.write_text('{"tier": "q3_K", "tok_s": 4, "tokens": 100}\n')
+    result = run(k3, "--vram", "32G", "--ctx", 32768, "--observations", "-", "--json", input=obs.read_text())
+    assert result.exit_code == 0 and "observation of unknown tier 'q3_K'" in result.stderr
+    result = run(k3, "--vram", "24G", "--observations", obs, "--json")
+    assert result.exit_code == 1
+
+
+def test_context_below_min_ctx_is_said(tiny_models):
+    doc = run_json(tiny_models["qwen3moe"], "--vram", "4G", "--ctx", 1000)
+    assert doc["context"] == 1000 and doc["kv"][0]["cells"] == 1024
+    assert "context 1000 (as asked) is below --min-ctx 4096" in doc["notes"]
