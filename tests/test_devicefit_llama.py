@@ -1,8 +1,7 @@
 """device-fit's KV sizing against what llama.cpp itself allocates.
 
-Opt-in: it needs llama.cpp built, which takes minutes. Build the probe with
-`tests/llama_probe/build.sh /path/to/llama.cpp` (llama.cpp's source ships in the llama-cpp-python sdist,
-vendor/llama.cpp) and run with MOETOOLS_LLAMA_PROBE=/path/to/probe. The probe loads each model on the
+Opt-in: set MOETOOLS_LLAMA_PROBE to tests/llama_probe/probe.cpp compiled against a libllama you
+already have (moetools ships no llama.cpp code and no recipe to build it). The probe loads each model on the
 CPU and creates a context; llama.cpp logs every KV and recurrent-state buffer it allocates, in MiB with
 two decimals, which must equal device-fit's bytes formatted the same way — and where llama.cpp refuses a
 setting, device-fit must refuse it too.
@@ -23,7 +22,7 @@ from tests import factory
 
 PROBE = os.environ.get("MOETOOLS_LLAMA_PROBE", "")
 pytestmark = pytest.mark.skipif(not (PROBE and os.access(PROBE, os.X_OK)),
-                                reason="set MOETOOLS_LLAMA_PROBE to a probe built by tests/llama_probe/build.sh")
+                                reason="opt-in: set MOETOOLS_LLAMA_PROBE to tests/llama_probe/probe.cpp linked against libllama")
 
 KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
                      r"K \(\w+\): +([\d.]+) MiB, V \(\w+\): +([\d.]+) MiB")
