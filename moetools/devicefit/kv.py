@@ -106,36 +106,13 @@ class KVShape(Record):
     )
 
 
-def _int_key(model, template, default=None, required_for=None):
-    key = model.key(template)
-    value = model.metadata.get(key, default)
-    if value is None:
-        if required_for:
-            raise GGUFError(model.path, f"missing metadata key needed for {required_for}", key=key)
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise GGUFError(model.path, f"{value!r} is not a count", key=key)
-    return value
-
-
-def _int_list(model, template, default, required_for=None):
-    key = model.key(template)
-    if required_for and key not in model.metadata:
-        raise GGUFError(model.path, f"missing metadata key needed for {required_for}", key=key)
-    values = model.layer_values(template, default)
-    for value in values:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise GGUFError(model.path, f"per-layer value {value!r} is not a count", key=key)
-    return values
-
-
 def _swa_layers(model, arch, trunk, n_layer):
     """(is_swa per layer, n_swa, swa type) as the architecture's llama.cpp loader sets them."""
     none = ([False] * n_layer, 0, "none")
     rule = SWA_RULES.get(arch)
     window_key = model.key(Keys.SLIDING_WINDOW)
     pattern_key = model.key(Keys.SLIDING_WINDOW_PATTERN)
-    window = _int_key(model, Keys.SLIDING_WINDOW)
+    window = model.get_int(Keys.SLIDING_WINDOW, None)
     if rule is None:
         return none
     when, period, dense_first, default_window, swa_type = rule
@@ -186,45 +163,45 @@ def kv_shape(model):
     n_layer = model.block_count
     if n_layer == 0:
         raise GGUFError(model.path, "block count is 0", key=model.key(Keys.BLOCK_COUNT))
-    context_train = _int_key(model, Keys.CONTEXT_LENGTH, required_for="the default context")
-    n_embd = _int_key(model, Keys.EMBEDDING_LENGTH, required_for="the attention head width")
-    head_count = [value or 0 for value in _int_list(model, Keys.HEAD_COUNT, 0, required_for="the KV cache")]
-    head_count_kv = _int_list(model, Keys.HEAD_COUNT_KV, None)
+    context_train = model.get_int(Keys.CONTEXT_LENGTH, None, required_for="the default context")
+    n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for="the attention head width")
+    head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0, required_for="the KV cache")]
+    head_count_kv = model.layer_values(Keys.HEAD_COUNT_KV, None)
     # llama.cpp: head_count_kv defaults to head_count, and a head width to n_embd / head_count(0).
     head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
-    nextn = _int_key(model, Keys.NEXTN_PREDICT_LAYERS, 0)
+    nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
     notes = []
     if trunk < n_layer and arch not in KDA_ARCHES:
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
 
-    k_key_length_mla = _int_key(model, Keys.KEY_LENGTH_MLA, 0)
-    v_key_length_mla = _int_key(model, Keys.VALUE_LENGTH_MLA, 0)
+    k_key_length_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
+    v_key_length_mla = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
     mla = bool(k_key_length_mla and v_key_length_mla)
     if head_count[0] > 0:
         default_width = n_embd // head_count[0]
         if mla and model.key(Keys.KEY_LENGTH) not in model.metadata:
             # llama.cpp would fall back to n_embd / n_head, which is not the latent width: refuse.
             raise GGUFError(model.path, "missing metadata key needed for the MLA cache width", key=model.key(Keys.KEY_LENGTH))
-        k_full = _int_key(model, Keys.KEY_LENGTH, default_width)
-        v_full = _int_key(model, Keys.VALUE_LENGTH, default_width)
+        k_full = model.get_int(Keys.KEY_LENGTH, default_width)
+        v_full = model.get_int(Keys.VALUE_LENGTH, default_width)
     else:
         k_full = v_full = 0
     if mla:
-        kv_lora = _int_key(model, Keys.KV_LORA_RANK, required_for="the MLA cache")
+        kv_lora = model.get_int(Keys.KV_LORA_RANK, None, required_for="the MLA cache")
         if arch in KDA_ARCHES:
             v_full = kv_lora  # the kimi loaders set the V head width to the latent rank
-    k_swa = _int_key(model, Keys.KEY_LENGTH_SWA, k_full)
-    v_swa = _int_key(model, Keys.VALUE_LENGTH_SWA, v_full)
+    k_swa = model.get_int(Keys.KEY_LENGTH_SWA, k_full)
+    v_swa = model.get_int(Keys.VALUE_LENGTH_SWA, v_full)
     is_swa, n_swa, swa_type = _swa_layers(model, arch, trunk, n_layer)
-    if swa_type == "none" and arch not in SWA_RULES and _int_key(model, Keys.SLIDING_WINDOW):
+    if swa_type == "none" and arch not in SWA_RULES and model.get_int(Keys.SLIDING_WINDOW, None):
         notes.append(f"{arch}: llama.cpp's loader ignores attention.sliding_window; every layer sized as full attention")
     is_recurrent = [False] * n_layer
     state_r = state_s = 0
     if arch in KDA_ARCHES:
         is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
-        d_conv = _int_key(model, Keys.SSM_CONV_KERNEL, required_for="the KDA conv state")
-        kda = _int_key(model, Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
+        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the KDA conv state")
+        kda = model.get_int(Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
         d_inner = head_count[0] * kda
         state_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner
         state_s = kda * kda * head_count[0]

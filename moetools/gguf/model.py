@@ -122,13 +122,18 @@ class Model:
     def require(self, template, what="this"):
         """A key's value, or a GGUFError naming the missing key."""
         key = self.key(template)
-        if key not in self.metadata:
-            raise GGUFError(self.path, f"missing metadata key needed for {what}", key=key)
+        self._need(key, what)
         return self.metadata[key]
 
-    def get_int(self, template, default=0):
-        """A whole-number key (default when absent); any other type is a GGUFError naming the key."""
+    def _need(self, key, required_for):
+        if required_for and key not in self.metadata:
+            raise GGUFError(self.path, f"missing metadata key needed for {required_for}", key=key)
+
+    def get_int(self, template, default=0, required_for=None):
+        """A whole-number key (default when absent); any other type is a GGUFError naming the key.
+        With `required_for`, a missing key is a GGUFError saying what needed it."""
         key = self.key(template)
+        self._need(key, required_for)
         value = self.metadata.get(key, default)
         if value is default:
             return value
@@ -136,10 +141,11 @@ class Model:
             raise GGUFError(self.path, f"expected a non-negative whole number, found {value!r}", key=key)
         return value
 
-    def layer_values(self, template, default=None):
+    def layer_values(self, template, default=None, required_for=None):
         """A per-layer whole-number key as a list of block_count values: a scalar repeats, an array is
-        checked for length. Missing: `default` for every layer."""
+        checked for length. Missing: `default` for every layer (or a GGUFError with `required_for`)."""
         key = self.key(template)
+        self._need(key, required_for)
         value = self.metadata.get(key)
         n_layers = self.block_count
         if value is None:
