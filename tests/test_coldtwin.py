@@ -365,3 +365,24 @@ def test_structural_twins_match_brute_force(tmp_path):
                             and index.folders[folder][f"s{k}"].size == size
                             and index.folders[folder][f"s{k}"].ino != 100 + k for k, size in enumerate(sizes))]
         assert sorted(twin.folder for twin in twins) == expected, case
+
+
+def test_cache_forgets_deleted_files_below_scanned_folders_only(tmp_path):
+    cache = HashCache(str(tmp_path / "c.json"))
+    kept = write(tmp_path / "scanned" / "a.gguf", b"abc")
+    gone = write(tmp_path / "scanned" / "b.gguf", b"abcd")
+    elsewhere = FileStat(str(tmp_path / "unplugged drive" / "c.gguf"), "c.gguf", 5, 1, 3, 0, 0)
+    for member in (stat_of(kept), stat_of(gone), elsewhere):
+        cache.put(member, full="f")
+    gone.unlink()
+    assert cache.prune([str(tmp_path / "scanned")]) == 1
+    assert sorted(entry["path"] for entry in cache.entries.values()) == [str(kept), str(elsewhere.path)]
+
+
+def test_file_systems_without_inode_numbers(tmp_path):
+    # Some file systems report inode 0 for every file: identity and cache key fall back to the path.
+    one, two = (FileStat(str(tmp_path / name), name, 10, 1, 0, 5, 5) for name in ("one", "two"))
+    assert one.identity != two.identity
+    cache = HashCache(None)
+    cache.put(one, full="1")
+    assert cache.get(two, "full") is None and cache.get(one, "full") == "1"

@@ -77,7 +77,7 @@ def _entry(result, action):
         "verify": result.level,
         "twin": result.twin.path if result.twin else None,
         "reason": result.reason,
-        "reclaimable_bytes": result.reclaimable,
+        "reclaimable_bytes": 0 if action and action.done else result.reclaimable,
         "kind": artifact.kind,
         "files": len(artifact.files),
         "missing": list(artifact.missing),
@@ -195,6 +195,7 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
             if acting:
                 actions, freed = act.apply(results, plan, index, hasher, log, disk_usage=shutil.disk_usage)
     finally:
+        cache.prune([hot] + [folder for folder in cold if os.path.isdir(folder)])
         cache.save()
         log.close()
 

@@ -197,6 +197,8 @@ class HashCache:
 
     @staticmethod
     def _key(member):
+        if not member.ino:  # a file system without inode numbers: the path is the identity
+            return f"{member.dev}:path:{os.path.normcase(os.path.realpath(member.path))}"
         return f"{member.dev}:{member.ino}"
 
     def get(self, member, kind):
@@ -205,6 +207,22 @@ class HashCache:
         if entry and entry.get("size") == member.size and entry.get("mtime_ns") == member.mtime_ns:
             return entry.get(kind)
         return None
+
+    def prune(self, roots):
+        """Forget files that were below one of the scanned folders `roots` and are gone now.
+
+        Entries of folders not scanned this time (an unplugged cold drive) are kept.
+        """
+        prefixes = [os.path.join(os.path.abspath(root), "") for root in roots]
+        with self.lock:
+            gone = [key for key, entry in self.entries.items()
+                    if isinstance(entry.get("path"), str)
+                    and any(os.path.abspath(entry["path"]).startswith(prefix) for prefix in prefixes)
+                    and not os.path.lexists(entry["path"])]
+            for key in gone:
+                del self.entries[key]
+            self.dirty = self.dirty or bool(gone)
+        return len(gone)
 
     def put(self, member, **values):
         key = self._key(member)

@@ -39,7 +39,11 @@ class FileStat:
 
     @property
     def identity(self):
-        return (self.dev, self.ino)
+        """What makes two FileStats the same file: (device, inode), or the real path where a file
+        system reports no inode numbers (0), so such files are never all "the same file"."""
+        if self.ino:
+            return (self.dev, self.ino)
+        return (self.dev, os.path.normcase(os.path.realpath(self.path)))
 
 
 @dataclass
