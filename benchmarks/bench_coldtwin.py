@@ -177,6 +177,15 @@ def main():
         assert count == 10000 and matched == artifacts == 625, (count, artifacts, matched)
         print(f"   bare os.walk + stat {t_walk * 1e3:.0f} ms; scan + header checks + twin search {t_scan * 1e3:.0f} ms "
               f"({t_scan / t_walk:.2f}x the bare walk; target under 1 s: {'yes' if t_scan < 1 else 'NO'})")
+        import subprocess
+
+        command = [sys.executable, "-m", "moetools", "cold-twin", os.path.join(scan_root, "hot"),
+                   os.path.join(scan_root, "cold"), "--verify", "none", "--json"]
+        env = dict(os.environ, MOETOOLS_CACHE_DIR=os.path.join(root, "cache"))
+        t_cli, done = timed(lambda: subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        t_start, _ = timed(subprocess.run, [sys.executable, "-c", "pass"])
+        print(f"   the whole CLI (moetools cold-twin --verify none, process start included): {t_cli * 1e3:.0f} ms, "
+              f"exit {done.returncode}; a bare `python -c pass` takes {t_start * 1e3:.0f} ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -307,3 +307,19 @@ def test_interrupted_run_is_announced(trees, tmp_path):
     assert code == 0
     assert f"run r0 was interrupted during migrate of {hot / 'm.gguf'}; this run resumes it" in result.stderr
     assert interrupted_actions(str(log)) == []
+
+
+def test_broken_downloads_are_not_migrated(trees):
+    hot, cold = trees
+    write(hot / "empty.gguf", b"")
+    shards = write_shards(hot, "m", [100, 200, 300])
+    shards[2].unlink()
+    code, doc, _ = run(hot, "--migrate", cold, "--yes")
+    assert code == 1
+    assert [(e["status"], e["action"]) for e in doc["artifacts"]] == [("none", None), ("incomplete", None)]
+    assert files_in(cold) == []
+
+
+def test_missing_hot_folder_is_exit_2(tmp_path):
+    _, _, result = run(tmp_path / "no such", tmp_path, ok_codes=(2,))
+    assert result.stderr == f"error: {tmp_path / 'no such'}: no such file or folder\n"

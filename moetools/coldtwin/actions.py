@@ -29,6 +29,7 @@ from moetools.coldtwin.scan import FileStat
 SPACE_MARGIN = 16 * 1024 * 1024
 LOG_NAME = "coldtwin-actions.jsonl"
 TEMP_MARK = ".moetools-"
+_PATH_FIELDS = ("hot", "twin", "src", "temp", "dest", "path")
 
 
 class ActionFailed(Exception):
@@ -63,7 +64,9 @@ class ActionLog:
 
     def write(self, event, **fields):
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "run": self.run, "event": event}
-        record.update(fields)
+        # Absolute paths: the log outlives the working folder of the run that wrote it.
+        record.update({key: os.path.abspath(value) if key in _PATH_FIELDS and isinstance(value, str) else value
+                       for key, value in fields.items()})
         self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
         self.handle.flush()
         os.fsync(self.handle.fileno())
@@ -392,7 +395,9 @@ def _wanted(result, plan):
     """The action one result calls for under `plan` (None when none)."""
     if result.status == VERIFIED and result.level == "full" and (plan.evict or plan.free_bytes is not None):
         return "evict"
-    if result.status == NONE and plan.migrate_to and not result.artifact.missing:
+    artifact = result.artifact
+    # An incomplete set or an empty file is a broken download: copying it would only move the problem.
+    if result.status == NONE and plan.migrate_to and not artifact.missing and all(m.size for m in artifact.files):
         return "migrate"
     return None
 

@@ -103,6 +103,17 @@ def _action_cell(entry):
     return verb[1] if action["done"] else verb[0]
 
 
+def _twin_cell(twin, cold_dirs):
+    """The twin's path below the COLD_DIR holding it (the title names the COLD_DIRs)."""
+    if not twin:
+        return "-"
+    for root in cold_dirs:
+        relative = _relative(twin, root)
+        if not relative.startswith(os.pardir) and not os.path.isabs(relative):
+            return relative if len(cold_dirs) == 1 else os.path.join(root, relative)
+    return twin
+
+
 def _tables(doc, hot):
     rows = []
     for entry in doc["artifacts"]:
@@ -110,7 +121,7 @@ def _tables(doc, hot):
             _relative(entry["hot"], hot),
             format_size(entry["bytes"]),
             _status_cell(entry),
-            entry["twin"] or "-",
+            _twin_cell(entry["twin"], doc["cold"]),
             format_size(entry["reclaimable_bytes"]),
             _action_cell(entry) or "",
         ])
@@ -119,7 +130,7 @@ def _tables(doc, hot):
                f"{format_size(summary['reclaimable_bytes'])} reclaimable")
     if summary["freed_bytes"]:
         caption += f"; {format_size(summary['freed_bytes'])} {'would be ' if doc['dry_run'] else ''}freed"
-    return [Table(f"cold twins of {hot} (verify {doc['verify']})",
+    return [Table(f"cold twins of {hot} in {', '.join(doc['cold'])} (verify {doc['verify']})",
                   ["artifact", "size", "status", "twin", "reclaimable", "reason / action"],
                   rows, right_align=(1, 4), caption=caption)]
 
