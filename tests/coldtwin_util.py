@@ -6,6 +6,7 @@ import random
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from moetools.cli import cli
@@ -53,3 +54,20 @@ def run(*args, ok_codes=(0, 1)):
 def by_name(doc):
     """{basename of the hot path: artifact entry}."""
     return {os.path.basename(entry["hot"]): entry for entry in doc["artifacts"]}
+
+
+@pytest.fixture(autouse=True)
+def cache_folder(tmp_path, monkeypatch):
+    """Every test gets its own cache folder (hash cache, action log), never the user's."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("MOETOOLS_CACHE_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def trees(tmp_path):
+    """(hot, cold) folders with spaces in their names; cold is one level below a parent folder."""
+    hot, cold = tmp_path / "nvme models", tmp_path / "hdd cold" / "models"
+    hot.mkdir()
+    cold.mkdir(parents=True)
+    return hot, cold

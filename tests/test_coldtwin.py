@@ -13,22 +13,7 @@ from moetools.coldtwin.hashing import HashCache, quick_digest, read_digest
 from moetools.coldtwin.scan import Artifact, ColdIndex, FileStat
 from tests import factory
 from tests.coldtwin_util import MIB, by_name, copy_tree, payload, run, write, write_shards
-
-
-@pytest.fixture(autouse=True)
-def cache_folder(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("MOETOOLS_CACHE_DIR", str(folder))
-    return folder
-
-
-@pytest.fixture
-def trees(tmp_path):
-    """hot and cold folders with spaces in their names."""
-    hot, cold = tmp_path / "nvme models", tmp_path / "hdd cold" / "models"
-    hot.mkdir()
-    cold.mkdir(parents=True)
-    return hot, cold
+from tests.coldtwin_util import cache_folder, trees  # noqa: F401 (fixtures used by name)
 
 
 def stat_of(path):

@@ -12,21 +12,7 @@ from moetools.coldtwin.actions import ActionFailed, ActionLog, evict, interrupte
 from moetools.coldtwin.core import Twin
 from moetools.coldtwin.scan import scan_hot, index_cold
 from tests.coldtwin_util import MIB, by_name, copy_tree, payload, run, write, write_shards
-
-
-@pytest.fixture(autouse=True)
-def cache_folder(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("MOETOOLS_CACHE_DIR", str(folder))
-    return folder
-
-
-@pytest.fixture
-def trees(tmp_path):
-    hot, cold = tmp_path / "nvme models", tmp_path / "hdd cold"
-    hot.mkdir()
-    cold.mkdir()
-    return hot, cold
+from tests.coldtwin_util import cache_folder, trees  # noqa: F401 (fixtures used by name)
 
 
 def log_events(path):

@@ -96,7 +96,7 @@ def _status_cell(entry):
 def _action_cell(entry):
     action = entry["action"]
     if not action:
-        return entry["reason"]
+        return "; ".join(([entry["reason"]] if entry["reason"] else []) + entry["warnings"])
     verb = {"evict": ("would evict", "evicted"), "migrate": ("would migrate", "migrated")}[action["kind"]]
     if action["error"]:
         return f"{action['kind']} failed: {action['error']}"
@@ -186,6 +186,9 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
     index, cold_problems = index_cold([folder for folder in cold if os.path.isdir(folder)], depth, cold_exclude)
     for problem in hot_problems + cold_problems:
         warn(problem)
+    for artifact in artifacts:
+        for line in artifact.warnings:
+            warn(f"{artifact.path}: {line}")
 
     cache = HashCache(None if no_cache else os.path.join(cache_dir(), CACHE_NAME))
     to_hash = sum(artifact.bytes for artifact in artifacts) * (2 if level == "full" else 0)
