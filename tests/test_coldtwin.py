@@ -59,7 +59,7 @@ def test_verified_twin_quick_default(trees):
 
 def test_real_gguf_split_twin_full(trees):
     hot, cold = trees
-    factory.write_tiny(hot, "deepseek2", shards=2, name="ds")
+    factory.write_tiny(hot, "qwen3moe", shards=2, name="q3")
     copy_tree(hot, cold)
     code, doc, _ = run(hot, cold, "--verify", "full")
     assert code == 0 and doc["artifacts"][0]["status"] == "verified" and doc["artifacts"][0]["kind"] == "gguf-split"

@@ -309,3 +309,12 @@ def test_broken_downloads_are_not_migrated(trees):
 def test_missing_hot_folder_is_exit_2(tmp_path):
     _, _, result = run(tmp_path / "no such", tmp_path, ok_codes=(2,))
     assert result.stderr == f"error: {tmp_path / 'no such'}: no such file or folder\n"
+
+
+def test_migrate_creates_the_cold_folder(trees, tmp_path):
+    hot, _ = trees
+    write(hot / "deep dir" / "m.gguf", payload(1000, 1))
+    target = tmp_path / "new cold" / "tier 2"
+    code, doc, _ = run(hot, "--migrate", target, "--yes")
+    assert code == 0 and files_in(target) == [os.path.join("deep dir", "m.gguf")] and files_in(hot) == []
+    assert (target / "deep dir" / "m.gguf").read_bytes() == payload(1000, 1)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.coldtwin_util import payload, run
 
-ITERATIONS = 20
+ITERATIONS = 16
 # Lines an uninterrupted run logs for make_tree: the set's migration (17), the single file's (9),
 # the twinned file's eviction (3).
 LOG_LINES = 29
@@ -72,7 +72,7 @@ def logged(log):
 def test_kill_during_migrate_and_evict(tmp_path, monkeypatch):
     rng = random.Random(20261129)
     monkeypatch.setenv("MOETOOLS_CACHE_DIR", str(tmp_path / "cache"))
-    env = dict(os.environ, MOETOOLS_COLDTWIN_TEST_DELAY="0.004", MOETOOLS_COLDTWIN_TEST_CHUNK="16384")
+    env = dict(os.environ, MOETOOLS_COLDTWIN_TEST_DELAY="0.002", MOETOOLS_COLDTWIN_TEST_CHUNK="16384")
     killed_mid_action = 0
     for iteration in range(ITERATIONS):
         base = tmp_path / f"run {iteration}"
