@@ -285,7 +285,7 @@ def test_file_changing_size_during_hashing(trees, monkeypatch):
     assert code == 1
     entry = doc["artifacts"][0]
     assert entry["status"] == "error"
-    assert entry["reason"].startswith(f"{cold / 'm.gguf'}: changed while being hashed (size 65536 -> 65540")
+    assert entry["reason"].startswith(f"{cold / 'm.gguf'}: changed while being read (size 65536 -> 65540)")
 
 
 # --- the hash cache ----------------------------------------------------------------------------
@@ -371,3 +371,63 @@ def test_file_systems_without_inode_numbers(tmp_path):
     cache = HashCache(None)
     cache.put(one, full="1")
     assert cache.get(two, "full") is None and cache.get(one, "full") == "1"
+
+
+# --- the report, exactly ----------------------------------------------------------------------
+
+def test_json_report_exactly(trees):
+    hot, cold = trees
+    shards = write_shards(hot / "k2", "k2", [3000, 2000], ext="safetensors")
+    copy_tree(hot / "k2", cold / "k2")
+    lone = write(hot / "lone.gguf", payload(100, 3))
+    code, doc, result = run(hot, cold)
+    assert code == 1 and result.stderr == ""
+    assert doc == {
+        "hot": str(hot),
+        "cold": [str(cold)],
+        "verify": "quick",
+        "dry_run": True,
+        "artifacts": [
+            {"hot": str(shards[0]), "bytes": 5000, "status": "verified", "verify": "quick",
+             "twin": str(cold / "k2" / shards[0].name), "reason": "", "reclaimable_bytes": 5000,
+             "kind": "safetensors", "files": 2, "missing": [],
+             "last_used_ns": max(max(s.stat().st_atime_ns, s.stat().st_mtime_ns) for s in shards),
+             "warnings": [], "action": None},
+            {"hot": str(lone), "bytes": 100, "status": "none", "verify": "quick", "twin": None,
+             "reason": "no cold folder holds lone.gguf", "reclaimable_bytes": 0, "kind": "gguf", "files": 1,
+             "missing": [], "last_used_ns": max(lone.stat().st_atime_ns, lone.stat().st_mtime_ns),
+             "warnings": [], "action": None},
+        ],
+        "summary": {"artifacts": 2, "bytes": 5100, "verified": 1, "reclaimable_bytes": 5000, "freed_bytes": 0,
+                    "free_target_bytes": None},
+        "problems": [],
+        "log": None,
+        "ok": False,
+    }
+
+
+def test_table_rows(trees):
+    from moetools.coldtwin.command import _tables
+
+    hot, cold = trees
+    write(hot / "sub" / "a.gguf", payload(3 * MIB, 1))
+    copy_tree(hot / "sub", cold / "x")
+    write(hot / "b.gguf", payload(100, 2))
+    _, doc, _ = run(hot, cold)
+    (table,) = _tables(doc, str(hot))
+    assert table.title == f"cold twins of {hot} in {cold} (verify quick)"
+    assert table.rows == [
+        ["b.gguf", "100 B", "none", "-", "0 B", "no cold folder holds b.gguf"],
+        [os.path.join("sub", "a.gguf"), "3.0 MiB", "verified (quick)", os.path.join("x", "a.gguf"), "3.0 MiB", ""],
+    ]
+    assert table.caption == "1 of 2 artifacts have a twin; 3.0 MiB reclaimable"
+
+
+def test_real_converter_gguf_twins(tmp_path, shared_models):
+    hot, cold = tmp_path / "hot", tmp_path / "cold"
+    hot.mkdir()
+    for model in shared_models:
+        shutil.copy(model, hot / model.name)
+    copy_tree(hot, cold)
+    code, doc, _ = run(hot, cold, "--verify", "full")
+    assert code == 0 and sorted(os.path.basename(e["hot"]) for e in doc["artifacts"]) == [m.name for m in shared_models]

@@ -83,7 +83,7 @@ def test_evict_rechecks_each_hot_file_before_unlink(trees, tmp_path):
     artifact, twin = scanned(hot, cold)
     os.utime(shards[1], ns=(5, 5))  # touched after the scan and verification
     log = ActionLog(str(tmp_path / "log.jsonl"))
-    with pytest.raises(ActionFailed, match="hot copy changed since it was verified"):
+    with pytest.raises(ActionFailed, match="hot copy: .* since it was verified"):
         evict(artifact, twin, log)
     assert files_in(hot) == ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"]
 
@@ -95,7 +95,7 @@ def test_evict_refuses_when_the_twin_changed(trees, tmp_path):
     artifact, twin = scanned(hot, cold)
     with open(cold / "m.gguf", "ab") as handle:
         handle.write(b"x")
-    with pytest.raises(ActionFailed, match="cold twin changed since it was verified"):
+    with pytest.raises(ActionFailed, match="cold twin: .* since it was verified"):
         evict(artifact, twin, ActionLog(str(tmp_path / "log.jsonl")))
     (cold / "m.gguf").unlink()
     with pytest.raises(ActionFailed, match="cold twin is gone"):
@@ -318,3 +318,39 @@ def test_migrate_creates_the_cold_folder(trees, tmp_path):
     code, doc, _ = run(hot, "--migrate", target, "--yes")
     assert code == 0 and files_in(target) == [os.path.join("deep dir", "m.gguf")] and files_in(hot) == []
     assert (target / "deep dir" / "m.gguf").read_bytes() == payload(1000, 1)
+
+
+def test_disk_full_during_copy_leaves_no_partial_file(trees, monkeypatch):
+    hot, cold = trees
+    write(hot / "m.gguf", payload(5000, 1))
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    code, doc, _ = run(hot, "--migrate", cold, "--yes")
+    assert code == 1
+    assert doc["artifacts"][0]["action"]["error"].endswith("copy failed: No space left on device")
+    assert os.listdir(cold) == [] and files_in(hot) == ["m.gguf"]
+
+
+def test_source_changing_during_copy_stops_the_migration(trees, monkeypatch):
+    hot, cold = trees
+    write(hot / "m.gguf", payload(64 * 1024, 1))
+    monkeypatch.setenv("MOETOOLS_COLDTWIN_TEST_CHUNK", "4096")
+    grown = []
+
+    def grow():
+        if not grown:
+            grown.append(1)
+            with open(hot / "m.gguf", "ab") as handle:
+                handle.write(b"late bytes")
+
+    monkeypatch.setattr(actions, "test_pause", grow)
+    code, doc, _ = run(hot, "--migrate", cold, "--yes")
+    assert code == 1
+    assert "changed while being read" in doc["artifacts"][0]["action"]["error"]
+    assert os.listdir(cold) == [] and files_in(hot) == ["m.gguf"]

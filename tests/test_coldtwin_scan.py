@@ -68,7 +68,9 @@ def test_gguf_that_does_not_parse_is_a_plain_artifact(tmp_path):
     kinds = {os.path.basename(a.path): a.kind for a in artifacts}
     assert kinds == {"broken.gguf": "gguf", "bad-00001-of-00002.gguf": "gguf-split"}
     split = [a for a in artifacts if a.kind == "gguf-split"][0]
-    assert len(split.warnings) == 1 and split.warnings[0].startswith("header does not parse")
+    assert len(split.warnings) == 1 and split.warnings[0].startswith("header does not parse (")
+    assert split.warnings[0].endswith("); shard count taken from the names")
+    assert str(tmp_path) not in split.warnings[0]  # the artifact's path is said once, by whoever shows it
 
 
 @pytest.mark.parametrize("suffix", [".part", ".incomplete", ".tmp", ".downloading", ".PART"])

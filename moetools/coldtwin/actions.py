@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from moetools.atomic import fsync_dir
 from moetools.coldtwin.core import NONE, VERIFIED, Twin, check_artifact
-from moetools.coldtwin.hashing import FileChanged, _check_unchanged, _xxh3_128, chunk_bytes, read_digest, test_pause
+from moetools.coldtwin.hashing import FileChanged, check_unchanged, new_xxh3, chunk_bytes, read_digest, test_pause
 from moetools.coldtwin.scan import FileStat
 
 # Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
@@ -116,9 +116,9 @@ def _recheck(member, what):
     except OSError as err:
         raise ActionFailed(f"{member.path}: {what} is gone or unreadable ({err.strerror or err})") from None
     try:
-        _check_unchanged(member.path, member, st)
+        check_unchanged(member.path, member, st, "since it was verified")
     except FileChanged as err:
-        raise ActionFailed(f"{what} changed since it was verified: {err}") from None
+        raise ActionFailed(f"{what}: {err}; nothing more is removed") from None
 
 
 def evict(artifact, twin, log):
@@ -187,13 +187,13 @@ def _copy_member(member, dest_folder, log, hasher):
     final = os.path.join(dest_folder, member.name)
     temp = temp_name(dest_folder, member.name)
     log.write("copy-start", src=member.path, temp=temp, dest=final, bytes=member.size)
-    source_hash = _xxh3_128()
+    source_hash = new_xxh3()
     buffer = bytearray(chunk_bytes())
     view = memoryview(buffer)
     copied = 0
     try:
         with open(member.path, "rb", buffering=0) as source, open(temp, "xb") as out:
-            _check_unchanged(member.path, member, os.fstat(source.fileno()))
+            check_unchanged(member.path, member, os.fstat(source.fileno()), "since the scan")
             while True:
                 count = source.readinto(buffer)
                 if not count:
@@ -202,9 +202,9 @@ def _copy_member(member, dest_folder, log, hasher):
                 out.write(view[:count])
                 copied += count
                 test_pause()
-            _check_unchanged(member.path, member, os.fstat(source.fileno()))
+            check_unchanged(member.path, member, os.fstat(source.fileno()))
             if copied != member.size:
-                raise FileChanged(f"{member.path}: read {copied} bytes, expected {member.size} (changed while copied)")
+                raise FileChanged(f"{member.path}: read {copied} bytes, expected {member.size} (changed while being read)")
             out.flush()
             os.utime(out.fileno() if os.utime in os.supports_fd else temp, ns=(member.atime_ns, member.mtime_ns))
             os.fsync(out.fileno())

@@ -54,18 +54,20 @@ def cache_dir():
     return os.path.join(base, "moetools")
 
 
-def _xxh3_128():
+def new_xxh3():
     import xxhash
 
     return xxhash.xxh3_128()
 
 
-def _check_unchanged(path, member, st):
+def check_unchanged(path, member, st, when="while being read"):
+    """Raise FileChanged unless the stat result `st` still describes the scanned file `member`."""
     if (st.st_dev, st.st_ino) != (member.dev, member.ino):
         raise FileChanged(f"{path}: replaced by another file since the scan")
-    if st.st_size != member.size or st.st_mtime_ns != member.mtime_ns:
-        raise FileChanged(f"{path}: changed while being hashed (size {member.size} -> {st.st_size}, mtime changed)"
-                          if st.st_size != member.size else f"{path}: modified while being hashed (mtime changed)")
+    if st.st_size != member.size:
+        raise FileChanged(f"{path}: changed {when} (size {member.size} -> {st.st_size})")
+    if st.st_mtime_ns != member.mtime_ns:
+        raise FileChanged(f"{path}: modified {when} (mtime changed, same size)")
 
 
 # Called after every chunk read by full_digest with (path, bytes so far); tests use it to change a
@@ -90,13 +92,13 @@ def read_digest(path, member, on_bytes=None, from_disk=False):
     so two threads hash two files at disk speed). `on_bytes(n)` is called after each chunk.
     `from_disk` drops the page cache first (re-reading a copy that was just written).
     """
-    hasher = _xxh3_128()
+    hasher = new_xxh3()
     buffer = bytearray(chunk_bytes())
     view = memoryview(buffer)
     total = 0
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
-        _check_unchanged(path, member, os.fstat(fd))
+        check_unchanged(path, member, os.fstat(fd), "since the scan")
         if from_disk:
             _drop_cache(fd)
         if hasattr(os, "posix_fadvise"):
@@ -118,18 +120,18 @@ def read_digest(path, member, on_bytes=None, from_disk=False):
         st = os.fstat(fd)
     finally:
         os.close(fd)
-    _check_unchanged(path, member, st)
+    check_unchanged(path, member, st)
     if total != member.size:
-        raise FileChanged(f"{path}: read {total} bytes but the file has {member.size} (changed while being hashed)")
+        raise FileChanged(f"{path}: read {total} bytes but the file has {member.size} (changed while being read)")
     return hasher.hexdigest()
 
 
 def quick_digest(path, member):
     """(xxh3-128 hex of the first and last MiB, whether the last MiB is all zeros) of `path`."""
-    hasher = _xxh3_128()
+    hasher = new_xxh3()
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
-        _check_unchanged(path, member, os.fstat(fd))
+        check_unchanged(path, member, os.fstat(fd), "since the scan")
         size = member.size
         if size <= 2 * QUICK_SPAN:
             head, tail_offset = _pread_all(fd, size, 0), max(0, size - QUICK_SPAN)
@@ -143,10 +145,10 @@ def quick_digest(path, member):
         st = os.fstat(fd)
     finally:
         os.close(fd)
-    _check_unchanged(path, member, st)
+    check_unchanged(path, member, st)
     expected = min(size, 2 * QUICK_SPAN)
     if len(head) + (len(tail) if size > 2 * QUICK_SPAN else 0) != expected:
-        raise FileChanged(f"{path}: shorter than its size {size} (changed while being hashed)")
+        raise FileChanged(f"{path}: shorter than its size {size} (changed while being read)")
     tail_zero = len(tail) > 0 and tail.count(0) == len(tail)
     return hasher.hexdigest(), tail_zero
 

@@ -160,7 +160,9 @@ def _gguf_split_count(path):
     try:
         header = read_header(path)
     except (MoeError, OSError, ValueError) as err:
-        return None, str(err)
+        problem = getattr(err, "problem", None) or getattr(err, "strerror", None) or str(err)
+        offset = getattr(err, "offset", None)
+        return None, problem if offset is None else f"{problem}, at offset {offset}"
     return header.get(Keys.SPLIT_COUNT), None
 
 
