@@ -431,3 +431,34 @@ def test_real_converter_gguf_twins(tmp_path, shared_models):
     copy_tree(hot, cold)
     code, doc, _ = run(hot, cold, "--verify", "full")
     assert code == 0 and sorted(os.path.basename(e["hot"]) for e in doc["artifacts"]) == [m.name for m in shared_models]
+
+
+def test_full_reads_each_tree_on_its_own_thread_in_order(trees):
+    import threading
+
+    from moetools.coldtwin.core import structural_twins, verify
+    from moetools.coldtwin.hashing import Hasher
+    from moetools.coldtwin.scan import index_cold, scan_hot
+
+    hot, cold = trees
+    write_shards(hot, "m", [3000, 2000, 1000, 500])
+    copy_tree(hot, cold)
+    (artifact,), _ = scan_hot(str(hot), 0, MIB)
+    index, _ = index_cold([str(cold)], 0)
+    (twin,), _ = structural_twins(artifact, index)
+    seen = []
+    hasher = Hasher(HashCache(None))
+    real_full = hasher.full
+    hasher.full = lambda member: seen.append((threading.get_ident(), member.path)) or real_full(member)
+    assert verify(artifact, twin, "full", hasher) is None
+    threads = {}
+    for ident, path in seen:
+        threads.setdefault(ident, []).append(path)
+    assert sorted(threads.values()) == sorted([[m.path for m in artifact.files], [m.path for m in twin.files]])
+    # A difference in the first file stops both threads before the last file.
+    data = bytearray((cold / "m-00001-of-00004.gguf").read_bytes())
+    data[1500] ^= 1
+    (cold / "m-00001-of-00004.gguf").write_bytes(bytes(data))
+    index, _ = index_cold([str(cold)], 0)
+    (twin,), _ = structural_twins(artifact, index)
+    assert verify(artifact, twin, "full", Hasher(HashCache(None))) == "m-00001-of-00004.gguf: content differs from the hot copy (xxh3-128)"

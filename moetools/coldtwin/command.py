@@ -15,7 +15,7 @@ import shutil
 import click
 
 from moetools.coldtwin import actions as act
-from moetools.coldtwin.core import LEVELS, STRUCTURAL, VERIFIED, check_all
+from moetools.coldtwin.core import LEVELS, STRUCTURAL, VERIFIED, check_all, structural_twins
 from moetools.coldtwin.hashing import CACHE_NAME, HashCache, Hasher, cache_dir
 from moetools.coldtwin.scan import index_cold, is_inside, real_folder, scan_hot
 from moetools.errors import InputError, UsageError
@@ -191,7 +191,9 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
             warn(f"{artifact.path}: {line}")
 
     cache = HashCache(None if no_cache else os.path.join(cache_dir(), CACHE_NAME))
-    to_hash = sum(artifact.bytes for artifact in artifacts) * (2 if level == "full" else 0)
+    to_hash = 0
+    if level == "full":  # what the progress bar counts: both sides of every artifact with a candidate twin
+        to_hash = sum(2 * artifact.bytes for artifact in artifacts if structural_twins(artifact, index)[0])
     log = act.NullLog()
     if acting and yes:
         log_path = log_path or os.path.join(cache_dir(), act.LOG_NAME)

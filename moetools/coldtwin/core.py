@@ -9,6 +9,7 @@ read in parallel.
 """
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -103,26 +104,39 @@ def _verify_quick(artifact, twin, hasher):
 
 
 def _verify_full(artifact, twin, hasher, pool):
-    """Hash hot and cold members in parallel (two threads, one per tree); stop at the first difference."""
-    # Submitted pairwise (hot 1, cold 1, hot 2, ...) so the two workers read one file from each tree.
-    hot_futures, cold_futures = [], []
-    for hot, cold in zip(artifact.files, twin.files):
-        hot_futures.append(pool.submit(hasher.full, hot))
-        cold_futures.append(pool.submit(hasher.full, cold))
-    try:
-        for hot, cold, hot_future, cold_future in zip(artifact.files, twin.files, hot_futures, cold_futures):
-            if hot_future.result() != cold_future.result():
-                return f"{cold.name}: content differs from the hot copy (xxh3-128)"
-        return None
-    finally:
-        for future in hot_futures + cold_futures:
-            future.cancel()
-        for future in hot_futures + cold_futures:
-            if not future.cancelled():
-                try:
-                    future.result()
-                except (OSError, FileChanged):
-                    pass
+    """Hash the hot files on one thread and the cold files on another, each tree read in order.
+
+    One thread per tree keeps each drive reading one file at a time, front to back (an HDD
+    read by two threads at once seeks between them). A thread stops at the next file boundary
+    once a pair of digests differs or the other thread failed.
+    """
+    count = len(artifact.files)
+    digests = {"hot": [None] * count, "cold": [None] * count}
+    stop = threading.Event()
+
+    def side(files, mine, other):
+        try:
+            for position, member in enumerate(files):
+                if stop.is_set():
+                    return
+                digests[mine][position] = hasher.full(member)
+                theirs = digests[other][position]
+                if theirs is not None and theirs != digests[mine][position]:
+                    stop.set()
+        except BaseException:
+            stop.set()
+            raise
+
+    futures = [pool.submit(side, artifact.files, "hot", "cold"), pool.submit(side, twin.files, "cold", "hot")]
+    for future in futures:
+        future.exception()  # wait for both before raising either's error
+    for future in futures:
+        future.result()
+    for position, cold in enumerate(twin.files):
+        hot_digest, cold_digest = digests["hot"][position], digests["cold"][position]
+        if hot_digest is not None and cold_digest is not None and hot_digest != cold_digest:
+            return f"{cold.name}: content differs from the hot copy (xxh3-128)"
+    return None
 
 
 def verify(artifact, twin, level, hasher, pool=None):
