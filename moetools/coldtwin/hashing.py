@@ -17,7 +17,12 @@ import time
 from moetools.output import warn
 
 QUICK_SPAN = 1024 * 1024
-CHUNK_BYTES = 16 * 1024 * 1024
+# Read size for hashing and copying. The kernel's readahead (POSIX_FADV_SEQUENTIAL) keeps the drive
+# streaming, so a chunk need not be large for disk throughput; one that fits in the L2 cache lets
+# xxh3 hash the bytes the read just copied without fetching them from RAM again. Measured here:
+# page-cache reads hashed at 0.58x plain-read speed with 16 MiB chunks, 0.89x with 1 MiB; reads from
+# disk the same either way.
+CHUNK_BYTES = 1024 * 1024
 CACHE_VERSION = 1
 CACHE_NAME = "coldtwin-hashes.json"
 # Test-only hooks (the fault-injection test): a pause after each chunk copied or hashed and after
@@ -89,7 +94,7 @@ def read_digest(path, member, on_bytes=None, from_disk=False):
     """xxh3-128 hex digest of every byte of `path`, which must still match `member` (a FileStat).
 
     Reads in CHUNK_BYTES pieces into one reused buffer (xxhash releases the GIL on large buffers,
-    so two threads hash two files at disk speed). `on_bytes(n)` is called after each chunk.
+    so two threads hash two files at once). `on_bytes(n)` is called after each chunk.
     `from_disk` drops the page cache first (re-reading a copy that was just written).
     """
     hasher = new_xxh3()
