@@ -449,7 +449,7 @@ def test_full_reads_each_tree_on_its_own_thread_in_order(trees):
     seen = []
     hasher = Hasher(HashCache(None))
     real_full = hasher.full
-    hasher.full = lambda member: seen.append((threading.get_ident(), member.path)) or real_full(member)
+    hasher.full = lambda member, stop=None: seen.append((threading.get_ident(), member.path)) or real_full(member, stop)
     assert verify(artifact, twin, "full", hasher) is None
     threads = {}
     for ident, path in seen:
@@ -462,3 +462,16 @@ def test_full_reads_each_tree_on_its_own_thread_in_order(trees):
     index, _ = index_cold([str(cold)], 0)
     (twin,), _ = structural_twins(artifact, index)
     assert verify(artifact, twin, "full", Hasher(HashCache(None))) == "m-00001-of-00004.gguf: content differs from the hot copy (xxh3-128)"
+
+
+def test_stop_event_ends_a_read_within_a_chunk(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv(hashing.TEST_CHUNK_ENV, "4096")
+    path = write(tmp_path / "f", payload(64 * 1024, 1))
+    stop = threading.Event()
+    reads = []
+    monkeypatch.setattr(hashing, "chunk_hook", lambda p, done: reads.append(done) or (done == 8192 and stop.set()))
+    with pytest.raises(hashing.Stopped):
+        read_digest(str(path), stat_of(path), stop=stop)
+    assert reads == [4096, 8192]

@@ -13,7 +13,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from moetools.coldtwin.hashing import FileChanged
+from moetools.coldtwin.hashing import FileChanged, Stopped
 
 LEVELS = ("none", "quick", "full")
 # Statuses: the twin passed the level; a structural twin (--verify none); the twin's bytes differ;
@@ -107,8 +107,8 @@ def _verify_full(artifact, twin, hasher, pool):
     """Hash the hot files on one thread and the cold files on another, each tree read in order.
 
     One thread per tree keeps each drive reading one file at a time, front to back (an HDD
-    read by two threads at once seeks between them). A thread stops at the next file boundary
-    once a pair of digests differs or the other thread failed.
+    read by two threads at once seeks between them). Both stop within a chunk once a pair of
+    digests differs or the other thread failed.
     """
     count = len(artifact.files)
     digests = {"hot": [None] * count, "cold": [None] * count}
@@ -119,19 +119,23 @@ def _verify_full(artifact, twin, hasher, pool):
             for position, member in enumerate(files):
                 if stop.is_set():
                     return
-                digests[mine][position] = hasher.full(member)
+                digests[mine][position] = hasher.full(member, stop)
                 theirs = digests[other][position]
                 if theirs is not None and theirs != digests[mine][position]:
                     stop.set()
+        except Stopped:
+            return
         except BaseException:
             stop.set()
             raise
 
-    futures = [pool.submit(side, artifact.files, "hot", "cold"), pool.submit(side, twin.files, "cold", "hot")]
-    for future in futures:
-        future.exception()  # wait for both before raising either's error
-    for future in futures:
-        future.result()
+    # The cold side on the pool's thread, the hot side on this one: always two threads at once.
+    cold_side = pool.submit(side, twin.files, "cold", "hot")
+    try:
+        side(artifact.files, "hot", "cold")
+    finally:
+        cold_side.exception()  # never leave the other thread reading after an error here
+    cold_side.result()
     for position, cold in enumerate(twin.files):
         hot_digest, cold_digest = digests["hot"][position], digests["cold"][position]
         if hot_digest is not None and cold_digest is not None and hot_digest != cold_digest:
@@ -146,7 +150,7 @@ def verify(artifact, twin, level, hasher, pool=None):
     if level == "quick":
         return _verify_quick(artifact, twin, hasher)
     if pool is None:
-        with ThreadPoolExecutor(max_workers=2) as own:
+        with ThreadPoolExecutor(max_workers=1) as own:
             return _verify_full(artifact, twin, hasher, own)
     return _verify_full(artifact, twin, hasher, pool)
 
@@ -185,7 +189,7 @@ def check_artifact(artifact, index, level, hasher, pool=None):
 
 def check_all(artifacts, index, level, hasher):
     """Results for every artifact, in order; hashing runs on two threads (hot and cold)."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool:
         results = []
         for artifact in artifacts:
             results.append(check_artifact(artifact, index, level, hasher, pool))

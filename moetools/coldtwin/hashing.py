@@ -35,6 +35,10 @@ class FileChanged(Exception):
     """A file's size, mtime or identity changed between the scan and (or during) reading it."""
 
 
+class Stopped(Exception):
+    """Hashing was called off (the other tree's file differed, or failed, or the user interrupted)."""
+
+
 def test_pause():
     delay = os.environ.get(TEST_DELAY_ENV)
     if delay:
@@ -90,12 +94,13 @@ def _drop_cache(fd):
             pass
 
 
-def read_digest(path, member, on_bytes=None, from_disk=False):
+def read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
     """xxh3-128 hex digest of every byte of `path`, which must still match `member` (a FileStat).
 
     Reads in CHUNK_BYTES pieces into one reused buffer (xxhash releases the GIL on large buffers,
     so two threads hash two files at once). `on_bytes(n)` is called after each chunk.
-    `from_disk` drops the page cache first (re-reading a copy that was just written).
+    `from_disk` drops the page cache first (re-reading a copy that was just written). When the
+    threading.Event `stop` is set, the read ends at the next chunk with Stopped.
     """
     hasher = new_xxh3()
     buffer = bytearray(chunk_bytes())
@@ -120,6 +125,8 @@ def read_digest(path, member, on_bytes=None, from_disk=False):
                 if chunk_hook is not None:
                     chunk_hook(path, total)
                 test_pause()
+                if stop is not None and stop.is_set():
+                    raise Stopped(path)
                 if total > member.size:
                     break
         st = os.fstat(fd)
@@ -279,10 +286,10 @@ class Hasher:
             self.cache.put(member, quick=digest, tail_zero=tail_zero)
         return digest, tail_zero
 
-    def full(self, member):
+    def full(self, member, stop=None):
         digest = self.cache.get(member, "full")
         if digest is None:
-            digest = read_digest(member.path, member, self._advance)
+            digest = read_digest(member.path, member, self._advance, stop=stop)
             self.cache.put(member, full=digest)
         else:
             self._advance(member.size)
