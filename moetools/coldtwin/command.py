@@ -15,48 +15,16 @@ import shutil
 import click
 
 from moetools.coldtwin import actions as act
-from moetools.coldtwin.core import LEVELS, STRUCTURAL, VERIFIED, check_all, structural_twins
+from moetools.coldtwin.core import LEVELS, VERIFIED, check_all, structural_twins
 from moetools.coldtwin.hashing import CACHE_NAME, HashCache, Hasher, cache_dir
-from moetools.coldtwin.scan import index_cold, is_inside, real_folder, scan_hot
-from moetools.errors import InputError, UsageError
+from moetools.coldtwin.report import build_report
+from moetools.coldtwin.scan import check_folders, index_cold, scan_hot
+from moetools.errors import UsageError
 from moetools.output import Table, render, warn
 from moetools.progress import progress
 from moetools.sizes import format_size, parse_size
 
 DEFAULT_MIN_SIZE = "64MiB"
-
-
-def _check_folders(hot, cold_dirs, migrate_to):
-    """Validate the folders; returns (cold folders deduplicated, hot exclusions, cold exclusions, notes)."""
-    if not os.path.exists(hot):
-        raise InputError(hot, "no such file or folder")
-    hot_real = real_folder(hot if os.path.isdir(hot) else os.path.dirname(os.path.abspath(hot)))
-    folders = list(cold_dirs) + ([migrate_to] if migrate_to else [])
-    unique, seen, notes = [], set(), []
-    for folder in folders:
-        if folder != migrate_to and not os.path.isdir(folder):
-            raise InputError(folder, "no such folder" if not os.path.exists(folder) else "not a folder")
-        if migrate_to and folder == migrate_to and os.path.exists(folder) and not os.path.isdir(folder):
-            raise InputError(folder, "not a folder")
-        real = real_folder(folder)
-        if real == hot_real:
-            raise UsageError(f"{folder}: is the hot folder itself; a twin must be in another folder")
-        if os.path.isdir(hot) and migrate_to and folder == migrate_to and is_inside(hot_real, real):
-            raise UsageError(f"{folder}: contains the hot folder; migrating there would copy the models into themselves")
-        if real in seen:
-            continue
-        seen.add(real)
-        unique.append(folder)
-    hot_exclude, cold_exclude = [], []
-    for folder in unique:
-        real = real_folder(folder)
-        if os.path.isdir(hot) and is_inside(real, hot_real):
-            hot_exclude.append(real)
-            notes.append(f"{folder} lies inside the hot folder: it is cold storage, not scanned as hot")
-        elif is_inside(hot_real, real):
-            cold_exclude.append(hot_real)
-            notes.append(f"the hot folder lies inside {folder}: it is skipped when searching for twins")
-    return unique, hot_exclude, cold_exclude, notes
 
 
 def _relative(path, root):
@@ -66,25 +34,6 @@ def _relative(path, root):
         except ValueError:
             return path
     return path
-
-
-def _entry(result, action):
-    artifact = result.artifact
-    return {
-        "hot": artifact.path,
-        "bytes": artifact.bytes,
-        "status": result.status,
-        "verify": result.level,
-        "twin": result.twin.path if result.twin else None,
-        "reason": result.reason,
-        "reclaimable_bytes": 0 if action and action.done else result.reclaimable,
-        "kind": artifact.kind,
-        "files": len(artifact.files),
-        "missing": list(artifact.missing),
-        "last_used_ns": artifact.last_used_ns,
-        "warnings": list(artifact.warnings),
-        "action": action.as_dict() if action else None,
-    }
 
 
 def _status_cell(entry):
@@ -175,7 +124,7 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
     if yes and not acting:
         warn("--yes does nothing without --evict, --migrate or --free")
     min_bytes = parse_size(min_size)
-    cold, hot_exclude, cold_exclude, notes = _check_folders(hot, cold_dirs, migrate_to)
+    cold, hot_exclude, cold_exclude, notes = check_folders(hot, cold_dirs, migrate_to)
     if migrate_to and os.path.isdir(hot) and os.path.isdir(migrate_to):
         if os.stat(migrate_to).st_dev == os.stat(hot).st_dev:
             notes.append(f"{migrate_to} is on the same device as {hot}: migrating frees no space on that device")
@@ -215,32 +164,8 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
         cache.save()
         log.close()
 
-    entries = [_entry(result, actions.get(id(result))) for result in results]
-    ok_status = STRUCTURAL if level == "none" else VERIFIED
-    if free_bytes is not None:
-        ok = freed >= free_bytes and not any(entry["action"] and entry["action"]["error"] for entry in entries)
-    else:
-        ok = all(entry["status"] in (ok_status, VERIFIED) and not (entry["action"] and entry["action"]["error"])
-                 for entry in entries)
-    ok = ok and not hot_problems
-    doc = {
-        "hot": hot,
-        "cold": cold,
-        "verify": level,
-        "dry_run": not (acting and yes),
-        "artifacts": entries,
-        "summary": {
-            "artifacts": len(entries),
-            "bytes": sum(entry["bytes"] for entry in entries),
-            "verified": sum(entry["status"] in (VERIFIED, STRUCTURAL) for entry in entries),
-            "reclaimable_bytes": sum(entry["reclaimable_bytes"] for entry in entries),
-            "freed_bytes": freed,
-            "free_target_bytes": free_bytes,
-        },
-        "problems": hot_problems + cold_problems,
-        "log": log.path,
-        "ok": ok,
-    }
+    doc = build_report(hot, cold, level, plan, results, actions, freed, hot_problems + cold_problems,
+                       hot_ok=not hot_problems, log_path=log.path)
     render(doc, lambda: _tables(doc, hot), json_flag)
-    if not ok:
+    if not doc["ok"]:
         click.get_current_context().exit(1)

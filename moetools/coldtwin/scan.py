@@ -14,6 +14,8 @@ import re
 import stat as stat_mod
 from dataclasses import dataclass, field
 
+from moetools.errors import InputError, UsageError
+
 # Names a download tool gives a file it has not finished; never an artifact, never a twin.
 INCOMPLETE_SUFFIXES = (".part", ".incomplete", ".tmp", ".downloading")
 SAFETENSORS_SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.safetensors$")
@@ -287,3 +289,41 @@ def index_cold(cold_dirs, depth, exclude=()):
             for member in files:
                 index.add(folder, member)
     return index, problems
+
+
+def check_folders(hot, cold_dirs, migrate_to):
+    """Validate HOT and the cold folders (COLD_DIRs plus the --migrate target, which may not exist yet).
+
+    Returns (cold folders without repeats, real folders to leave out of the hot scan, real folders to
+    leave out of the cold scan, notes for the user). Raises InputError for a missing folder and
+    UsageError when HOT is a cold folder or lies inside the migration target.
+    """
+    if not os.path.exists(hot):
+        raise InputError(hot, "no such file or folder")
+    hot_real = real_folder(hot if os.path.isdir(hot) else os.path.dirname(os.path.abspath(hot)))
+    folders = list(cold_dirs) + ([migrate_to] if migrate_to else [])
+    unique, seen, notes = [], set(), []
+    for folder in folders:
+        if folder != migrate_to and not os.path.isdir(folder):
+            raise InputError(folder, "no such folder" if not os.path.exists(folder) else "not a folder")
+        if migrate_to and folder == migrate_to and os.path.exists(folder) and not os.path.isdir(folder):
+            raise InputError(folder, "not a folder")
+        real = real_folder(folder)
+        if real == hot_real:
+            raise UsageError(f"{folder}: is the hot folder itself; a twin must be in another folder")
+        if os.path.isdir(hot) and migrate_to and folder == migrate_to and is_inside(hot_real, real):
+            raise UsageError(f"{folder}: contains the hot folder; migrating there would copy the models into themselves")
+        if real in seen:
+            continue
+        seen.add(real)
+        unique.append(folder)
+    hot_exclude, cold_exclude = [], []
+    for folder in unique:
+        real = real_folder(folder)
+        if os.path.isdir(hot) and is_inside(real, hot_real):
+            hot_exclude.append(real)
+            notes.append(f"{folder} lies inside the hot folder: it is cold storage, not scanned as hot")
+        elif is_inside(hot_real, real):
+            cold_exclude.append(hot_real)
+            notes.append(f"the hot folder lies inside {folder}: it is skipped when searching for twins")
+    return unique, hot_exclude, cold_exclude, notes
