@@ -475,3 +475,15 @@ def test_stop_event_ends_a_read_within_a_chunk(tmp_path, monkeypatch):
     with pytest.raises(hashing.Stopped):
         read_digest(str(path), stat_of(path), stop=stop)
     assert reads == [4096, 8192]
+
+
+def test_zero_tail_on_both_sides_needs_full(trees):
+    hot, cold = trees
+    data = payload(MIB, 4) + bytes(2 * MIB)  # the last MiB is zeros in both copies
+    write(hot / "m.gguf", data)
+    write(cold / "m.gguf", data)
+    _, doc, _ = run(hot, cold)
+    entry = doc["artifacts"][0]
+    assert entry["status"] == "mismatch" and "--verify full compares every byte instead" in entry["reason"]
+    code, doc, _ = run(hot, cold, "--verify", "full")
+    assert code == 0 and doc["artifacts"][0]["status"] == "verified"

@@ -94,10 +94,12 @@ def _verify_quick(artifact, twin, hasher):
     for hot, cold in zip(artifact.files, twin.files):
         hot_digest, hot_zero = hasher.quick(hot)
         cold_digest, cold_zero = hasher.quick(cold)
-        if cold_zero:
-            return f"{cold.path}: its last MiB is all zeros (a preallocated, interrupted download?)"
-        if hot_zero:
-            return f"{hot.path}: its last MiB is all zeros (a preallocated, interrupted download?)"
+        if hot_zero and cold_zero and hot_digest == cold_digest:
+            return (f"{cold.name}: both copies' last MiB is all zeros (a preallocated, interrupted download?); "
+                    "--verify full compares every byte instead")
+        if cold_zero or hot_zero:
+            zero = cold if cold_zero else hot
+            return f"{zero.path}: its last MiB is all zeros (a preallocated, interrupted download?)"
         if hot_digest != cold_digest:
             return f"{cold.name}: first/last MiB differ from the hot copy"
     return None
