@@ -354,3 +354,24 @@ def test_source_changing_during_copy_stops_the_migration(trees, monkeypatch):
     assert code == 1
     assert "changed while being read" in doc["artifacts"][0]["action"]["error"]
     assert os.listdir(cold) == [] and files_in(hot) == ["m.gguf"]
+
+
+def test_keep_patterns_match_stem_relative_path_and_names(tmp_path):
+    from moetools.coldtwin.actions import is_kept
+
+    shards = write_shards(tmp_path / "vendor a", "Kimi-K2-Q4", [10, 20])
+    (artifact,) = scan_hot(str(tmp_path), 2, MIB)[0]
+    for pattern, expected in [("Kimi-K2*", True), ("Kimi-K2-Q4", True), ("vendor a/*", True),
+                              ("*-00002-of-00002.gguf", True), (str(shards[0]), True), ("Qwen*", False),
+                              ("vendor b/*", False)]:
+        assert is_kept(artifact, (pattern,), str(tmp_path)) is expected, pattern
+
+
+def test_evicting_a_symlink_frees_nothing_and_keeps_the_target(trees, tmp_path):
+    hot, cold = trees
+    target = write(tmp_path / "elsewhere" / "m.gguf", payload(3000, 1))
+    os.symlink(target, hot / "m.gguf")
+    shutil.copy(target, cold / "m.gguf")
+    code, doc, _ = run(hot, cold, "--evict", "--yes")
+    assert code == 0 and doc["summary"]["freed_bytes"] == 0
+    assert not os.path.lexists(hot / "m.gguf") and target.read_bytes() == payload(3000, 1)
