@@ -375,3 +375,13 @@ def test_evicting_a_symlink_frees_nothing_and_keeps_the_target(trees, tmp_path):
     code, doc, _ = run(hot, cold, "--evict", "--yes")
     assert code == 0 and doc["summary"]["freed_bytes"] == 0
     assert not os.path.lexists(hot / "m.gguf") and target.read_bytes() == payload(3000, 1)
+
+
+def test_interrupted_run_elsewhere_is_not_claimed(trees, tmp_path):
+    hot, cold = trees
+    write(hot / "m.gguf", payload(100, 1))
+    log = tmp_path / "log.jsonl"
+    other = tmp_path / "other hot" / "x.gguf"
+    log.write_text(json.dumps({"run": "r9", "event": "evict-start", "hot": str(other)}) + "\n")
+    _, _, result = run(hot, "--migrate", cold, "--yes", "--log", log)
+    assert f"run r9 was interrupted during evict of {other}; it is not below HOT_DIR" in result.stderr

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from moetools.atomic import fsync_dir
 from moetools.coldtwin.core import NONE, VERIFIED, Twin, check_artifact
 from moetools.coldtwin.hashing import FileChanged, check_unchanged, new_xxh3, chunk_bytes, read_digest, test_pause
-from moetools.coldtwin.scan import FileStat
+from moetools.coldtwin.scan import FileStat, is_inside
 
 # Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
 SPACE_MARGIN = 16 * 1024 * 1024
@@ -107,6 +107,13 @@ def interrupted_actions(path):
     except OSError:
         return []
     return list(open_actions.values())
+
+
+def is_below(path, root):
+    """True when `path` is `root` or lies below it (both as absolute paths)."""
+    if not isinstance(path, str):
+        return False
+    return is_inside(os.path.normcase(os.path.abspath(path)), os.path.normcase(os.path.abspath(root)))
 
 
 def _recheck(member, what):

@@ -147,8 +147,10 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
     if acting and yes:
         log_path = log_path or os.path.join(cache_dir(), act.LOG_NAME)
         for record in act.interrupted_actions(log_path):
+            ours = act.is_below(record.get("hot"), hot)
             warn(f"run {record.get('run')} was interrupted during {record.get('event', '').split('-')[0]} of "
-                 f"{record.get('hot')}; this run resumes it (see {log_path})")
+                 f"{record.get('hot')}; " + (f"this run resumes it (see {log_path})" if ours else
+                                             "it is not below HOT_DIR: rerun that run's command to finish it"))
         log = act.ActionLog(log_path)
     plan = act.Plan(evict=evict, migrate_to=migrate_to, free_bytes=free_bytes, keep=tuple(keep),
                     dry_run=not yes, hot_root=hot)
