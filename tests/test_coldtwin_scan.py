@@ -47,7 +47,10 @@ def test_shard_count_in_names_is_checked_against_header(tmp_path, split_model):
     write(hot / "q3-00004-of-00004.gguf", payload(1000, 1))
     (artifact,) = scan_hot(str(hot), 0, MIB)[0]
     assert len(artifact.files) == 4
-    assert artifact.warnings == ["split.count in the header is 3 but the names say 4 shards"]
+    assert artifact.warnings[0].startswith("header of q3-00004-of-00004.gguf does not parse (")
+    write(hot / "q3-00004-of-00004.gguf", split_model[2].read_bytes())  # a real shard: it says 3
+    (artifact,) = scan_hot(str(hot), 0, MIB)[0]
+    assert artifact.warnings == ["split.count in q3-00004-of-00004.gguf is 3 but the names say 4 shards"]
 
 
 def test_missing_shard_is_listed(tmp_path, split_model):
@@ -62,13 +65,13 @@ def test_missing_shard_is_listed(tmp_path, split_model):
 
 def test_gguf_that_does_not_parse_is_a_plain_artifact(tmp_path):
     write(tmp_path / "broken.gguf", b"NOTAGGUF" + payload(5000, 2))
-    write(tmp_path / "bad-00001-of-00002.gguf", b"GGUF\x03\x00\x00\x00" + payload(100, 3))
-    write(tmp_path / "bad-00002-of-00002.gguf", payload(100, 4))
+    write(tmp_path / "bad-00001-of-00002.gguf", payload(100, 3))
+    write(tmp_path / "bad-00002-of-00002.gguf", b"GGUF\x03\x00\x00\x00" + payload(100, 4))
     artifacts, _ = scan_hot(str(tmp_path), 0, MIB)
     kinds = {os.path.basename(a.path): a.kind for a in artifacts}
     assert kinds == {"broken.gguf": "gguf", "bad-00001-of-00002.gguf": "gguf-split"}
     split = [a for a in artifacts if a.kind == "gguf-split"][0]
-    assert len(split.warnings) == 1 and split.warnings[0].startswith("header does not parse (")
+    assert len(split.warnings) == 1 and split.warnings[0].startswith("header of bad-00002-of-00002.gguf does not parse (")
     assert split.warnings[0].endswith("); shard count taken from the names")
     assert str(tmp_path) not in split.warnings[0]  # the artifact's path is said once, by whoever shows it
 

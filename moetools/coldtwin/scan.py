@@ -188,14 +188,17 @@ def _gguf_artifacts(folder, files, read_headers):
             (present.append(by_name[name]) if name in by_name else missing.append(name))
         used.update(member.name for member in present)
         artifact = Artifact(present[0].path, "gguf-split", folder, present, missing)
-        if read_headers and present[0].name.endswith(f"-00001-of-{count:05d}.gguf"):
-            declared, problem = _gguf_split_count(present[0].path)
+        if read_headers:
+            # Every shard carries split.count; the last one has no vocabulary in its header, so it
+            # parses in a millisecond where the first can take 100 ms (a 160k-token vocabulary).
+            probe = present[-1]
+            declared, problem = _gguf_split_count(probe.path)
             if problem is not None:
-                artifact.warnings.append(f"header does not parse ({problem}); shard count taken from the names")
+                artifact.warnings.append(f"header of {probe.name} does not parse ({problem}); shard count taken from the names")
             elif declared is None:
-                artifact.warnings.append(f"first shard has no split.count; the names say {count} shards")
+                artifact.warnings.append(f"{probe.name} has no split.count; the names say {count} shards")
             elif declared != count:
-                artifact.warnings.append(f"split.count in the header is {declared} but the names say {count} shards")
+                artifact.warnings.append(f"split.count in {probe.name} is {declared} but the names say {count} shards")
         artifacts.append(artifact)
     for member in files:
         if member.name.endswith(".gguf") and member.name not in used:
