@@ -487,3 +487,17 @@ def test_zero_tail_on_both_sides_needs_full(trees):
     assert entry["status"] == "mismatch" and "--verify full compares every byte instead" in entry["reason"]
     code, doc, _ = run(hot, cold, "--verify", "full")
     assert code == 0 and doc["artifacts"][0]["status"] == "verified"
+
+
+def test_cold_link_into_another_hot_file_is_not_a_twin(trees):
+    # Two identical hot copies; the cold "twin" of one is a link to the other: not cold storage.
+    hot, cold = trees
+    write(hot / "a" / "m.gguf", payload(3000, 1))
+    write(hot / "b" / "m.gguf", payload(3000, 1))
+    os.link(hot / "b" / "m.gguf", cold / "m.gguf")
+    code, doc, _ = run(hot, cold, "--evict", "--yes")
+    assert code == 1
+    reasons = sorted(entry["reason"] for entry in doc["artifacts"])
+    assert reasons == [f"{cold / 'm.gguf'} is a file of the hot tier (same device and inode as another hot file)",
+                       f"{cold / 'm.gguf'} is the hot file itself (same device and inode: a link or the same folder twice)"]
+    assert (hot / "a" / "m.gguf").exists() and (hot / "b" / "m.gguf").exists()

@@ -133,6 +133,7 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
 
     artifacts, hot_problems = scan_hot(hot, depth, min_bytes, hot_exclude)
     index, cold_problems = index_cold([folder for folder in cold if os.path.isdir(folder)], depth, cold_exclude)
+    index.hot_ids = {member.identity for artifact in artifacts for member in artifact.files}
     for problem in hot_problems + cold_problems:
         warn(problem)
     for artifact in artifacts:

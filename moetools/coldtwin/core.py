@@ -73,6 +73,9 @@ def structural_twins(artifact, index):
             if cold.identity == member.identity:
                 why = f"{cold.path} is the hot file itself (same device and inode: a link or the same folder twice)"
                 break
+            if cold.identity in index.hot_ids:
+                why = f"{cold.path} is a file of the hot tier (same device and inode as another hot file)"
+                break
             if cold.size != member.size:
                 why = f"{cold.path} has {cold.size} bytes, the hot file {member.size}"
                 break

@@ -84,6 +84,9 @@ class ColdIndex:
 
     folders: dict = field(default_factory=dict)
     by_name: dict = field(default_factory=dict)
+    # Identities of every hot file: a cold path that reaches one of them (a link into the hot tier)
+    # is not cold storage, whichever hot artifact it would pair with.
+    hot_ids: set = field(default_factory=set)
 
     def add(self, folder, entry):
         self.folders.setdefault(folder, {})[entry.name] = entry
