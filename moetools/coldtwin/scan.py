@@ -141,7 +141,8 @@ def walk_files(root, depth, exclude=(), problems=None):
                     if level < depth and not any(is_inside(child_real, other) for other in exclude):
                         stack.append((entry.path, child_real, level + 1))
                     continue
-                st = entry.stat()
+                # On Windows DirEntry.stat() leaves st_dev and st_ino at 0; os.stat() fills them in.
+                st = os.stat(entry.path) if os.name == "nt" else entry.stat()
             except OSError as err:
                 if entry.is_symlink():
                     problems.append(f"{entry.path}: cannot follow symbolic link: {err.strerror or err}")
