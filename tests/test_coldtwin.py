@@ -309,6 +309,18 @@ def test_second_run_reads_nothing(trees, monkeypatch, cache_folder):
     assert calls == [str(cold / "m-00002-of-00002.gguf")]
 
 
+def test_quick_digests_are_cached_too(trees, monkeypatch):
+    hot, cold = trees
+    write(hot / "m.gguf", payload(3 * MIB, 1))
+    copy_tree(hot, cold)
+    assert run(hot, cold)[0] == 0
+    calls = []
+    real = hashing.quick_digest
+    monkeypatch.setattr(hashing, "quick_digest", lambda *a: calls.append(a[0]) or real(*a))
+    assert run(hot, cold)[0] == 0
+    assert calls == []
+
+
 def test_corrupt_cache_is_ignored_with_a_warning(trees, cache_folder):
     hot, cold = trees
     write(hot / "m.gguf", payload(1000, 1))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from moetools.coldtwin.actions import interrupted_actions
 from tests.coldtwin_util import payload, run
 
 ITERATIONS = 16
@@ -93,8 +94,11 @@ def test_kill_during_migrate_and_evict(tmp_path, monkeypatch):
             killed_mid_action += 1
         process.wait()
         check_invariant(hot, cold, artifacts, f"after the kill in iteration {iteration}")
+        unfinished = interrupted_actions(str(log))
         code, doc, result = run(hot, cold, "--migrate", cold, "--evict", "--yes", "--log", log)
         assert code == 0, result.output
+        for record in unfinished:  # the rerun says what it picks up
+            assert f"was interrupted during {record['event'].split('-')[0]} of {record['hot']}" in result.stderr
         check_invariant(hot, cold, artifacts, f"after the rerun in iteration {iteration}")
         assert all(complete_in(cold, files) for files in artifacts.values())
         assert [path for path in hot.rglob("*") if path.is_file()] == []
