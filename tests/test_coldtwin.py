@@ -513,3 +513,14 @@ def test_cold_link_into_another_hot_file_is_not_a_twin(trees):
     assert reasons == [f"{cold / 'm.gguf'} is a file of the hot tier (same device and inode as another hot file)",
                        f"{cold / 'm.gguf'} is the hot file itself (same device and inode: a link or the same folder twice)"]
     assert (hot / "a" / "m.gguf").exists() and (hot / "b" / "m.gguf").exists()
+
+
+def test_verifying_leaves_atime_alone(trees):
+    # --free ranks models by atime; hashing them must not make them look just used.
+    hot, cold = trees
+    path = write(hot / "m.gguf", payload(3 * MIB, 1))
+    copy_tree(hot, cold)
+    os.utime(path, ns=(10**18, 10**18))
+    os.utime(cold / "m.gguf", ns=(10**18, 10**18))
+    assert run(hot, cold, "--verify", "full")[0] == 0
+    assert path.stat().st_atime_ns == 10**18 and (cold / "m.gguf").stat().st_atime_ns == 10**18

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 
 from moetools.atomic import fsync_dir
 from moetools.coldtwin.core import NONE, VERIFIED, Twin, check_artifact
-from moetools.coldtwin.hashing import FileChanged, check_unchanged, new_xxh3, chunk_bytes, read_digest, test_pause
+from moetools.coldtwin.hashing import (
+    FileChanged,
+    check_unchanged,
+    chunk_bytes,
+    new_xxh3,
+    open_for_reading,
+    read_digest,
+    test_pause,
+)
 from moetools.coldtwin.scan import FileStat, is_inside
 
 # Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
@@ -200,7 +208,7 @@ def _copy_member(member, dest_folder, log, hasher):
     view = memoryview(buffer)
     copied = 0
     try:
-        with open(member.path, "rb", buffering=0) as source, open(temp, "xb") as out:
+        with os.fdopen(open_for_reading(member.path), "rb", buffering=0) as source, open(temp, "xb") as out:
             check_unchanged(member.path, member, os.fstat(source.fileno()), "since the scan")
             while True:
                 count = source.readinto(buffer)

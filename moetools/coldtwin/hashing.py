@@ -106,7 +106,7 @@ def read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
     buffer = bytearray(chunk_bytes())
     view = memoryview(buffer)
     total = 0
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    fd = open_for_reading(path)
     try:
         check_unchanged(path, member, os.fstat(fd), "since the scan")
         if from_disk:
@@ -138,10 +138,27 @@ def read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
     return hasher.hexdigest()
 
 
+def open_for_reading(path):
+    """A read-only descriptor that leaves the file's atime alone where the OS allows (O_NOATIME).
+
+    --free picks the least recently used models by atime: reading them to verify them must not
+    make them all look used just now. O_NOATIME needs the file's owner (or CAP_FOWNER); without
+    it the file is opened plainly.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+    noatime = getattr(os, "O_NOATIME", 0)
+    if noatime:
+        try:
+            return os.open(path, flags | noatime)
+        except PermissionError:
+            pass
+    return os.open(path, flags)
+
+
 def quick_digest(path, member):
     """(xxh3-128 hex of the first and last MiB, whether the last MiB is all zeros) of `path`."""
     hasher = new_xxh3()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    fd = open_for_reading(path)
     try:
         check_unchanged(path, member, os.fstat(fd), "since the scan")
         size = member.size
