@@ -217,6 +217,7 @@ def _copy_member(member, dest_folder, log, hasher):
                 source_hash.update(view[:count])
                 out.write(view[:count])
                 copied += count
+                hasher.advance(count)
                 test_pause()
             check_unchanged(member.path, member, os.fstat(source.fileno()))
             if copied != member.size:
@@ -225,7 +226,7 @@ def _copy_member(member, dest_folder, log, hasher):
             os.utime(out.fileno() if os.utime in os.supports_fd else temp, ns=(member.atime_ns, member.mtime_ns))
             os.fsync(out.fileno())
         written = FileStat.from_stat(temp, os.stat(temp))
-        copy_digest = read_digest(temp, written, from_disk=True)
+        copy_digest = read_digest(temp, written, hasher.advance, from_disk=True)
         if copy_digest != source_hash.hexdigest():
             raise ActionFailed(f"{temp}: the copy read back from disk differs from {member.path} (xxh3-128)")
         log.write("copy-verified", src=member.path, temp=temp, xxh3_128=copy_digest)

@@ -156,7 +156,9 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
     plan = act.Plan(evict=evict, migrate_to=migrate_to, free_bytes=free_bytes, keep=tuple(keep),
                     dry_run=not yes, hot_root=hot)
     try:
-        with progress(total=to_hash or None, desc="hashing") as bar:
+        # A migration adds a copy and a re-read of bytes not known in advance: then no total.
+        total = None if migrate_to or free_bytes is not None else (to_hash or None)
+        with progress(total=total, desc="reading") as bar:
             hasher = Hasher(cache, bar)
             results = check_all(artifacts, index, level, hasher)
             actions, freed = {}, 0

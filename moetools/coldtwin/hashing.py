@@ -291,7 +291,8 @@ class Hasher:
         self.bar = bar
         self.bar_lock = threading.Lock()
 
-    def _advance(self, count):
+    def advance(self, count):
+        """Move the progress bar on by `count` bytes (called from both hashing threads)."""
         if self.bar is not None:
             with self.bar_lock:
                 self.bar.update(count)
@@ -306,10 +307,10 @@ class Hasher:
     def full(self, member, stop=None):
         digest = self.cache.get(member, "full")
         if digest is None:
-            digest = read_digest(member.path, member, self._advance, stop=stop)
+            digest = read_digest(member.path, member, self.advance, stop=stop)
             self.cache.put(member, full=digest)
         else:
-            self._advance(member.size)
+            self.advance(member.size)
         return digest
 
     def record_full(self, member, digest):
