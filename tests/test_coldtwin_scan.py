@@ -177,3 +177,12 @@ def test_folder_artifacts_from_plain_filestats():
         ("gguf", ["a.gguf"]), ("file", ["b.bin"]),
         ("safetensors", ["x-00001-of-00002.safetensors", "x-00002-of-00002.safetensors"])]
     assert got[0].path == os.path.join("C:/models dir", "a.gguf")
+
+
+def test_safetensors_index_that_does_not_parse(tmp_path):
+    write_shards(tmp_path, "model", [300, 200], ext="safetensors")
+    write(tmp_path / "model.safetensors.index.json", b"{broken")
+    (artifact,) = scan_hot(str(tmp_path), 0, MIB)[0]
+    assert artifact.names == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert len(artifact.warnings) == 1
+    assert artifact.warnings[0].startswith("index model.safetensors.index.json does not parse (")

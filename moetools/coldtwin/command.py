@@ -141,6 +141,8 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
             warn(f"{artifact.path}: {line}")
 
     cache = HashCache(None if no_cache else os.path.join(cache_dir(), CACHE_NAME))
+    for line in cache.warnings:
+        warn(line)
     to_hash = 0
     if level == "full":  # what the progress bar counts: both sides of every artifact with a candidate twin
         to_hash = sum(2 * artifact.bytes for artifact in artifacts if structural_twins(artifact, index)[0])
@@ -166,8 +168,11 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
                 actions, freed = act.apply(results, plan, index, hasher, log, disk_usage=shutil.disk_usage)
     finally:
         cache.prune([hot] + [folder for folder in cold if os.path.isdir(folder)])
+        shown = len(cache.warnings)
         cache.save()
         log.close()
+        for line in cache.warnings[shown:]:
+            warn(line)
 
     doc = build_report(hot, cold, level, plan, results, actions, freed, hot_problems + cold_problems,
                        hot_ok=not hot_problems, log_path=log.path)

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 
-from moetools.output import warn
 
 QUICK_SPAN = 1024 * 1024
 # Read size for hashing and copying. The kernel's readahead (POSIX_FADV_SEQUENTIAL) keeps the drive
@@ -200,14 +199,15 @@ def _pread_all(fd, length, offset):
 class HashCache:
     """Digests on disk, keyed by "dev:ino" and valid while (size, mtime_ns) still match.
 
-    A missing file is an empty cache; a corrupt one is ignored with a warning (and rewritten on
-    save). Thread-safe: the verifier hashes hot and cold files in parallel.
+    A missing file is an empty cache; a corrupt one is ignored (and rewritten on save) with a line
+    in `warnings`. Thread-safe: the verifier hashes hot and cold files in parallel.
     """
 
     def __init__(self, path=None):
         self.path = path
         self.entries = {}
         self.dirty = False
+        self.warnings = []  # lines for the user (the command prints them)
         self.lock = threading.Lock()
         if path:
             self._load()
@@ -219,10 +219,10 @@ class HashCache:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as err:
-            warn(f"{self.path}: hash cache unreadable ({err}); ignoring it")
+            self.warnings.append(f"{self.path}: hash cache unreadable ({err}); ignoring it")
             return
         if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION or not isinstance(doc.get("entries"), dict):
-            warn(f"{self.path}: hash cache has an unknown layout; ignoring it")
+            self.warnings.append(f"{self.path}: hash cache has an unknown layout; ignoring it")
             return
         self.entries = {key: value for key, value in doc["entries"].items() if isinstance(value, dict)}
 
@@ -280,7 +280,7 @@ class HashCache:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             write_text(self.path, text)
         except (OSError, OutputError) as err:
-            warn(f"{self.path}: cannot save the hash cache ({err})")
+            self.warnings.append(f"{self.path}: cannot save the hash cache ({err})")
 
 
 class Hasher:

@@ -213,18 +213,18 @@ def _gguf_artifacts(folder, files, read_headers):
 
 def _safetensors_artifacts(folder, files, used):
     """Safetensors sets (named by their index or by NAME-0000k-of-0000N) and single files."""
-    artifacts = []
+    artifacts, notes = [], []
     by_name = {member.name: member for member in files}
     for member in files:
         if not member.name.endswith(SAFETENSORS_INDEX_SUFFIX):
             continue
-        names, warning = None, None
+        names = None
         try:
             with open(member.path, "rb") as handle:
                 weight_map = json.loads(handle.read(64 * 1024 * 1024)).get("weight_map", {})
             names = sorted({str(value) for value in weight_map.values()})
         except (OSError, ValueError, AttributeError) as err:
-            warning = f"index {member.name} does not parse ({err}); its shards are grouped by name"
+            notes.append(f"index {member.name} does not parse ({err}); shards grouped by their names")
         if not names:
             continue
         if any(os.path.basename(name) != name or name in used for name in names):
@@ -235,10 +235,7 @@ def _safetensors_artifacts(folder, files, used):
             continue
         used.update(names)
         used.add(member.name)
-        artifact = Artifact(present[0].path, "safetensors", folder, present + [member], missing)
-        if warning:
-            artifact.warnings.append(warning)
-        artifacts.append(artifact)
+        artifacts.append(Artifact(present[0].path, "safetensors", folder, present + [member], missing))
     sets = {}
     for member in files:
         match = SAFETENSORS_SPLIT_RE.match(member.name)
@@ -254,6 +251,8 @@ def _safetensors_artifacts(folder, files, used):
         if member.name.endswith(".safetensors") and member.name not in used:
             used.add(member.name)
             artifacts.append(Artifact(member.path, "safetensors", folder, [member]))
+    for artifact in artifacts:  # an index that does not parse concerns every set beside it
+        artifact.warnings.extend(notes)
     return artifacts
 
 
