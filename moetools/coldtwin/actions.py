@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from moetools.atomic import fsync_dir
-from moetools.coldtwin.core import NONE, VERIFIED, Twin, check_artifact
+from moetools.coldtwin.core import NONE, SAVE_INTERVAL, VERIFIED, Twin, check_artifact
 from moetools.coldtwin.hashing import (
     FileChanged,
     check_unchanged,
@@ -402,7 +402,7 @@ def _do(kind, result, plan, log, hasher, disk_usage):
         action.error = f"{err.filename or artifact.path}: {err.strerror or err}"
         log.write(f"{kind}-failed", hot=artifact.path, reason=action.error)
     finally:
-        hasher.cache.save()
+        hasher.cache.save(min_interval=SAVE_INTERVAL)
     if plan.dry_run and action.error is None:
         action.freed = artifact.bytes
     return action

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from moetools.coldtwin.hashing import FileChanged, Stopped
 
 LEVELS = ("none", "quick", "full")
+SAVE_INTERVAL = 10.0  # seconds between hash-cache writes during a run (and one at the end)
 # Statuses: the twin passed the level; a structural twin (--verify none); the twin's bytes differ;
 # no twin; the hot set lacks shards and no cold set completes it; a file could not be read.
 VERIFIED, STRUCTURAL, MISMATCH, NONE, INCOMPLETE, ERROR = "verified", "structural", "mismatch", "none", "incomplete", "error"
@@ -198,5 +199,5 @@ def check_all(artifacts, index, level, hasher):
         results = []
         for artifact in artifacts:
             results.append(check_artifact(artifact, index, level, hasher, pool))
-            hasher.cache.save()
+            hasher.cache.save(min_interval=SAVE_INTERVAL)
     return results

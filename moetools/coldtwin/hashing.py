@@ -208,6 +208,7 @@ class HashCache:
         self.entries = {}
         self.dirty = False
         self.warnings = []  # lines for the user (the command prints them)
+        self.saved_at = float("-inf")
         self.lock = threading.Lock()
         if path:
             self._load()
@@ -266,10 +267,17 @@ class HashCache:
             self.entries[key] = entry
             self.dirty = True
 
-    def save(self):
-        """Write the cache atomically; a failure is a warning (the cache only saves time)."""
+    def save(self, min_interval=0.0):
+        """Write the cache atomically; a failure is a warning (the cache only saves time).
+
+        With `min_interval` (seconds), skip the write when the last one is more recent: a long run
+        saves its digests as it goes (a kill loses little) without rewriting a large file per model.
+        """
         if not self.path or not self.dirty:
             return
+        if min_interval and time.monotonic() - self.saved_at < min_interval:
+            return
+        self.saved_at = time.monotonic()
         from moetools.atomic import write_text
         from moetools.errors import OutputError
 
