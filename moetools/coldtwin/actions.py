@@ -1,0 +1,448 @@
+"""Evict, migrate and --free: the only code in moetools that deletes a user's model files.
+
+Safety rules, in the order they apply:
+- evict removes hot members only for a twin that passed `full` verification; right before each
+  unlink it re-stats the hot member (size, mtime, device, inode) and, before the first, every twin
+  member, so a file that changed since it was hashed is never the reason another is deleted;
+- migrate copies each member to a temporary name in the cold folder, fsyncs it, re-reads it from
+  disk (page cache dropped where the OS allows) and compares xxh3-128 with the bytes read from the
+  source, renames it into place and fsyncs the folder; only when every member is in place does it
+  evict the hot copy. Free space is checked before the first byte is copied;
+- every step is appended to a JSON-lines log (fsynced per line) before the next begins, so after a
+  kill the log says what was done, and a rerun of the same command picks up where it stopped: at
+  every point of a migration or an eviction each artifact is complete in at least one place.
+"""
+
+import fnmatch
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+from moetools.atomic import fsync_dir
+from moetools.coldtwin.core import NONE, SAVE_INTERVAL, VERIFIED, Twin, check_artifact
+from moetools.coldtwin.hashing import (
+    FileChanged,
+    check_unchanged,
+    chunk_bytes,
+    new_xxh3,
+    open_for_reading,
+    read_digest,
+    test_pause,
+)
+from moetools.coldtwin.scan import FileStat, is_inside
+
+# Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
+SPACE_MARGIN = 16 * 1024 * 1024
+LOG_NAME = "coldtwin-actions.jsonl"
+TEMP_MARK = ".moetools-"
+_PATH_FIELDS = ("hot", "twin", "src", "temp", "dest", "path")
+
+
+class ActionFailed(Exception):
+    """An action refused or stopped; str() is the one-line reason. Nothing unsafe was done."""
+
+
+@dataclass
+class Action:
+    """What was done (or, in a dry run, would be done) to one artifact."""
+
+    kind: str  # "evict" or "migrate"
+    dry_run: bool
+    done: bool = False
+    error: str = None
+    freed: int = 0
+    twin: str = None
+
+    def as_dict(self):
+        return {"kind": self.kind, "dry_run": self.dry_run, "done": self.done, "error": self.error,
+                "freed_bytes": self.freed, "twin": self.twin}
+
+
+class ActionLog:
+    """Append-only JSON lines; each line is flushed and fsynced before the action it announces."""
+
+    def __init__(self, path):
+        self.path = path
+        self.run = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        self.handle = open(path, "a", encoding="utf-8")
+
+    def write(self, event, **fields):
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "run": self.run, "event": event}
+        # Absolute paths: the log outlives the working folder of the run that wrote it.
+        record.update({key: os.path.abspath(value) if key in _PATH_FIELDS and isinstance(value, str) else value
+                       for key, value in fields.items()})
+        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+
+    def close(self):
+        self.handle.close()
+
+
+class NullLog:
+    """The log of a dry run: nothing is done, so nothing is written."""
+
+    path = None
+
+    def write(self, event, **fields):
+        pass
+
+    def close(self):
+        pass
+
+
+def interrupted_actions(path):
+    """Actions a previous run started and never finished, from the log at `path`: [record]."""
+    open_actions = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a kill
+                if not isinstance(record, dict):
+                    continue
+                event, hot = record.get("event", ""), record.get("hot")
+                if event in ("migrate-start", "evict-start"):
+                    open_actions[(event.split("-")[0], hot)] = record
+                elif event in ("migrate-done", "migrate-failed", "evict-done", "evict-failed"):
+                    open_actions.pop((event.split("-")[0], hot), None)
+    except OSError:
+        return []
+    return list(open_actions.values())
+
+
+def is_below(path, root):
+    """True when `path` is `root` or lies below it (both as absolute paths)."""
+    if not isinstance(path, str):
+        return False
+    return is_inside(os.path.normcase(os.path.abspath(path)), os.path.normcase(os.path.abspath(root)))
+
+
+def _recheck(member, what):
+    """Raise ActionFailed unless `member` (a FileStat) is still the file that was verified."""
+    try:
+        st = os.stat(member.path)
+    except OSError as err:
+        raise ActionFailed(f"{member.path}: {what} is gone or unreadable ({err.strerror or err})") from None
+    try:
+        check_unchanged(member.path, member, st, "since it was verified")
+    except FileChanged as err:
+        raise ActionFailed(f"{what}: {err}; nothing more is removed") from None
+
+
+def evict(artifact, twin, log):
+    """Remove the hot members of `artifact`, whose `twin` passed full verification. Returns bytes freed."""
+    for cold in twin.files:
+        _recheck(cold, "cold twin")
+    for name in twin.extra:
+        path = os.path.join(twin.folder, name)
+        if not os.path.isfile(path) or os.path.getsize(path) == 0:
+            raise ActionFailed(f"{path}: cold twin member is gone")
+    for member in artifact.files:
+        _recheck(member, "hot copy")
+    log.write("evict-start", hot=artifact.path, twin=twin.path, bytes=artifact.bytes)
+    freed = 0
+    try:
+        for member in artifact.files:
+            _recheck(member, "hot copy")  # immediately before its unlink
+            link = os.path.islink(member.path)  # removing a symlink frees no data
+            os.unlink(member.path)
+            freed += 0 if link else member.size
+            log.write("unlink", hot=artifact.path, path=member.path, bytes=member.size)
+            test_pause()
+    except (ActionFailed, OSError) as err:
+        log.write("evict-failed", hot=artifact.path, reason=str(err), freed_bytes=freed)
+        raise
+    fsync_dir(artifact.folder)
+    log.write("evict-done", hot=artifact.path, twin=twin.path, bytes=freed)
+    return freed
+
+
+def _pid_alive(pid):
+    if os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def temp_name(dest_folder, name):
+    return os.path.join(dest_folder, f".{name}{TEMP_MARK}{os.getpid()}.tmp")
+
+
+def remove_stale_temps(dest_folder, names, log):
+    """Remove the temporary copies a killed run left for `names` in `dest_folder` (ours only)."""
+    try:
+        entries = os.listdir(dest_folder)
+    except OSError:
+        return
+    for entry in entries:
+        for name in names:
+            prefix = f".{name}{TEMP_MARK}"
+            if entry.startswith(prefix) and entry.endswith(".tmp"):
+                pid = entry[len(prefix):-len(".tmp")]
+                if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+                    raise ActionFailed(f"{os.path.join(dest_folder, entry)}: another moetools run (pid {pid}) is copying here")
+                path = os.path.join(dest_folder, entry)
+                os.unlink(path)
+                log.write("stale-temp-removed", path=path)
+
+
+def _copy_member(member, dest_folder, log, hasher):
+    """Copy one hot member into `dest_folder` safely; returns the FileStat of the copy in place."""
+    final = os.path.join(dest_folder, member.name)
+    temp = temp_name(dest_folder, member.name)
+    log.write("copy-start", src=member.path, temp=temp, dest=final, bytes=member.size)
+    source_hash = new_xxh3()
+    buffer = bytearray(chunk_bytes())
+    view = memoryview(buffer)
+    copied = 0
+    try:
+        with os.fdopen(open_for_reading(member.path), "rb", buffering=0) as source, open(temp, "xb") as out:
+            check_unchanged(member.path, member, os.fstat(source.fileno()), "since the scan")
+            while True:
+                count = source.readinto(buffer)
+                if not count:
+                    break
+                source_hash.update(view[:count])
+                out.write(view[:count])
+                copied += count
+                hasher.advance(count)
+                test_pause()
+            check_unchanged(member.path, member, os.fstat(source.fileno()))
+            if copied != member.size:
+                raise FileChanged(f"{member.path}: read {copied} bytes, expected {member.size} (changed while being read)")
+            out.flush()
+            os.utime(out.fileno() if os.utime in os.supports_fd else temp, ns=(member.atime_ns, member.mtime_ns))
+            os.fsync(out.fileno())
+        written = FileStat.from_stat(temp, os.stat(temp))
+        copy_digest = read_digest(temp, written, hasher.advance, from_disk=True)
+        if copy_digest != source_hash.hexdigest():
+            raise ActionFailed(f"{temp}: the copy read back from disk differs from {member.path} (xxh3-128)")
+        log.write("copy-verified", src=member.path, temp=temp, xxh3_128=copy_digest)
+        if os.path.lexists(final):
+            raise ActionFailed(f"{final}: appeared while copying; not overwritten")
+        os.rename(temp, final)
+    except BaseException as err:
+        if os.path.lexists(temp):
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+        if isinstance(err, FileChanged):
+            raise ActionFailed(str(err)) from None
+        if isinstance(err, OSError):
+            raise ActionFailed(f"{err.filename or temp}: copy failed: {err.strerror or err}") from None
+        raise
+    fsync_dir(dest_folder)
+    placed = FileStat.from_stat(final, os.stat(final))
+    hasher.record_full(member, copy_digest)
+    hasher.record_full(placed, copy_digest)
+    log.write("renamed", src=member.path, temp=temp, dest=final)
+    test_pause()
+    return placed
+
+
+def _make_folder(folder):
+    missing = []
+    probe = os.path.abspath(folder)
+    while not os.path.isdir(probe):
+        missing.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    os.makedirs(folder, exist_ok=True)
+    for created in reversed(missing):
+        fsync_dir(os.path.dirname(created))
+
+
+def _existing_folder(folder):
+    probe = os.path.abspath(folder)
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return probe
+
+
+def migration_needs(artifact, dest_folder):
+    """(bytes still to copy, {name: FileStat} of members already in `dest_folder`)."""
+    needed, existing = 0, {}
+    for member in artifact.files:
+        final = os.path.join(dest_folder, member.name)
+        try:
+            existing[member.name] = FileStat.from_stat(final, os.stat(final))
+        except FileNotFoundError:
+            needed += member.size
+    return needed, existing
+
+
+def check_space(artifact, dest_folder, disk_usage=shutil.disk_usage):
+    """Raise ActionFailed when the cold folder has no room for the members not copied yet."""
+    needed, _ = migration_needs(artifact, dest_folder)
+    if not needed:
+        return
+    free = disk_usage(_existing_folder(dest_folder)).free
+    if needed + SPACE_MARGIN > free:
+        from moetools.sizes import format_size
+
+        raise ActionFailed(f"{dest_folder}: no space for the migration: needs {format_size(needed)} "
+                           f"(+{format_size(SPACE_MARGIN)} margin), {format_size(free)} free")
+
+
+def migrate(artifact, dest_folder, log, hasher, disk_usage=shutil.disk_usage):
+    """Copy every member of `artifact` into `dest_folder`, verified from disk. Returns the new Twin.
+
+    Members already there from an interrupted run are kept only if their xxh3-128 equals the hot
+    member's; a different file under the same name is never overwritten.
+    """
+    check_space(artifact, dest_folder, disk_usage)
+    _make_folder(dest_folder)
+    remove_stale_temps(dest_folder, artifact.names, log)
+    _, existing = migration_needs(artifact, dest_folder)
+    log.write("migrate-start", hot=artifact.path, dest=dest_folder, bytes=artifact.bytes)
+    placed = []
+    for member in artifact.files:
+        cold = existing.get(member.name)
+        if cold is None:
+            placed.append(_copy_member(member, dest_folder, log, hasher))
+            continue
+        if cold.identity == member.identity:
+            raise ActionFailed(f"{cold.path}: is the hot file itself (same device and inode)")
+        if cold.size != member.size:
+            raise ActionFailed(f"{cold.path}: already exists with {cold.size} bytes (hot: {member.size}); not overwritten")
+        try:
+            same = hasher.full(cold) == hasher.full(member)
+        except (OSError, FileChanged) as err:
+            raise ActionFailed(f"cannot compare with the existing {cold.path}: {err}") from None
+        if not same:
+            raise ActionFailed(f"{cold.path}: already exists with different content (xxh3-128); not overwritten")
+        log.write("reuse", src=member.path, dest=cold.path)
+        placed.append(cold)
+    log.write("migrate-copied", hot=artifact.path, dest=dest_folder)
+    return Twin(dest_folder, placed)
+
+
+def is_kept(artifact, patterns, hot_root):
+    """True when a --keep pattern matches the artifact's path, path below HOT_DIR, or a member name."""
+    if not patterns:
+        return False
+    candidates = {artifact.path, *artifact.names}
+    if hot_root and os.path.isdir(hot_root):
+        relative = os.path.relpath(artifact.path, hot_root)
+        candidates.add(relative)
+        candidates.add(relative.replace(os.sep, "/"))
+    from moetools.gguf import model_stem
+
+    candidates.add(model_stem(artifact.path))
+    return any(fnmatch.fnmatch(candidate, pattern) for pattern in patterns for candidate in candidates)
+
+
+def destination(artifact, hot_root, cold_root):
+    """The cold folder a migration writes to: the artifact's folder below HOT_DIR, under COLD_DIR."""
+    if hot_root and os.path.isdir(hot_root):
+        relative = os.path.relpath(artifact.folder, hot_root)
+        return cold_root if relative == os.curdir else os.path.join(cold_root, relative)
+    return cold_root
+
+
+@dataclass
+class Plan:
+    """What the user asked for: which actions, where, how much, and whether for real."""
+
+    evict: bool = False
+    migrate_to: str = None
+    free_bytes: int = None
+    keep: tuple = ()
+    dry_run: bool = True
+    hot_root: str = None
+
+
+def _do(kind, result, plan, log, hasher, disk_usage):
+    artifact = result.artifact
+    action = Action(kind, plan.dry_run)
+    try:
+        if kind == "evict":
+            action.twin = result.twin.path
+            if plan.dry_run:
+                for member in list(artifact.files) + list(result.twin.files):
+                    _recheck(member, "file")
+            else:
+                action.freed = evict(artifact, result.twin, log)
+                action.done = True
+        else:
+            dest = destination(artifact, plan.hot_root, plan.migrate_to)
+            action.twin = os.path.join(dest, artifact.files[0].name)
+            if plan.dry_run:
+                check_space(artifact, dest, disk_usage)
+            else:
+                try:
+                    twin = migrate(artifact, dest, log, hasher, disk_usage)
+                    result.twin = twin
+                    action.freed = evict(artifact, twin, log)
+                except (ActionFailed, OSError) as err:
+                    log.write("migrate-failed", hot=artifact.path, reason=str(err))
+                    raise
+                log.write("migrate-done", hot=artifact.path, dest=dest)
+                action.done = True
+                # The copy was read back from disk and compared byte for byte (xxh3-128): a full check.
+                result.status, result.level, result.reason = VERIFIED, "full", f"migrated to {dest}"
+    except ActionFailed as err:
+        action.error = str(err)
+    except OSError as err:
+        action.error = f"{err.filename or artifact.path}: {err.strerror or err}"
+        log.write(f"{kind}-failed", hot=artifact.path, reason=action.error)
+    finally:
+        hasher.cache.save(min_interval=SAVE_INTERVAL)
+    if plan.dry_run and action.error is None:
+        action.freed = artifact.bytes
+    return action
+
+
+def _wanted(result, plan):
+    """The action one result calls for under `plan` (None when none)."""
+    if result.status == VERIFIED and result.level == "full" and (plan.evict or plan.free_bytes is not None):
+        return "evict"
+    artifact = result.artifact
+    # An incomplete set or an empty file is a broken download: copying it would only move the problem.
+    if result.status == NONE and plan.migrate_to and not artifact.missing and all(m.size for m in artifact.files):
+        return "migrate"
+    return None
+
+
+def apply(results, plan, index, hasher, log, pool=None, disk_usage=shutil.disk_usage):
+    """Run the plan over `results` (updated in place). Returns ({id(result): Action}, bytes freed).
+
+    With `free_bytes`, artifacts are taken least recently used first (newest atime/mtime of their
+    members), never one matched by `keep`, each verified `full` when it is reached, until the bytes
+    freed (or, in a dry run, that would be freed) reach the target.
+    """
+    actions, freed = {}, 0
+    order = results
+    if plan.free_bytes is not None:
+        order = sorted(results, key=lambda result: (result.artifact.last_used_ns, result.artifact.path))
+    for result in order:
+        if plan.free_bytes is not None and freed >= plan.free_bytes:
+            break
+        if is_kept(result.artifact, plan.keep, plan.hot_root):
+            continue
+        if plan.free_bytes is not None and result.twin is not None and result.level != "full":
+            fresh = check_artifact(result.artifact, index, "full", hasher, pool)
+            result.status, result.level, result.twin, result.reason = fresh.status, fresh.level, fresh.twin, fresh.reason
+        kind = _wanted(result, plan)
+        if kind is None:
+            continue
+        action = _do(kind, result, plan, log, hasher, disk_usage)
+        actions[id(result)] = action
+        if action.error is None:
+            freed += action.freed
+    return actions, freed

@@ -1,0 +1,181 @@
+"""`moetools cold-twin HOT_DIR COLD_DIR...`: is each hot model safely duplicated on cold storage?
+
+    moetools cold-twin /nvme/models /hdd/models                  # quick check (first/last MiB)
+    moetools cold-twin C:/models "D:/cold models" --verify full   # every byte, both drives in parallel
+    moetools cold-twin /nvme/models /hdd/models --evict --yes     # drop NVMe copies with a verified twin
+    moetools cold-twin /nvme/models --migrate /hdd/models --free 600G --keep 'Kimi-K2*' --yes
+
+Exit 0 when every hot artifact has a verified twin (or the requested action succeeded), 1
+otherwise, 2 for bad input. Dry run unless --yes.
+"""
+
+import os
+import shutil
+
+import click
+
+from moetools.coldtwin import actions as act
+from moetools.coldtwin.core import LEVELS, VERIFIED, check_all, structural_twins
+from moetools.coldtwin.hashing import CACHE_NAME, HashCache, Hasher, cache_dir
+from moetools.coldtwin.report import build_report
+from moetools.coldtwin.scan import check_folders, index_cold, scan_hot
+from moetools.errors import UsageError
+from moetools.output import Table, render, warn
+from moetools.progress import progress
+from moetools.sizes import format_size, parse_size
+
+DEFAULT_MIN_SIZE = "64MiB"
+
+
+def _relative(path, root):
+    if root and os.path.isdir(root):
+        try:
+            return os.path.relpath(path, root)
+        except ValueError:
+            return path
+    return path
+
+
+def _status_cell(entry):
+    if entry["status"] in (VERIFIED,):
+        return f"verified ({entry['verify']})"
+    return entry["status"]
+
+
+def _action_cell(entry):
+    action = entry["action"]
+    if not action:
+        return "; ".join(([entry["reason"]] if entry["reason"] else []) + entry["warnings"])
+    verb = {"evict": ("would evict", "evicted"), "migrate": ("would migrate", "migrated")}[action["kind"]]
+    if action["error"]:
+        return f"{action['kind']} failed: {action['error']}"
+    return verb[1] if action["done"] else verb[0]
+
+
+def _twin_cell(twin, cold_dirs):
+    """The twin's path below the COLD_DIR holding it (the title names the COLD_DIRs)."""
+    if not twin:
+        return "-"
+    for root in cold_dirs:
+        relative = _relative(twin, root)
+        if not relative.startswith(os.pardir) and not os.path.isabs(relative):
+            return relative if len(cold_dirs) == 1 else os.path.join(root, relative)
+    return twin
+
+
+def _tables(doc, hot):
+    rows = []
+    for entry in doc["artifacts"]:
+        rows.append([
+            _relative(entry["hot"], hot),
+            format_size(entry["bytes"]),
+            _status_cell(entry),
+            _twin_cell(entry["twin"], doc["cold"]),
+            format_size(entry["reclaimable_bytes"]),
+            _action_cell(entry) or "",
+        ])
+    summary = doc["summary"]
+    caption = (f"{summary['verified']} of {summary['artifacts']} artifacts have a twin; "
+               f"{format_size(summary['reclaimable_bytes'])} reclaimable")
+    if summary["freed_bytes"]:
+        caption += f"; {format_size(summary['freed_bytes'])} {'would be ' if doc['dry_run'] else ''}freed"
+    return [Table(f"cold twins of {hot} in {', '.join(doc['cold'])} (verify {doc['verify']})",
+                  ["artifact", "size", "status", "twin", "reclaimable", "reason / action"],
+                  rows, right_align=(1, 4), caption=caption)]
+
+
+@click.command("cold-twin")
+@click.argument("hot", metavar="HOT_DIR", type=click.Path(path_type=str))
+@click.argument("cold_dirs", metavar="COLD_DIR...", nargs=-1, type=click.Path(path_type=str))
+@click.option("--verify", "level", type=click.Choice(LEVELS), default=None,
+              help="quick (default): xxh3-128 of the first and last MiB of every file and an all-zero tail check; "
+                   "full: every byte, hot and cold read in parallel; none: names and sizes only.")
+@click.option("--depth", type=click.IntRange(0), default=2, show_default=True,
+              help="Folder levels searched below HOT_DIR and each COLD_DIR.")
+@click.option("--min-size", default=DEFAULT_MIN_SIZE, show_default=True,
+              help="Files other than .gguf/.safetensors count as artifacts from this size up.")
+@click.option("--evict", is_flag=True, help="Remove the hot copy of artifacts whose twin passed --verify full.")
+@click.option("--migrate", "migrate_to", metavar="COLD_DIR", type=click.Path(path_type=str),
+              help="Copy artifacts with no twin into COLD_DIR (same folders as below HOT_DIR), verify, then evict them.")
+@click.option("--free", "free", metavar="SIZE", help="Evict or migrate, least recently used first, until SIZE is freed.")
+@click.option("--keep", multiple=True, metavar="PATTERN",
+              help="Never evict or migrate an artifact whose name, path or model stem matches this glob (repeatable).")
+@click.option("--yes", is_flag=True, help="Act; without it --evict/--migrate/--free are a dry run.")
+@click.option("--log", "log_path", metavar="FILE", type=click.Path(path_type=str),
+              help=f"JSON-lines action log (default: {os.path.join('<cache folder>', act.LOG_NAME)}).")
+@click.option("--no-cache", is_flag=True, help="Hash every file again instead of trusting the hash cache.")
+@click.option("--json", "json_flag", is_flag=True, help="JSON output (the default when stdout is not a terminal).")
+def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to, free, keep, yes, log_path, no_cache, json_flag):
+    """Is each model in HOT_DIR safely duplicated in a COLD_DIR, and can the hot copy go?
+
+    A twin is a folder below a COLD_DIR holding every file of the model (all GGUF shards, or a
+    safetensors set with its index) under the same names and sizes, verified by xxh3-128. Hashes are
+    cached by (device, inode, size, mtime) in the cache folder ($MOETOOLS_CACHE_DIR to move it).
+    Exit 0 when every artifact has a verified twin (or the action succeeded), 1 otherwise.
+    """
+    if not cold_dirs and not migrate_to:
+        raise UsageError("give at least one COLD_DIR (or --migrate COLD_DIR)")
+    free_bytes = parse_size(free) if free is not None else None
+    if evict and level not in (None, "full"):
+        raise UsageError(f"--evict needs --verify full (an eviction trusts only a full-content twin), not --verify {level}")
+    if level is None:
+        level = "full" if evict else ("none" if free_bytes is not None else "quick")
+    acting = evict or migrate_to or free_bytes is not None
+    if yes and not acting:
+        warn("--yes does nothing without --evict, --migrate or --free")
+    min_bytes = parse_size(min_size)
+    cold, hot_exclude, cold_exclude, notes = check_folders(hot, cold_dirs, migrate_to)
+    if migrate_to and os.path.isdir(hot) and os.path.isdir(migrate_to):
+        if os.stat(migrate_to).st_dev == os.stat(hot).st_dev:
+            notes.append(f"{migrate_to} is on the same device as {hot}: migrating frees no space on that device")
+    for note in notes:
+        warn(note)
+
+    artifacts, hot_problems = scan_hot(hot, depth, min_bytes, hot_exclude)
+    index, cold_problems = index_cold([folder for folder in cold if os.path.isdir(folder)], depth, cold_exclude)
+    index.hot_ids = {member.identity for artifact in artifacts for member in artifact.files}
+    for problem in hot_problems + cold_problems:
+        warn(problem)
+    for artifact in artifacts:
+        for line in artifact.warnings:
+            warn(f"{artifact.path}: {line}")
+
+    cache = HashCache(None if no_cache else os.path.join(cache_dir(), CACHE_NAME))
+    for line in cache.warnings:
+        warn(line)
+    to_hash = 0
+    if level == "full":  # what the progress bar counts: both sides of every artifact with a candidate twin
+        to_hash = sum(2 * artifact.bytes for artifact in artifacts if structural_twins(artifact, index)[0])
+    log = act.NullLog()
+    if acting and yes:
+        log_path = log_path or os.path.join(cache_dir(), act.LOG_NAME)
+        for record in act.interrupted_actions(log_path):
+            ours = act.is_below(record.get("hot"), hot)
+            warn(f"run {record.get('run')} was interrupted during {record.get('event', '').split('-')[0]} of "
+                 f"{record.get('hot')}; " + (f"this run resumes it (see {log_path})" if ours else
+                                             "it is not below HOT_DIR: rerun that run's command to finish it"))
+        log = act.ActionLog(log_path)
+    plan = act.Plan(evict=evict, migrate_to=migrate_to, free_bytes=free_bytes, keep=tuple(keep),
+                    dry_run=not yes, hot_root=hot)
+    try:
+        # A migration adds a copy and a re-read of bytes not known in advance: then no total.
+        total = None if migrate_to or free_bytes is not None else (to_hash or None)
+        with progress(total=total, desc="reading") as bar:
+            hasher = Hasher(cache, bar)
+            results = check_all(artifacts, index, level, hasher)
+            actions, freed = {}, 0
+            if acting:
+                actions, freed = act.apply(results, plan, index, hasher, log, disk_usage=shutil.disk_usage)
+    finally:
+        cache.prune([hot] + [folder for folder in cold if os.path.isdir(folder)])
+        shown = len(cache.warnings)
+        cache.save()
+        log.close()
+        for line in cache.warnings[shown:]:
+            warn(line)
+
+    doc = build_report(hot, cold, level, plan, results, actions, freed, hot_problems + cold_problems,
+                       hot_ok=not hot_problems, log_path=log.path)
+    render(doc, lambda: _tables(doc, hot), json_flag)
+    if not doc["ok"]:
+        click.get_current_context().exit(1)
