@@ -138,14 +138,20 @@ def check_budgets(budgets, limit, what):
             raise UsageError(f"budget of {budget} slots is larger than the {limit} {what}")
 
 
-def offline_hits(sequence, starts, budgets):
-    """{lru, lfu, belady: hits per budget} over a decode request sequence, one pass each."""
+def offline_hits(sequence, starts, budgets, curve=True):
+    """{lru, lfu, belady: hits per budget} over a decode request sequence.
+
+    With `curve`, one stack-distance pass per policy gives every budget at once. Without it only
+    one budget is wanted: Belady is then a single MIN replay (cheaper than the full OPT stack)
+    and LFU comes from the engine's online cache."""
     ids, _ = curves.dense_ids(sequence)
-    return {
-        "lru": curves.hits_at(curves.lru_stack_distances(ids, starts), budgets),
-        "lfu": curves.hits_at(curves.lfu_stack_distances(ids), budgets),
-        "belady": curves.hits_at(curves.opt_stack_distances(ids), budgets),
-    }
+    out = {"lru": curves.hits_at(curves.lru_stack_distances(ids, starts), budgets)}
+    if curve:
+        out["lfu"] = curves.hits_at(curves.lfu_stack_distances(ids), budgets)
+        out["belady"] = curves.hits_at(curves.opt_stack_distances(ids), budgets)
+    else:
+        out["belady"] = np.asarray([curves.belady_replay(ids, int(b)) for b in budgets], dtype=np.int64)
+    return out
 
 
 def summarise(engine, offline=None):
@@ -208,7 +214,7 @@ def analyse(tokens, phases, settings):
     for ids, phase in zip(tokens, phases):
         engine.add(ids, phase)
     sequence, starts = engine.decode_sequence()
-    offline = offline_hits(sequence, starts, engine.budgets)
+    offline = offline_hits(sequence, starts, engine.budgets, curve=bool(settings.curve_budgets))
     summary = summarise(engine, offline)
     summary["distinct"] = distinct
     summary["total_slots"] = total

@@ -130,10 +130,14 @@ def priority_stack_distances(seq, evict_key):
     stack = np.zeros(n_items, dtype=np.int64)
     prio = np.zeros(n_items, dtype=np.int64)  # evict key of the item at each stack position
     pos = np.full(n_items, -1, dtype=np.int64)
-    size = 0
+    # preallocated scratch: numpy call overhead, not arithmetic, is the cost at these sizes
+    src = np.zeros(n_items + 1, dtype=np.int64)
+    dst = np.zeros(n_items + 1, dtype=np.int64)
+    acc = np.zeros(n_items, dtype=np.int64)
+    flag = np.zeros(n_items, dtype=bool)
     maximum = np.maximum.accumulate
-    nonzero = np.nonzero
-    last = np.zeros(1, dtype=np.int64)
+    greater = np.greater
+    size = 0
     for t, (x, key) in enumerate(zip(seq.tolist(), np.asarray(evict_key).tolist())):
         k = int(pos[x])
         if k < 0:
@@ -142,18 +146,20 @@ def priority_stack_distances(seq, evict_key):
         else:
             dist[t] = k + 1
         if k > 0:
-            acc = maximum(prio[:k])
-            rec = nonzero(acc[1:] != acc[:-1])[0] + 1
-            if len(rec):
-                src = np.concatenate((last[:1] * 0, rec))
-                dst = np.concatenate((rec, (k,)))
-            else:
-                src = last[:1] * 0
-                dst = np.array((k,))
-            moved = stack[src]
-            prio[dst] = prio[src]
-            stack[dst] = moved
-            pos[moved] = dst
+            run = maximum(prio[:k], out=acc[:k])
+            greater(run[1:], run[:-1], out=flag[: k - 1])
+            rec = flag[: k - 1].nonzero()[0]
+            m = len(rec)
+            s = src[: m + 1]  # s[0] = 0 always: the top is the first record
+            d = dst[: m + 1]
+            s[1:] = rec
+            s[1:] += 1
+            d[:m] = s[1:]
+            d[m] = k
+            moved = stack[s]
+            prio[d] = prio[s]
+            stack[d] = moved
+            pos[moved] = d
         stack[0] = x
         prio[0] = key
         pos[x] = 0
