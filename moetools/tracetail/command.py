@@ -135,8 +135,8 @@ def _summary_tables(doc):
     for name in POLICY_ORDER:
         if name in hit:
             gap = doc["gap_to_belady"].get(name)
-            rows.append([name, f"{hit[name]:.6f}", "ceiling" if name == "belady" else f"{gap:+.6f}" if gap is not None else ""])
-    tables = [Table(f"hit ratio over {doc['requests']:,} decode requests at {doc['budget_slots']:,} slots", ["policy", "hit", "vs belady"], rows, right_align=(1, 2))]
+            rows.append([name, f"{hit[name]:.6f}", "ceiling" if name == "belady" else f"{-gap:+.6f}" if gap is not None else ""])
+    tables = [Table(f"hit ratio at {doc['budget_slots']:,} slots ({doc['requests']:,} decode requests)", ["policy", "hit", "vs belady"], rows, right_align=(1, 2))]
     facts = [["tokens (prefill + decode)", f"{doc['tokens']} ({doc['prefill_tokens']} + {doc['decode_tokens']})"],
              ["experts per decode token", f"{doc['experts_per_token']:.1f}"],
              ["distinct experts (decode)", f"{doc.get('distinct', 0):,}"]]
