@@ -96,14 +96,11 @@ def _read_inputs(trace, fmt, layer_map):
 
 def _settings(got, layer_map, options):
     from moetools.tracetail.core import Settings
-    from moetools.tracetail.reader import split_ids
 
     model = layer_map if layer_map is not None and layer_map.n_expert else None
     n_expert = options["experts"] or (model.n_expert if model else 0) or got.n_expert
     top_k = options["top_k"] or (layer_map.top_k if layer_map else 0) or got.top_k
     moe_layers = (layer_map.moe_layers if layer_map else 0) or got.n_layers
-    if not n_expert and got.tokens is not None and options.get("experts_from_trace"):
-        n_expert = max(int(split_ids(t)[1].max()) + 1 for t in got.tokens if len(t))
     return Settings(budget=None, curve_budgets=None, window=options["window"], prefill=options["prefill"],
                     top_k=top_k, moe_layers=moe_layers if n_expert else 0, n_expert=n_expert)
 
@@ -237,7 +234,10 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         tkeys, experts = tokens_to_records(got.tokens, resolve_phases(got.tokens, got.phases, settings))
         write_records(write_trace, tkeys, experts)
         output.info(f"wrote {len(tkeys):,} records to {write_trace}")
-    result = analyse(got.tokens, got.phases, settings)
+    from moetools.progress import progress
+
+    with progress(desc="LFU and Belady curves", unit="req") as bar:
+        result = analyse(got.tokens, got.phases, settings, tick=bar.update)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)
     summary["budget_bytes"] = int(settings.budget * expert_bytes)

@@ -138,7 +138,7 @@ def check_budgets(budgets, limit, what):
             raise UsageError(f"budget of {budget} slots is larger than the {limit} {what}")
 
 
-def offline_hits(sequence, starts, budgets, curve=True):
+def offline_hits(sequence, starts, budgets, curve=True, tick=None):
     """{lru, lfu, belady: hits per budget} over a decode request sequence.
 
     With `curve`, one stack-distance pass per policy gives every budget at once. Without it only
@@ -147,8 +147,8 @@ def offline_hits(sequence, starts, budgets, curve=True):
     ids, _ = curves.dense_ids(sequence)
     out = {"lru": curves.hits_at(curves.lru_stack_distances(ids, starts), budgets)}
     if curve:
-        out["lfu"] = curves.hits_at(curves.lfu_stack_distances(ids), budgets)
-        out["belady"] = curves.hits_at(curves.opt_stack_distances(ids), budgets)
+        out["lfu"] = curves.hits_at(curves.lfu_stack_distances(ids, tick), budgets)
+        out["belady"] = curves.hits_at(curves.opt_stack_distances(ids, tick), budgets)
     else:
         out["belady"] = np.asarray([curves.belady_replay(ids, int(b)) for b in budgets], dtype=np.int64)
     return out
@@ -191,7 +191,7 @@ def resolve_phases(tokens, phases, settings):
     return out
 
 
-def analyse(tokens, phases, settings):
+def analyse(tokens, phases, settings, tick=None):
     """Whole-trace analysis. `tokens`: list of sorted request-id arrays; `phases`: list of
     "prefill"/"decode"/None (None = split rule). `settings.budget` None means a quarter of the
     slots (the model's, else the distinct experts seen); `settings.curve_budgets` "auto" means a
@@ -199,7 +199,7 @@ def analyse(tokens, phases, settings):
     slots when known, else against the distinct experts seen.
 
     Returns an Analysis with hit ratios over decode requests (cache cold at the first decode
-    token, like the reference replays)."""
+    token, like the reference replays). `tick(n)` reports progress of the long curve passes."""
     phases = resolve_phases(tokens, phases, settings)
     decode_ids = [ids for ids, phase in zip(tokens, phases) if phase == "decode"]
     distinct = int(len(np.unique(np.concatenate(decode_ids)))) if decode_ids else 0
@@ -214,7 +214,7 @@ def analyse(tokens, phases, settings):
     for ids, phase in zip(tokens, phases):
         engine.add(ids, phase)
     sequence, starts = engine.decode_sequence()
-    offline = offline_hits(sequence, starts, engine.budgets, curve=bool(settings.curve_budgets))
+    offline = offline_hits(sequence, starts, engine.budgets, curve=bool(settings.curve_budgets), tick=tick)
     summary = summarise(engine, offline)
     summary["distinct"] = distinct
     summary["total_slots"] = total

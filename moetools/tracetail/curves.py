@@ -112,7 +112,7 @@ def lru_stack_distances(seq, starts=None):
     return dist
 
 
-def priority_stack_distances(seq, evict_key):
+def priority_stack_distances(seq, evict_key, tick=None):
     """Stack distances of a demand-paged priority policy (Mattson's priority stack, one pass).
 
     `evict_key[t]`: the rank of seq[t]'s item right after request t, larger = evicted sooner;
@@ -120,7 +120,7 @@ def priority_stack_distances(seq, evict_key):
     keyed by next use, and for perfect LFU, keyed by (count, last use)). On a request at depth d
     the item goes to the top and the items above d move down along the chain of prefix maxima of
     the key (each record takes the place of the next record; the last takes depth d). Cost
-    O(d) numpy work per request."""
+    O(d) numpy work per request. `tick(n)`, if given, is called every 65,536 requests (progress)."""
     seq = np.asarray(seq, dtype=np.int64)
     n = len(seq)
     dist = np.full(n, COLD, dtype=np.int64)
@@ -139,6 +139,8 @@ def priority_stack_distances(seq, evict_key):
     greater = np.greater
     size = 0
     for t, (x, key) in enumerate(zip(seq.tolist(), np.asarray(evict_key).tolist())):
+        if tick is not None and t & 0xFFFF == 0xFFFF:
+            tick(0x10000)
         k = int(pos[x])
         if k < 0:
             k = size
@@ -166,11 +168,11 @@ def priority_stack_distances(seq, evict_key):
     return dist
 
 
-def opt_stack_distances(seq):
+def opt_stack_distances(seq, tick=None):
     """MIN/OPT stack distances (demand paging without bypass; COLD for a first request): the
     priority stack keyed by next use. Items never used again get distinct keys past the end;
     their order cannot change a hit count."""
-    return priority_stack_distances(seq, next_use(seq))
+    return priority_stack_distances(seq, next_use(seq), tick)
 
 
 def lfu_evict_keys(seq):
@@ -186,9 +188,9 @@ def lfu_evict_keys(seq):
     return -(count * (n + 1) + np.arange(n))
 
 
-def lfu_stack_distances(seq):
+def lfu_stack_distances(seq, tick=None):
     """Perfect-LFU stack distances (counts survive eviction; ties: least recently used)."""
-    return priority_stack_distances(seq, lfu_evict_keys(seq))
+    return priority_stack_distances(seq, lfu_evict_keys(seq), tick)
 
 
 def hits_at(distances, capacities):
