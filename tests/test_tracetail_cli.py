@@ -264,3 +264,35 @@ def test_follow_rejects_whole_trace_options(tmp_path):
     binary = write_tokens(tmp_path / "t.trace", skewed_tokens(3))
     code, err = error_of([str(binary), "--follow", "--synth-layers", "4", "--budget-slots", "4", "--curve"])
     assert code == 2 and "--once" in err
+
+
+def test_once_plan_and_output_files(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(20))
+    plan, out = tmp_path / "plan.json", tmp_path / "curve.json"
+    doc = ok_json([str(binary), "--synth-layers", "4", "--experts", "16", "--budget-slots", "10", "--expert-bytes", "2KiB",
+                   "--plan", str(plan), "--curve", "2,10,40", "-o", str(out)])
+    written = read_plan(str(plan))
+    assert written.budget_bytes == 10 * 2048 and len(written.pin_list) <= 5
+    curve = read_curve(str(out))
+    assert curve.slots == [2, 10, 40] and curve.hit == doc["hit"]
+    assert doc["summary"]["budget_bytes"] == 20480
+
+
+@pytest.mark.parametrize("name,body,words", [
+    ("bad.jsonl", '{"token": 0, "layer": 0}\n', "no 'experts'"),
+    ("bad2.jsonl", '{"token": 0, "layer": 0, "experts": [1, -2]}\n', "whole numbers >= 0"),
+    ("bad3.jsonl", "not json\n", "line 1: not JSON"),
+    ("bad.csv", "turn,phase,step,layer,expert\n0,1,x,0,1\n", "line 2: column 'step'"),
+])
+def test_bad_import_files_exit_2(tmp_path, name, body, words):
+    path = tmp_path / name
+    path.write_text(body)
+    code, err = error_of([str(path)])
+    assert code == 2 and words in err
+
+
+def test_npy_with_wrong_shape_exits_2(tmp_path):
+    path = tmp_path / "flat.npy"
+    np.save(path, np.arange(12))
+    code, err = error_of([str(path)])
+    assert code == 2 and "expected [tokens, layers, top_k]" in err

@@ -95,9 +95,7 @@ def lru_stack_distances(seq, starts=None):
     starts = distinct_runs(seq, prev) if starts is None else _split_long(starts, n)
     bounds = np.append(starts, n)
     live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen so far
-    above = np.tri(_CHUNK, _CHUNK, -1, dtype=bool).T  # [j, i] true where j < i
-    small = np.int32 if n < 2**31 - 1 else np.int64  # halves the m x m comparison's memory traffic
-    prev_small = prev.astype(small)
+    lower = np.tri(_CHUNK, _CHUNK, -1, dtype=bool)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if b <= a:
             continue
@@ -105,8 +103,7 @@ def lru_stack_distances(seq, starts=None):
         m = b - a
         seen = p >= 0
         after = len(live) - np.searchsorted(live, p, side="right")
-        q = prev_small[a:b]
-        later = np.count_nonzero(np.greater.outer(q, q) & above[:m, :m], axis=0)
+        later = ((p[None, :] > p[:, None]) & lower[:m, :m]).sum(axis=1)
         depth = after - later + np.arange(m) + 1
         dist[a:b] = np.where(seen, depth, COLD)
         keep = np.ones(len(live), dtype=bool)
