@@ -71,10 +71,12 @@ def distinct_runs(seq, prev=None):
 
 
 def _split_long(starts, n):
+    """Cut runs longer than _CHUNK into equal parts (the in-run work grows with the square)."""
     bounds = np.append(np.asarray(starts, dtype=np.int64), n)
     out = []
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        out.extend(range(a, b, _CHUNK))
+        parts = -(-(b - a) // _CHUNK)
+        out.extend(a + (b - a) * k // parts for k in range(parts))
     return np.asarray(out, dtype=np.int64)
 
 
