@@ -296,3 +296,15 @@ def test_npy_with_wrong_shape_exits_2(tmp_path):
     np.save(path, np.arange(12))
     code, err = error_of([str(path)])
     assert code == 2 and "expected [tokens, layers, top_k]" in err
+
+
+def test_expert_id_out_of_range_exits_2(tmp_path, tiny_models):
+    path = tmp_path / "bad.trace"
+    key = trace_format.fnv1a64("blk.0.ffn_gate_exps.weight")
+    path.write_bytes(trace_format.encode_records([key, key], [3, 16]))
+    code, err = error_of([str(path), "--model", str(tiny_models["qwen3moe"])])
+    assert code == 2 and "at offset 12" in err and "expert id 16 is out of range (experts per layer: 16)" in err
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text('{"token": 0, "layer": 0, "experts": [1, 5000]}\n')
+    code, err = error_of([str(jsonl)])
+    assert code == 2 and "expert id 5000 is out of range" in err

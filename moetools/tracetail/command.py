@@ -70,7 +70,7 @@ def _read_inputs(trace, fmt, layer_map):
             raise UsageError("a 12-byte trace needs --model GGUF or --synth-layers N to map tensor keys to layers")
         if not data:
             raise InputError(name, "empty trace: no records")
-        tok = reader.Tokeniser(layer_map)
+        tok = reader.Tokeniser(layer_map, name)
         tokens = tok.feed(data)
         last = tok.flush()
         if last is not None:
@@ -89,6 +89,11 @@ def _read_inputs(trace, fmt, layer_map):
         got.tokens, got.phases = imported.tokens, imported.phases
         got.n_layers, got.n_expert, got.top_k = imported.n_layers, imported.n_expert, imported.top_k
         got.expert_bytes_by_layer = imported.expert_bytes_by_layer
+        limit = (layer_map.n_expert if layer_map else 0) or imported.n_expert or reader.MAX_EXPERTS
+        for index, ids in enumerate(got.tokens):
+            experts = reader.split_ids(ids)[1]
+            if len(experts) and int(experts.max()) >= limit:
+                raise InputError(name, f"token {index}: expert id {int(experts.max())} is out of range (experts per layer: {limit})")
     if not got.tokens:
         raise InputError(name, "no tokens in the trace (every record had an unknown key?)")
     return got
@@ -291,7 +296,7 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
         raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
     plan_budget = int(budget_bytes) if budget_bytes is not None else budget * (expert_bytes or 0)
     engine = core.Engine(settings, keep_decode=False)
-    tokeniser = reader.Tokeniser(layer_map)
+    tokeniser = reader.Tokeniser(layer_map, trace)
     events = reader.follow_stdin() if trace == "-" else reader.follow(trace, poll=poll, max_idle=max_idle)
     last_plan = None
     count = 0

@@ -19,6 +19,7 @@ EXPERT_MASK = (1 << LAYER_SHIFT) - 1
 DECODE_DROP = 0.8  # decode starts below 0.8 x the smallest token seen so far (DESIGN section 3)
 NEW_PROMPT_GROWTH = 1.25  # after decode, a token this much bigger than a decode token is a new prompt
 UNKNOWN_MAJORITY = 0.5  # more unknown records than this share: a trace of another model
+MAX_EXPERTS = 4096  # experts per layer accepted without a model (the largest MoE models have 384)
 
 
 def make_ids(layers, experts):
@@ -89,8 +90,9 @@ class Tokeniser:
     next token; consecutive records with one key are one group. A torn final record is kept and
     completed by the next `feed`. Keys that match no expert tensor are counted and skipped."""
 
-    def __init__(self, layer_map):
+    def __init__(self, layer_map, path="<trace>"):
         self.layer_map = layer_map
+        self.path = path
         self.reset()
 
     def reset(self):
@@ -108,6 +110,11 @@ class Tokeniser:
         tkeys, experts, self.tail = trace_format.decode_records(self.tail + bytes(data))
         if len(tkeys) == 0:
             return []
+        limit = self.layer_map.n_expert or MAX_EXPERTS
+        bad = np.flatnonzero(experts >= limit)
+        if len(bad):
+            offset = (self.records + int(bad[0])) * trace_format.RECORD_BYTES
+            raise InputError(self.path, f"expert id {int(experts[bad[0]])} is out of range (experts per layer: {limit})", offset=offset)
         self.records += len(tkeys)
         uniq, inverse = np.unique(tkeys, return_inverse=True)
         lut = np.full(len(uniq), -1, dtype=np.int64)
