@@ -138,7 +138,8 @@ def _summary_tables(doc):
         if name in hit:
             gap = doc["gap_to_belady"].get(name)
             rows.append([name, f"{hit[name]:.6f}", "ceiling" if name == "belady" else f"{-gap:+.6f}" if gap is not None else ""])
-    tables = [Table(f"hit ratio at {doc['budget_slots']:,} slots ({doc['requests']:,} decode requests)", ["policy", "hit", "vs belady"], rows, right_align=(1, 2))]
+    tables = [Table(f"hit ratio at {doc['budget_slots']:,} slots", ["policy", "hit", "vs belady"], rows, right_align=(1, 2),
+                    caption=f"over {doc['requests']:,} decode requests")]
     facts = [["tokens (prefill + decode)", f"{doc['tokens']} ({doc['prefill_tokens']} + {doc['decode_tokens']})"],
              ["experts per decode token", f"{doc['experts_per_token']:.1f}"],
              ["distinct experts (decode)", f"{doc.get('distinct', 0):,}"]]
@@ -245,7 +246,7 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         result = analyse(got.tokens, got.phases, settings, tick=bar.update)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)
-    summary["budget_bytes"] = int(settings.budget * expert_bytes)
+    summary["budget_bytes"] = int(budget_bytes) if budget_bytes is not None else int(settings.budget * expert_bytes)
     if plan_path:
         if not expert_bytes:
             raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
