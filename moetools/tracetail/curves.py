@@ -133,17 +133,17 @@ def priority_stack_distances(seq, evict_key, tick=None):
     prio = np.zeros(n_items, dtype=np.int64)  # evict key of the item at each stack position
     pos = np.full(n_items, -1, dtype=np.int64)
     # preallocated scratch: numpy call overhead, not arithmetic, is the cost at these sizes
-    src = np.zeros(n_items + 1, dtype=np.int64)
-    dst = np.zeros(n_items + 1, dtype=np.int64)
+    chain = np.zeros(n_items + 2, dtype=np.int64)  # 0, record positions, then d: src = [:m+1], dst = [1:m+2]
     acc = np.zeros(n_items, dtype=np.int64)
     flag = np.zeros(n_items, dtype=bool)
     maximum = np.maximum.accumulate
     greater = np.greater
+    add = np.add
     size = 0
     for t, (x, key) in enumerate(zip(seq.tolist(), np.asarray(evict_key).tolist())):
         if tick is not None and t & 0xFFFF == 0xFFFF:
             tick(0x10000)
-        k = int(pos[x])
+        k = pos.item(x)
         if k < 0:
             k = size
             size += 1
@@ -154,16 +154,14 @@ def priority_stack_distances(seq, evict_key, tick=None):
             greater(run[1:], run[:-1], out=flag[: k - 1])
             rec = flag[: k - 1].nonzero()[0]
             m = len(rec)
-            s = src[: m + 1]  # s[0] = 0 always: the top is the first record
-            d = dst[: m + 1]
-            s[1:] = rec
-            s[1:] += 1
-            d[:m] = s[1:]
-            d[m] = k
-            moved = stack[s]
-            prio[d] = prio[s]
-            stack[d] = moved
-            pos[moved] = d
+            add(rec, 1, out=chain[1 : m + 1])
+            chain[m + 1] = k
+            src = chain[: m + 1]
+            dst = chain[1 : m + 2]
+            moved = stack[src]
+            prio[dst] = prio[src]
+            stack[dst] = moved
+            pos[moved] = dst
         stack[0] = x
         prio[0] = key
         pos[x] = 0
