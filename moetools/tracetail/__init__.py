@@ -1,0 +1,5 @@
+"""trace-tail: replay or follow an expert trace and measure residency policies (issue 7).
+
+reader (12-byte records -> tokens), importers (CSV, JSON lines, numpy), policies, curves (one-pass
+stack distances), instruments, core (engine and whole-trace analysis), svg, command (click).
+"""

@@ -1,0 +1,321 @@
+"""`moetools trace-tail`: replay or follow an expert trace and measure residency policies.
+
+Examples:
+
+    moetools trace-tail run.trace --model k3.gguf --budget-slots 2048
+    moetools trace-tail run.trace --synth-layers 48 --curve --json | moetools device-fit k3.gguf --vram 32G --coverage -
+    moetools trace-tail qwen.route.csv --curve --plot qwen.svg --write-trace qwen.trace
+    moetools trace-tail /tmp/moe.trace --model k3.gguf --follow --plan plan.json --budget-bytes 64G
+"""
+
+import click
+
+from moetools import output
+from moetools.errors import InputError, UsageError
+
+POLICY_ORDER = ("belady", "decay_bandit", "lfu", "lru", "recency", "prefill_pin")
+
+
+def _parse_slots(text):
+    if text in (None, "", "auto"):
+        return "auto"
+    budgets = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            budgets.append(int(part))
+        except ValueError:
+            raise UsageError(f"--curve: {part!r} is not a whole number of slots") from None
+    if sorted(set(budgets)) != budgets:
+        budgets = sorted(set(budgets))
+    return budgets
+
+
+class _Inputs:
+    """What the command learned about the trace and model before analysing."""
+
+    def __init__(self):
+        self.layer_map = None
+        self.tokens = None
+        self.phases = None
+        self.fmt = None
+        self.meta = {}
+        self.tokeniser = None
+        self.n_layers = self.n_expert = self.top_k = 0
+        self.expert_bytes_by_layer = {}
+
+
+def _layer_map(model, synth_layers, experts, top_k):
+    from moetools.tracetail.reader import LayerMap
+
+    if model:
+        return LayerMap.from_model(model)
+    if synth_layers:
+        return LayerMap.synth(synth_layers, experts or 0, top_k or 0)
+    return None
+
+
+def _read_inputs(trace, fmt, layer_map):
+    """Whole-file read: tokens and phases from any format."""
+    from moetools.tracetail import importers, reader
+
+    data = reader.read_whole(trace)
+    name = "<stdin>" if trace == "-" else trace
+    if fmt == "auto":
+        fmt = importers.detect_format(name, data[:64])
+    got = _Inputs()
+    got.fmt = fmt
+    if fmt == "trace":
+        if layer_map is None:
+            raise UsageError("a 12-byte trace needs --model GGUF or --synth-layers N to map tensor keys to layers")
+        if not data:
+            raise InputError(name, "empty trace: no records")
+        tok = reader.Tokeniser(layer_map, name)
+        tokens = tok.feed(data)
+        last = tok.flush()
+        if last is not None:
+            tokens.append(last)
+        if tok.tail:
+            output.warn(f"{name}: the last {len(tok.tail)} bytes are a torn record (size not a multiple of 12); ignored")
+        tok.check_model(name)
+        if tok.unknown:
+            output.warn(f"{name}: {tok.unknown} of {tok.records} records ({len(tok.unknown_keys)} keys) match no expert tensor of {layer_map.source}; skipped")
+        got.tokeniser = tok
+        got.tokens, got.phases = tokens, [None] * len(tokens)
+        got.meta = {"records": tok.records, "unknown_records": tok.unknown, "unknown_keys": len(tok.unknown_keys),
+                    "torn_bytes": len(tok.tail), "fnv_basis": tok.basis}
+    else:
+        imported = importers.import_trace(fmt, data, name)
+        got.tokens, got.phases = imported.tokens, imported.phases
+        got.n_layers, got.n_expert, got.top_k = imported.n_layers, imported.n_expert, imported.top_k
+        got.expert_bytes_by_layer = imported.expert_bytes_by_layer
+        limit = (layer_map.n_expert if layer_map else 0) or imported.n_expert or reader.MAX_EXPERTS
+        for index, ids in enumerate(got.tokens):
+            experts = reader.split_ids(ids)[1]
+            if len(experts) and int(experts.max()) >= limit:
+                raise InputError(name, f"token {index}: expert id {int(experts.max())} is out of range (experts per layer: {limit})")
+    if not got.tokens:
+        raise InputError(name, "no tokens in the trace (every record had an unknown key?)")
+    return got
+
+
+def _settings(got, layer_map, options):
+    from moetools.tracetail.core import Settings
+
+    model = layer_map if layer_map is not None and layer_map.n_expert else None
+    n_expert = options["experts"] or (model.n_expert if model else 0) or got.n_expert
+    top_k = options["top_k"] or (layer_map.top_k if layer_map else 0) or got.top_k
+    moe_layers = (layer_map.moe_layers if layer_map else 0) or got.n_layers
+    return Settings(budget=None, curve_budgets=None, window=options["window"], prefill=options["prefill"],
+                    top_k=top_k, moe_layers=moe_layers if n_expert else 0, n_expert=n_expert)
+
+
+def _expert_bytes(option, layer_map, got):
+    if option:
+        return option
+    if layer_map is not None and layer_map.expert_bytes:
+        return layer_map.expert_bytes
+    values = list(got.expert_bytes_by_layer.values()) if got else []
+    return int(round(sum(values) / len(values))) if values else 0
+
+
+def _budget(budget_slots, budget_bytes, expert_bytes):
+    if budget_slots is not None and budget_bytes is not None:
+        raise UsageError("give --budget-slots or --budget-bytes, not both")
+    if budget_bytes is not None:
+        if not expert_bytes:
+            raise UsageError("--budget-bytes needs the bytes of one expert: give --model or --expert-bytes")
+        return int(budget_bytes // expert_bytes)
+    return budget_slots
+
+
+def _summary_tables(doc):
+    from moetools.output import Table
+
+    hit = doc["hit"]
+    rows = []
+    for name in POLICY_ORDER:
+        if name in hit:
+            gap = doc["gap_to_belady"].get(name)
+            rows.append([name, f"{hit[name]:.6f}", "ceiling" if name == "belady" else f"{-gap:+.6f}" if gap is not None else ""])
+    tables = [Table(f"hit ratio at {doc['budget_slots']:,} slots", ["policy", "hit", "vs belady"], rows, right_align=(1, 2),
+                    caption=f"over {doc['requests']:,} decode requests")]
+    facts = [["tokens (prefill + decode)", f"{doc['tokens']} ({doc['prefill_tokens']} + {doc['decode_tokens']})"],
+             ["experts per decode token", f"{doc['experts_per_token']:.1f}"],
+             ["distinct experts (decode)", f"{doc.get('distinct', 0):,}"]]
+    for key in ("records", "unknown_records", "torn_bytes", "fnv_basis"):
+        if key in doc:
+            facts.append([key.replace("_", " "), str(doc[key])])
+    for key, value in doc["instruments"].items():
+        facts.append([key.replace("_", " "), "-" if value is None else f"{value:.4f}"])
+    tables.append(Table("trace and instruments", ["what", "value"], facts, right_align=(1,)))
+    return tables
+
+
+def _curve_table(curve):
+    from moetools.output import Table
+
+    names = [name for name in POLICY_ORDER if name in curve["hit"]]
+    rows = [[f"{s:,}"] + [f"{curve['hit'][name][i]:.4f}" for name in names] for i, s in enumerate(curve["slots"])]
+    return Table("coverage curve (hit ratio over decode requests)", ["slots"] + names, rows, right_align=tuple(range(len(names) + 1)))
+
+
+def _write_plan(path, budget_bytes, pins):
+    from moetools.formats.plan import Plan, write_plan
+
+    write_plan(path, Plan(budget_bytes=budget_bytes, pin_list=pins))
+
+
+@click.command("trace-tail")
+@click.argument("trace")
+@click.option("--model", metavar="GGUF", help="Map tensor keys to layers from this model's expert tensors (any shard).")
+@click.option("--synth-layers", type=click.IntRange(min=1), metavar="N", help="No model: keys of blk.0..N-1 expert tensors.")
+@click.option("--experts", type=click.IntRange(min=1), help="Experts per layer when there is no model (budget checks, split rule).")
+@click.option("--top-k", type=click.IntRange(min=1), help="Experts used per token per layer when there is no model.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "trace", "csv", "jsonl", "npy"]), default="auto", show_default=True,
+              help="Input format: 12-byte trace, route_trace v1 CSV, JSON lines or numpy [tokens, layers, top_k].")
+@click.option("--once/--follow", default=True, help="Stop at end of file with a summary (default), or keep reading as the file grows.")
+@click.option("--prefill", type=click.IntRange(min=0), metavar="N", help="The first N tokens are prefill (default: the size rule).")
+@click.option("--budget-slots", type=int, metavar="N", help="Cache budget in slots (one slot = one (layer, expert)).")
+@click.option("--budget-bytes", metavar="SIZE", help="Cache budget in bytes (32G, 32GB, 32GiB or raw bytes).")
+@click.option("--expert-bytes", metavar="SIZE", help="Bytes of one (layer, expert) when there is no model.")
+@click.option("--window", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens of the recency policy and instrument.")
+@click.option("--curve", "curve", is_flag=False, flag_value="auto", default=None, metavar="[SLOTS,...]",
+              help="Hit ratio of every policy across budgets (default: a log-spaced sweep up to the distinct experts).")
+@click.option("--plot", metavar="FILE.svg", help="Draw the curves as SVG (Belady as the ceiling). Implies --curve.")
+@click.option("--write-trace", metavar="OUT", help="Also write the input as a 12-byte trace (the fork's format).")
+@click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list and budget_bytes current.")
+@click.option("-o", "--output", "output_path", metavar="FILE", help="Also write the JSON document (summary or curve) to FILE.")
+@click.option("--poll", type=click.FloatRange(min=0.01, max=5), default=0.2, show_default=True, help="--follow: seconds between polls.")
+@click.option("--max-idle", type=click.FloatRange(min=0), metavar="SECONDS", help="--follow: stop after this long without new records.")
+@click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="--follow: stop after N decode tokens.")
+@click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
+def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
+                       window, curve, plot, write_trace, plan_path, output_path, poll, max_idle, max_tokens, json_flag):
+    """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
+
+    Rebuilds tokens from the fork's 12-byte records (or a CSV/JSON-lines/numpy import), splits
+    prefill from decode and reports, at --budget-slots, the request hit ratio of LRU, LFU, the
+    decayed-frequency bandit, last-N-token recency, prefill pinning and Belady's MIN (the offline
+    ceiling), plus repeat recall, predicted-delta recall and schedulable coverage. --curve gives
+    the coverage-vs-slots curve that `device-fit --coverage` reads.
+    """
+    from moetools.sizes import parse_size
+
+    if model and synth_layers:
+        raise UsageError("give --model or --synth-layers, not both")
+    budget_bytes = parse_size(budget_bytes) if budget_bytes is not None else None
+    expert_bytes = parse_size(expert_bytes) if expert_bytes is not None else None
+    if budget_slots is not None and budget_slots <= 0:
+        raise UsageError(f"--budget-slots {budget_slots}: a cache needs at least 1 slot")
+    if plot and curve is None:
+        curve = "auto"
+    options = {"experts": experts, "top_k": top_k, "window": window, "prefill": prefill}
+    layer_map = _layer_map(model, synth_layers, experts, top_k)
+    if not once:
+        if curve is not None or write_trace:
+            raise UsageError("--curve, --plot and --write-trace work on a whole trace (--once)")
+        return _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, plan_path, poll, max_idle, max_tokens)
+    if max_idle is not None or max_tokens is not None:
+        raise UsageError("--max-idle and --max-tokens apply to --follow")
+    _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, curve, plot, write_trace, plan_path,
+          output_path, json_flag)
+
+
+def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, curve, plot, write_trace, plan_path,
+          output_path, json_flag):
+    from moetools import atomic
+    from moetools.formats.curve import Curve, write_curve
+    from moetools.tracetail.core import analyse, resolve_phases
+
+    got = _read_inputs(trace, fmt, layer_map)
+    settings = _settings(got, layer_map, options)
+    expert_bytes = _expert_bytes(expert_bytes, layer_map, got)
+    settings.budget = _budget(budget_slots, budget_bytes, expert_bytes)
+    settings.curve_budgets = _parse_slots(curve) if curve is not None else None
+    if write_trace:
+        from moetools.formats.trace import write_trace as write_records
+        from moetools.tracetail.importers import tokens_to_records
+
+        tkeys, experts = tokens_to_records(got.tokens, resolve_phases(got.tokens, got.phases, settings))
+        write_records(write_trace, tkeys, experts)
+        output.info(f"wrote {len(tkeys):,} records to {write_trace}")
+    from moetools.progress import progress
+
+    with progress(desc="LFU and Belady curves", unit="req") as bar:
+        result = analyse(got.tokens, got.phases, settings, tick=bar.update)
+    summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
+    summary["expert_bytes"] = int(expert_bytes)
+    summary["budget_bytes"] = int(budget_bytes) if budget_bytes is not None else int(settings.budget * expert_bytes)
+    if plan_path:
+        if not expert_bytes:
+            raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
+        from moetools.tracetail.core import plan_pins
+
+        engine = result.extra["engine"]
+        _write_plan(plan_path, summary["budget_bytes"], plan_pins(engine, summary["budget_bytes"], expert_bytes))
+    if curve is not None:
+        if not result.curve:
+            raise InputError(trace, "no decode tokens: nothing to build a curve from")
+        doc_curve = Curve(result.curve["slots"], result.curve["hit"], requests=summary["requests"], tokens=summary["tokens"],
+                          decode_tokens=summary["decode_tokens"],
+                          extra={"distinct": summary["distinct"], "total_slots": summary["total_slots"],
+                                 "expert_bytes": summary["expert_bytes"], "summary": summary})
+        doc = doc_curve.to_doc()
+        if plot:
+            from moetools.tracetail.svg import curve_svg
+
+            atomic.write_text(plot, curve_svg(result.curve["slots"], result.curve["hit"], f"trace-tail: {trace}"))
+        if output_path:
+            write_curve(output_path, doc_curve)
+        output.render(doc, lambda: [_curve_table(result.curve)] + _summary_tables(summary), json_flag)
+        return
+    if output_path:
+        atomic.write_json(output_path, summary)
+    output.render(summary, lambda: _summary_tables(summary), json_flag)
+
+
+def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, plan_path, poll, max_idle, max_tokens):
+    from moetools.tracetail import core, reader
+
+    if fmt not in ("auto", "trace"):
+        raise UsageError("--follow reads the 12-byte trace format only")
+    if layer_map is None:
+        raise UsageError("a 12-byte trace needs --model GGUF or --synth-layers N to map tensor keys to layers")
+    got = _Inputs()
+    settings = _settings(got, layer_map, options)
+    expert_bytes = _expert_bytes(expert_bytes, layer_map, None)
+    budget = _budget(budget_slots, budget_bytes, expert_bytes)
+    total = settings.moe_layers * settings.n_expert
+    if budget is None:
+        if not total:
+            raise UsageError("--follow needs --budget-slots (or --budget-bytes), or a model / --experts for the default")
+        budget = max(1, total // 4)
+    core.check_budgets([budget], total, "slots of the model (layers x experts)")
+    settings.budget = budget
+    if plan_path and not expert_bytes:
+        raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
+    plan_budget = int(budget_bytes) if budget_bytes is not None else budget * (expert_bytes or 0)
+    engine = core.Engine(settings, keep_decode=False)
+    tokeniser = reader.Tokeniser(layer_map, trace)
+    events = reader.follow_stdin() if trace == "-" else reader.follow(trace, poll=poll, max_idle=max_idle)
+    last_plan = None
+    count = 0
+    for kind, payload in core.follow_session(events, tokeniser, engine, trace, max_tokens=max_tokens):
+        if kind == "notice":
+            output.info(payload)
+            continue
+        if plan_path:
+            pins = core.plan_pins(engine, plan_budget, expert_bytes)
+            state = (plan_budget, tuple(pins))
+            payload["plan_written"] = state != last_plan
+            if state != last_plan:
+                _write_plan(plan_path, plan_budget, pins)
+                last_plan = state
+        output.print_json_line(payload)
+        count += 1
+    if tokeniser.unknown:
+        output.warn(f"{trace}: {tokeniser.unknown} of {tokeniser.records} records match no expert tensor of {layer_map.source}; skipped")
+    if tokeniser.tail:
+        output.warn(f"{trace}: {len(tokeniser.tail)} bytes of a torn record were left unread at the end")
+    output.info(f"{count} decode tokens")

@@ -1,0 +1,259 @@
+"""Hit ratios of demand-paged caches for every capacity at once (stack-distance methods).
+
+A request sequence is a 1-D int array of dense item ids (0..D-1), one entry per request. The
+*stack distance* of a request is the smallest cache capacity (in slots) at which it hits; both LRU
+and Belady's MIN are stack algorithms (Mattson et al. 1970), so one pass over the trace gives the
+hit count of every capacity: hits(C) = #{requests with distance <= C}.
+
+- LRU: distance = 1 + distinct items since the previous request of the same item.
+- MIN (demand paging without bypass, as libCacheSim computes Belady): the OPT priority stack,
+  where priority is the time of next use.
+
+The `*_replay` functions are the obvious per-capacity simulations, kept as references for tests
+and the benchmark.
+"""
+
+import heapq
+from collections import OrderedDict
+
+import numpy as np
+
+COLD = np.iinfo(np.int64).max  # distance of a first request: a miss at every capacity
+_CHUNK = 256  # bounds the m x m comparison inside one chunk
+
+
+def dense_ids(values):
+    """(ids int64 (n,), distinct count): `values` renumbered 0..D-1 in order of first appearance."""
+    values = np.asarray(values)
+    if values.size == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    uniq, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    return rank[inverse.reshape(-1)], len(uniq)
+
+
+def previous_use(seq):
+    """prev[t] = index of the previous request of seq[t], or -1. int64 (n,)."""
+    seq = np.asarray(seq)
+    order = np.argsort(seq, kind="stable")
+    prev = np.full(len(seq), -1, dtype=np.int64)
+    same = seq[order[1:]] == seq[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+def next_use(seq):
+    """nxt[t] = index of the next request of seq[t], or n + seq[t] when there is none (unique, > n-1)."""
+    seq = np.asarray(seq)
+    n = len(seq)
+    order = np.argsort(seq, kind="stable")
+    nxt = n + seq.astype(np.int64)
+    same = seq[order[1:]] == seq[order[:-1]]
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt
+
+
+def distinct_runs(seq, prev=None):
+    """Start offsets of maximal runs of pairwise-distinct requests, at most _CHUNK long.
+
+    A token's requests are distinct (one per (layer, expert)), so callers that know token
+    boundaries pass those instead; this is the general fallback."""
+    if prev is None:
+        prev = previous_use(seq)
+    starts = [0]
+    start = 0
+    for t, p in enumerate(prev.tolist()):
+        if t - start >= _CHUNK or p >= start and t > start:
+            starts.append(t)
+            start = t
+    return np.asarray(starts, dtype=np.int64)
+
+
+def _split_long(starts, n):
+    """Cut runs longer than _CHUNK into equal parts (the in-run work grows with the square)."""
+    bounds = np.append(np.asarray(starts, dtype=np.int64), n)
+    out = []
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        parts = -(-(b - a) // _CHUNK)
+        out.extend(a + (b - a) * k // parts for k in range(parts))
+    return np.asarray(out, dtype=np.int64)
+
+
+def lru_stack_distances(seq, starts=None):
+    """LRU stack distance of every request (1 = hits in a 1-slot cache; COLD for first requests).
+
+    `seq`: dense ids int (n,). `starts`: offsets where runs of pairwise-distinct requests begin
+    (token boundaries); computed when None. Works chunk by chunk: inside a run of distinct
+    requests the distinct count since the previous use is (live last-use times after it, as of
+    the run's start) - (earlier requests of this run whose own previous use is later) + (its
+    position in the run). Cost O(n log D + n * chunk) in numpy."""
+    seq = np.asarray(seq, dtype=np.int64)
+    n = len(seq)
+    dist = np.full(n, COLD, dtype=np.int64)
+    if n == 0:
+        return dist
+    prev = previous_use(seq)
+    starts = distinct_runs(seq, prev) if starts is None else _split_long(starts, n)
+    bounds = np.append(starts, n)
+    live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen so far
+    lower = np.tri(_CHUNK, _CHUNK, -1, dtype=bool)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if b <= a:
+            continue
+        p = prev[a:b]
+        m = b - a
+        seen = p >= 0
+        after = len(live) - np.searchsorted(live, p, side="right")
+        later = ((p[None, :] > p[:, None]) & lower[:m, :m]).sum(axis=1)
+        depth = after - later + np.arange(m) + 1
+        dist[a:b] = np.where(seen, depth, COLD)
+        keep = np.ones(len(live), dtype=bool)
+        keep[np.searchsorted(live, p[seen])] = False  # these items' last use moves into this run
+        live = np.concatenate((live[keep], np.arange(a, b, dtype=np.int64)))
+    return dist
+
+
+def priority_stack_distances(seq, evict_key, tick=None):
+    """Stack distances of a demand-paged priority policy (Mattson's priority stack, one pass).
+
+    `evict_key[t]`: the rank of seq[t]'s item right after request t, larger = evicted sooner;
+    keys must be distinct and an item's key may change only when it is requested (true for MIN,
+    keyed by next use, and for perfect LFU, keyed by (count, last use)). On a request at depth d
+    the item goes to the top and the items above d move down along the chain of prefix maxima of
+    the key (each record takes the place of the next record; the last takes depth d). Cost
+    O(d) numpy work per request. `tick(n)`, if given, is called every 65,536 requests (progress)."""
+    seq = np.asarray(seq, dtype=np.int64)
+    n = len(seq)
+    dist = np.full(n, COLD, dtype=np.int64)
+    if n == 0:
+        return dist
+    n_items = int(seq.max()) + 1
+    stack = np.zeros(n_items, dtype=np.int64)
+    prio = np.zeros(n_items, dtype=np.int64)  # evict key of the item at each stack position
+    pos = np.full(n_items, -1, dtype=np.int64)
+    # preallocated scratch: numpy call overhead, not arithmetic, is the cost at these sizes
+    chain = np.zeros(n_items + 2, dtype=np.int64)  # 0, record positions, then d: src = [:m+1], dst = [1:m+2]
+    acc = np.zeros(n_items, dtype=np.int64)
+    flag = np.zeros(n_items, dtype=bool)
+    maximum = np.maximum.accumulate
+    greater = np.greater
+    add = np.add
+    size = 0
+    for t, (x, key) in enumerate(zip(seq.tolist(), np.asarray(evict_key).tolist())):
+        if tick is not None and t & 0xFFFF == 0xFFFF:
+            tick(0x10000)
+        k = pos.item(x)
+        if k < 0:
+            k = size
+            size += 1
+        else:
+            dist[t] = k + 1
+        if k > 0:
+            run = maximum(prio[:k], out=acc[:k])
+            greater(run[1:], run[:-1], out=flag[: k - 1])
+            rec = flag[: k - 1].nonzero()[0]
+            m = len(rec)
+            add(rec, 1, out=chain[1 : m + 1])
+            chain[m + 1] = k
+            src = chain[: m + 1]
+            dst = chain[1 : m + 2]
+            moved = stack[src]
+            prio[dst] = prio[src]
+            stack[dst] = moved
+            pos[moved] = dst
+        stack[0] = x
+        prio[0] = key
+        pos[x] = 0
+    return dist
+
+
+def opt_stack_distances(seq, tick=None):
+    """MIN/OPT stack distances (demand paging without bypass; COLD for a first request): the
+    priority stack keyed by next use. Items never used again get distinct keys past the end;
+    their order cannot change a hit count."""
+    return priority_stack_distances(seq, next_use(seq), tick)
+
+
+def lfu_evict_keys(seq):
+    """Perfect-LFU evict keys: fewer requests so far first, then least recently used."""
+    seq = np.asarray(seq, dtype=np.int64)
+    n = len(seq)
+    order = np.argsort(seq, kind="stable")
+    sorted_items = seq[order]
+    group_start = np.concatenate([[0], np.flatnonzero(sorted_items[1:] != sorted_items[:-1]) + 1])
+    count = np.ones(n, dtype=np.int64)
+    run = np.arange(n) - np.repeat(group_start, np.diff(np.append(group_start, n)))
+    count[order] = run + 1
+    return -(count * (n + 1) + np.arange(n))
+
+
+def lfu_stack_distances(seq, tick=None):
+    """Perfect-LFU stack distances (counts survive eviction; ties: least recently used)."""
+    return priority_stack_distances(seq, lfu_evict_keys(seq), tick)
+
+
+def hits_at(distances, capacities):
+    """Hit counts (int64, one per capacity) from stack distances: #{distance <= C}."""
+    ordered = np.sort(np.asarray(distances))
+    return np.searchsorted(ordered, np.asarray(capacities, dtype=np.int64), side="right").astype(np.int64)
+
+
+# --- references: one straightforward simulation per capacity ---------------------------------
+
+
+def lru_replay(seq, capacity):
+    """Hits of a `capacity`-slot LRU cache over `seq` (OrderedDict simulation)."""
+    cache = OrderedDict()
+    hits = 0
+    for x in np.asarray(seq).tolist():
+        if x in cache:
+            hits += 1
+            cache.move_to_end(x)
+        else:
+            cache[x] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return hits
+
+
+def lfu_replay(seq, capacity):
+    """Hits of a `capacity`-slot perfect-LFU cache (least requests evicted, ties least recent)."""
+    count = {}
+    cached = {}
+    heap = []
+    hits = 0
+    for t, x in enumerate(np.asarray(seq).tolist()):
+        c = count.get(x, 0) + 1
+        count[x] = c
+        if x in cached:
+            hits += 1
+        elif len(cached) >= capacity:
+            while True:
+                c_old, t_old, y = heapq.heappop(heap)
+                if cached.get(y) == t_old:
+                    del cached[y]
+                    break
+        cached[x] = t
+        heapq.heappush(heap, (c, t, x))
+    return hits
+
+
+def belady_replay(seq, capacity):
+    """Hits of Belady's MIN with `capacity` slots: every miss admitted, farthest next use evicted."""
+    nxt = next_use(seq).tolist()
+    cache = {}
+    heap = []
+    hits = 0
+    for t, x in enumerate(np.asarray(seq).tolist()):
+        if x in cache:
+            hits += 1
+        elif len(cache) >= capacity:
+            while True:
+                far, y = heapq.heappop(heap)
+                if cache.get(y) == -far:
+                    del cache[y]
+                    break
+        cache[x] = nxt[t]
+        heapq.heappush(heap, (-nxt[t], x))
+    return hits

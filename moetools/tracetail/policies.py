@@ -1,0 +1,207 @@
+"""Residency policies, replayed token by token over decode tokens.
+
+A budget is a number of slots; a slot holds one (layer, expert). Every policy here is *online*
+(it decides from the past only) and starts cold at the first decode token, like the reference
+replays; Belady's MIN needs the future and lives in curves.py.
+
+- `LRUCache`, `LFUCache`: request-level demand caches (every miss admitted). LFU counts every
+  request since decode started (counts survive eviction) and breaks ties by least recent use.
+- `ScoredPolicies`: policies that hold the top-B items of a ranking, evaluated for many budgets
+  at once (one sort per token gives the rank of every needed item, and a budget B hits the items
+  ranked below B):
+  - `decay_bandit`: per-expert EMA score per arm (decay in DECAY_ARMS; score <- d * score + used),
+    ties broken by recency; reward = realised hit fraction, reward EMA 0.3; each token is served
+    by the arm with the best reward so far, separately per budget; every arm is scored every token
+    (full feedback: each arm's cache is known).
+  - `recency`: experts used in the last `window` decode tokens, most recent first.
+  - `prefill_pin`: experts the prefill used, most prefill batches first; fixed during decode.
+"""
+
+import heapq
+from collections import OrderedDict
+
+import numpy as np
+
+DECAY_ARMS = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99)
+REWARD_EMA = 0.3  # reward <- (1 - 0.3) * reward + 0.3 * hit fraction
+NEVER = np.iinfo(np.int64).max
+
+
+class LRUCache:
+    def __init__(self, capacity):
+        self.capacity = int(capacity)
+        self.cache = OrderedDict()
+
+    def access(self, ids):
+        """Requests `ids` in order; returns the hit count."""
+        hits = 0
+        cache = self.cache
+        for x in ids.tolist():
+            if x in cache:
+                hits += 1
+                cache.move_to_end(x)
+            else:
+                cache[x] = None
+                if len(cache) > self.capacity:
+                    cache.popitem(last=False)
+        return hits
+
+
+class LFUCache:
+    def __init__(self, capacity):
+        self.capacity = int(capacity)
+        self.count = {}
+        self.cached = {}  # id -> (count, last time) of its live heap entry
+        self.heap = []
+        self.time = 0
+
+    def access(self, ids):
+        hits = 0
+        count, cached, heap = self.count, self.cached, self.heap
+        for x in ids.tolist():
+            self.time += 1
+            c = count.get(x, 0) + 1
+            count[x] = c
+            if x in cached:
+                hits += 1
+            elif len(cached) >= self.capacity:
+                while True:
+                    entry = heapq.heappop(heap)
+                    if cached.get(entry[2]) == (entry[0], entry[1]):
+                        del cached[entry[2]]
+                        break
+            cached[x] = (c, self.time)
+            heapq.heappush(heap, (c, self.time, x))
+        if len(heap) > 4 * max(self.capacity, 64):
+            # drop stale entries so the heap stays proportional to the cache
+            self.heap = [(c, t, x) for x, (c, t) in cached.items()]
+            heapq.heapify(self.heap)
+        return hits
+
+
+class ItemIndex:
+    """Request ids -> dense 0..n-1 indices, growing as new experts appear."""
+
+    def __init__(self):
+        self.index = {}
+
+    def __call__(self, ids):
+        index = self.index
+        out = np.empty(len(ids), dtype=np.int64)
+        for i, x in enumerate(ids.tolist()):
+            j = index.get(x)
+            if j is None:
+                j = index[x] = len(index)
+            out[i] = j
+        return out
+
+    def __len__(self):
+        return len(self.index)
+
+
+def _grow(array, size, fill):
+    if array.shape[-1] >= size:
+        return array
+    extra = max(size - array.shape[-1], array.shape[-1])
+    pad = np.full(array.shape[:-1] + (extra,), fill, dtype=array.dtype)
+    return np.concatenate([array, pad], axis=-1)
+
+
+def ranks_of(keys_desc, needed, n):
+    """Rank (0 = best) of items `needed` when items 0..n-1 are ordered by the key tuple, highest
+    first. `keys_desc` is a list of arrays, primary key last (np.lexsort order)."""
+    order = np.lexsort([-k[:n] for k in keys_desc])
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return rank[needed]
+
+
+def hit_counts(ranks, budgets):
+    """For each budget B: how many of `ranks` are < B (items a B-slot cache holds)."""
+    ordered = np.sort(ranks)
+    return np.searchsorted(ordered, budgets, side="left")
+
+
+class ScoredPolicies:
+    """decay_bandit, recency and prefill_pin for every budget in `budgets` at once."""
+
+    NAMES = ("decay_bandit", "recency", "prefill_pin")
+
+    def __init__(self, budgets, window=8, items=None):
+        self.budgets = np.asarray(budgets, dtype=np.int64)
+        self.window = int(window)
+        self.items = items or ItemIndex()
+        self.decays = np.asarray(DECAY_ARMS)
+        self.scores = np.zeros((len(DECAY_ARMS), 0))
+        self.last_seen = np.zeros(0, dtype=np.int64)
+        self.prefill_count = np.zeros(0, dtype=np.int64)
+        self.rewards = np.zeros((len(DECAY_ARMS), len(self.budgets)))
+        self.time = 0
+        self.served_arm = np.zeros(len(self.budgets), dtype=np.int64)
+
+    def _fit(self):
+        n = len(self.items)
+        self.scores = _grow(self.scores, n, 0.0)
+        self.last_seen = _grow(self.last_seen, n, -1)
+        self.prefill_count = _grow(self.prefill_count, n, 0)
+        return n
+
+    def observe_prefill(self, ids):
+        """A prefill token (or batch): counts toward prefill pinning only."""
+        idx = self.items(ids)
+        self._fit()
+        self.prefill_count[idx] += 1
+
+    def decode(self, ids):
+        """One decode token. Returns {policy: hit counts per budget (int64 array)}.
+
+        Rankings use what was known before this token; then scores, recency and rewards learn it."""
+        idx = self.items(ids)
+        n = self._fit()
+        out = {}
+        seen = self.last_seen[:n]
+        was_seen = seen[idx] >= 0  # experts new to decode cannot be resident in any policy
+        order_id = -np.arange(n, dtype=np.int64)  # final tie-break: first seen first
+        # decay bandit: every arm's hits, served by the best arm so far (per budget)
+        arm_hits = np.empty((len(self.decays), len(self.budgets)), dtype=np.int64)
+        for arm in range(len(self.decays)):
+            score = self.scores[arm, :n]
+            ranks = np.where(was_seen, ranks_of([order_id, seen, score], idx, n), NEVER)
+            arm_hits[arm] = hit_counts(ranks, self.budgets)
+        served = np.argmax(self.rewards, axis=0)
+        self.served_arm = served
+        out["decay_bandit"] = arm_hits[served, np.arange(len(self.budgets))]
+        fraction = arm_hits / max(len(ids), 1)
+        self.rewards = (1 - REWARD_EMA) * self.rewards + REWARD_EMA * fraction
+        # last-N-token recency
+        in_window = seen >= self.time - self.window
+        recent_rank = ranks_of([order_id, seen], idx, n)
+        out["recency"] = hit_counts(np.where(in_window[idx] & was_seen, recent_rank, NEVER), self.budgets)
+        # prefill-union pinning (static during decode)
+        pinned = self.prefill_count[:n]
+        pin_rank = ranks_of([order_id, pinned], idx, n)
+        out["prefill_pin"] = hit_counts(np.where(pinned[idx] > 0, pin_rank, NEVER), self.budgets)
+        # learn this token
+        self.scores[:, :n] *= self.decays[:, None]
+        self.scores[:, idx] += 1.0
+        self.last_seen[idx] = self.time
+        self.time += 1
+        return out
+
+    def served_decay(self, budget_index=0):
+        return float(self.decays[self.served_arm[budget_index]])
+
+    def top_items(self, count, budget_index=0):
+        """The best `count` items (dense indices) of the arm the bandit serves now."""
+        n = len(self.items)
+        if n == 0 or count <= 0:
+            return np.zeros(0, dtype=np.int64)
+        arm = int(np.argmax(self.rewards[:, budget_index]))
+        score = self.scores[arm, :n]
+        order = np.lexsort([np.arange(n), -self.last_seen[:n], -score])
+        order = order[score[order] > 0]
+        return order[:count]
+
+    def ids_of(self, dense):
+        ids = np.fromiter(self.items.index.keys(), dtype=np.int64, count=len(self.items))
+        return ids[dense]

@@ -1,0 +1,310 @@
+"""`moetools trace-tail` through the CLI: reference figures, importers, round trip, bad input,
+curves for device-fit, SVG, --follow and --plan."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from moetools.cli import cli
+from moetools.formats import trace as trace_format
+from moetools.formats.curve import read_curve
+from moetools.formats.plan import read_plan
+from moetools.tracetail.importers import tokens_to_records
+from moetools.tracetail.reader import make_ids
+from tests import factory
+
+# README of ../shared/traces: requests, distinct, LRU hit, Belady hit at the given budget
+REFERENCE = {
+    "qwen": (48, 768, 36864, 3059, 0.578016, 0.784939),
+    "gptoss": (36, 576, 4608, 1292, 0.617405, 0.719618),
+}
+
+
+def run(args, input=None):
+    return CliRunner().invoke(cli, ["trace-tail", *args], input=input, catch_exceptions=False)
+
+
+def ok_json(args, input=None):
+    result = run([*args, "--json"], input)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def shared_trace(name):
+    path = factory.SHARED_TRACES / f"{name}.route.csv"
+    if not path.exists():
+        pytest.skip(f"real routing traces not present in {factory.SHARED_TRACES} (CI has them; a fresh clone may not)")
+    return path
+
+
+def write_tokens(path, tokens, phases=None):
+    tkeys, experts = tokens_to_records(tokens, phases or ["decode"] * len(tokens))
+    path.write_bytes(trace_format.encode_records(tkeys, experts))
+    return path
+
+
+def skewed_tokens(n_tokens, n_layers=4, n_expert=16, top_k=2, seed=0):
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, n_expert + 1) ** 1.2
+    weights /= weights.sum()
+    out = []
+    for _ in range(n_tokens):
+        pairs = [(layer, e) for layer in range(n_layers) for e in rng.choice(n_expert, top_k, replace=False, p=weights)]
+        layers, experts = zip(*pairs)
+        out.append(np.unique(make_ids(layers, experts)))
+    return out
+
+
+# --- reference figures -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_route_trace_csv_reproduces_reference_figures(name, tmp_path):
+    layers, budget, requests, distinct, lru, belady = REFERENCE[name]
+    path = shared_trace(name)
+    out = tmp_path / f"{name}.trace"
+    doc = ok_json([str(path), "--budget-slots", str(budget), "--write-trace", str(out)])
+    assert (doc["requests"], doc["distinct"]) == (requests, distinct)
+    assert round(doc["hit"]["lru"], 6) == lru and round(doc["hit"]["belady"], 6) == belady
+    assert doc["format"] == "csv" and doc["total_slots"] == layers * 128
+    # the 12-byte conversion keeps token boundaries and the prefill/decode split
+    back = ok_json([str(out), "--synth-layers", str(layers), "--experts", "128", "--budget-slots", str(budget)])
+    assert (back["requests"], back["distinct"], back["decode_tokens"]) == (requests, distinct, doc["decode_tokens"])
+    assert round(back["hit"]["lru"], 6) == lru and round(back["hit"]["belady"], 6) == belady
+    assert back["fnv_basis"] == "fork" and back["unknown_records"] == 0 and back["prefill_tokens"] == 1
+
+
+def test_reference_curve_is_readable_by_device_fit_and_plots(tmp_path):
+    path = shared_trace("gptoss")
+    svg = tmp_path / "gptoss.svg"
+    result = run([str(path), "--curve", "--plot", str(svg), "--json"])
+    assert result.exit_code == 0, result.output
+    curve = json.loads(result.stdout)
+    (tmp_path / "curve.json").write_text(result.stdout)
+    parsed = read_curve(str(tmp_path / "curve.json"))
+    assert parsed.slots[-1] == 1292 and parsed.requests == 4608 and parsed.decode_tokens == 64
+    assert set(curve["hit"]) >= {"lru", "lfu", "belady", "decay_bandit"}
+    belady, lru = np.array(curve["hit"]["belady"]), np.array(curve["hit"]["lru"])
+    assert (belady >= lru).all() and (belady >= np.array(curve["hit"]["lfu"])).all()
+    text = svg.read_text()
+    assert text.startswith("<svg") and "belady (ceiling)" in text and "decay_bandit" in text
+
+
+# --- importers -----------------------------------------------------------------------------------
+
+
+def test_jsonl_and_npy_importers_agree_with_the_12_byte_trace(tmp_path):
+    tokens = skewed_tokens(30)
+    array = np.stack([np.asarray([[e for _, e in sorted(zip(*divmod_ids(t))) if _ == layer] for layer in range(4)]) for t in tokens])
+    npy = tmp_path / "t.npy"
+    np.save(npy, array)
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("".join(json.dumps({"token": i, "layer": layer, "experts": array[i, layer].tolist()}) + "\n"
+                             for i in range(30) for layer in range(4)))
+    binary = write_tokens(tmp_path / "t.trace", tokens)
+    common = ["--budget-slots", "10", "--experts", "16", "--top-k", "2"]
+    a = ok_json([str(npy), *common])
+    b = ok_json([str(jsonl), *common])
+    c = ok_json([str(binary), "--synth-layers", "4", *common])
+    for doc in (a, b, c):
+        assert (doc["decode_tokens"], doc["requests"]) == (30, 240)
+    assert a["hit"] == b["hit"] == c["hit"]
+    written = tmp_path / "from_npy.trace"
+    ok_json([str(npy), *common, "--write-trace", str(written)])
+    assert written.read_bytes() == binary.read_bytes()
+
+
+def divmod_ids(ids):
+    return (ids >> 32).tolist(), (ids & 0xFFFFFFFF).tolist()
+
+
+def test_stdin_trace(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(10))
+    doc = ok_json(["-", "--synth-layers", "4", "--budget-slots", "8"], input=binary.read_bytes())
+    assert doc["decode_tokens"] == 10 and doc["trace"] == "-"
+
+
+def test_model_layer_map(tiny_models, tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(12, top_k=4))
+    doc = ok_json([str(binary), "--model", str(tiny_models["qwen3moe"]), "--budget-slots", "16"])
+    assert doc["layer_map"] == str(tiny_models["qwen3moe"]) and doc["total_slots"] == 64
+    assert doc["expert_bytes"] == 104448 and doc["budget_bytes"] == 16 * 104448
+    assert doc["decode_tokens"] == 12  # top-k 4 x 4 layers: decode from token 0
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def error_of(args, input=None):
+    result = CliRunner().invoke(cli, ["trace-tail", *args], input=input)
+    return result.exit_code, result.stderr if hasattr(result, "stderr") else result.output
+
+
+def test_torn_tail_warns_and_is_ignored(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(10))
+    whole = ok_json([str(binary), "--synth-layers", "4", "--budget-slots", "8"])
+    with open(binary, "ab") as handle:
+        handle.write(b"\x01\x02\x03\x04\x05")
+    result = run([str(binary), "--synth-layers", "4", "--budget-slots", "8", "--json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["torn_bytes"] == 5 and doc["hit"] == whole["hit"]
+    assert "torn record" in result.stderr
+
+
+def test_unknown_keys_are_counted(tmp_path):
+    data = write_tokens(tmp_path / "t.trace", skewed_tokens(10)).read_bytes()
+    stray = trace_format.encode_records([999, 999], [1, 2])
+    path = tmp_path / "stray.trace"
+    path.write_bytes(data + stray)
+    result = run([str(path), "--synth-layers", "4", "--budget-slots", "8", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["unknown_records"] == 2 and "match no expert tensor" in result.stderr
+
+
+def test_trace_of_a_different_model_exits_2(tiny_models, tmp_path):
+    binary = write_tokens(tmp_path / "big.trace", skewed_tokens(5, n_layers=40))
+    code, err = error_of([str(binary), "--model", str(tiny_models["qwen3moe"])])
+    assert code == 2 and "different model" in err and "(90%)" in err
+
+
+def test_empty_file_exits_2(tmp_path):
+    path = tmp_path / "empty.trace"
+    path.write_bytes(b"")
+    code, err = error_of([str(path), "--synth-layers", "4"])
+    assert code == 2 and "empty trace" in err
+
+
+def test_csv_with_missing_columns_exits_2(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("turn,phase,step,slot\n0,1,0,0\n")
+    code, err = error_of([str(path)])
+    assert code == 2 and "lacks column(s) layer, expert" in err
+
+
+@pytest.mark.parametrize("budget,words", [("0", "at least 1 slot"), ("65", "larger than the 64 slots")])
+def test_bad_budgets_exit_2(tmp_path, budget, words):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(10))
+    code, err = error_of([str(binary), "--synth-layers", "4", "--experts", "16", "--budget-slots", budget])
+    assert code == 2 and words in err
+    code, err = error_of([str(binary), "--synth-layers", "4", "--experts", "16", "--curve", f"1,{budget}"])
+    assert code == 2 and words in err
+
+
+def test_trace_needs_a_layer_map(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(3))
+    code, err = error_of([str(binary)])
+    assert code == 2 and "--synth-layers" in err
+
+
+# --- follow --------------------------------------------------------------------------------------
+
+
+def test_follow_emits_one_line_per_decode_token_and_keeps_the_plan(tmp_path):
+    tokens = skewed_tokens(41, seed=3)  # the 41st starts after the 40th: no wait for --max-idle
+    tkeys, experts = tokens_to_records(tokens, ["decode"] * len(tokens))
+    data = trace_format.encode_records(tkeys, experts)
+    path = tmp_path / "live.trace"
+    path.write_bytes(data[: len(data) // 3 + 5])  # starts mid-record
+    plan = tmp_path / "plan.json"
+
+    def writer():
+        for cut in (len(data) // 3 + 5, 2 * len(data) // 3, len(data)):
+            time.sleep(0.05)
+            with open(path, "r+b") as handle:
+                handle.seek(0, 2)
+                handle.write(data[handle.tell():cut])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    result = run([str(path), "--follow", "--synth-layers", "4", "--experts", "16", "--budget-slots", "12",
+                  "--expert-bytes", "1000", "--plan", str(plan), "--poll", "0.02", "--max-tokens", "40", "--max-idle", "5"])
+    thread.join()
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["decode_token"] for line in lines] == list(range(40))
+    assert lines[0]["repeat"] is None and lines[1]["repeat"] is not None
+    assert set(lines[5]["hit"]) == {"lru", "lfu", "decay_bandit", "recency", "prefill_pin"}
+    written = read_plan(str(plan))
+    assert written.budget_bytes == 12000 and 0 < len(written.pin_list) <= 6  # pin ceiling = half of 12 slots
+    assert written.pin_list == sorted(written.pin_list)
+    # rewritten only on change: the last line that wrote it holds the current pins
+    flags = [line["plan_written"] for line in lines]
+    assert flags[0] is True and not all(flags)
+
+
+def test_follow_resets_on_truncation(tmp_path):
+    tokens = skewed_tokens(6, seed=5)
+    data = trace_format.encode_records(*tokens_to_records(tokens, ["decode"] * 6))
+    path = tmp_path / "live.trace"
+    path.write_bytes(data)
+
+    def new_serve():
+        time.sleep(0.15)
+        path.write_bytes(data[:200])
+        time.sleep(0.1)
+        with open(path, "ab") as handle:
+            handle.write(data[200:])
+
+    thread = threading.Thread(target=new_serve)
+    thread.start()
+    result = run([str(path), "--follow", "--synth-layers", "4", "--budget-slots", "8", "--poll", "0.02", "--max-idle", "0.6"])
+    thread.join()
+    assert result.exit_code == 0, result.output
+    serves = [json.loads(line)["serve"] for line in result.stdout.splitlines()]
+    assert "new serve" in result.stderr
+    assert serves.count(1) == 6 and serves[-1] == 1
+
+
+def test_follow_rejects_whole_trace_options(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(3))
+    code, err = error_of([str(binary), "--follow", "--synth-layers", "4", "--budget-slots", "4", "--curve"])
+    assert code == 2 and "--once" in err
+
+
+def test_once_plan_and_output_files(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(20))
+    plan, out = tmp_path / "plan.json", tmp_path / "curve.json"
+    doc = ok_json([str(binary), "--synth-layers", "4", "--experts", "16", "--budget-slots", "10", "--expert-bytes", "2KiB",
+                   "--plan", str(plan), "--curve", "2,10,40", "-o", str(out)])
+    written = read_plan(str(plan))
+    assert written.budget_bytes == 10 * 2048 and len(written.pin_list) <= 5
+    curve = read_curve(str(out))
+    assert curve.slots == [2, 10, 40] and curve.hit == doc["hit"]
+    assert doc["summary"]["budget_bytes"] == 20480
+
+
+@pytest.mark.parametrize("name,body,words", [
+    ("bad.jsonl", '{"token": 0, "layer": 0}\n', "no 'experts'"),
+    ("bad2.jsonl", '{"token": 0, "layer": 0, "experts": [1, -2]}\n', "whole numbers >= 0"),
+    ("bad3.jsonl", "not json\n", "line 1: not JSON"),
+    ("bad.csv", "turn,phase,step,layer,expert\n0,1,x,0,1\n", "line 2: column 'step'"),
+])
+def test_bad_import_files_exit_2(tmp_path, name, body, words):
+    path = tmp_path / name
+    path.write_text(body)
+    code, err = error_of([str(path)])
+    assert code == 2 and words in err
+
+
+def test_npy_with_wrong_shape_exits_2(tmp_path):
+    path = tmp_path / "flat.npy"
+    np.save(path, np.arange(12))
+    code, err = error_of([str(path)])
+    assert code == 2 and "expected [tokens, layers, top_k]" in err
+
+
+def test_expert_id_out_of_range_exits_2(tmp_path, tiny_models):
+    path = tmp_path / "bad.trace"
+    key = trace_format.fnv1a64("blk.0.ffn_gate_exps.weight")
+    path.write_bytes(trace_format.encode_records([key, key], [3, 16]))
+    code, err = error_of([str(path), "--model", str(tiny_models["qwen3moe"])])
+    assert code == 2 and "at offset 12" in err and "expert id 16 is out of range (experts per layer: 16)" in err
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text('{"token": 0, "layer": 0, "experts": [1, 5000]}\n')
+    code, err = error_of([str(jsonl)])
+    assert code == 2 and "expert id 5000 is out of range" in err

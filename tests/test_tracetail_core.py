@@ -1,0 +1,344 @@
+"""trace-tail cores: trace format, tokeniser, split rule, one-pass curves, policies, instruments."""
+
+import os
+
+import numpy as np
+import pytest
+
+from moetools.errors import InputError
+from moetools.formats import trace as trace_format
+from moetools.tracetail import curves
+from moetools.tracetail.core import Engine, Settings, analyse, follow_session
+from moetools.tracetail.importers import tokens_to_records
+from moetools.tracetail.instruments import Instruments
+from moetools.tracetail.policies import LFUCache, LRUCache, ScoredPolicies
+from moetools.tracetail.reader import FollowEvent, LayerMap, PhaseSplitter, Tokeniser, follow, make_ids, split_ids
+
+# --- format ------------------------------------------------------------------------------------
+
+
+def test_fnv_fork_basis_matches_design():
+    assert trace_format.FORK_OFFSET_BASIS == 1469598103934665603
+    assert trace_format.fnv1a64("blk.5.ffn_up_exps.weight") == 16542725649459479844
+
+
+def test_fnv_standard_basis_is_textbook():
+    # FNV-1a 64 of "a" with the textbook basis (published test vector)
+    assert trace_format.fnv1a64("a", trace_format.STANDARD_OFFSET_BASIS) == 0xAF63DC4C8601EC8C
+    assert trace_format.fnv1a64("blk.5.ffn_up_exps.weight", trace_format.STANDARD_OFFSET_BASIS) != 16542725649459479844
+
+
+def test_hash_uses_middle_segment_of_hashed_names():
+    assert trace_format.fnv1a64("CUDA0#blk.5.ffn_up_exps.weight#0") == 16542725649459479844
+
+
+def test_records_round_trip_and_torn_tail():
+    data = trace_format.encode_records([1, 2**64 - 1], [7, 2**32 - 1])
+    assert len(data) == 24
+    tkeys, experts, tail = trace_format.decode_records(data + b"\x01\x02\x03")
+    assert tkeys.tolist() == [1, 2**64 - 1] and experts.tolist() == [7, 2**32 - 1] and tail == b"\x01\x02\x03"
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def token(pairs):
+    layers, experts = zip(*pairs)
+    return np.unique(make_ids(layers, experts))
+
+
+def decode_tokens(n_layers, sets):
+    """Tokens where every layer uses `experts` of the given per-token list."""
+    return [token([(layer, e) for layer in range(n_layers) for e in experts]) for experts in sets]
+
+
+def trace_bytes(tokens, phases=None):
+    tkeys, experts = tokens_to_records(tokens, phases or ["decode"] * len(tokens))
+    return trace_format.encode_records(tkeys, experts)
+
+
+# --- tokeniser ------------------------------------------------------------------------------------
+
+
+def test_tokeniser_rebuilds_tokens_and_dedupes_matrices():
+    tokens = decode_tokens(3, [[1, 4], [1, 5], [2, 3]])
+    tok = Tokeniser(LayerMap.synth(3))
+    got = tok.feed(trace_bytes(tokens))
+    got.append(tok.flush())
+    assert [t.tolist() for t in got] == [t.tolist() for t in tokens]
+    assert tok.records == 3 * 3 * 3 * 2 and tok.unknown == 0 and tok.basis == "fork"
+
+
+def test_tokeniser_keeps_torn_tail_across_reads():
+    tokens = decode_tokens(2, [[0, 1], [2, 3], [0, 3]])
+    data = trace_bytes(tokens)
+    tok = Tokeniser(LayerMap.synth(2))
+    got = []
+    for cut in range(0, len(data), 7):  # 7-byte reads tear almost every record
+        got += tok.feed(data[cut:cut + 7])
+    got.append(tok.flush())
+    assert [t.tolist() for t in got] == [t.tolist() for t in tokens]
+    assert tok.tail == b""
+
+
+def test_tokeniser_accepts_standard_basis_and_counts_unknown_keys():
+    names = trace_format.synth_tensor_names(2)
+    keys = [trace_format.fnv1a64(n, trace_format.STANDARD_OFFSET_BASIS) for n in names]
+    tkeys = [keys[0], keys[0], 12345, keys[3], keys[0]]
+    data = trace_format.encode_records(tkeys, [1, 2, 9, 3, 1])
+    tok = Tokeniser(LayerMap.synth(2))
+    got = tok.feed(data)
+    assert tok.basis == "standard" and tok.unknown == 1 and tok.unknown_keys == {12345}
+    assert [split_ids(t)[1].tolist() for t in got] == [[1, 2, 3]]
+
+
+def test_boundary_needs_a_repeated_key_after_another_key():
+    names = trace_format.synth_tensor_names(2)
+    k = [trace_format.fnv1a64(n) for n in names]
+    # gate0 gate0 (one group) up0 down0 gate1 ... then gate0 again: new token
+    data = trace_format.encode_records([k[0], k[0], k[1], k[2], k[3], k[0], k[1]], [1, 2, 1, 1, 5, 3, 3])
+    tok = Tokeniser(LayerMap.synth(2))
+    got = tok.feed(data)
+    assert len(got) == 1 and got[0].tolist() == token([(0, 1), (0, 2), (1, 5)]).tolist()
+    assert tok.flush().tolist() == token([(0, 3)]).tolist()
+
+
+def test_different_model_is_an_input_error():
+    data = trace_bytes(decode_tokens(8, [[1], [2]]))
+    tok = Tokeniser(LayerMap.synth(2))  # only layers 0-1 known: 75% unknown
+    tok.feed(data)
+    with pytest.raises(InputError, match="different model"):
+        tok.check_model("x.trace")
+
+
+def test_layer_map_from_model_uses_expert_tensor_names(tiny_models):
+    layer_map = LayerMap.from_model(tiny_models["qwen3moe"])
+    assert layer_map.moe_layers == 4 and layer_map.n_expert == 16 and layer_map.top_k == 4
+    assert layer_map.table[trace_format.fnv1a64("blk.3.ffn_down_exps.weight")] == (3, "fork")
+    assert layer_map.expert_bytes > 0
+
+
+# --- split rule ------------------------------------------------------------------------------------
+
+
+def test_split_rule_finds_decode_after_prefill_batches():
+    big = token([(layer, e) for layer in range(4) for e in range(10)])
+    mid = token([(layer, e) for layer in range(4) for e in range(9)])
+    small = token([(layer, e) for layer in range(4) for e in range(2)])
+    splitter = PhaseSplitter(top_k=2, moe_layers=4, n_expert=16)
+    assert [splitter.classify(t) for t in (big, mid, small, small, big)] == ["prefill", "prefill", "decode", "decode", "prefill"]
+
+
+def test_split_rule_decode_only_trace_starts_at_token_zero():
+    small = token([(layer, e) for layer in range(4) for e in (1, 2)])
+    assert PhaseSplitter(top_k=2, moe_layers=4).classify(small) == "decode"
+    # top-k unknown: the same count in every layer and far below the expert count
+    assert PhaseSplitter().classify(token([(layer, e) for layer in range(4) for e in (1, 9)])) == "decode"
+    assert PhaseSplitter().classify(token([(0, 1), (0, 2), (1, 3)])) == "prefill"
+
+
+def test_prefill_override():
+    small = token([(0, 1)])
+    splitter = PhaseSplitter(prefill=2)
+    assert [splitter.classify(small) for _ in range(3)] == ["prefill", "prefill", "decode"]
+
+
+# --- one-pass curves vs per-budget replays ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stack_distance_curves_match_per_budget_replays(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        n, d = int(rng.integers(1, 90)), int(rng.integers(1, 14))
+        ids, distinct = curves.dense_ids(rng.integers(0, d, n))
+        caps = list(range(1, distinct + 2))
+        assert curves.hits_at(curves.lru_stack_distances(ids), caps).tolist() == [curves.lru_replay(ids, c) for c in caps]
+        assert curves.hits_at(curves.opt_stack_distances(ids), caps).tolist() == [curves.belady_replay(ids, c) for c in caps]
+        assert curves.hits_at(curves.lfu_stack_distances(ids), caps).tolist() == [curves.lfu_replay(ids, c) for c in caps]
+
+
+def test_lru_with_token_starts_matches_replay_on_skewed_tokens():
+    rng = np.random.default_rng(7)
+    tokens = [np.unique(rng.zipf(1.3, 40) % 300) for _ in range(60)]
+    seq = np.concatenate(tokens)
+    starts = np.cumsum([0] + [len(t) for t in tokens[:-1]])
+    ids, distinct = curves.dense_ids(seq)
+    caps = [1, 5, 20, 50, 120, distinct]
+    assert curves.hits_at(curves.lru_stack_distances(ids, starts), caps).tolist() == [curves.lru_replay(ids, c) for c in caps]
+    assert curves.hits_at(curves.opt_stack_distances(ids), caps).tolist() == [curves.belady_replay(ids, c) for c in caps]
+
+
+def test_online_caches_match_replays():
+    rng = np.random.default_rng(3)
+    seq = rng.integers(0, 30, 500)
+    for cap in (1, 4, 17, 30):
+        lru, lfu = LRUCache(cap), LFUCache(cap)
+        hits_lru = sum(lru.access(seq[i:i + 10]) for i in range(0, 500, 10))
+        hits_lfu = sum(lfu.access(seq[i:i + 10]) for i in range(0, 500, 10))
+        assert hits_lru == curves.lru_replay(seq, cap)
+        assert hits_lfu == curves.lfu_replay(seq, cap)
+
+
+def test_belady_is_the_ceiling_of_demand_policies():
+    rng = np.random.default_rng(11)
+    tokens = [np.unique(rng.zipf(1.5, 30) % 200) for _ in range(80)]
+    ids, distinct = curves.dense_ids(np.concatenate(tokens))
+    caps = np.arange(1, distinct + 1)
+    opt = curves.hits_at(curves.opt_stack_distances(ids), caps)
+    assert (opt >= curves.hits_at(curves.lru_stack_distances(ids), caps)).all()
+    assert (opt >= curves.hits_at(curves.lfu_stack_distances(ids), caps)).all()
+    assert (np.diff(opt) >= 0).all()
+
+
+# --- scored policies -------------------------------------------------------------------------------
+
+
+def test_bandit_learns_a_repeating_set():
+    policies = ScoredPolicies([2, 4])
+    hot = token([(0, 1), (0, 2)])
+    first = policies.decode(hot)
+    assert first["decay_bandit"].tolist() == [0, 0]  # cold: nothing resident yet
+    for _ in range(5):
+        out = policies.decode(hot)
+    assert out["decay_bandit"].tolist() == [2, 2] and out["recency"].tolist() == [2, 2]
+
+
+def test_prefill_pin_holds_prefill_experts_by_frequency():
+    policies = ScoredPolicies([1, 2])
+    policies.observe_prefill(token([(0, 1), (0, 2)]))
+    policies.observe_prefill(token([(0, 2)]))
+    out = policies.decode(token([(0, 1), (0, 2), (0, 3)]))
+    assert out["prefill_pin"].tolist() == [1, 2]  # budget 1 pins expert 2 (two batches)
+
+
+def test_recency_window_forgets_old_tokens():
+    policies = ScoredPolicies([8], window=1)
+    policies.decode(token([(0, 1)]))
+    policies.decode(token([(0, 2)]))
+    policies.decode(token([(0, 3)]))
+    assert policies.decode(token([(0, 1)]))["recency"].tolist() == [0]
+
+
+# --- instruments: the honesty checks of the issue --------------------------------------------------
+
+
+def test_repeating_stream_scores_full_repeat_and_no_delta():
+    inst = Instruments()
+    same = token([(layer, e) for layer in range(3) for e in (1, 5)])
+    first = inst.decode(same)
+    assert first["repeat"] is None and first["delta_recall"] is None and first["schedulable"] is None  # first scores nothing
+    for _ in range(10):
+        out = inst.decode(same)
+        assert out["repeat"] == 1.0 and out["new_experts"] == 0 and out["delta_recall"] == 0.0
+    summary = inst.summary()
+    assert summary["repeat"] == 1.0 and summary["new_share"] == 0.0 and summary["delta_recall"] == 0.0
+    assert summary["schedulable"] == 1.0
+
+
+def test_alternating_disjoint_stream_zero_repeat_and_delta_recall_learns():
+    inst = Instruments()
+    a = token([(layer, e) for layer in range(3) for e in (1, 2)])
+    b = token([(layer, e) for layer in range(3) for e in (7, 8)])
+    recalls = []
+    for i in range(20):
+        out = inst.decode(a if i % 2 == 0 else b)
+        if i:
+            assert out["repeat"] == 0.0
+            recalls.append(out["delta_recall"])
+    assert recalls[0] == 0.0  # nothing learned yet
+    assert recalls[-1] == 1.0
+    summary = inst.summary()
+    assert summary["repeat"] == 0.0 and summary["delta_recall"] >= 0.5
+    assert summary["schedulable"] == summary["delta_recall"]
+
+
+def test_single_token_scores_nothing():
+    inst = Instruments()
+    inst.decode(token([(0, 1)]))
+    assert all(value is None for value in inst.summary().values())
+
+
+def test_adjacent_layer_cooccurrence_learns_fixed_routing():
+    inst = Instruments()
+    t = token([(0, 1), (1, 4), (2, 6)])
+    for _ in range(4):
+        out = inst.decode(t)
+    assert out["adjacent_layer"] == 1.0 and out["same_layer_recency"] == 1.0
+
+
+# --- engine / analyse -------------------------------------------------------------------------------
+
+
+def test_analyse_counts_decode_only_and_checks_budgets():
+    prefill = token([(layer, e) for layer in range(2) for e in range(8)])
+    decode = decode_tokens(2, [[1, 2], [2, 3], [1, 2], [3, 4]])
+    settings = Settings(budget=3, curve_budgets="auto", top_k=2, moe_layers=2, n_expert=8)
+    result = analyse([prefill] + decode, [None] * 5, settings)
+    s = result.summary
+    assert (s["tokens"], s["prefill_tokens"], s["decode_tokens"], s["requests"], s["distinct"]) == (5, 1, 4, 16, 8)
+    assert result.curve["slots"][-1] == 8 and set(result.curve["hit"]) >= {"lru", "lfu", "belady", "decay_bandit"}
+    ids, _ = curves.dense_ids(np.concatenate(decode))
+    assert s["hit"]["belady"] == curves.belady_replay(ids, 3) / 16
+    assert s["hit"]["lru"] == curves.lru_replay(ids, 3) / 16
+    from moetools.errors import UsageError
+
+    with pytest.raises(UsageError, match="at least 1 slot"):
+        analyse(decode, [None] * 4, Settings(budget=0))
+    with pytest.raises(UsageError, match="larger than the 16 slots"):
+        analyse(decode, [None] * 4, Settings(budget=17, moe_layers=2, n_expert=8))
+
+
+# --- follow ---------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_follow_handles_growth_truncation_and_deletion(tmp_path):
+    path = tmp_path / "live.trace"
+    path.write_bytes(b"abc")
+    clock = FakeClock()
+    events = follow(str(path), poll=0.2, max_idle=1.0, sleep=clock.sleep, clock=clock)
+    assert next(events) == FollowEvent("data", b"abc")
+    assert next(events).kind == "idle"
+    with open(path, "ab") as handle:
+        handle.write(b"defg")
+    assert next(events) == FollowEvent("data", b"defg")
+    path.write_bytes(b"xy")  # shrank: a new serve
+    assert [next(events).kind, next(events)] == ["truncated", FollowEvent("data", b"xy")]
+    os.unlink(path)
+    assert next(events).kind == "deleted"
+    assert next(events).kind == "idle"
+    path.write_bytes(b"new serve")
+    assert [next(events).kind, next(events)] == ["reappeared", FollowEvent("data", b"new serve")]
+    rest = list(events)  # stops after max_idle seconds of fake time without data
+    assert rest and all(e.kind == "idle" for e in rest)
+    assert clock.now >= 1.0
+
+
+def test_follow_missing_file_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        next(follow(str(tmp_path / "none.trace")))
+
+
+def test_follow_session_resets_on_truncation():
+    tokens = decode_tokens(2, [[1, 2], [2, 3], [1, 2]])
+    data = trace_bytes(tokens)
+    events = [FollowEvent("data", data[:50]), FollowEvent("data", data[50:]), FollowEvent("truncated"), FollowEvent("data", data)]
+    engine = Engine(Settings(budget=2, top_k=2, moe_layers=2, n_expert=4), keep_decode=False)
+    out = list(follow_session(iter(events), Tokeniser(LayerMap.synth(2)), engine, "t", check_after=1))
+    records = [p for k, p in out if k == "token"]
+    notices = [p for k, p in out if k == "notice"]
+    # before truncation the 3rd token is still open (no next token yet); after: all 3 (end flush)
+    assert [r["serve"] for r in records] == [0, 0, 1, 1, 1]
+    assert len(notices) == 1 and "new serve" in notices[0]
+    assert records[2]["decode_token"] == 0 and records[0]["repeat"] is None
