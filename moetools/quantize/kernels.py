@@ -495,6 +495,23 @@ def quantize(values, type_id, threads=None):
     return out.reshape(*values.shape[:-1], row // block * block_bytes)
 
 
+_DEQUANTIZABLE = {0: True, 1: True}
+
+
+def can_dequantize(type_id):
+    """Whether gguf can turn ggml `type_id` back into floats (asked once per type, with one zero block)."""
+    if type_id not in _DEQUANTIZABLE:
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+        try:
+            qtype = GGMLQuantizationType(type_id)
+            quants.dequantize(np.zeros((1, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8), qtype)
+            _DEQUANTIZABLE[type_id] = True
+        except (ValueError, KeyError, NotImplementedError):
+            _DEQUANTIZABLE[type_id] = False
+    return _DEQUANTIZABLE[type_id]
+
+
 def dequantize(data, type_id, shape):
     """ggml bytes of `type_id` -> float32 array of numpy `shape` (reversed ggml shape), via gguf.
 

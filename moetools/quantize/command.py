@@ -1,0 +1,103 @@
+"""`moetools quantize MODEL --type q8_0,q4_K`: precision tiers of the resident weights, with manifests.
+
+    moetools quantize k3-00001-of-00014.gguf --type q8_0,q6_K,q4_K
+    moetools quantize model.gguf --type q4_0 -o tiers/ --json | jq '.tiers[] | {tier, resident_bytes, rmse}'
+    moetools quantize model.gguf --full --type q4_K     # a complete model, experts copied as they are
+"""
+
+import os
+
+import click
+
+from moetools.output import Table, info, render, warn
+from moetools.sizes import format_size
+
+TYPES_HELP = "bf16, f16, q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, q4_0, q3_K, q2_K"
+
+
+def _doc(model, mode, out_dir, results, notes, worst):
+    return {
+        "model": model.path,
+        "mode": mode,
+        "output_dir": out_dir,
+        "source_fingerprint": model.fingerprint,
+        "expert_count": model.expert_count,
+        "source_resident_bytes": model.resident_bytes,
+        "source_resident_tensor_count": len(model.resident_tensors),
+        "tiers": [result.to_doc(worst) for result in results],
+        "notes": notes,
+    }
+
+
+def _tables(doc):
+    tiers = Table(
+        f"Resident tiers of {os.path.basename(doc['model'])} ({doc['mode']}, source resident {format_size(doc['source_resident_bytes'])})",
+        ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "fallbacks", "file"],
+        [[t["tier"], format_size(t["resident_bytes"]), f"{t['bits_per_weight']:.3f}", f"{t['rmse']:.3g}", f"{t['rel_rmse']:.3%}",
+          f"{t['max_rel_error']:.3%}", len(t["fallbacks"]), os.path.basename(t["gguf"])] for t in doc["tiers"]],
+        right_align=(1, 2, 3, 4, 5, 6),
+        caption=f"written to {doc['output_dir']}; per tier: {doc['tiers'][0]['quantized']} tensors re-quantized, "
+                f"{doc['tiers'][0]['kept']} kept as llama-quantize keeps them, {doc['tiers'][0]['copied']} copied" if doc["tiers"] else "",
+    )
+    worst = Table("Worst re-quantized tensors (by relative RMSE)", ["tier", "tensor", "from", "to", "RMSE", "rel. RMSE", "max rel. err"],
+                  [[t["tier"], e["tensor"], e["source_type"], e["type"], f"{e['rmse']:.3g}", f"{e['rel_rmse']:.3%}", f"{e['max_rel_error']:.3%}"]
+                   for t in doc["tiers"] for e in t["worst_tensors"]], right_align=(4, 5, 6))
+    fallbacks = Table("Fallbacks (rows that do not divide into the tier's blocks)", ["tier", "tensor", "written as", "reason"],
+                      [[t["tier"], f["tensor"], f["type"], f["reason"]] for t in doc["tiers"] for f in t["fallbacks"]])
+    tables = [tiers]
+    if worst.rows:
+        tables.append(worst)
+    if fallbacks.rows:
+        tables.append(fallbacks)
+    return tables
+
+
+@click.command("quantize")
+@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.option("-t", "--type", "types", required=True, metavar="TYPES",
+              help=f"Comma-separated target types, one tier each: {TYPES_HELP}.")
+@click.option("--resident-only/--full", default=True, show_default=True,
+              help="Write only the resident tensors (a tier for LLAMA_RESIDENT_OVERRIDE, with its manifest), or a complete "
+                   "model with the routed experts copied byte for byte.")
+@click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False),
+              help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
+                   "with --full, MODEL's folder.")
+@click.option("--force", is_flag=True, help="Replace outputs that already exist.")
+@click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
+@click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
+@click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
+def quantize_command(model_path, types, resident_only, output_dir, force, threads, worst, json_flag):
+    """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
+    resident manifest, and report bytes, bits per weight and the error against the source.
+
+    Tensors llama-quantize keeps stay as they are (1-D tensors, norms, the router ffn_gate_inp,
+    exp_probs_b, anything not ending in `weight`); a tensor whose rows do not divide into the type's
+    blocks falls back to the type llama-quantize picks; a tensor already in the type is copied byte
+    for byte. Quantized bytes are identical to ggml's reference quantizers (no importance matrix).
+    MODEL is a .gguf file or any shard of a split model.
+
+    Exit codes: 0 written; 2 bad input or options, or an output that cannot be written (nothing is
+    left behind).
+    """
+    from moetools.gguf import open_model
+    from moetools.progress import progress
+    from moetools.quantize import core
+
+    tiers = core.parse_types(types)
+    full = not resident_only
+    with open_model(model_path) as model:
+        for message in model.warnings:
+            warn(message)
+        out_dir = output_dir or core.default_output_dir(model.path, full)
+        notes = []
+        if not model.expert_tensors:
+            notes.append("the model has no routed experts: every tensor is resident" if resident_only
+                         else "the model has no routed experts: the full model is every tensor re-quantized")
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force)
+        core.prepare_output_dir(out_dir)
+        for note in notes:
+            info(f"note: {note}")
+        with progress(core.work_bytes(model, plans), desc="quantize") as bar:
+            results = core.run(model, plans, threads=threads, progress=bar)
+        doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)
+    render(doc, lambda: _tables(doc), json_flag)
