@@ -1,0 +1,372 @@
+"""`moetools quantize`: tensor rules, tier files and manifests, --full, split sources, bad input."""
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from gguf import GGMLQuantizationType, GGUFReader, quants
+
+from moetools import synth
+from moetools.cli import cli
+from moetools.errors import OutputError, UsageError
+from moetools.formats.resident_manifest import find_manifests, read_manifest
+from moetools.gguf import model_stem, open_model
+from moetools.quantize import command, core, kernels, rules
+from tests import factory
+
+# Small enough that a test writes its tiers in well under a second.
+SMALL = {"n_layer": 2, "vocab": 256}
+
+
+def small(folder, arch="qwen3moe", types=None, **params):
+    return factory.write_tiny(folder, arch, types=types or synth.Types(resident=synth.F16, embed=synth.BF16, output=synth.F32),
+                              **(SMALL | params))
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, ["quantize", *map(str, args)])
+
+
+def tensor_bytes(model, name):
+    return model.read_tensor_bytes(model.tensor_by_name[name])
+
+
+def dequantized(model, name):
+    tensor = model.tensor_by_name[name]
+    return kernels.dequantize(np.frombuffer(tensor_bytes(model, name), dtype=np.uint8), tensor.type_id, tuple(reversed(tensor.shape)))
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "shape", "reason"), [
+    ("blk.0.attn_norm.weight", (256,), "1-D"),
+    ("blk.0.attn_q.weight", (256, 256), None),
+    ("blk.0.attn_q.bias", (256, 4), "not a weight"),
+    ("blk.3.exp_probs_b.bias", (16,), "1-D"),
+    ("blk.1.ffn_gate_inp.weight", (256, 16), "router"),
+    ("blk.1.attn_q_a_norm.weight", (64, 2), "norm"),
+    ("blk.2.ssm_conv1d_q.weight", (4, 1, 256), "small conv1d weight"),
+    ("blk.2.ssm_a", (4, 4), "not a weight"),
+    ("output.weight", (256, 1024), None),
+    ("token_embd.weight", (256, 1024), None),
+    ("blk.0.attn_k_b.weight", (32, 64, 4), None),
+    ("blk.0.ffn_up.weight", (256, 1), "1-D"),  # ggml_n_dims ignores trailing 1s
+])
+def test_keep_reason(name, shape, reason):
+    assert rules.keep_reason(name, shape) == reason
+
+
+def test_keep_rules_agree_with_llama_quantize(shared_models):
+    """The shared models were quantized to Q8_0 by llama-quantize: it quantized exactly the tensors
+    we would, and kept the rest in F32."""
+    for path in shared_models:
+        with open_model(path) as model:
+            for tensor in model.tensors:
+                quantized = tensor.type_name == "q8_0"
+                assert (rules.keep_reason(tensor.name, tensor.shape) is None) == quantized, (path.name, tensor.name)
+
+
+@pytest.mark.parametrize(("row", "target", "expected"), [
+    (256, "q4_K", ("q4_K", None)),
+    (64, "q4_K", ("q5_0", "row of 64 not divisible by 256 (q4_K)")),
+    (96, "q5_K", ("q5_1", "row of 96 not divisible by 256 (q5_K)")),
+    (128, "q6_K", ("q8_0", "row of 128 not divisible by 256 (q6_K)")),
+    (32, "q3_K", ("q4_0", "row of 32 not divisible by 256 (q3_K)")),
+    (32, "q2_K", ("q4_0", "row of 32 not divisible by 256 (q2_K)")),
+    (48, "q4_K", ("f16", "row of 48 not divisible by 256 (q4_K); unusual shape, must use f16")),
+    (48, "q8_0", ("f16", "row of 48 not divisible by 32 (q8_0); unusual shape, must use f16")),
+    (48, "bf16", ("bf16", None)),
+])
+def test_fallback(row, target, expected):
+    assert rules.target_for(row, target) == expected
+
+
+def test_parse_types():
+    assert core.parse_types("Q8_0,q4_k, q6_K,q8_0") == ["q8_0", "q4_K", "q6_K"]
+    with pytest.raises(UsageError, match=r"unsupported --type 'q7_0'; supported: bf16, f16, q8_0, q6_K, q5_K"):
+        core.parse_types("q8_0,q7_0")
+    with pytest.raises(UsageError, match="empty"):
+        core.parse_types(" , ")
+
+
+# --- resident-only tiers ----------------------------------------------------------------------
+
+def test_resident_tiers_with_manifests(tmp_path):
+    source = small(tmp_path)
+    result = invoke(source, "--type", "q8_0,q4_K", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    folder = tmp_path / "device-fit" / "qwen3moe"
+    assert doc["output_dir"] == str(folder)
+    assert sorted(os.listdir(folder)) == ["qwen3moe-q4_K.gguf", "qwen3moe-q4_K.resident.json",
+                                          "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.resident.json"]
+    assert [os.path.basename(path) for path in find_manifests(folder)] == ["qwen3moe-q4_K.resident.json", "qwen3moe-q8_0.resident.json"]
+    with open_model(source) as src:
+        for tier in doc["tiers"]:
+            manifest = read_manifest(tier["manifest"])
+            assert manifest.tier_label == tier["tier"]
+            assert manifest.gguf == f"qwen3moe-{tier['tier']}.gguf"
+            assert manifest.source_model == "qwen3moe.gguf"
+            assert manifest.source_fingerprint == src.fingerprint
+            assert manifest.rmse == tier["rmse"] > 0 and manifest.max_rel_error == tier["max_rel_error"] > 0
+            with open_model(manifest.gguf_path) as out:
+                assert [t.name for t in out.tensors] == [t.name for t in src.resident_tensors]
+                assert not out.expert_tensors
+                assert manifest.resident_bytes == out.total_bytes == tier["resident_bytes"]
+                assert manifest.tensor_count == len(out.tensors)
+                assert manifest.bits_per_weight == pytest.approx(out.total_bytes * 8 / sum(t.n_elements for t in out.tensors))
+                assert out.metadata["general.file_type"] == rules.TARGETS[tier["tier"]]
+                assert out.metadata["moetools.tier"] == tier["tier"]
+                assert out.metadata["moetools.resident_only"] is True
+                # the rest of the metadata is the source's, arrays included
+                for key, value in src.metadata.items():
+                    if key not in ("general.file_type",):
+                        got, want = out.metadata[key], value
+                        got, want = (got.load() if hasattr(got, "load") else got), (want.load() if hasattr(want, "load") else want)
+                        assert got == want, key
+                types = {t.name: t.type_name for t in out.tensors}
+                assert types["blk.0.attn_norm.weight"] == "f32"  # 1-D: kept
+                assert types["blk.0.ffn_gate_inp.weight"] == "f32"  # router: kept
+                assert types["blk.0.attn_q.weight"] == tier["tier"]
+                assert types["token_embd.weight"] == tier["tier"]
+                # every kept tensor is byte for byte the source's; re-quantized bytes are ggml's
+                for tensor in out.tensors:
+                    if rules.keep_reason(tensor.name, tensor.shape):
+                        assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
+                    else:
+                        expected = kernels.quantize(dequantized(src, tensor.name), tensor.type_id)
+                        assert tensor_bytes(out, tensor.name) == expected.tobytes(), tensor.name
+            # gguf's own reader accepts the file and reads the same tensors
+            reader = GGUFReader(manifest.gguf_path)
+            assert [t.name for t in reader.tensors] == [t.name for t in src.resident_tensors]
+
+
+def test_q8_0_tier_equals_gguf_quantize_and_error_is_measured(tmp_path):
+    source = small(tmp_path)
+    result = invoke(source, "--type", "q8_0", "-o", tmp_path / "tiers", "--json", "--worst", "100")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    sse = count = 0
+    with open_model(source) as src, open_model(tier["gguf"]) as out:
+        for entry in tier["worst_tensors"]:
+            name = entry["tensor"]
+            values = dequantized(src, name)
+            assert tensor_bytes(out, name) == quants.quantize(values, GGMLQuantizationType.Q8_0).tobytes()
+            error = dequantized(out, name) - values
+            assert entry["rmse"] == pytest.approx(float(np.sqrt(np.mean(error.astype(np.float64) ** 2))), rel=1e-9)
+            assert entry["max_rel_error"] == pytest.approx(float(np.abs(error).max()) / float(np.abs(values).max()), rel=1e-9)
+            sse += float(np.sum(error.astype(np.float64) ** 2))
+            count += values.size
+    assert len(tier["worst_tensors"]) == tier["quantized"]
+    assert tier["rmse"] == pytest.approx(np.sqrt(sse / count), rel=1e-9)
+    rel = [entry["rel_rmse"] for entry in tier["worst_tensors"]]
+    assert rel == sorted(rel, reverse=True)
+
+
+def test_tensor_already_in_the_tier_is_copied(tmp_path):
+    source = small(tmp_path, types=synth.Types())  # resident tensors already Q8_0
+    result = invoke(source, "--type", "q8_0", "--json")
+    tier = json.loads(result.stdout)["tiers"][0]
+    assert tier["quantized"] == 0 and tier["copied"] > 0 and tier["rmse"] == 0
+    with open_model(source) as src, open_model(tier["gguf"]) as out:
+        for tensor in out.tensors:
+            assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
+
+
+def test_fallbacks_are_reported(tmp_path):
+    source = small(tmp_path, "deepseek2")  # MLA: rows of 32, 64 and 128 values
+    result = invoke(source, "--type", "q4_K", "--json")
+    tier = json.loads(result.stdout)["tiers"][0]
+    fallbacks = {entry["tensor"]: entry for entry in tier["fallbacks"]}
+    assert fallbacks["blk.0.attn_k_b.weight"] == {"tensor": "blk.0.attn_k_b.weight", "type": "q5_0",
+                                                  "reason": "row of 32 not divisible by 256 (q4_K)"}
+    assert read_manifest(tier["manifest"]).fallbacks == tier["fallbacks"]
+    with open_model(tier["gguf"]) as out:
+        assert out.tensor_by_name["blk.0.attn_k_b.weight"].type_name == "q5_0"
+        assert out.tensor_by_name["blk.0.attn_kv_a_mqa.weight"].type_name == "q4_K"
+
+
+def test_split_source(tmp_path):
+    source = small(tmp_path, shards=3)
+    assert source.name == "qwen3moe-00001-of-00003.gguf"
+    result = invoke(tmp_path / "qwen3moe-00002-of-00003.gguf", "--type", "q4_0", "--json")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    assert tier["gguf"] == str(tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.gguf")
+    with open_model(source) as src, open_model(tier["gguf"]) as out:
+        assert len(src.shards) == 3 and len(out.shards) == 1
+        assert "split.count" not in out.metadata
+        assert [t.name for t in out.tensors] == [t.name for t in src.resident_tensors]
+
+
+def test_dense_model_is_all_resident(tmp_path):
+    source = small(tmp_path, "dense")
+    result = invoke(source, "--type", "q8_0", "--json")
+    assert result.exit_code == 0, result.output
+    assert "note: the model has no routed experts: every tensor is resident" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["notes"] == ["the model has no routed experts: every tensor is resident"]
+    with open_model(source) as src:
+        assert doc["tiers"][0]["tensor_count"] == len(src.tensors)
+
+
+def test_full_model(tmp_path):
+    source = small(tmp_path, "gpt-oss", types=synth.Types(expert=synth.MXFP4, resident=synth.BF16, embed=synth.F16, output=synth.F16))
+    result = invoke(source, "--full", "--type", "q5_K", "--json")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    assert tier["gguf"] == str(tmp_path / "gpt-oss-q5_K-full.gguf") and tier["manifest"] == ""
+    assert not list(tmp_path.glob("**/*.resident.json"))
+    with open_model(source) as src, open_model(tier["gguf"]) as out:
+        assert [t.name for t in out.tensors] == [t.name for t in src.tensors]
+        assert out.metadata["moetools.resident_only"] is False
+        assert out.metadata["general.file_type"] == 17
+        for tensor in src.expert_tensors:
+            assert out.tensor_by_name[tensor.name].type_name == ("mxfp4" if tensor.name.endswith(".weight") else "f32")
+            assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
+        assert out.tensor_by_name["blk.0.attn_q.weight"].type_name == "q5_K"
+        assert tier["resident_bytes"] == out.resident_bytes
+        assert tier["total_tensor_bytes"] == out.total_bytes
+    reader = GGUFReader(tier["gguf"])
+    assert len(reader.tensors) == len(src.tensors)
+
+
+def test_table_output(tmp_path):
+    source = small(tmp_path)
+    doc = json.loads(invoke(source, "--type", "q6_K", "--json").stdout)
+    tables = command._tables(doc)
+    assert tables[0].columns == ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "fallbacks", "file"]
+    assert tables[0].rows[0][0] == "q6_K" and tables[0].rows[0][-1] == "qwen3moe-q6_K.gguf"
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+def test_unknown_type(tmp_path):
+    source = small(tmp_path)
+    result = invoke(source, "--type", "q4_0,iq2_xs")
+    assert result.exit_code == 2
+    assert result.output == ("error: unsupported --type 'iq2_xs'; supported: bf16, f16, q8_0, q6_K, q5_K, q5_1, q5_0, "
+                             "q4_K, q4_1, q4_0, q3_K, q2_K\n")
+    assert not (tmp_path / "device-fit").exists()
+
+
+def test_source_type_that_cannot_be_dequantized(tmp_path):
+    source = small(tmp_path, types=synth.Types(resident=15))  # q8_K: gguf has no dequantizer
+    result = invoke(source, "--type", "q4_0")
+    assert result.exit_code == 2
+    assert "tensor 'blk.0.attn_q.weight' is q8_K, which cannot be dequantized to re-quantize it to q4_0" in result.output
+    assert not (tmp_path / "device-fit").exists()
+
+
+def test_non_finite_source_values(tmp_path):
+    source = small(tmp_path, types=synth.Types(resident=synth.F32))
+    with open_model(source) as model:
+        tensor = model.tensor_by_name["blk.1.attn_k.weight"]
+    with open(source, "r+b") as handle:
+        handle.seek(tensor.offset + 4 * 256 * 3)
+        handle.write(np.array([np.nan], dtype=np.float32).tobytes())
+    result = invoke(source, "--type", "q8_0")
+    assert result.exit_code == 2
+    assert "tensor 'blk.1.attn_k.weight' holds NaN or infinite values (row 3)" in result.output
+    assert os.listdir(tmp_path / "device-fit" / "qwen3moe") == []
+
+
+def test_output_folder_not_writable(tmp_path):
+    source = small(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = invoke(source, "--type", "q8_0", "-o", blocker / "tiers")
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {blocker / 'tiers'}: cannot create the output folder")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write into a read-only folder")
+def test_output_folder_read_only(tmp_path):
+    source = small(tmp_path)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = invoke(source, "--type", "q8_0", "-o", folder)
+    finally:
+        folder.chmod(0o755)
+    assert result.exit_code == 2 and "not writable" in result.output
+
+
+def test_disk_full_leaves_no_files(tmp_path, monkeypatch):
+    source = small(tmp_path)
+    calls = []
+    real_write = core._write
+
+    def failing_write(handle, data):
+        calls.append(len(data))
+        if len(calls) > 10:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(handle, data)
+
+    monkeypatch.setattr(core, "_write", failing_write)
+    result = invoke(source, "--type", "q8_0,q4_K")
+    assert result.exit_code == 2
+    assert "No space left on device" in result.output and "qwen3moe-q" in result.output
+    assert os.listdir(tmp_path / "device-fit" / "qwen3moe") == []
+
+
+def test_manifest_write_failure_removes_the_tier(tmp_path, monkeypatch):
+    source = small(tmp_path)
+    from moetools.formats import resident_manifest
+
+    def failing(path, manifest, overwrite=True):
+        raise OutputError(f"{path}: write failed: No space left on device")
+
+    monkeypatch.setattr(resident_manifest, "write_manifest", failing)
+    result = invoke(source, "--type", "q8_0")
+    assert result.exit_code == 2
+    assert os.listdir(tmp_path / "device-fit" / "qwen3moe") == []
+
+
+def test_existing_output_needs_force(tmp_path):
+    source = small(tmp_path)
+    assert invoke(source, "--type", "q4_0").exit_code == 0
+    manifest = tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.resident.json"
+    before = manifest.stat().st_mtime_ns
+    result = invoke(source, "--type", "q8_0,q4_0")
+    assert result.exit_code == 2
+    gguf_path = tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.gguf"
+    assert result.output == f"error: {gguf_path}: already exists (use --force to replace it)\n"
+    assert not (tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q8_0.gguf").exists()  # refused before writing anything
+    assert invoke(source, "--type", "q8_0,q4_0", "--force").exit_code == 0
+    assert manifest.stat().st_mtime_ns >= before
+    assert sorted(p.name for p in (tmp_path / "device-fit" / "qwen3moe").iterdir()) == [
+        "qwen3moe-q4_0.gguf", "qwen3moe-q4_0.resident.json", "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.resident.json"]
+
+
+def test_missing_model(tmp_path):
+    result = invoke(tmp_path / "nope.gguf", "--type", "q8_0")
+    assert result.exit_code == 2 and "nope.gguf" in result.output
+
+
+def test_model_stem_naming(tmp_path):
+    assert core.output_names("/m/k3-00001-of-00014.gguf", "q4_K") == ("k3-q4_K.gguf", "k3-q4_K.resident.json")
+    assert core.output_names("/m/k3.gguf", "q8_0", full=True) == ("k3-q8_0-full.gguf", None)
+    assert core.default_output_dir("/m/k3-00003-of-00014.gguf") == os.path.join("/m", "device-fit", model_stem("/m/k3.gguf"))
+    assert core.default_output_dir("/m/k3.gguf", full=True) == "/m"
+
+
+def test_shared_models_requantize(tmp_path, shared_models):
+    """Real converter-written Q8_0 files: a q8_0 tier copies every tensor, a q4_0 tier re-quantizes."""
+    for path in shared_models:
+        out = tmp_path / path.stem
+        result = invoke(path, "--type", "q8_0,q4_0", "-o", out, "--json")
+        assert result.exit_code == 0, result.output
+        q8, q4 = json.loads(result.stdout)["tiers"]
+        assert q8["quantized"] == 0 and q8["rmse"] == 0
+        with open_model(path) as src, open_model(q4["gguf"]) as tier:
+            assert tier.total_bytes == q4["resident_bytes"]
+            for tensor in tier.tensors:
+                source_type = src.tensor_by_name[tensor.name].type_name
+                assert tensor.type_name == ("q4_0" if source_type == "q8_0" else source_type)
+            assert Path(q8["gguf"]).stat().st_size == q8["file_bytes"]
