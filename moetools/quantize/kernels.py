@@ -45,11 +45,6 @@ def _nearest_exact(values):
     return (shifted.view(np.int32) & 0x007FFFFF) - 0x00400000
 
 
-def _half(values):
-    """float32 -> the 2 bytes of ggml_half (round to nearest even), shape (..., 2)."""
-    return np.asarray(values, dtype=F32).astype(np.float16).view(np.uint8).reshape(*np.shape(values), 2)
-
-
 def _half_value(values):
     """What ggml reads back from a stored half: float32 of the float16."""
     return np.asarray(values, dtype=F32).astype(np.float16).astype(F32)
@@ -78,26 +73,71 @@ def _positive_max(values):
 
 def _inverse(d):
     """1/d where d != 0, else 0 (float32)."""
-    out = np.zeros_like(d)
-    np.divide(F32(1), d, out=out, where=d != 0)
+    with np.errstate(divide="ignore"):
+        out = F32(1) / d
+    out[d == 0] = 0
     return out
 
 
+def _put_half(out, byte, values):
+    """Store float32 `values` (n,) as ggml_half at byte offset `byte` (even) of each row of out (n, m)."""
+    out.view(np.uint16)[:, byte // 2] = np.asarray(values, dtype=F32).astype(np.float16).view(np.uint16)
+
+
 # --- 32-value block types ---------------------------------------------------------------------
+# Reductions over a block's 32 values use a halving tree of element-wise max/min on strided views:
+# numpy's reduce along a short contiguous axis is several times slower. max/min are exact, so the
+# tree gives ggml's values; only which of two equal candidates ggml keeps (the first: a +0.0 or a
+# -0.0, or +v against -v for the largest |x|) needs the few rows where that can matter fixed up.
+
+def _tree(x, op):
+    """op-reduction of each row of x (n, 2^k) by halving (exact for max/min)."""
+    while x.shape[1] > 1:
+        x = op(x[:, 0::2], x[:, 1::2])
+    return x[:, 0]
+
+
+def _block_absmax(x):
+    """(value with the largest |x|, that |x|) per row of x (n, 32), as ggml's Q4_0/Q5_0 loop finds
+    it: the first such value wins, and +0.0 when the block is all zeros."""
+    high = _tree(x, np.maximum)
+    low = _tree(x, np.minimum)
+    amax = np.maximum(high, -low)
+    value = np.where(high >= -low, high, low)
+    tied = np.flatnonzero((high == -low) & (high != 0))  # +v and -v both present: the first one wins
+    if tied.size:
+        first, _ = _first_absmax(x[tied], 1)
+        value[tied] = first
+    return np.where(amax > 0, value, F32(0)), amax
+
+
+def _block_extreme(x, op, pick):
+    """ggml's `if (v < min) min = v` (op=np.minimum, pick=np.argmin) or the `>` max per row: the
+    first extreme value, so a zero extreme keeps the sign of the first zero, as in ggml."""
+    value = _tree(x, op)
+    zero = np.flatnonzero(value == 0)
+    if zero.size:
+        value[zero] = _first_extreme(x[zero], pick)
+    return value
+
 
 def _q8_0(x, out):
     """x (n, 32) float32 -> out (n, 34): f16 d, 32 int8."""
-    d = np.abs(x).max(axis=1) / F32(127)
+    d = _tree(np.abs(x), np.maximum) / F32(127)
     v = x * _inverse(d)[:, None]
     # roundf: half away from zero. trunc(v + copysign(0.49999997, v)) equals it for |v| <= 127.
-    q = np.trunc(v + np.copysign(_BELOW_HALF, v))
-    out[:, :2] = _half(d)
-    out[:, 2:] = q.astype(np.int8).view(np.uint8)
+    v += np.copysign(_BELOW_HALF, v)
+    np.trunc(v, out=v)
+    _put_half(out, 0, d)
+    np.copyto(out[:, 2:].view(np.int8), v, casting="unsafe")
 
 
 def _pack_nibbles(q, out):
-    """q (n, 32) small ints -> out (n, 16): element j in the low nibble, j+16 in the high one."""
-    np.bitwise_or(q[:, :16] & 0x0F, (q[:, 16:] & 0x0F) << 4, out=out)
+    """q (n, 32) values 0..15 -> out (n, 16): element j in the low nibble, j+16 in the high one."""
+    halves = q.reshape(-1, 2, 16)
+    packed = halves[:, 1] << 4
+    packed |= halves[:, 0]
+    out[:] = packed
 
 
 def _high_bits(q):
@@ -105,48 +145,58 @@ def _high_bits(q):
     return np.packbits((q >> 4) & 1, axis=1, bitorder="little")
 
 
+def _levels(v, top):
+    """C's `MIN(top, (int8_t)v)` for v >= 0 (trunc toward zero), as uint8."""
+    np.minimum(v, F32(top), out=v)
+    return v.astype(np.uint8)
+
+
 def _q4_0(x, out):
     """x (n, 32) -> out (n, 18): f16 d, 16 nibble bytes."""
-    max_value, _ = _first_absmax(x, 1)
+    max_value, _ = _block_absmax(x)
     d = max_value / F32(-8)
-    v = x * _inverse(d)[:, None] + F32(8.5)
-    q = np.minimum(v.astype(np.int8), 15).astype(np.uint8)  # C: MIN(15, (int8_t)(x0 + 8.5f))
-    out[:, :2] = _half(d)
-    _pack_nibbles(q, out[:, 2:])
+    v = x * _inverse(d)[:, None]
+    v += F32(8.5)
+    _put_half(out, 0, d)
+    _pack_nibbles(_levels(v, 15), out[:, 2:])
 
 
 def _q4_1(x, out):
     """x (n, 32) -> out (n, 20): f16 d, f16 min, 16 nibble bytes."""
-    low = _first_extreme(x, np.argmin)
-    d = (_first_extreme(x, np.argmax) - low) / F32(15)
-    v = (x - low[:, None]) * _inverse(d)[:, None] + F32(0.5)
-    q = np.minimum(v.astype(np.int8), 15).astype(np.uint8)
-    out[:, :2] = _half(d)
-    out[:, 2:4] = _half(low)
-    _pack_nibbles(q, out[:, 4:])
+    low = _block_extreme(x, np.minimum, np.argmin)
+    d = (_block_extreme(x, np.maximum, np.argmax) - low) / F32(15)
+    v = x - low[:, None]
+    v *= _inverse(d)[:, None]
+    v += F32(0.5)
+    _put_half(out, 0, d)
+    _put_half(out, 2, low)
+    _pack_nibbles(_levels(v, 15), out[:, 4:])
 
 
 def _q5_0(x, out):
     """x (n, 32) -> out (n, 22): f16 d, u32 high bits, 16 nibble bytes."""
-    max_value, _ = _first_absmax(x, 1)
+    max_value, _ = _block_absmax(x)
     d = max_value / F32(-16)
-    v = x * _inverse(d)[:, None] + F32(16.5)
-    q = np.minimum(v.astype(np.int8), 31).astype(np.uint8)
-    out[:, :2] = _half(d)
+    v = x * _inverse(d)[:, None]
+    v += F32(16.5)
+    q = _levels(v, 31)
+    _put_half(out, 0, d)
     out[:, 2:6] = _high_bits(q)
-    _pack_nibbles(q, out[:, 6:])
+    _pack_nibbles(q & 0x0F, out[:, 6:])
 
 
 def _q5_1(x, out):
     """x (n, 32) -> out (n, 24): f16 d, f16 min, u32 high bits, 16 nibble bytes."""
-    low = _first_extreme(x, np.argmin)
-    d = (_first_extreme(x, np.argmax) - low) / F32(31)
-    v = (x - low[:, None]) * _inverse(d)[:, None] + F32(0.5)
+    low = _block_extreme(x, np.minimum, np.argmin)
+    d = (_block_extreme(x, np.maximum, np.argmax) - low) / F32(31)
+    v = x - low[:, None]
+    v *= _inverse(d)[:, None]
+    v += F32(0.5)
     q = v.astype(np.uint8)  # C: (uint8_t)(x0 + 0.5f), no clamp
-    out[:, :2] = _half(d)
-    out[:, 2:4] = _half(low)
+    _put_half(out, 0, d)
+    _put_half(out, 2, low)
     out[:, 4:8] = _high_bits(q)
-    _pack_nibbles(q, out[:, 8:])
+    _pack_nibbles(q & 0x0F, out[:, 8:])
 
 
 # --- group helpers for the K-quants (groups laid out as (n_elements, n_groups)) ------------------
@@ -325,8 +375,8 @@ def _qk_min_type(x, out, nmax, rmin, nstep):
 def _q4_k(x, out):
     """x (nb, 256) -> out (nb, 144): f16 d, f16 dmin, 12 scale bytes, 128 nibble bytes."""
     levels, packed, d, dmin = _qk_min_type(x, out, 15, -1.0, 20)
-    out[:, 0:2] = _half(d)
-    out[:, 2:4] = _half(dmin)
+    _put_half(out, 0, d)
+    _put_half(out, 2, dmin)
     out[:, 4:16] = packed
     pairs = levels.reshape(-1, 4, 2, 32)
     np.bitwise_or(pairs[:, :, 0], pairs[:, :, 1] << 4, out=out[:, 16:].reshape(-1, 4, 32))
@@ -335,8 +385,8 @@ def _q4_k(x, out):
 def _q5_k(x, out):
     """x (nb, 256) -> out (nb, 176): f16 d, f16 dmin, 12 scale bytes, 32 high-bit bytes, 128 nibble bytes."""
     levels, packed, d, dmin = _qk_min_type(x, out, 31, -0.5, 15)
-    out[:, 0:2] = _half(d)
-    out[:, 2:4] = _half(dmin)
+    _put_half(out, 0, d)
+    _put_half(out, 2, dmin)
     out[:, 4:16] = packed
     pairs = levels.reshape(-1, 4, 2, 32)
     low, high = pairs[:, :, 0], pairs[:, :, 1]
@@ -369,7 +419,7 @@ def _q6_k(x, out):
     np.bitwise_or((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2), ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6),
                   out=out[:, 128:192].reshape(nb, 2, 32))
     out[:, 192:208] = sc.view(np.uint8)
-    out[:, 208:210] = _half(d)
+    _put_half(out, 208, d)
     out[zero] = 0
 
 
@@ -402,7 +452,7 @@ def _q3_k(x, out):
     out[:, 0:32] = np.bitwise_or.reduce(high.astype(np.uint8) << np.arange(8, dtype=np.uint8)[None, :, None], axis=1)
     _pack_2bit(np.where(levels > 3, levels - 4, levels), out[:, 32:96])
     out[:, 96:108] = packed
-    out[:, 108:110] = _half(d)
+    _put_half(out, 108, d)
 
 
 def _q2_k(x, out):
@@ -426,8 +476,8 @@ def _q2_k(x, out):
                                packed & 0x0F, packed >> 4, 3)
     out[:, 0:16] = packed
     _pack_2bit(levels.reshape(nb, QK_K), out[:, 16:80])
-    out[:, 80:82] = _half(d)
-    out[:, 82:84] = _half(dmin)
+    _put_half(out, 80, d)
+    _put_half(out, 82, dmin)
 
 
 # type id -> (values per block, bytes per block, kernel)
