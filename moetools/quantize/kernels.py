@@ -214,10 +214,35 @@ def _sum(a):
     return np.add.reduce(a, axis=0)
 
 
+def _qkx2_levels(x, iscale, low, nmax, out):
+    """clip(nearest(iscale * (x - low)), 0, nmax) into `out` (n, g), in place."""
+    np.subtract(x, low, out=out)
+    out *= iscale
+    np.rint(out, out=out)
+    np.maximum(out, 0, out=out)
+    np.minimum(out, nmax, out=out)
+    return out
+
+
+def _qkx2_error(x, w, levels, scale, low, use_mad, buf):
+    """Sequential sum over axis 0 of w * |diff| or w * diff^2, diff = scale*L + low - x."""
+    np.multiply(levels, scale, out=buf)
+    buf += low
+    buf -= x
+    if use_mad:
+        np.abs(buf, out=buf)
+    else:
+        buf *= buf
+    buf *= w
+    return _sum(buf)
+
+
 def _make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad):
     """ggml make_qkx2_quants over groups: x, w (n, g) float32 -> (scale (g,), min (g,), L (n, g)).
 
     `min` is returned as ggml's `the_min` (the negated offset, >= 0). L holds 0..nmax as float32.
+    Levels of a trial are not kept: the iscale and offset that produced the best ones are, and the
+    levels are recomputed from them once at the end (the same float32 operations, the same values).
     """
     nmax = F32(nmax)
     low = x.min(axis=0)
@@ -226,32 +251,35 @@ def _make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad):
     sum_x = _sum(w * x)
     low = np.where(low > 0, F32(0), low)
     flat = high == low
-    span = high - low
-    iscale = nmax / span
+    iscale = nmax / (high - low)
     scale = F32(1) / iscale
-    levels = np.clip(np.rint(iscale * (x - low)), 0, nmax)
-    diff = scale * levels + low - x
-    best = _sum(w * (np.abs(diff) if use_mad else diff * diff))
+    trial = np.empty_like(x)
+    buf = np.empty_like(x)
+    _qkx2_levels(x, iscale, low, nmax, trial)
+    best = _qkx2_error(x, w, trial, scale, low, use_mad, buf)
+    best_iscale, best_low = iscale, low  # what the kept levels were computed from
     for step in range(nstep + 1):
         iscale = (F32(rmin) + F32(rdelta) * F32(step) + nmax) / (high - low)
-        trial = np.clip(np.rint(iscale * (x - low)), 0, nmax)
-        wl = w * trial
+        _qkx2_levels(x, iscale, low, nmax, trial)
+        wl = np.multiply(w, trial, out=buf)
         sum_l = _sum(wl)
-        sum_l2 = _sum(wl * trial)
         sum_xl = _sum(wl * x)
+        wl *= trial
+        sum_l2 = _sum(wl)
         det = sum_w * sum_l2 - sum_l * sum_l
         this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
         this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
         positive = this_min > 0
         this_min = np.where(positive, F32(0), this_min)
         this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
-        diff = this_scale * trial + this_min - x
-        error = _sum(w * (np.abs(diff) if use_mad else diff * diff))
+        error = _qkx2_error(x, w, trial, this_scale, this_min, use_mad, buf)
         better = (det > 0) & (error < best)
-        levels = np.where(better, trial, levels)
         best = np.where(better, error, best)
         scale = np.where(better, this_scale, scale)
+        best_iscale = np.where(better, iscale, best_iscale)
+        best_low = np.where(better, low, best_low)
         low = np.where(better, this_min, low)
+    levels = _qkx2_levels(x, best_iscale, best_low, nmax, trial)
     scale = np.where(flat, F32(0), scale)
     levels = np.where(flat, F32(0), levels)
     return scale, -low, levels
