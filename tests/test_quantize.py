@@ -239,7 +239,7 @@ def test_table_output(tmp_path):
     source = small(tmp_path)
     doc = json.loads(invoke(source, "--type", "q6_K", "--json").stdout)
     tables = command._tables(doc)
-    assert tables[0].columns == ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "fallbacks", "file"]
+    assert tables[0].columns == ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"]
     assert tables[0].rows[0][0] == "q6_K" and tables[0].rows[0][-1] == "qwen3moe-q6_K.gguf"
 
 

@@ -32,14 +32,14 @@ def _doc(model, mode, out_dir, results, notes, worst):
 def _tables(doc):
     tiers = Table(
         f"Resident tiers of {os.path.basename(doc['model'])} ({doc['mode']}, source resident {format_size(doc['source_resident_bytes'])})",
-        ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "fallbacks", "file"],
+        ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"],
         [[t["tier"], format_size(t["resident_bytes"]), f"{t['bits_per_weight']:.3f}", f"{t['rmse']:.3g}", f"{t['rel_rmse']:.3%}",
-          f"{t['max_rel_error']:.3%}", len(t["fallbacks"]), os.path.basename(t["gguf"])] for t in doc["tiers"]],
-        right_align=(1, 2, 3, 4, 5, 6),
-        caption=f"written to {doc['output_dir']}; per tier: {doc['tiers'][0]['quantized']} tensors re-quantized, "
-                f"{doc['tiers'][0]['kept']} kept as llama-quantize keeps them, {doc['tiers'][0]['copied']} copied" if doc["tiers"] else "",
+          f"{t['max_rel_error']:.3%}", t["quantized"], len(t["fallbacks"]), os.path.basename(t["gguf"])] for t in doc["tiers"]],
+        right_align=(1, 2, 3, 4, 5, 6, 7),
+        caption=(f"in {doc['output_dir']}; {doc['tiers'][0]['kept']} tensors kept as llama-quantize keeps them "
+                 "(1-D, norms, router, non-weights); tensors already in a tier's type copied as they are") if doc["tiers"] else "",
     )
-    worst = Table("Worst re-quantized tensors (by relative RMSE)", ["tier", "tensor", "from", "to", "RMSE", "rel. RMSE", "max rel. err"],
+    worst = Table("Worst re-quantized tensors (by relative RMSE)", ["tier", "tensor", "from", "to", "RMSE", "rel RMSE", "max rel err"],
                   [[t["tier"], e["tensor"], e["source_type"], e["type"], f"{e['rmse']:.3g}", f"{e['rel_rmse']:.3%}", f"{e['max_rel_error']:.3%}"]
                    for t in doc["tiers"] for e in t["worst_tensors"]], right_align=(4, 5, 6))
     fallbacks = Table("Fallbacks (rows that do not divide into the tier's blocks)", ["tier", "tensor", "written as", "reason"],
