@@ -370,3 +370,20 @@ def test_shared_models_requantize(tmp_path, shared_models):
                 source_type = src.tensor_by_name[tensor.name].type_name
                 assert tensor.type_name == ("q4_0" if source_type == "q8_0" else source_type)
             assert Path(q8["gguf"]).stat().st_size == q8["file_bytes"]
+
+
+def test_quantized_sources_and_thread_counts(tmp_path):
+    """K-quant and legacy sources are dequantized with gguf; the thread count never changes a byte."""
+    source = small(tmp_path)
+    first = json.loads(invoke(source, "--type", "q4_K,q5_1", "-o", tmp_path / "a", "--threads", "1", "--json").stdout)["tiers"]
+    again = json.loads(invoke(source, "--type", "q4_K,q5_1", "-o", tmp_path / "b", "--threads", "2", "--json").stdout)["tiers"]
+    for one, two in zip(first, again):
+        assert Path(one["gguf"]).read_bytes() == Path(two["gguf"]).read_bytes()
+    # a resident-only q4_K tier is itself a model (no experts): re-quantize it to q8_0
+    result = invoke(first[0]["gguf"], "--type", "q8_0", "-o", tmp_path / "c", "--json")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    assert tier["quantized"] > 0
+    with open_model(first[0]["gguf"]) as src, open_model(tier["gguf"]) as out:
+        values = dequantized(src, "blk.0.attn_q.weight")
+        assert tensor_bytes(out, "blk.0.attn_q.weight") == quants.quantize(values, GGMLQuantizationType.Q8_0).tobytes()

@@ -151,23 +151,35 @@ def _levels(v, top):
     return v.astype(np.uint8)
 
 
+def _symmetric(x, divisor, offset):
+    """Q4_0/Q5_0: d = (value with the largest |x|) / divisor, v = x * (1/d) + offset (float32)."""
+    max_value, _ = _block_absmax(x)
+    d = max_value / F32(divisor)
+    v = x * _inverse(d)[:, None]
+    v += F32(offset)
+    return d, v
+
+
+def _from_min(x, steps):
+    """Q4_1/Q5_1: min, d = (max - min) / steps, v = (x - min) * (1/d) + 0.5 (float32)."""
+    low = _block_extreme(x, np.minimum, np.argmin)
+    d = (_block_extreme(x, np.maximum, np.argmax) - low) / F32(steps)
+    v = x - low[:, None]
+    v *= _inverse(d)[:, None]
+    v += F32(0.5)
+    return low, d, v
+
+
 def _q4_0(x, out):
     """x (n, 32) -> out (n, 18): f16 d, 16 nibble bytes."""
-    max_value, _ = _block_absmax(x)
-    d = max_value / F32(-8)
-    v = x * _inverse(d)[:, None]
-    v += F32(8.5)
+    d, v = _symmetric(x, -8, 8.5)
     _put_half(out, 0, d)
     _pack_nibbles(_levels(v, 15), out[:, 2:])
 
 
 def _q4_1(x, out):
     """x (n, 32) -> out (n, 20): f16 d, f16 min, 16 nibble bytes."""
-    low = _block_extreme(x, np.minimum, np.argmin)
-    d = (_block_extreme(x, np.maximum, np.argmax) - low) / F32(15)
-    v = x - low[:, None]
-    v *= _inverse(d)[:, None]
-    v += F32(0.5)
+    low, d, v = _from_min(x, 15)
     _put_half(out, 0, d)
     _put_half(out, 2, low)
     _pack_nibbles(_levels(v, 15), out[:, 4:])
@@ -175,10 +187,7 @@ def _q4_1(x, out):
 
 def _q5_0(x, out):
     """x (n, 32) -> out (n, 22): f16 d, u32 high bits, 16 nibble bytes."""
-    max_value, _ = _block_absmax(x)
-    d = max_value / F32(-16)
-    v = x * _inverse(d)[:, None]
-    v += F32(16.5)
+    d, v = _symmetric(x, -16, 16.5)
     q = _levels(v, 31)
     _put_half(out, 0, d)
     out[:, 2:6] = _high_bits(q)
@@ -187,11 +196,7 @@ def _q5_0(x, out):
 
 def _q5_1(x, out):
     """x (n, 32) -> out (n, 24): f16 d, f16 min, u32 high bits, 16 nibble bytes."""
-    low = _block_extreme(x, np.minimum, np.argmin)
-    d = (_block_extreme(x, np.maximum, np.argmax) - low) / F32(31)
-    v = x - low[:, None]
-    v *= _inverse(d)[:, None]
-    v += F32(0.5)
+    low, d, v = _from_min(x, 31)
     q = v.astype(np.uint8)  # C: (uint8_t)(x0 + 0.5f), no clamp
     _put_half(out, 0, d)
     _put_half(out, 2, low)
@@ -389,7 +394,8 @@ def _requant_with_min(x, levels, d, dmin, sc, m, nmax):
 
 
 def _qk_min_type(x, out, nmax, rmin, nstep):
-    """Shared part of Q4_K and Q5_K: x (nb, 256) -> (levels (nb, 8, 32), packed scales, d, dmin)."""
+    """Shared part of Q4_K and Q5_K: writes d, dmin and the 12 scale bytes of x (nb, 256) into out,
+    returns the levels as (low, high) halves of each 64-value pair of sub-blocks, (nb, 4, 32) each."""
     nb = x.shape[0]
     groups = _groups(x, 32)
     av_x = np.sqrt(_sum(groups * groups) / F32(32))
@@ -397,27 +403,22 @@ def _qk_min_type(x, out, nmax, rmin, nstep):
     scales, mins, levels = _make_qkx2(groups, weights, nmax, rmin, 0.1, nstep, False)
     packed, d, dmin, ls, lm = _k4_scales(scales.reshape(nb, 8), mins.reshape(nb, 8))
     levels = _requant_with_min(x.reshape(nb, 8, 32), _ungroup(levels, nb).reshape(nb, 8, 32), d, dmin, ls, lm, nmax)
-    return levels.astype(np.uint8), packed, d, dmin
+    _put_half(out, 0, d)
+    _put_half(out, 2, dmin)
+    out[:, 4:16] = packed
+    pairs = levels.astype(np.uint8).reshape(nb, 4, 2, 32)
+    return pairs[:, :, 0], pairs[:, :, 1]
 
 
 def _q4_k(x, out):
     """x (nb, 256) -> out (nb, 144): f16 d, f16 dmin, 12 scale bytes, 128 nibble bytes."""
-    levels, packed, d, dmin = _qk_min_type(x, out, 15, -1.0, 20)
-    _put_half(out, 0, d)
-    _put_half(out, 2, dmin)
-    out[:, 4:16] = packed
-    pairs = levels.reshape(-1, 4, 2, 32)
-    np.bitwise_or(pairs[:, :, 0], pairs[:, :, 1] << 4, out=out[:, 16:].reshape(-1, 4, 32))
+    low, high = _qk_min_type(x, out, 15, -1.0, 20)
+    np.bitwise_or(low, high << 4, out=out[:, 16:].reshape(-1, 4, 32))
 
 
 def _q5_k(x, out):
     """x (nb, 256) -> out (nb, 176): f16 d, f16 dmin, 12 scale bytes, 32 high-bit bytes, 128 nibble bytes."""
-    levels, packed, d, dmin = _qk_min_type(x, out, 31, -0.5, 15)
-    _put_half(out, 0, d)
-    _put_half(out, 2, dmin)
-    out[:, 4:16] = packed
-    pairs = levels.reshape(-1, 4, 2, 32)
-    low, high = pairs[:, :, 0], pairs[:, :, 1]
+    low, high = _qk_min_type(x, out, 31, -0.5, 15)
     np.bitwise_or(low & 0x0F, (high & 0x0F) << 4, out=out[:, 48:].reshape(-1, 4, 32))
     # bit 2n of qh[j]: element 64n + j above 15; bit 2n+1: element 64n + 32 + j
     shifts = (2 * np.arange(4, dtype=np.uint8))[None, :, None]
