@@ -387,3 +387,16 @@ def test_quantized_sources_and_thread_counts(tmp_path):
     with open_model(first[0]["gguf"]) as src, open_model(tier["gguf"]) as out:
         values = dequantized(src, "blk.0.attn_q.weight")
         assert tensor_bytes(out, "blk.0.attn_q.weight") == quants.quantize(values, GGMLQuantizationType.Q8_0).tobytes()
+
+
+def test_custom_alignment_is_kept(tmp_path):
+    spec = synth.tiny("qwen3moe", synth.Types(resident=synth.F16), **SMALL)
+    source = synth.write_model(spec, tmp_path / "aligned.gguf", alignment=256)[0]
+    result = invoke(source, "--type", "q4_0", "--json")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    with open_model(source) as src, open_model(tier["gguf"]) as out:
+        assert out.headers[0].alignment == 256 == out.metadata["general.alignment"]
+        assert all(tensor.offset % 256 == 0 for tensor in out.tensors)
+        assert tensor_bytes(out, "blk.0.attn_norm.weight") == tensor_bytes(src, "blk.0.attn_norm.weight")
+    assert len(GGUFReader(tier["gguf"]).tensors) == tier["tensor_count"]
