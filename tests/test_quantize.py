@@ -400,3 +400,14 @@ def test_custom_alignment_is_kept(tmp_path):
         assert all(tensor.offset % 256 == 0 for tensor in out.tensors)
         assert tensor_bytes(out, "blk.0.attn_norm.weight") == tensor_bytes(src, "blk.0.attn_norm.weight")
     assert len(GGUFReader(tier["gguf"]).tensors) == tier["tensor_count"]
+
+
+def test_help_imports_neither_numpy_nor_gguf():
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from moetools.cli import cli; "
+            "r = CliRunner().invoke(cli, ['quantize', '--help']); assert r.exit_code == 0, r.output; "
+            "assert 'q4_K' in r.output; print(sorted(m for m in ('numpy', 'gguf') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

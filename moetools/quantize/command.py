@@ -10,9 +10,8 @@ import os
 import click
 
 from moetools.output import Table, info, render, warn
+from moetools.quantize.rules import TARGETS
 from moetools.sizes import format_size
-
-TYPES_HELP = "bf16, f16, q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, q4_0, q3_K, q2_K"
 
 
 def _doc(model, mode, out_dir, results, notes, worst):
@@ -55,11 +54,11 @@ def _tables(doc):
 @click.command("quantize")
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("-t", "--type", "types", required=True, metavar="TYPES",
-              help=f"Comma-separated target types, one tier each: {TYPES_HELP}.")
+              help=f"Comma-separated target types, one tier each: {', '.join(TARGETS)}.")
 @click.option("--resident-only/--full", default=True, show_default=True,
               help="Write only the resident tensors (a tier for LLAMA_RESIDENT_OVERRIDE, with its manifest), or a complete "
                    "model with the routed experts copied byte for byte.")
-@click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False),
+@click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
                    "with --full, MODEL's folder.")
 @click.option("--force", is_flag=True, help="Replace outputs that already exist.")
