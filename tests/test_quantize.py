@@ -411,3 +411,27 @@ def test_help_imports_neither_numpy_nor_gguf():
             "assert 'q4_K' in r.output; print(sorted(m for m in ('numpy', 'gguf') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+LLAMA_QUANTIZE_MODELS = ["tiny-deepseekv3-Q8_0.gguf", "tiny-gptoss-Q8_0.gguf", "tiny-mixtral-Q8_0.gguf", "tiny-qwen3moe-Q8_0.gguf"]
+
+
+@pytest.mark.parametrize("model_name", LLAMA_QUANTIZE_MODELS)
+def test_tiers_equal_llama_quantize(tmp_path, shared_models, model_name):
+    """Every resident tensor (type and bytes) equals what llama-quantize --pure writes for that type,
+    from a real converter-written model: keep rules, fallbacks and quantizers end to end."""
+    import hashlib
+
+    digests = json.loads((Path(__file__).parent / "data" / "quantize_llama_quantize_sha256.json").read_text())["models"][model_name]
+    path = next(path for path in shared_models if path.name == model_name)
+    result = invoke(path, "--type", ",".join(digests), "-o", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    for tier in json.loads(result.stdout)["tiers"]:
+        with open_model(tier["gguf"]) as out:
+            digest = hashlib.sha256()
+            for name in sorted(tensor.name for tensor in out.tensors):
+                tensor = out.tensor_by_name[name]
+                digest.update(name.encode())
+                digest.update(tensor.type_name.encode())
+                digest.update(out.read_tensor_bytes(tensor))
+        assert digest.hexdigest() == digests[tier["tier"]], f"{model_name} {tier['tier']} differs from llama-quantize"
