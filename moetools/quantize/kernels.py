@@ -134,11 +134,14 @@ def _q8_0(x, out):
 
 
 def _pack_nibbles(q, out):
-    """q (n, 32) values 0..15 -> out (n, 16): element j in the low nibble, j+16 in the high one."""
-    halves = q.reshape(-1, 2, 16)
-    packed = halves[:, 1] << 4
-    packed |= halves[:, 0]
-    out[:] = packed
+    """q (n, 32) uint8 values 0..15 -> out (n, 16): element j in the low nibble, j+16 in the high one.
+
+    Works on 8 bytes at a time: shifting a u64 of values below 16 left by 4 moves each one into
+    its own byte's high nibble."""
+    words = np.ascontiguousarray(q).view(np.uint64)
+    packed = words[:, 2:4] << np.uint64(4)
+    packed |= words[:, 0:2]
+    out[:] = packed.view(np.uint8)
 
 
 def _high_bits(q):
