@@ -31,10 +31,11 @@ _BELOW_HALF = np.nextafter(F32(0.5), F32(0))  # 0.49999997: round-half-away via 
 # ggml type ids (equal to gguf.GGMLQuantizationType; the tests check)
 F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
 
-# Values handled per step inside one chunk: big enough that numpy's per-call overhead is small,
-# small enough that the temporaries of one step stay in cache. Q3_K's search walks the 16 values of
-# a group one at a time over vectors of groups, so it wants more groups per call.
-_STEP_VALUES = {Q8_0: 1 << 16, Q4_0: 1 << 16, Q4_1: 1 << 16, Q5_0: 1 << 16, Q5_1: 1 << 16,
+# Values handled per step inside one chunk, as measured on a 2-core machine: the 32-block kernels
+# make many short numpy calls (the halving trees), so they want big steps; the K-quant searches
+# make hundreds of calls over their temporaries and do best when those stay in cache, except
+# Q3_K's, which walks the 16 values of a group one at a time over vectors of groups.
+_STEP_VALUES = {Q8_0: 1 << 18, Q4_0: 1 << 18, Q4_1: 1 << 18, Q5_0: 1 << 18, Q5_1: 1 << 18,
                 Q6_K: 1 << 15, Q5_K: 1 << 15, Q4_K: 1 << 15, Q3_K: 1 << 17, Q2_K: 1 << 15}
 
 
