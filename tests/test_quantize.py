@@ -157,12 +157,12 @@ def test_q8_0_tier_equals_gguf_quantize_and_error_is_measured(tmp_path):
             values = dequantized(src, name)
             assert tensor_bytes(out, name) == quants.quantize(values, GGMLQuantizationType.Q8_0).tobytes()
             error = dequantized(out, name) - values
-            assert entry["rmse"] == pytest.approx(float(np.sqrt(np.mean(error.astype(np.float64) ** 2))), rel=1e-9)
-            assert entry["max_rel_error"] == pytest.approx(float(np.abs(error).max()) / float(np.abs(values).max()), rel=1e-9)
+            assert entry["rmse"] == pytest.approx(float(np.sqrt(np.mean(error.astype(np.float64) ** 2))), rel=1e-6)
+            assert entry["max_rel_error"] == pytest.approx(float(np.abs(error).max()) / float(np.abs(values).max()), rel=1e-6)
             sse += float(np.sum(error.astype(np.float64) ** 2))
             count += values.size
     assert len(tier["worst_tensors"]) == tier["quantized"]
-    assert tier["rmse"] == pytest.approx(np.sqrt(sse / count), rel=1e-9)
+    assert tier["rmse"] == pytest.approx(np.sqrt(sse / count), rel=1e-6)
     rel = [entry["rel_rmse"] for entry in tier["worst_tensors"]]
     assert rel == sorted(rel, reverse=True)
 

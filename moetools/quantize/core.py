@@ -286,10 +286,20 @@ def _slabs(tensor, values_per_slab=SLAB_VALUES):
     return [(first, min(per_slab, n_rows - first)) for first in range(0, n_rows, per_slab)]
 
 
+def _squares_and_peak(values):
+    """(sum of squares accumulated in float64, largest |value|) of a float32 array; NaN if any is."""
+    import numpy as np
+
+    flat = values.ravel()
+    if not flat.size:
+        return 0.0, 0.0
+    return float(np.add.reduce(np.square(flat), dtype=np.float64)), float(np.maximum(flat.max(), -flat.min()))
+
+
 def _quantize_task(model, tensor, first_row, n_rows, out_types):
     """Dequantize rows of `tensor`, quantize them to each type in `out_types`, measure the errors.
 
-    Returns [(bytes, sse, ss_source, max_abs_error, max_abs_source)] per type."""
+    Returns [(bytes (uint8 array), sse, ss_source, max_abs_error, max_abs_source)] per type."""
     import numpy as np
 
     from moetools.quantize import kernels
@@ -298,20 +308,16 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types):
     row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
     raw = model.tensor_memmap(tensor)[first_row * row_bytes : (first_row + n_rows) * row_bytes]
     source = kernels.dequantize(np.asarray(raw), tensor.type_id, (n_rows, row_length))
-    if not np.isfinite(source).all():
+    ss_source, peak_source = _squares_and_peak(source)
+    if not (math.isfinite(ss_source) and math.isfinite(peak_source)):
         bad_row = first_row + int(np.argmin(np.isfinite(source).all(axis=1)))
         raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} holds NaN or infinite values (row {bad_row}); "
                          "it cannot be quantized", offset=tensor.offset + bad_row * row_bytes)
-    source64 = source.ravel().astype(np.float64)
-    source64_sq = float(np.dot(source64, source64))
-    max_abs_source = float(np.abs(source).max()) if source.size else 0.0
     results = []
     for out_type in out_types:
         data = kernels.quantize(source, out_type, threads=1)
-        diff = kernels.dequantize(data, out_type, source.shape) - source
-        flat = diff.ravel()
-        results.append((data, float(np.dot(flat.astype(np.float64), flat.astype(np.float64))), source64_sq,
-                        float(np.abs(flat).max()) if flat.size else 0.0, max_abs_source))
+        sse, peak_error = _squares_and_peak(kernels.dequantize(data, out_type, source.shape) - source)
+        results.append((data, sse, ss_source, peak_error, peak_source))
     return results
 
 
@@ -384,7 +390,7 @@ def _quantize_tensor(model, tensor, quantize, plans, handles, pool, threads, pro
         for future in tasks:
             results = future.result()
             for (index, plan), (data, sse, ss_source, max_err, max_source) in zip(quantize, results):
-                _write(handles[index], data.tobytes())
+                _write(handles[index], data)
                 plans[index].errors[tensor.name].add(sse, ss_source, max_err, max_source)
         if progress is not None:
             progress.update(n_rows * row_bytes)
