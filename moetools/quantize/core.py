@@ -438,8 +438,7 @@ def _manifest(model, tier, result):
         rmse=result.rmse,
         max_rel_error=result.max_rel_error,
         fallbacks=result.fallbacks,
-        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "ggml_type": tier.tier,
-               "file_type": rules.TARGETS[tier.tier]},
+        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "file_type": rules.TARGETS[tier.tier]},
     )
 
 
