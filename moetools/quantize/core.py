@@ -355,7 +355,7 @@ def run(model, plans, threads=None, progress=None):
                     if not quantize and progress is not None:
                         progress.update(len(chunk))
             if quantize:
-                _quantize_tensor(model, tensor, quantize, plans, handles, pool, threads, progress)
+                _quantize_tensor(model, tensor, quantize, plans, handles, pool, progress)
         for index, tier in enumerate(plans):
             _pad(handles[index], alignment)
         # all GGUFs complete: they are renamed into place as the stack closes
@@ -375,7 +375,7 @@ def run(model, plans, threads=None, progress=None):
     return results
 
 
-def _quantize_tensor(model, tensor, quantize, plans, handles, pool, threads, progress):
+def _quantize_tensor(model, tensor, quantize, plans, handles, pool, progress):
     """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)]."""
     out_types = [plan.out_type for _, plan in quantize]
     for index, plan in quantize:
