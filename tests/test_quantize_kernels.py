@@ -3,7 +3,8 @@
 tests/data/quantize_golden_*.npz hold the bytes ggml's `quantize_row_*_ref` (ggml-quants.c of the
 llama.cpp vendored in llama-cpp-python 0.3.36, built without FMA contraction as ggml-base is)
 produced for the fixed inputs in quantize_golden_input.npz: normal, wide-range, one-signed, integer,
-signed-zero, constant, zero, tiny, huge (float16 scale overflow), outlier and heavy-tailed rows.
+signed-zero, constant, zero, tiny, huge (float16 scale overflow), outlier and heavy-tailed rows;
+HASHED_DIGESTS below hold the digests of its bytes for 2048 more super-blocks made without an RNG.
 """
 
 from pathlib import Path
@@ -121,3 +122,44 @@ def test_can_dequantize():
     assert kernels.can_dequantize(16)  # iq2_xxs
     assert not kernels.can_dequantize(15)  # q8_K: gguf has no dequantizer
     assert not kernels.can_dequantize(26)  # i32
+
+
+# sha256 of the bytes ggml's quantize_row_*_ref wrote for hashed_inputs() (2048 super-blocks of 256
+# values: wide range of block scales, integer, sparse and one-signed blocks)
+HASHED_DIGESTS = {
+    "q8_0": "797cae1a3da9da5e6eb6c61d3164751921a6f510f1964d65a12ef69d06742177",
+    "q4_0": "a1cc720549a4ab3144c331221da7de61e1b80e56722c46963adefcd6d703dd47",
+    "q4_1": "d8f11dc79390f82bda05b6d509c5625cef342a50eddf251495a72ff0b86ecfd5",
+    "q5_0": "b07af822e91f1223248643e7de7fd493bff03217e0838b23e0ad1b6c0ce7c8c8",
+    "q5_1": "9d8a1c88f4a49d1a118d0d03121a2cc131fc98694e06a30bb284fc815e9637ef",
+    "q6_K": "ed24445e98885df32807ed0a1ce4edbd9c1a3e0cecb4161d609935a5bbaedff8",
+    "q5_K": "4bd4f277857ffced1907672f6a4c4ece25870f45fcf5500715ab7614ab6b642a",
+    "q4_K": "ab47edb9d92b3325e1e9f3446f1681d1bc26598755bc6d030f6d6a13fb1e6f79",
+    "q3_K": "dacf9891f35cb478ecfed370b950e9efde1b62e42dcdba9433a8d790def8a556",
+    "q2_K": "7ceaa006a8c50f1a1e823f9bea06a10241384a167245f1f4e48bd2b008be4886",
+}
+
+
+def hashed_inputs(n_blocks=2048, block=256):
+    """Deterministic float32 test rows from integer hashing only (no RNG, no libm)."""
+    i = np.arange(n_blocks * block, dtype=np.uint64)
+    h = (i * np.uint64(2654435761) + np.uint64(12345)) % np.uint64(1 << 32)
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(2246822519)) % np.uint64(1 << 32)
+    h ^= h >> np.uint64(16)
+    mantissa = (h & np.uint64(0xFFFFFF)).astype(np.int64) - (1 << 23)      # [-2^23, 2^23)
+    b = np.arange(n_blocks, dtype=np.int64)
+    exponent = (b * 7919) % 31 - 20 - 23                                     # block scale 2^-43 .. 2^-13 per unit
+    values = np.ldexp(mantissa.reshape(n_blocks, block).astype(np.float64), exponent[:, None])
+    kind = b % 5
+    values[kind == 1] = np.round(values[kind == 1] / np.abs(values[kind == 1]).max(axis=1, keepdims=True) * 8)   # integers
+    values[kind == 2] = np.where((h.reshape(n_blocks, block)[kind == 2] >> np.uint64(24)) < 16, values[kind == 2], 0.0)  # sparse
+    values[kind == 3] = np.abs(values[kind == 3])                           # one-signed
+    return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_many_blocks_equal_ggml_reference(name):
+    import hashlib
+
+    assert hashlib.sha256(kernels.quantize(hashed_inputs(), TYPES[name]).tobytes()).hexdigest() == HASHED_DIGESTS[name]
