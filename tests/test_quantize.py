@@ -435,3 +435,15 @@ def test_tiers_equal_llama_quantize(tmp_path, shared_models, model_name):
                 digest.update(tensor.type_name.encode())
                 digest.update(out.read_tensor_bytes(tensor))
         assert digest.hexdigest() == digests[tier["tier"]], f"{model_name} {tier['tier']} differs from llama-quantize"
+
+
+def test_mxfp4_and_bf16_sources(tmp_path):
+    source = small(tmp_path, types=synth.Types(resident=synth.MXFP4, embed=synth.BF16, output=synth.F16))
+    result = invoke(source, "--type", "q6_K", "--json")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    with open_model(source) as src, open_model(tier["gguf"]) as out:
+        assert src.tensor_by_name["blk.0.attn_q.weight"].type_name == "mxfp4"
+        for name in ("blk.0.attn_q.weight", "token_embd.weight", "output.weight"):
+            assert out.tensor_by_name[name].type_name == "q6_K"
+            assert tensor_bytes(out, name) == kernels.quantize(dequantized(src, name), 14).tobytes()
