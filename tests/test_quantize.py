@@ -219,7 +219,7 @@ def test_full_model(tmp_path):
     result = invoke(source, "--full", "--type", "q5_K", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
-    assert tier["gguf"] == str(tmp_path / "gpt-oss-q5_K-full.gguf") and tier["manifest"] == ""
+    assert tier["gguf"] == str(tmp_path / "gpt-oss-q5_K-full.gguf") and tier["manifest"] is None
     assert not list(tmp_path.glob("**/*.resident.json"))
     with open_model(source) as src, open_model(tier["gguf"]) as out:
         assert [t.name for t in out.tensors] == [t.name for t in src.tensors]

@@ -143,7 +143,7 @@ class TierResult:
 
     tier: str
     gguf: str
-    manifest: str
+    manifest: str  # None for --full
     file_bytes: int
     resident_bytes: int  # tensor bytes of the resident tensors written
     total_tensor_bytes: int  # all tensor bytes written (differs from resident_bytes with --full)
@@ -408,7 +408,7 @@ def _result(model, tier):
     return TierResult(
         tier=tier.tier,
         gguf=tier.gguf_path,
-        manifest=tier.manifest_path,
+        manifest=tier.manifest_path or None,
         file_bytes=os.path.getsize(tier.gguf_path),
         resident_bytes=resident_bytes,
         total_tensor_bytes=sum(plan.out_bytes for plan in tier.tensors),
