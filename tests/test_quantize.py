@@ -60,6 +60,12 @@ def test_keep_reason(name, shape, reason):
     assert rules.keep_reason(name, shape) == reason
 
 
+def test_keep_rules_by_architecture():
+    assert rules.keep_reason("blk.0.attn_k_b.weight", (32, 64, 4), "glm5-next") == "kept in glm5-next"
+    assert rules.keep_reason("blk.0.attn_k_b.weight", (32, 64, 4), "deepseek2") is None
+    assert rules.keep_reason("blk.0.hc_proj.weight", (256, 256), "glm5-next") == "kept in glm5-next"
+
+
 def test_keep_rules_agree_with_llama_quantize(shared_models):
     """The shared models were quantized to Q8_0 by llama-quantize: it quantized exactly the tensors
     we would, and kept the rest in F32."""
@@ -67,7 +73,7 @@ def test_keep_rules_agree_with_llama_quantize(shared_models):
         with open_model(path) as model:
             for tensor in model.tensors:
                 quantized = tensor.type_name == "q8_0"
-                assert (rules.keep_reason(tensor.name, tensor.shape) is None) == quantized, (path.name, tensor.name)
+                assert (rules.keep_reason(tensor.name, tensor.shape, model.architecture) is None) == quantized, (path.name, tensor.name)
 
 
 @pytest.mark.parametrize(("row", "target", "expected"), [

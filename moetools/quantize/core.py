@@ -183,7 +183,7 @@ def plan_tiers(model, tiers, out_dir, full=False, force=False):
                 if full:
                     tensors.append(TensorPlan(tensor, tensor.type_id, "copy", "routed expert", expert=True))
                 continue
-            reason = rules.keep_reason(tensor.name, tensor.shape)
+            reason = rules.keep_reason(tensor.name, tensor.shape, model.architecture)
             if reason:
                 tensors.append(TensorPlan(tensor, tensor.type_id, "keep", reason))
                 continue

@@ -65,6 +65,12 @@ _KEEP_SUBSTRINGS = (
     ("mm.a.code_embd", "audio codebook"),
 )
 _KEEP_EXACT = {"position_embd.weight": "positional embedding", "token_types.weight": "token types"}
+# Kept only in one architecture: {architecture: fragments}
+_KEEP_BY_ARCH = {
+    "glm5-next": ("hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
+                  "indexer_compressor_ape", "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight", "ssm_g_b.weight",
+                  "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_v_b.weight"),
+}
 
 
 def canonical_type(text):
@@ -85,7 +91,7 @@ def n_dims(shape):
     return count
 
 
-def keep_reason(name, shape):
+def keep_reason(name, shape, architecture=""):
     """Why llama-quantize keeps tensor `name` (ggml `shape`) in its type, or None if it quantizes it."""
     if n_dims(shape) < 2:
         return "1-D"
@@ -98,6 +104,9 @@ def keep_reason(name, shape):
     for fragment, reason in _KEEP_SUBSTRINGS:
         if fragment in name:
             return reason
+    for fragment in _KEEP_BY_ARCH.get(architecture, ()):
+        if fragment in name:
+            return f"kept in {architecture}"
     return None
 
 
