@@ -295,34 +295,49 @@ def _make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad):
     return scale, -low, levels
 
 
+def _qx_levels(x, iscale, nmax, out):
+    """clip(nearest(iscale * x), -nmax, nmax - 1) into `out` (n, g), in place."""
+    np.multiply(x, iscale, out=out)
+    np.rint(out, out=out)
+    np.maximum(out, -nmax, out=out)
+    np.minimum(out, nmax - 1, out=out)
+    return out
+
+
 def _make_qx_rmse1(x, nmax):
     """ggml make_qx_quants(n, nmax, x, L, rmse_type=1, NULL) over groups: x (n, g) -> (scale (g,), L (n, g)).
 
-    L holds 0..2*nmax-1 as float32 (level + nmax).
+    L holds 0..2*nmax-1 as float32 (level + nmax). As in _make_qkx2, the levels of the best trial
+    are rebuilt once from its iscale rather than kept on every improvement.
     """
     max_value, amax = _first_absmax(x, 0)
     zero = amax < GROUP_MAX_EPS
     nmax_f = F32(nmax)
-    wx = (x * x) * x
     w = x * x
-    iscale = F32(-nmax) / max_value
-    level = np.clip(np.rint(iscale * x), -nmax_f, nmax_f - 1)
-    sumlx = _sum(wx * level)
-    suml2 = _sum((w * level) * level)
-    levels = level + nmax_f
+    wx = w * x
+    level = np.empty_like(x)
+    buf = np.empty_like(x)
+
+    def sums(iscale):
+        _qx_levels(x, iscale, nmax_f, level)
+        sumlx = _sum(np.multiply(wx, level, out=buf))
+        np.multiply(w, level, out=buf)
+        return sumlx, _sum(np.multiply(buf, level, out=buf))
+
+    best_iscale = iscale = F32(-nmax) / max_value
+    sumlx, suml2 = sums(iscale)
     scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
     best = scale * sumlx
     for step in range(-9, 10):
         if step == 0:
             continue
         iscale = -(nmax_f + F32(0.1) * F32(step)) / max_value
-        level = np.clip(np.rint(iscale * x), -nmax_f, nmax_f - 1)
-        sumlx = _sum(wx * level)
-        suml2 = _sum((w * level) * level)
+        sumlx, suml2 = sums(iscale)
         better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-        levels = np.where(better, level + nmax_f, levels)
+        best_iscale = np.where(better, iscale, best_iscale)
         scale = np.where(better, sumlx / suml2, scale)
         best = np.where(better, scale * sumlx, best)
+    levels = _qx_levels(x, best_iscale, nmax_f, level) + nmax_f
     return np.where(zero, F32(0), scale), np.where(zero, F32(0), levels)
 
 
