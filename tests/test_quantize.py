@@ -356,8 +356,10 @@ def test_missing_model(tmp_path):
 
 
 def test_model_stem_naming(tmp_path):
-    assert core.output_names("/m/k3-00001-of-00014.gguf", "q4_K") == ("k3-q4_K.gguf", "k3-q4_K.resident.json")
-    assert core.output_names("/m/k3.gguf", "q8_0", full=True) == ("k3-q8_0-full.gguf", None)
+    assert core.output_names("/m/k3-00001-of-00014.gguf", "q4_K") == (["k3-q4_K.gguf"], "k3-q4_K.resident.json")
+    assert core.output_names("/m/k3.gguf", "q8_0", full=True) == (["k3-q8_0-full.gguf"], None)
+    assert core.output_names("/m/k3-00002-of-00003.gguf", "q8_0", full=True, shards=3) == (
+        ["k3-q8_0-full-00001-of-00003.gguf", "k3-q8_0-full-00002-of-00003.gguf", "k3-q8_0-full-00003-of-00003.gguf"], None)
     assert core.default_output_dir("/m/k3-00003-of-00014.gguf") == os.path.join("/m", "device-fit", model_stem("/m/k3.gguf"))
     assert core.default_output_dir("/m/k3.gguf", full=True) == "/m"
 
@@ -453,3 +455,25 @@ def test_mxfp4_and_bf16_sources(tmp_path):
         for name in ("blk.0.attn_q.weight", "token_embd.weight", "output.weight"):
             assert out.tensor_by_name[name].type_name == "q6_K"
             assert tensor_bytes(out, name) == kernels.quantize(dequantized(src, name), 14).tobytes()
+
+
+def test_full_keep_split(tmp_path):
+    source = small(tmp_path, "deepseek2", shards=3)
+    result = invoke(source, "--full", "--keep-split", "--type", "q4_K", "--json")
+    assert result.exit_code == 0, result.output
+    tier = json.loads(result.stdout)["tiers"][0]
+    names = [os.path.basename(path) for path in tier["gguf_files"]]
+    assert names == [f"deepseek2-q4_K-full-0000{k}-of-00003.gguf" for k in (1, 2, 3)]
+    assert tier["file_bytes"] == sum(os.path.getsize(path) for path in tier["gguf_files"])
+    with open_model(source) as src, open_model(tier["gguf_files"][1]) as out:  # any shard opens the set
+        assert out.shards == tier["gguf_files"]
+        assert [t.name for t in out.tensors] == [t.name for t in src.tensors]
+        assert [t.shard for t in out.tensors] == [t.shard for t in src.tensors]
+        assert out.metadata["general.file_type"] == 15 and out.metadata["split.count"] == 3
+        assert "general.file_type" not in out.headers[1].metadata
+        for tensor in src.expert_tensors:
+            assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
+    for path in tier["gguf_files"]:
+        assert len(GGUFReader(path).tensors) > 0
+    usage = invoke(source, "--keep-split", "--type", "q4_K")
+    assert usage.exit_code == 2 and usage.output == "error: --keep-split applies to --full (a resident-only tier is always one file)\n"

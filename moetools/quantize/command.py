@@ -9,6 +9,7 @@ import os
 
 import click
 
+from moetools.errors import UsageError
 from moetools.output import Table, info, render, warn
 from moetools.quantize.rules import TARGETS
 from moetools.sizes import format_size
@@ -61,11 +62,13 @@ def _tables(doc):
 @click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
                    "with --full, MODEL's folder.")
+@click.option("--keep-split", is_flag=True,
+              help="With --full and a split MODEL: write as many files as MODEL has, each with its shard's tensors.")
 @click.option("--force", is_flag=True, help="Replace outputs that already exist.")
 @click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
-def quantize_command(model_path, types, resident_only, output_dir, force, threads, worst, json_flag):
+def quantize_command(model_path, types, resident_only, output_dir, keep_split, force, threads, worst, json_flag):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
@@ -84,6 +87,8 @@ def quantize_command(model_path, types, resident_only, output_dir, force, thread
 
     tiers = core.parse_types(types)
     full = not resident_only
+    if keep_split and not full:
+        raise UsageError("--keep-split applies to --full (a resident-only tier is always one file)")
     with open_model(model_path) as model:
         for message in model.warnings:
             warn(message)
@@ -92,7 +97,7 @@ def quantize_command(model_path, types, resident_only, output_dir, force, thread
         if not model.expert_tensors:
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
                          else "the model has no routed experts: the full model is every tensor re-quantized")
-        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force)
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force, keep_split=keep_split)
         core.prepare_output_dir(out_dir)
         for note in notes:
             info(f"note: {note}")

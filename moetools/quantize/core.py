@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from moetools import atomic
 from moetools.errors import InputError, OutputError, UsageError
 from moetools.formats import resident_manifest
-from moetools.gguf import model_stem
+from moetools.gguf import model_stem, shard_path
 from moetools.gguf.constants import GGML_TYPE_IDS, Keys, tensor_nbytes, type_name
 from moetools.quantize import rules
 
@@ -60,12 +60,15 @@ def default_output_dir(model_path, full=False):
     return folder if full else os.path.join(folder, "device-fit", model_stem(model_path))
 
 
-def output_names(model_path, tier, full=False):
-    """(GGUF file name, manifest file name or None) of one tier."""
+def output_names(model_path, tier, full=False, shards=1):
+    """([GGUF file names], manifest file name or None) of one tier; several GGUF names (split as
+    NAME-0000k-of-0000N.gguf) only for a --full tier kept split in `shards` files."""
     stem = model_stem(model_path)
     if full:
-        return f"{stem}-{tier}-full.gguf", None
-    return f"{stem}-{tier}.gguf", f"{stem}-{tier}{resident_manifest.SUFFIX}"
+        if shards > 1:
+            return [os.path.basename(shard_path(f"{stem}-{tier}-full", k, shards)) for k in range(1, shards + 1)], None
+        return [f"{stem}-{tier}-full.gguf"], None
+    return [f"{stem}-{tier}.gguf"], f"{stem}-{tier}{resident_manifest.SUFFIX}"
 
 
 @dataclass
@@ -78,6 +81,7 @@ class TensorPlan:
     reason: str = ""  # why kept, or why the type fell back
     fallback: bool = False
     expert: bool = False  # a routed-expert tensor (only in --full tiers)
+    out_shard: int = 0  # index of the output file holding it (--keep-split)
 
     @property
     def out_bytes(self):
@@ -127,11 +131,15 @@ class TensorError:
 class TierPlan:
     tier: str  # ggml type name
     type_id: int
-    gguf_path: str
+    gguf_paths: list  # one output file, or one per source shard with --keep-split
     manifest_path: str  # "" for --full
     tensors: list  # TensorPlan, in output order
     full: bool = False
     errors: dict = field(default_factory=dict)  # name -> TensorError, filled by run()
+
+    @property
+    def gguf_path(self):
+        return self.gguf_paths[0]
 
     def fallbacks(self):
         return [{"tensor": p.tensor.name, "type": type_name(p.out_type), "reason": p.reason} for p in self.tensors if p.fallback]
@@ -142,9 +150,10 @@ class TierResult:
     """The rate-distortion figures of one written tier."""
 
     tier: str
-    gguf: str
+    gguf: str  # the first file with --keep-split
+    gguf_files: list
     manifest: str  # None for --full
-    file_bytes: int
+    file_bytes: int  # all files
     resident_bytes: int  # tensor bytes of the resident tensors written
     total_tensor_bytes: int  # all tensor bytes written (differs from resident_bytes with --full)
     tensor_count: int
@@ -165,18 +174,22 @@ class TierResult:
         return doc
 
 
-def plan_tiers(model, tiers, out_dir, full=False, force=False):
+def plan_tiers(model, tiers, out_dir, full=False, force=False, keep_split=False):
     """Plan every tier before anything is written: output paths, per-tensor type and action.
+
+    With `full` and `keep_split`, a tier is written as many files as the source has shards, each
+    holding the tensors of its source shard (as llama-quantize --keep-split does).
 
     Raises OutputError for an existing output without `force`, InputError for a tensor that must be
     re-quantized but whose source type cannot be dequantized."""
     from moetools.quantize.kernels import can_dequantize
 
     expert_names = {tensor.name for tensor in model.expert_tensors}
+    n_files = len(model.shards) if full and keep_split else 1
     plans = []
     for tier in tiers:
         type_id = GGML_TYPE_IDS[tier]
-        gguf_name, manifest_name = output_names(model.path, tier, full)
+        gguf_names, manifest_name = output_names(model.path, tier, full, n_files)
         tensors = []
         for tensor in model.tensors:
             if tensor.name in expert_names:
@@ -196,11 +209,14 @@ def plan_tiers(model, tiers, out_dir, full=False, force=False):
                 raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} is {tensor.type_name}, which cannot be "
                                  f"dequantized to re-quantize it to {chosen}", offset=tensor.offset)
             tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback)))
-        plans.append(TierPlan(tier, type_id, os.path.join(out_dir, gguf_name),
+        if n_files > 1:
+            for tensor_plan in tensors:
+                tensor_plan.out_shard = tensor_plan.tensor.shard
+        plans.append(TierPlan(tier, type_id, [os.path.join(out_dir, name) for name in gguf_names],
                               os.path.join(out_dir, manifest_name) if manifest_name else "", tensors, full))
     if not force:
         for plan in plans:
-            for path in (plan.gguf_path, plan.manifest_path):
+            for path in (*plan.gguf_paths, plan.manifest_path):
                 if path and os.path.lexists(path):
                     raise OutputError(f"{path}: already exists (use --force to replace it)")
     return plans
@@ -235,8 +251,10 @@ def _metadata_items(model):
             yield key, value, kind, None
 
 
-def _open_writer(model, plan, handle):
-    """A gguf.GGUFWriter writing `plan`'s header (metadata and tensor infos) into `handle`."""
+def _open_writer(model, plan, handle, file_index=0):
+    """A gguf.GGUFWriter writing the header (metadata and tensor infos) of `plan`'s output file
+    `file_index` into `handle`. Split outputs carry the metadata in the first file only, and the
+    split keys in every file, as llama.cpp writes them."""
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
     from gguf.gguf_writer import WriterState
@@ -245,15 +263,22 @@ def _open_writer(model, plan, handle):
     alignment = model.headers[0].alignment
     if alignment != writer.data_alignment:
         writer.add_custom_alignment(alignment)
-    for key, value, kind, sub_type in _metadata_items(model):
-        writer.add_key_value(key, value, GGUFValueType(kind), sub_type=GGUFValueType(sub_type) if sub_type is not None else None)
-    writer.add_uint32(Keys.FILE_TYPE, rules.TARGETS[plan.tier])
-    writer.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
-    writer.add_string("moetools.tier", plan.tier)
-    writer.add_bool("moetools.resident_only", not plan.full)
-    writer.add_string("moetools.source_model", os.path.basename(model.path))
-    writer.add_string("moetools.source_fingerprint", model.fingerprint)
+    if file_index == 0:
+        for key, value, kind, sub_type in _metadata_items(model):
+            writer.add_key_value(key, value, GGUFValueType(kind), sub_type=GGUFValueType(sub_type) if sub_type is not None else None)
+        writer.add_uint32(Keys.FILE_TYPE, rules.TARGETS[plan.tier])
+        writer.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
+        writer.add_string("moetools.tier", plan.tier)
+        writer.add_bool("moetools.resident_only", not plan.full)
+        writer.add_string("moetools.source_model", os.path.basename(model.path))
+        writer.add_string("moetools.source_fingerprint", model.fingerprint)
+    if len(plan.gguf_paths) > 1:
+        writer.add_uint16(Keys.SPLIT_NO, file_index)
+        writer.add_uint16(Keys.SPLIT_COUNT, len(plan.gguf_paths))
+        writer.add_int32(Keys.SPLIT_TENSORS_COUNT, len(plan.tensors))
     for tensor_plan in plan.tensors:
+        if tensor_plan.out_shard != file_index:
+            continue
         tensor = tensor_plan.tensor
         writer.add_tensor_info(tensor.name, tuple(reversed(tensor.shape)), np.dtype(np.float32), tensor_plan.out_bytes,
                                raw_dtype=GGMLQuantizationType(tensor_plan.out_type))
@@ -334,30 +359,35 @@ def run(model, plans, threads=None, progress=None):
     for tier in plans:
         tier.errors = {}
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(max_workers=threads) as pool:
-        handles = []
+        handles = []  # per tier: one handle per output file
         for tier in plans:
-            handle = stack.enter_context(atomic.atomic_write(tier.gguf_path, "wb", overwrite=True))
-            _open_writer(model, tier, handle)
-            handles.append(handle)
+            files = []
+            for file_index, path in enumerate(tier.gguf_paths):
+                handle = stack.enter_context(atomic.atomic_write(path, "wb", overwrite=True))
+                _open_writer(model, tier, handle, file_index)
+                files.append(handle)
+            handles.append(files)
         for tensor in model.tensors:
             wanted = [(index, table[tensor.name]) for index, table in enumerate(by_name) if tensor.name in table]
             if not wanted:
                 continue
-            for index, _ in wanted:
-                _pad(handles[index], alignment)
+            outputs = {index: handles[index][plan.out_shard] for index, plan in wanted}
+            for handle in outputs.values():
+                _pad(handle, alignment)
             quantize = [(index, plan) for index, plan in wanted if plan.action == "quantize"]
             unchanged = [index for index, plan in wanted if plan.action != "quantize"]
             if unchanged:
                 for start in range(0, tensor.n_bytes, COPY_BYTES):
                     chunk = model.read_tensor_bytes(tensor, start, min(COPY_BYTES, tensor.n_bytes - start))
                     for index in unchanged:
-                        _write(handles[index], chunk)
+                        _write(outputs[index], chunk)
                     if not quantize and progress is not None:
                         progress.update(len(chunk))
             if quantize:
-                _quantize_tensor(model, tensor, quantize, plans, handles, pool, progress)
-        for index, tier in enumerate(plans):
-            _pad(handles[index], alignment)
+                _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress)
+        for files in handles:
+            for handle in files:
+                _pad(handle, alignment)
         # all GGUFs complete: they are renamed into place as the stack closes
     results = [_result(model, tier) for tier in plans]
     written = []
@@ -368,15 +398,16 @@ def run(model, plans, threads=None, progress=None):
                 written.append(tier.manifest_path)
     except BaseException:
         # a tier without its manifest is not a usable tier: leave none of this run's files behind
-        for path in written + [tier.gguf_path for tier in plans]:
+        for path in written + [path for tier in plans for path in tier.gguf_paths]:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         raise
     return results
 
 
-def _quantize_tensor(model, tensor, quantize, plans, handles, pool, progress):
-    """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)]."""
+def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
+    """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)],
+    writing to `outputs` {tier index: file handle}."""
     out_types = [plan.out_type for _, plan in quantize]
     for index, plan in quantize:
         plans[index].errors[tensor.name] = TensorError(tensor.name, tensor.type_name, type_name(plan.out_type), tensor.n_elements)
@@ -390,7 +421,7 @@ def _quantize_tensor(model, tensor, quantize, plans, handles, pool, progress):
         for future in tasks:
             results = future.result()
             for (index, plan), (data, sse, ss_source, max_err, max_source) in zip(quantize, results):
-                _write(handles[index], data)
+                _write(outputs[index], data)
                 plans[index].errors[tensor.name].add(sse, ss_source, max_err, max_source)
         if progress is not None:
             progress.update(n_rows * row_bytes)
@@ -408,8 +439,9 @@ def _result(model, tier):
     return TierResult(
         tier=tier.tier,
         gguf=tier.gguf_path,
+        gguf_files=list(tier.gguf_paths),
         manifest=tier.manifest_path or None,
-        file_bytes=os.path.getsize(tier.gguf_path),
+        file_bytes=sum(os.path.getsize(path) for path in tier.gguf_paths),
         resident_bytes=resident_bytes,
         total_tensor_bytes=sum(plan.out_bytes for plan in tier.tensors),
         tensor_count=len(tier.tensors),
