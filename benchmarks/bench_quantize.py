@@ -45,8 +45,8 @@ def main():
     rates = {}
     for name in ("Q8_0", "Q4_0"):
         qtype = GGMLQuantizationType[name]
-        base_s, expected = timed(lambda: quants.quantize(values, qtype))
-        ours_s, got = timed(lambda: kernels.quantize(values, int(qtype)), repeat=2)
+        base_s, expected = timed(lambda: quants.quantize(values, qtype), repeat=2)
+        ours_s, got = timed(lambda: kernels.quantize(values, int(qtype)), repeat=3)
         identical = got.tobytes() == expected.tobytes()
         rates[name] = mb / ours_s
         print(f"{name}: gguf.quants {base_s:7.2f} s ({mb / base_s:7.1f} MB/s)   moetools {ours_s:6.2f} s ({mb / ours_s:7.1f} MB/s)   "

@@ -137,12 +137,14 @@ def _q8_0(x, out):
 def _pack_nibbles(q, out):
     """q (n, 32) uint8 values 0..15 -> out (n, 16): element j in the low nibble, j+16 in the high one.
 
-    Works on 8 bytes at a time: shifting a u64 of values below 16 left by 4 moves each one into
-    its own byte's high nibble."""
-    words = np.ascontiguousarray(q).view(np.uint64)
-    packed = words[:, 2:4] << np.uint64(4)
-    packed |= words[:, 0:2]
-    out[:] = packed.view(np.uint8)
+    Works on 8 bytes at a time over the flat array (shifting a u64 of values below 16 left by 4
+    moves each into its own byte's high nibble): u64 word k of a block is combined with word k+2,
+    and only words 0 and 1 of each block are kept."""
+    words = np.ascontiguousarray(q).reshape(-1).view(np.uint64)
+    packed = np.empty_like(words)
+    np.left_shift(words[2:], np.uint64(4), out=packed[:-2])
+    packed[:-2] |= words[:-2]
+    out[:] = packed.reshape(-1, 4)[:, :2].view(np.uint8)
 
 
 def _high_bits(q):
