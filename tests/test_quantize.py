@@ -378,6 +378,17 @@ def test_shared_models_requantize(tmp_path, shared_models):
                 source_type = src.tensor_by_name[tensor.name].type_name
                 assert tensor.type_name == ("q4_0" if source_type == "q8_0" else source_type)
             assert Path(q8["gguf"]).stat().st_size == q8["file_bytes"]
+            # every metadata key, value and value type of the source is carried over
+            changed = {"general.file_type", "general.quantization_version", *core.TIER_KEYS}
+            src_header, out_header = src.headers[0], tier.headers[0]
+            for key, value in src_header.metadata.items():
+                if key in changed:
+                    continue
+                assert out_header.value_types[key] == src_header.value_types[key], key
+                got = out_header.metadata[key]
+                got, value = (got.load() if hasattr(got, "load") else got), (value.load() if hasattr(value, "load") else value)
+                assert got == value, key
+            assert tier.metadata["general.quantization_version"] == 2
 
 
 def test_quantized_sources_and_thread_counts(tmp_path):
