@@ -488,3 +488,20 @@ def test_full_keep_split(tmp_path):
         assert len(GGUFReader(path).tensors) > 0
     usage = invoke(source, "--keep-split", "--type", "q4_K")
     assert usage.exit_code == 2 and usage.output == "error: --keep-split applies to --full (a resident-only tier is always one file)\n"
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    source = small(tmp_path, "deepseek2")
+    dry = invoke(source, "--type", "q8_0,q4_K", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    assert not (tmp_path / "device-fit").exists()
+    planned = json.loads(dry.stdout)
+    assert planned["notes"] == ["dry run: nothing written; error figures need a real run"]
+    assert all(t["rmse"] is None and t["file_bytes"] is None and t["worst_tensors"] == [] for t in planned["tiers"])
+    real = json.loads(invoke(source, "--type", "q8_0,q4_K", "--json").stdout)
+    for guess, done in zip(planned["tiers"], real["tiers"]):
+        for key in ("resident_bytes", "bits_per_weight", "tensor_count", "fallbacks", "quantized", "kept", "copied", "gguf"):
+            assert guess[key] == done[key], key
+    # a dry run does not mind existing outputs
+    assert invoke(source, "--type", "q8_0", "--dry-run", "--json").exit_code == 0
+    assert command._tables(planned)[0].rows[0][3:6] == ["-", "-", "-"]

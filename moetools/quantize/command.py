@@ -29,12 +29,17 @@ def _doc(model, mode, out_dir, results, notes, worst):
     }
 
 
+def _figure(value, fmt):
+    return "-" if value is None else fmt.format(value)
+
+
 def _tables(doc):
     tiers = Table(
         f"Resident tiers of {os.path.basename(doc['model'])} ({doc['mode']}, source resident {format_size(doc['source_resident_bytes'])})",
         ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"],
-        [[t["tier"], format_size(t["resident_bytes"]), f"{t['bits_per_weight']:.3f}", f"{t['rmse']:.3g}", f"{t['rel_rmse']:.3%}",
-          f"{t['max_rel_error']:.3%}", t["quantized"], len(t["fallbacks"]), os.path.basename(t["gguf"])] for t in doc["tiers"]],
+        [[t["tier"], format_size(t["resident_bytes"]), f"{t['bits_per_weight']:.3f}", _figure(t["rmse"], "{:.3g}"),
+          _figure(t["rel_rmse"], "{:.3%}"), _figure(t["max_rel_error"], "{:.3%}"), t["quantized"], len(t["fallbacks"]),
+          os.path.basename(t["gguf"])] for t in doc["tiers"]],
         right_align=(1, 2, 3, 4, 5, 6, 7),
         caption=(f"in {doc['output_dir']}; {doc['tiers'][0]['kept']} tensors kept as llama-quantize keeps them "
                  "(1-D, norms, router, non-weights); tensors already in a tier's type copied as they are") if doc["tiers"] else "",
@@ -65,10 +70,12 @@ def _tables(doc):
 @click.option("--keep-split", is_flag=True,
               help="With --full and a split MODEL: write as many files as MODEL has, each with its shard's tensors.")
 @click.option("--force", is_flag=True, help="Replace outputs that already exist.")
+@click.option("--dry-run", is_flag=True,
+              help="Plan only: report each tier's bytes, bits per weight and fallbacks from the headers, write nothing.")
 @click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
-def quantize_command(model_path, types, resident_only, output_dir, keep_split, force, threads, worst, json_flag):
+def quantize_command(model_path, types, resident_only, output_dir, keep_split, force, dry_run, threads, worst, json_flag):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
@@ -97,11 +104,15 @@ def quantize_command(model_path, types, resident_only, output_dir, keep_split, f
         if not model.expert_tensors:
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
                          else "the model has no routed experts: the full model is every tensor re-quantized")
-        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force, keep_split=keep_split)
-        core.prepare_output_dir(out_dir)
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force or dry_run, keep_split=keep_split)
         for note in notes:
             info(f"note: {note}")
-        with progress(core.work_bytes(model, plans), desc="quantize") as bar:
-            results = core.run(model, plans, threads=threads, progress=bar)
+        if dry_run:
+            results = core.estimate(model, plans)
+            notes.append("dry run: nothing written; error figures need a real run")
+        else:
+            core.prepare_output_dir(out_dir)
+            with progress(core.work_bytes(model, plans), desc="quantize") as bar:
+                results = core.run(model, plans, threads=threads, progress=bar)
         doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)
-    render(doc, lambda: _tables(doc), json_flag)
+    render(doc, lambda: _tables(doc), json_flag, notes=[f"note: {note}" for note in notes if note.startswith("dry run")])

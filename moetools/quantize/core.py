@@ -427,7 +427,13 @@ def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
             progress.update(n_rows * row_bytes)
 
 
-def _result(model, tier):
+def estimate(model, tiers):
+    """TierResults of planned tiers without writing or measuring anything (a dry run): bytes, bits
+    per weight and fallbacks are exact; file sizes and error figures are None."""
+    return [_result(model, tier, written=False) for tier in tiers]
+
+
+def _result(model, tier, written=True):
     resident = [plan for plan in tier.tensors if not plan.expert]
     resident_bytes = sum(plan.out_bytes for plan in resident)
     resident_values = sum(plan.tensor.n_elements for plan in resident)
@@ -441,15 +447,15 @@ def _result(model, tier):
         gguf=tier.gguf_path,
         gguf_files=list(tier.gguf_paths),
         manifest=tier.manifest_path or None,
-        file_bytes=sum(os.path.getsize(path) for path in tier.gguf_paths),
+        file_bytes=sum(os.path.getsize(path) for path in tier.gguf_paths) if written else None,
         resident_bytes=resident_bytes,
         total_tensor_bytes=sum(plan.out_bytes for plan in tier.tensors),
         tensor_count=len(tier.tensors),
         resident_values=resident_values,
         bits_per_weight=resident_bytes * 8 / resident_values if resident_values else 0.0,
-        rmse=math.sqrt(sse / n_values) if n_values else 0.0,
-        rel_rmse=math.sqrt(sse / ss_source) if ss_source else 0.0,
-        max_rel_error=max((error.max_rel_error for error in errors), default=0.0),
+        rmse=(math.sqrt(sse / n_values) if n_values else 0.0) if written else None,
+        rel_rmse=(math.sqrt(sse / ss_source) if ss_source else 0.0) if written else None,
+        max_rel_error=max((error.max_rel_error for error in errors), default=0.0) if written else None,
         quantized=sum(1 for plan in resident if plan.action == "quantize"),
         kept=sum(1 for plan in resident if plan.action == "keep"),
         copied=sum(1 for plan in resident if plan.action == "copy"),
