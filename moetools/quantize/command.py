@@ -3,6 +3,8 @@
     moetools quantize k3-00001-of-00014.gguf --type q8_0,q6_K,q4_K
     moetools quantize model.gguf --type q4_0 -o tiers/ --json | jq '.tiers[] | {tier, resident_bytes, rmse}'
     moetools quantize model.gguf --full --type q4_K     # a complete model, experts copied as they are
+    moetools quantize k3-00001-of-00014.gguf --full --keep-split --type q4_K   # ... in 14 files
+    moetools quantize model.gguf --type q6_K,q4_K,q3_K --dry-run   # bytes per tier from the headers only
 """
 
 import os
