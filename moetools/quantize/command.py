@@ -1,0 +1,120 @@
+"""`moetools quantize MODEL --type q8_0,q4_K`: precision tiers of the resident weights, with manifests.
+
+    moetools quantize k3-00001-of-00014.gguf --type q8_0,q6_K,q4_K
+    moetools quantize model.gguf --type q4_0 -o tiers/ --json | jq '.tiers[] | {tier, resident_bytes, rmse}'
+    moetools quantize model.gguf --full --type q4_K     # a complete model, experts copied as they are
+    moetools quantize k3-00001-of-00014.gguf --full --keep-split --type q4_K   # ... in 14 files
+    moetools quantize model.gguf --type q6_K,q4_K,q3_K --dry-run   # bytes per tier from the headers only
+"""
+
+import os
+
+import click
+
+from moetools.errors import UsageError
+from moetools.output import Table, info, render, warn
+from moetools.quantize.rules import TARGETS
+from moetools.sizes import format_size
+
+
+def _doc(model, mode, out_dir, results, notes, worst):
+    return {
+        "model": model.path,
+        "mode": mode,
+        "output_dir": out_dir,
+        "source_fingerprint": model.fingerprint,
+        "expert_count": model.expert_count,
+        "source_resident_bytes": model.resident_bytes,
+        "source_resident_tensor_count": len(model.resident_tensors),
+        "tiers": [result.to_doc(worst) for result in results],
+        "notes": notes,
+    }
+
+
+def _figure(value, fmt):
+    return "-" if value is None else fmt.format(value)
+
+
+def _tables(doc):
+    tiers = Table(
+        f"Resident tiers of {os.path.basename(doc['model'])} ({doc['mode']}, source resident {format_size(doc['source_resident_bytes'])})",
+        ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"],
+        [[t["tier"], format_size(t["resident_bytes"]), f"{t['bits_per_weight']:.3f}", _figure(t["rmse"], "{:.3g}"),
+          _figure(t["rel_rmse"], "{:.3%}"), _figure(t["max_rel_error"], "{:.3%}"), t["quantized"], len(t["fallbacks"]),
+          os.path.basename(t["gguf"])] for t in doc["tiers"]],
+        right_align=(1, 2, 3, 4, 5, 6, 7),
+        caption=(f"in {doc['output_dir']}; {doc['tiers'][0]['kept']} tensors kept as llama-quantize keeps them "
+                 "(1-D, norms, router, non-weights); tensors already in a tier's type copied as they are") if doc["tiers"] else "",
+    )
+    worst = Table("Worst re-quantized tensors (by relative RMSE)", ["tier", "tensor", "from", "to", "RMSE", "rel RMSE", "max rel err"],
+                  [[t["tier"], e["tensor"], e["source_type"], e["type"], f"{e['rmse']:.3g}", f"{e['rel_rmse']:.3%}", f"{e['max_rel_error']:.3%}"]
+                   for t in doc["tiers"] for e in t["worst_tensors"]], right_align=(4, 5, 6))
+    fallbacks = Table("Fallbacks (rows that do not divide into the tier's blocks)", ["tier", "tensor", "written as", "reason"],
+                      [[t["tier"], f["tensor"], f["type"], f["reason"]] for t in doc["tiers"] for f in t["fallbacks"]])
+    tables = [tiers]
+    if worst.rows:
+        tables.append(worst)
+    if fallbacks.rows:
+        tables.append(fallbacks)
+    return tables
+
+
+@click.command("quantize")
+@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.option("-t", "--type", "types", required=True, metavar="TYPES",
+              help=f"Comma-separated target types, one tier each: {', '.join(TARGETS)}.")
+@click.option("--resident-only/--full", default=True, show_default=True,
+              help="Write only the resident tensors (a tier for LLAMA_RESIDENT_OVERRIDE, with its manifest), or a complete "
+                   "model with the routed experts copied byte for byte.")
+@click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
+                   "with --full, MODEL's folder.")
+@click.option("--keep-split", is_flag=True,
+              help="With --full and a split MODEL: write as many files as MODEL has, each with its shard's tensors.")
+@click.option("--force", is_flag=True, help="Replace outputs that already exist.")
+@click.option("--dry-run", is_flag=True,
+              help="Plan only: report each tier's bytes, bits per weight and fallbacks from the headers, write nothing.")
+@click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
+@click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
+@click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
+def quantize_command(model_path, types, resident_only, output_dir, keep_split, force, dry_run, threads, worst, json_flag):
+    """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
+    resident manifest, and report bytes, bits per weight and the error against the source.
+
+    Tensors llama-quantize keeps stay as they are (1-D tensors, norms, the router ffn_gate_inp,
+    exp_probs_b, anything not ending in `weight`); a tensor whose rows do not divide into the type's
+    blocks falls back to the type llama-quantize picks; a tensor already in the type is copied byte
+    for byte. Quantized bytes are identical to ggml's reference quantizers (no importance matrix).
+    MODEL is a .gguf file or any shard of a split model.
+
+    Exit codes: 0 written; 2 bad input or options, or an output that cannot be written (nothing is
+    left behind).
+    """
+    from moetools.gguf import open_model
+    from moetools.progress import progress
+    from moetools.quantize import core
+
+    tiers = core.parse_types(types)
+    full = not resident_only
+    if keep_split and not full:
+        raise UsageError("--keep-split applies to --full (a resident-only tier is always one file)")
+    with open_model(model_path) as model:
+        for message in model.warnings:
+            warn(message)
+        out_dir = output_dir or core.default_output_dir(model.path, full)
+        notes = []
+        if not model.expert_tensors:
+            notes.append("the model has no routed experts: every tensor is resident" if resident_only
+                         else "the model has no routed experts: the full model is every tensor re-quantized")
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force or dry_run, keep_split=keep_split)
+        for note in notes:
+            info(f"note: {note}")
+        if dry_run:
+            results = core.estimate(model, plans)
+            notes.append("dry run: nothing written; error figures need a real run")
+        else:
+            core.prepare_output_dir(out_dir)
+            with progress(core.work_bytes(model, plans), desc="quantize") as bar:
+                results = core.run(model, plans, threads=threads, progress=bar)
+        doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)
+    render(doc, lambda: _tables(doc), json_flag, notes=[f"note: {note}" for note in notes if note.startswith("dry run")])

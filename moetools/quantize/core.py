@@ -1,0 +1,486 @@
+"""Precision tiers of a MoE model's resident weights: plan, quantize, write, measure.
+
+    model = open_model("k3-00001-of-00014.gguf")
+    plans = plan_tiers(model, ["q8_0", "q4_K"], out_dir, full=False)
+    report = run(model, plans, threads=2)
+
+One pass over the source: each resident tensor is read in row slabs, dequantized once to float32,
+quantized to every requested tier, written to each tier's GGUF and compared with the source to
+measure the error. Peak memory is a slab (at most `SLAB_VALUES` float32 values, or one row), not a
+tensor or the model. Every output goes to a temporary name and is renamed into place only when all
+of them are complete, so an error (disk full, bad tensor) leaves no partial file.
+"""
+
+import contextlib
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from moetools import atomic
+from moetools.errors import InputError, OutputError, UsageError
+from moetools.formats import resident_manifest
+from moetools.gguf import model_stem, shard_path
+from moetools.gguf.constants import GGML_TYPE_IDS, Keys, tensor_nbytes, type_name
+from moetools.quantize import rules
+
+SLAB_VALUES = 1 << 24  # float32 values dequantized at once (64 MiB)
+COPY_BYTES = 64 << 20  # bytes copied at once for tensors written unchanged
+WORK_VALUES = 1 << 20  # values per worker task inside a slab
+
+# Metadata keys not copied from the source: the writer sets them, or they describe the source file.
+_SKIPPED_KEYS = {Keys.ARCHITECTURE, Keys.ALIGNMENT, Keys.FILE_TYPE, "general.quantization_version",
+                 Keys.SPLIT_NO, Keys.SPLIT_COUNT, Keys.SPLIT_TENSORS_COUNT}
+QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
+TIER_KEYS = ("moetools.tier", "moetools.resident_only", "moetools.source_model", "moetools.source_fingerprint")
+
+
+def parse_types(text):
+    """`"q8_0,q4_K"` -> ["q8_0", "q4_K"] (ggml spelling, order kept, duplicates dropped).
+
+    Raises UsageError naming the unknown type and listing the supported ones."""
+    names = []
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        name = rules.canonical_type(part)
+        if name is None:
+            raise UsageError(f"unsupported --type {part.strip()!r}; supported: {', '.join(rules.TARGETS)}")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise UsageError(f"--type is empty; supported: {', '.join(rules.TARGETS)}")
+    return names
+
+
+def default_output_dir(model_path, full=False):
+    """`device-fit/<stem>/` beside the model (the tier catalog device-fit reads); for --full, the
+    model's own folder."""
+    folder = os.path.dirname(os.path.abspath(model_path))
+    return folder if full else os.path.join(folder, "device-fit", model_stem(model_path))
+
+
+def output_names(model_path, tier, full=False, shards=1):
+    """([GGUF file names], manifest file name or None) of one tier; several GGUF names (split as
+    NAME-0000k-of-0000N.gguf) only for a --full tier kept split in `shards` files."""
+    stem = model_stem(model_path)
+    if full:
+        if shards > 1:
+            return [os.path.basename(shard_path(f"{stem}-{tier}-full", k, shards)) for k in range(1, shards + 1)], None
+        return [f"{stem}-{tier}-full.gguf"], None
+    return [f"{stem}-{tier}.gguf"], f"{stem}-{tier}{resident_manifest.SUFFIX}"
+
+
+@dataclass
+class TensorPlan:
+    """What happens to one tensor in one tier."""
+
+    tensor: object  # moetools.gguf.TensorInfo of the source
+    out_type: int  # ggml type id written
+    action: str  # "quantize" (re-quantized), "keep" (llama-quantize keeps it), "copy" (already the type; or expert)
+    reason: str = ""  # why kept, or why the type fell back
+    fallback: bool = False
+    expert: bool = False  # a routed-expert tensor (only in --full tiers)
+    out_shard: int = 0  # index of the output file holding it (--keep-split)
+
+    @property
+    def out_bytes(self):
+        return tensor_nbytes(self.out_type, self.tensor.shape)
+
+
+@dataclass
+class TensorError:
+    """Error of one re-quantized tensor against its (dequantized) source."""
+
+    name: str
+    source_type: str
+    type: str
+    n_values: int
+    sse: float = 0.0  # sum of squared errors
+    ss_source: float = 0.0  # sum of squared source values
+    max_abs_error: float = 0.0
+    max_abs_source: float = 0.0
+
+    def add(self, sse, ss_source, max_abs_error, max_abs_source):
+        self.sse += sse
+        self.ss_source += ss_source
+        self.max_abs_error = max(self.max_abs_error, max_abs_error)
+        self.max_abs_source = max(self.max_abs_source, max_abs_source)
+
+    @property
+    def rmse(self):
+        return math.sqrt(self.sse / self.n_values) if self.n_values else 0.0
+
+    @property
+    def rel_rmse(self):
+        """RMSE relative to the source's RMS: scale-free, comparable across tensors."""
+        return math.sqrt(self.sse / self.ss_source) if self.ss_source else 0.0
+
+    @property
+    def max_rel_error(self):
+        """Largest absolute error relative to the tensor's largest |value|."""
+        return self.max_abs_error / self.max_abs_source if self.max_abs_source else 0.0
+
+    def to_doc(self):
+        return {"tensor": self.name, "source_type": self.source_type, "type": self.type, "values": self.n_values,
+                "rmse": self.rmse, "rel_rmse": self.rel_rmse, "max_abs_error": self.max_abs_error,
+                "max_rel_error": self.max_rel_error}
+
+
+@dataclass
+class TierPlan:
+    tier: str  # ggml type name
+    type_id: int
+    gguf_paths: list  # one output file, or one per source shard with --keep-split
+    manifest_path: str  # "" for --full
+    tensors: list  # TensorPlan, in output order
+    full: bool = False
+    errors: dict = field(default_factory=dict)  # name -> TensorError, filled by run()
+
+    @property
+    def gguf_path(self):
+        return self.gguf_paths[0]
+
+    def fallbacks(self):
+        return [{"tensor": p.tensor.name, "type": type_name(p.out_type), "reason": p.reason} for p in self.tensors if p.fallback]
+
+
+@dataclass
+class TierResult:
+    """The rate-distortion figures of one written tier."""
+
+    tier: str
+    gguf: str  # the first file with --keep-split
+    gguf_files: list
+    manifest: str  # None for --full
+    file_bytes: int  # all files
+    resident_bytes: int  # tensor bytes of the resident tensors written
+    total_tensor_bytes: int  # all tensor bytes written (differs from resident_bytes with --full)
+    tensor_count: int
+    resident_values: int
+    bits_per_weight: float  # over the resident tensors
+    rmse: float  # over every re-quantized value
+    rel_rmse: float
+    max_rel_error: float
+    quantized: int
+    kept: int
+    copied: int
+    fallbacks: list
+    tensors: list  # TensorError docs of the re-quantized tensors, worst (rel_rmse) first
+
+    def to_doc(self, worst=5):
+        doc = {key: value for key, value in self.__dict__.items() if key != "tensors"}
+        doc["worst_tensors"] = self.tensors[:worst]
+        return doc
+
+
+def plan_tiers(model, tiers, out_dir, full=False, force=False, keep_split=False):
+    """Plan every tier before anything is written: output paths, per-tensor type and action.
+
+    With `full` and `keep_split`, a tier is written as many files as the source has shards, each
+    holding the tensors of its source shard (as llama-quantize --keep-split does).
+
+    Raises OutputError for an existing output without `force`, InputError for a tensor that must be
+    re-quantized but whose source type cannot be dequantized."""
+    from moetools.quantize.kernels import can_dequantize
+
+    expert_names = {tensor.name for tensor in model.expert_tensors}
+    n_files = len(model.shards) if full and keep_split else 1
+    plans = []
+    for tier in tiers:
+        type_id = GGML_TYPE_IDS[tier]
+        gguf_names, manifest_name = output_names(model.path, tier, full, n_files)
+        tensors = []
+        for tensor in model.tensors:
+            if tensor.name in expert_names:
+                if full:
+                    tensors.append(TensorPlan(tensor, tensor.type_id, "copy", "routed expert", expert=True))
+                continue
+            reason = rules.keep_reason(tensor.name, tensor.shape, model.architecture)
+            if reason:
+                tensors.append(TensorPlan(tensor, tensor.type_id, "keep", reason))
+                continue
+            chosen, fallback = rules.target_for(tensor.shape[0], tier)
+            chosen_id = GGML_TYPE_IDS[chosen]
+            if chosen_id == tensor.type_id:
+                tensors.append(TensorPlan(tensor, chosen_id, "copy", fallback or "already " + chosen, bool(fallback)))
+                continue
+            if not can_dequantize(tensor.type_id):
+                raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} is {tensor.type_name}, which cannot be "
+                                 f"dequantized to re-quantize it to {chosen}", offset=tensor.offset)
+            tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback)))
+        if n_files > 1:
+            for tensor_plan in tensors:
+                tensor_plan.out_shard = tensor_plan.tensor.shard
+        plans.append(TierPlan(tier, type_id, [os.path.join(out_dir, name) for name in gguf_names],
+                              os.path.join(out_dir, manifest_name) if manifest_name else "", tensors, full))
+    if not force:
+        for plan in plans:
+            for path in (*plan.gguf_paths, plan.manifest_path):
+                if path and os.path.lexists(path):
+                    raise OutputError(f"{path}: already exists (use --force to replace it)")
+    return plans
+
+
+def prepare_output_dir(out_dir):
+    """Create the output folder if needed; OutputError when it cannot be created or written."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{out_dir}: cannot create the output folder: {err.strerror or err}") from None
+    if not os.path.isdir(out_dir):
+        raise OutputError(f"{out_dir}: not a folder")
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise OutputError(f"{out_dir}: output folder is not writable")
+
+
+def _metadata_items(model):
+    """(key, value, gguf value type, array element type or None) of the source metadata to copy."""
+    header = model.headers[0]
+    for key, value in header.metadata.items():
+        if key in _SKIPPED_KEYS or key in TIER_KEYS:
+            continue
+        kind = header.value_types[key]
+        if isinstance(kind, tuple):
+            if hasattr(value, "load"):
+                value = value.load()
+            if not value:
+                continue  # gguf's writer cannot write an empty array; llama.cpp treats absent as empty
+            yield key, value, kind[0], kind[1]
+        else:
+            yield key, value, kind, None
+
+
+def _open_writer(model, plan, handle, file_index=0):
+    """A gguf.GGUFWriter writing the header (metadata and tensor infos) of `plan`'s output file
+    `file_index` into `handle`. Split outputs carry the metadata in the first file only, and the
+    split keys in every file, as llama.cpp writes them."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+    from gguf.gguf_writer import WriterState
+
+    writer = GGUFWriter(None, model.architecture)
+    alignment = model.headers[0].alignment
+    if alignment != writer.data_alignment:
+        writer.add_custom_alignment(alignment)
+    if file_index == 0:
+        for key, value, kind, sub_type in _metadata_items(model):
+            writer.add_key_value(key, value, GGUFValueType(kind), sub_type=GGUFValueType(sub_type) if sub_type is not None else None)
+        writer.add_uint32(Keys.FILE_TYPE, rules.TARGETS[plan.tier])
+        writer.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
+        writer.add_string("moetools.tier", plan.tier)
+        writer.add_bool("moetools.resident_only", not plan.full)
+        writer.add_string("moetools.source_model", os.path.basename(model.path))
+        writer.add_string("moetools.source_fingerprint", model.fingerprint)
+    if len(plan.gguf_paths) > 1:
+        writer.add_uint16(Keys.SPLIT_NO, file_index)
+        writer.add_uint16(Keys.SPLIT_COUNT, len(plan.gguf_paths))
+        writer.add_int32(Keys.SPLIT_TENSORS_COUNT, len(plan.tensors))
+    for tensor_plan in plan.tensors:
+        if tensor_plan.out_shard != file_index:
+            continue
+        tensor = tensor_plan.tensor
+        writer.add_tensor_info(tensor.name, tuple(reversed(tensor.shape)), np.dtype(np.float32), tensor_plan.out_bytes,
+                               raw_dtype=GGMLQuantizationType(tensor_plan.out_type))
+    # The handle is atomic_write's temporary file: hand it to the writer instead of a path.
+    writer.fout = [handle]
+    writer.state = WriterState.EMPTY
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    return writer
+
+
+def _write(handle, data):
+    """Every tensor byte goes through here (tests make it fail to simulate a full disk)."""
+    handle.write(data)
+
+
+def _pad(handle, alignment):
+    position = handle.tell()
+    padding = -position % alignment
+    if padding:
+        _write(handle, b"\0" * padding)
+
+
+def _slabs(tensor, values_per_slab=SLAB_VALUES):
+    """Row ranges [(first_row, n_rows)] of at most `values_per_slab` values (at least one row)."""
+    row_length = tensor.shape[0]
+    n_rows = tensor.n_elements // row_length if row_length else 0
+    per_slab = max(1, values_per_slab // max(1, row_length))
+    return [(first, min(per_slab, n_rows - first)) for first in range(0, n_rows, per_slab)]
+
+
+def _squares_and_peak(values):
+    """(sum of squares accumulated in float64, largest |value|) of a float32 array; NaN if any is."""
+    import numpy as np
+
+    flat = values.ravel()
+    if not flat.size:
+        return 0.0, 0.0
+    return float(np.add.reduce(np.square(flat), dtype=np.float64)), float(np.maximum(flat.max(), -flat.min()))
+
+
+def _quantize_task(model, tensor, first_row, n_rows, out_types):
+    """Dequantize rows of `tensor`, quantize them to each type in `out_types`, measure the errors.
+
+    Returns [(bytes (uint8 array), sse, ss_source, max_abs_error, max_abs_source)] per type."""
+    import numpy as np
+
+    from moetools.quantize import kernels
+
+    row_length = tensor.shape[0]
+    row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
+    raw = model.tensor_memmap(tensor)[first_row * row_bytes : (first_row + n_rows) * row_bytes]
+    source = kernels.dequantize(np.asarray(raw), tensor.type_id, (n_rows, row_length))
+    ss_source, peak_source = _squares_and_peak(source)
+    if not (math.isfinite(ss_source) and math.isfinite(peak_source)):
+        bad_row = first_row + int(np.argmin(np.isfinite(source).all(axis=1)))
+        raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} holds NaN or infinite values (row {bad_row}); "
+                         "it cannot be quantized", offset=tensor.offset + bad_row * row_bytes)
+    results = []
+    for out_type in out_types:
+        data = kernels.quantize(source, out_type, threads=1)
+        sse, peak_error = _squares_and_peak(kernels.dequantize(data, out_type, source.shape) - source)
+        results.append((data, sse, ss_source, peak_error, peak_source))
+    return results
+
+
+def run(model, plans, threads=None, progress=None):
+    """Write every planned tier in one pass over the source; returns [TierResult] in plan order.
+
+    `progress` is an object with `update(n_bytes)` (source bytes processed)."""
+    from moetools.quantize.kernels import default_threads
+
+    threads = threads or default_threads()
+    alignment = model.headers[0].alignment
+    # Tensors in source order; each tier lists a subset (resident-only) or all of them (--full).
+    by_name = [{plan.tensor.name: plan for plan in tier.tensors} for tier in plans]
+    for tier in plans:
+        tier.errors = {}
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(max_workers=threads) as pool:
+        handles = []  # per tier: one handle per output file
+        for tier in plans:
+            files = []
+            for file_index, path in enumerate(tier.gguf_paths):
+                handle = stack.enter_context(atomic.atomic_write(path, "wb", overwrite=True))
+                _open_writer(model, tier, handle, file_index)
+                files.append(handle)
+            handles.append(files)
+        for tensor in model.tensors:
+            wanted = [(index, table[tensor.name]) for index, table in enumerate(by_name) if tensor.name in table]
+            if not wanted:
+                continue
+            outputs = {index: handles[index][plan.out_shard] for index, plan in wanted}
+            for handle in outputs.values():
+                _pad(handle, alignment)
+            quantize = [(index, plan) for index, plan in wanted if plan.action == "quantize"]
+            unchanged = [index for index, plan in wanted if plan.action != "quantize"]
+            if unchanged:
+                for start in range(0, tensor.n_bytes, COPY_BYTES):
+                    chunk = model.read_tensor_bytes(tensor, start, min(COPY_BYTES, tensor.n_bytes - start))
+                    for index in unchanged:
+                        _write(outputs[index], chunk)
+                    if not quantize and progress is not None:
+                        progress.update(len(chunk))
+            if quantize:
+                _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress)
+        for files in handles:
+            for handle in files:
+                _pad(handle, alignment)
+        # all GGUFs complete: they are renamed into place as the stack closes
+    results = [_result(model, tier) for tier in plans]
+    written = []
+    try:
+        for tier, result in zip(plans, results):
+            if tier.manifest_path:
+                resident_manifest.write_manifest(tier.manifest_path, _manifest(model, tier, result), overwrite=True)
+                written.append(tier.manifest_path)
+    except BaseException:
+        # a tier without its manifest is not a usable tier: leave none of this run's files behind
+        for path in written + [path for tier in plans for path in tier.gguf_paths]:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    return results
+
+
+def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
+    """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)],
+    writing to `outputs` {tier index: file handle}."""
+    out_types = [plan.out_type for _, plan in quantize]
+    for index, plan in quantize:
+        plans[index].errors[tensor.name] = TensorError(tensor.name, tensor.type_name, type_name(plan.out_type), tensor.n_elements)
+    row_length = tensor.shape[0]
+    row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
+    for first, n_rows in _slabs(tensor):
+        # split the slab into tasks so both cores work; results come back in row order
+        per_task = max(1, WORK_VALUES // max(1, row_length))
+        tasks = [pool.submit(_quantize_task, model, tensor, row, min(per_task, first + n_rows - row), out_types)
+                 for row in range(first, first + n_rows, per_task)]
+        for future in tasks:
+            results = future.result()
+            for (index, plan), (data, sse, ss_source, max_err, max_source) in zip(quantize, results):
+                _write(outputs[index], data)
+                plans[index].errors[tensor.name].add(sse, ss_source, max_err, max_source)
+        if progress is not None:
+            progress.update(n_rows * row_bytes)
+
+
+def estimate(model, tiers):
+    """TierResults of planned tiers without writing or measuring anything (a dry run): bytes, bits
+    per weight and fallbacks are exact; file sizes and error figures are None."""
+    return [_result(model, tier, written=False) for tier in tiers]
+
+
+def _result(model, tier, written=True):
+    resident = [plan for plan in tier.tensors if not plan.expert]
+    resident_bytes = sum(plan.out_bytes for plan in resident)
+    resident_values = sum(plan.tensor.n_elements for plan in resident)
+    errors = list(tier.errors.values())
+    n_values = sum(error.n_values for error in errors)
+    sse = sum(error.sse for error in errors)
+    ss_source = sum(error.ss_source for error in errors)
+    errors.sort(key=lambda error: (-error.rel_rmse, error.name))
+    return TierResult(
+        tier=tier.tier,
+        gguf=tier.gguf_path,
+        gguf_files=list(tier.gguf_paths),
+        manifest=tier.manifest_path or None,
+        file_bytes=sum(os.path.getsize(path) for path in tier.gguf_paths) if written else None,
+        resident_bytes=resident_bytes,
+        total_tensor_bytes=sum(plan.out_bytes for plan in tier.tensors),
+        tensor_count=len(tier.tensors),
+        resident_values=resident_values,
+        bits_per_weight=resident_bytes * 8 / resident_values if resident_values else 0.0,
+        rmse=(math.sqrt(sse / n_values) if n_values else 0.0) if written else None,
+        rel_rmse=(math.sqrt(sse / ss_source) if ss_source else 0.0) if written else None,
+        max_rel_error=max((error.max_rel_error for error in errors), default=0.0) if written else None,
+        quantized=sum(1 for plan in resident if plan.action == "quantize"),
+        kept=sum(1 for plan in resident if plan.action == "keep"),
+        copied=sum(1 for plan in resident if plan.action == "copy"),
+        fallbacks=tier.fallbacks(),
+        tensors=[error.to_doc() for error in errors],
+    )
+
+
+def _manifest(model, tier, result):
+    return resident_manifest.ResidentManifest(
+        tier_label=tier.tier,
+        resident_bytes=result.resident_bytes,
+        gguf=os.path.basename(tier.gguf_path),
+        source_model=os.path.basename(model.path),
+        source_fingerprint=model.fingerprint,
+        tensor_count=result.tensor_count,
+        bits_per_weight=result.bits_per_weight,
+        rmse=result.rmse,
+        max_rel_error=result.max_rel_error,
+        fallbacks=result.fallbacks,
+        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "file_type": rules.TARGETS[tier.tier]},
+    )
+
+
+def work_bytes(model, plans):
+    """Source bytes `run` reads (for a progress bar): each tensor at most once."""
+    names = {plan.tensor.name for tier in plans for plan in tier.tensors}
+    return sum(tensor.n_bytes for tensor in model.tensors if tensor.name in names)

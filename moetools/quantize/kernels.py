@@ -1,0 +1,630 @@
+"""Vectorised numpy quantizers, byte-identical to ggml's reference quantizers (no importance matrix).
+
+`quantize(values, type_id)` turns float32 rows into ggml blocks; `dequantize(data, type_id, shape)`
+turns any type gguf knows back into float32. Work is split into row chunks run on a thread pool
+(numpy releases the GIL inside its loops), and each chunk is processed in cache-sized pieces.
+
+Byte identity with ggml depends on doing the very same float32 operations in the same order:
+- every sum over the elements of a group is sequential, as in ggml's C loops. The groups are laid
+  out as `(n_elements, n_groups)` and reduced along axis 0, which numpy does row after row (a test
+  pins this); a sum along the contiguous axis would use pairwise summation and differ;
+- `a*b*c` is `(a*b)*c`, `a*b + c - d` is `((a*b) + c) - d`, never fused (ggml-base is built
+  without FMA contraction);
+- ggml's `nearest_int` (add 1.5*2^23, keep the mantissa) is round-half-to-even on float32: `np.rint`
+  for the bulk, the exact bit trick where a result is stored with C integer wrap-around;
+- `roundf` (Q8_0) rounds half away from zero; C casts to int8 truncate toward zero.
+Source: the algorithms of ggml/src/ggml-quants.c (`quantize_row_*_ref`, `make_qx_quants`,
+`make_q3_quants`, `make_qkx2_quants`), reimplemented here over whole arrays of groups.
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+F32 = np.float32
+QK_K = 256
+GROUP_MAX_EPS = F32(1e-15)
+_MAGIC = F32(12582912.0)  # 1.5 * 2^23: ggml's nearest_int
+_BELOW_HALF = np.nextafter(F32(0.5), F32(0))  # 0.49999997: round-half-away via trunc(x + this)
+
+# ggml type ids (equal to gguf.GGMLQuantizationType; the tests check)
+F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
+
+# Values handled per step inside one chunk, as measured on a 2-core machine: the 32-block kernels
+# make many short numpy calls (the halving trees), so they want big steps; the K-quant searches
+# make hundreds of calls over their temporaries and do best when those stay in cache, except
+# Q3_K's, which walks the 16 values of a group one at a time over vectors of groups.
+_STEP_VALUES = {Q8_0: 1 << 18, Q4_0: 1 << 18, Q4_1: 1 << 18, Q5_0: 1 << 18, Q5_1: 1 << 18,
+                Q6_K: 1 << 15, Q5_K: 1 << 15, Q4_K: 1 << 15, Q3_K: 1 << 17, Q2_K: 1 << 15}
+
+
+def _nearest_exact(values):
+    """ggml's nearest_int, bit for bit (int32), including what it gives for an infinite or huge
+    argument (e.g. a scale that overflowed float16). np.rint is the same for |v| < 2^22 and is
+    used in the searches, whose arguments stay that small."""
+    shifted = np.asarray(values, dtype=F32) + _MAGIC
+    return (shifted.view(np.int32) & 0x007FFFFF) - 0x00400000
+
+
+def _half_value(values):
+    """What ggml reads back from a stored half: float32 of the float16."""
+    return np.asarray(values, dtype=F32).astype(np.float16).astype(F32)
+
+
+def _first_absmax(x, axis):
+    """(value with the largest |x|, that |x|) along `axis`, as ggml's `if (amax < fabsf(v))` loop
+    finds it: the first one wins ties, and +0.0 (its start value) when every |x| is 0."""
+    ax = np.abs(x)
+    index = np.expand_dims(np.argmax(ax, axis=axis), axis)
+    amax = np.take_along_axis(ax, index, axis).squeeze(axis)
+    return np.where(amax > 0, np.take_along_axis(x, index, axis).squeeze(axis), F32(0)), amax
+
+
+def _first_extreme(x, pick):
+    """ggml's `if (v < min) min = v` (np.argmin) or `>` max (np.argmax) over axis 1: the first
+    extreme value, which keeps the sign of a zero as ggml does."""
+    return np.take_along_axis(x, pick(x, axis=1)[:, None], 1)[:, 0]
+
+
+def _positive_max(values):
+    """ggml's `max = 0; if (v > max) max = v` over axis 1: +0.0 unless some value is positive."""
+    top = values.max(axis=1)
+    return np.where(top > 0, top, F32(0))
+
+
+def _inverse(d):
+    """1/d where d != 0, else 0 (float32)."""
+    with np.errstate(divide="ignore"):
+        out = F32(1) / d
+    out[d == 0] = 0
+    return out
+
+
+def _put_half(out, byte, values):
+    """Store float32 `values` (n,) as ggml_half at byte offset `byte` (even) of each row of out (n, m)."""
+    out.view(np.uint16)[:, byte // 2] = np.asarray(values, dtype=F32).astype(np.float16).view(np.uint16)
+
+
+# --- 32-value block types ---------------------------------------------------------------------
+# Reductions over a block's 32 values use a halving tree of element-wise max/min on strided views:
+# numpy's reduce along a short contiguous axis is several times slower. max/min are exact, so the
+# tree gives ggml's values; only which of two equal candidates ggml keeps (the first: a +0.0 or a
+# -0.0, or +v against -v for the largest |x|) needs the few rows where that can matter fixed up.
+
+def _tree(x, op):
+    """op-reduction of each row of x (n, 2^k) by halving (exact for max/min)."""
+    while x.shape[1] > 1:
+        x = op(x[:, 0::2], x[:, 1::2])
+    return x[:, 0]
+
+
+def _block_absmax(x):
+    """(value with the largest |x|, that |x|) per row of x (n, 32), as ggml's Q4_0/Q5_0 loop finds
+    it: the first such value wins, and +0.0 when the block is all zeros."""
+    high = _tree(x, np.maximum)
+    low = _tree(x, np.minimum)
+    amax = np.maximum(high, -low)
+    value = np.where(high >= -low, high, low)
+    tied = np.flatnonzero((high == -low) & (high != 0))  # +v and -v both present: the first one wins
+    if tied.size:
+        first, _ = _first_absmax(x[tied], 1)
+        value[tied] = first
+    return np.where(amax > 0, value, F32(0)), amax
+
+
+def _block_extreme(x, op, pick):
+    """ggml's `if (v < min) min = v` (op=np.minimum, pick=np.argmin) or the `>` max per row: the
+    first extreme value, so a zero extreme keeps the sign of the first zero, as in ggml."""
+    value = _tree(x, op)
+    zero = np.flatnonzero(value == 0)
+    if zero.size:
+        value[zero] = _first_extreme(x[zero], pick)
+    return value
+
+
+def _q8_0(x, out):
+    """x (n, 32) float32 -> out (n, 34): f16 d, 32 int8."""
+    d = _tree(np.abs(x), np.maximum) / F32(127)
+    v = x * _inverse(d)[:, None]
+    # roundf: half away from zero. trunc(v + copysign(0.49999997, v)) equals it for |v| <= 127.
+    v += np.copysign(_BELOW_HALF, v)
+    np.trunc(v, out=v)
+    _put_half(out, 0, d)
+    np.copyto(out[:, 2:].view(np.int8), v, casting="unsafe")
+
+
+def _pack_nibbles(q, out):
+    """q (n, 32) uint8 values 0..15 -> out (n, 16): element j in the low nibble, j+16 in the high one.
+
+    Works on 8 bytes at a time over the flat array (shifting a u64 of values below 16 left by 4
+    moves each into its own byte's high nibble): u64 word k of a block is combined with word k+2,
+    and only words 0 and 1 of each block are kept."""
+    words = np.ascontiguousarray(q).reshape(-1).view(np.uint64)
+    packed = np.empty_like(words)
+    np.left_shift(words[2:], np.uint64(4), out=packed[:-2])
+    packed[:-2] |= words[:-2]
+    out[:] = packed.reshape(-1, 4)[:, :2].view(np.uint8)
+
+
+def _high_bits(q):
+    """Bit 4 of each of 32 values as a little-endian u32 (bit j = element j), shape (n, 4) bytes."""
+    return np.packbits((q >> 4) & 1, axis=1, bitorder="little")
+
+
+def _levels(v, top):
+    """C's `MIN(top, (int8_t)v)` for v >= 0 (trunc toward zero), as uint8."""
+    np.minimum(v, F32(top), out=v)
+    return v.astype(np.uint8)
+
+
+def _symmetric(x, divisor, offset):
+    """Q4_0/Q5_0: d = (value with the largest |x|) / divisor, v = x * (1/d) + offset (float32)."""
+    max_value, _ = _block_absmax(x)
+    d = max_value / F32(divisor)
+    v = x * _inverse(d)[:, None]
+    v += F32(offset)
+    return d, v
+
+
+def _from_min(x, steps):
+    """Q4_1/Q5_1: min, d = (max - min) / steps, v = (x - min) * (1/d) + 0.5 (float32)."""
+    low = _block_extreme(x, np.minimum, np.argmin)
+    d = (_block_extreme(x, np.maximum, np.argmax) - low) / F32(steps)
+    v = x - low[:, None]
+    v *= _inverse(d)[:, None]
+    v += F32(0.5)
+    return low, d, v
+
+
+def _q4_0(x, out):
+    """x (n, 32) -> out (n, 18): f16 d, 16 nibble bytes."""
+    d, v = _symmetric(x, -8, 8.5)
+    _put_half(out, 0, d)
+    _pack_nibbles(_levels(v, 15), out[:, 2:])
+
+
+def _q4_1(x, out):
+    """x (n, 32) -> out (n, 20): f16 d, f16 min, 16 nibble bytes."""
+    low, d, v = _from_min(x, 15)
+    _put_half(out, 0, d)
+    _put_half(out, 2, low)
+    _pack_nibbles(_levels(v, 15), out[:, 4:])
+
+
+def _q5_0(x, out):
+    """x (n, 32) -> out (n, 22): f16 d, u32 high bits, 16 nibble bytes."""
+    d, v = _symmetric(x, -16, 16.5)
+    q = _levels(v, 31)
+    _put_half(out, 0, d)
+    out[:, 2:6] = _high_bits(q)
+    _pack_nibbles(q & 0x0F, out[:, 6:])
+
+
+def _q5_1(x, out):
+    """x (n, 32) -> out (n, 24): f16 d, f16 min, u32 high bits, 16 nibble bytes."""
+    low, d, v = _from_min(x, 31)
+    q = v.astype(np.uint8)  # C: (uint8_t)(x0 + 0.5f), no clamp
+    _put_half(out, 0, d)
+    _put_half(out, 2, low)
+    out[:, 4:8] = _high_bits(q)
+    _pack_nibbles(q & 0x0F, out[:, 8:])
+
+
+# --- group helpers for the K-quants (groups laid out as (n_elements, n_groups)) ------------------
+
+def _sum(a):
+    """Sequential float32 sum over axis 0 (ggml's `for (i...) s += ...` order).
+
+    numpy reduces an outer axis row after row; with a single column the axis is contiguous and
+    numpy would switch to pairwise summation, so that case is summed explicitly."""
+    if a.ndim == 2 and a.shape[1] == 1:
+        total = a[0].copy()
+        for row in a[1:]:
+            total += row
+        return total
+    return np.add.reduce(a, axis=0)
+
+
+def _qkx2_levels(x, iscale, low, nmax, out):
+    """clip(nearest(iscale * (x - low)), 0, nmax) into `out` (n, g), in place."""
+    np.subtract(x, low, out=out)
+    out *= iscale
+    np.rint(out, out=out)
+    np.maximum(out, 0, out=out)
+    np.minimum(out, nmax, out=out)
+    return out
+
+
+def _qkx2_error(x, w, levels, scale, low, use_mad, buf):
+    """Sequential sum over axis 0 of w * |diff| or w * diff^2, diff = scale*L + low - x."""
+    np.multiply(levels, scale, out=buf)
+    buf += low
+    buf -= x
+    if use_mad:
+        np.abs(buf, out=buf)
+    else:
+        buf *= buf
+    buf *= w
+    return _sum(buf)
+
+
+def _make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad):
+    """ggml make_qkx2_quants over groups: x, w (n, g) float32 -> (scale (g,), min (g,), L (n, g)).
+
+    `min` is returned as ggml's `the_min` (the negated offset, >= 0). L holds 0..nmax as float32.
+    Levels of a trial are not kept: the iscale and offset that produced the best ones are, and the
+    levels are recomputed from them once at the end (the same float32 operations, the same values).
+    """
+    nmax = F32(nmax)
+    low = x.min(axis=0)
+    high = x.max(axis=0)
+    sum_w = _sum(w)
+    sum_x = _sum(w * x)
+    low = np.where(low > 0, F32(0), low)
+    flat = high == low
+    iscale = nmax / (high - low)
+    scale = F32(1) / iscale
+    trial = np.empty_like(x)
+    buf = np.empty_like(x)
+    _qkx2_levels(x, iscale, low, nmax, trial)
+    best = _qkx2_error(x, w, trial, scale, low, use_mad, buf)
+    best_iscale, best_low = iscale, low  # what the kept levels were computed from
+    for step in range(nstep + 1):
+        iscale = (F32(rmin) + F32(rdelta) * F32(step) + nmax) / (high - low)
+        _qkx2_levels(x, iscale, low, nmax, trial)
+        wl = np.multiply(w, trial, out=buf)
+        sum_l = _sum(wl)
+        sum_xl = _sum(wl * x)
+        wl *= trial
+        sum_l2 = _sum(wl)
+        det = sum_w * sum_l2 - sum_l * sum_l
+        this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+        this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+        positive = this_min > 0
+        this_min = np.where(positive, F32(0), this_min)
+        this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
+        error = _qkx2_error(x, w, trial, this_scale, this_min, use_mad, buf)
+        better = (det > 0) & (error < best)
+        best = np.where(better, error, best)
+        scale = np.where(better, this_scale, scale)
+        best_iscale = np.where(better, iscale, best_iscale)
+        best_low = np.where(better, low, best_low)
+        low = np.where(better, this_min, low)
+    levels = _qkx2_levels(x, best_iscale, best_low, nmax, trial)
+    scale = np.where(flat, F32(0), scale)
+    levels = np.where(flat, F32(0), levels)
+    return scale, -low, levels
+
+
+def _qx_levels(x, iscale, nmax, out):
+    """clip(nearest(iscale * x), -nmax, nmax - 1) into `out` (n, g), in place."""
+    np.multiply(x, iscale, out=out)
+    np.rint(out, out=out)
+    np.maximum(out, -nmax, out=out)
+    np.minimum(out, nmax - 1, out=out)
+    return out
+
+
+def _make_qx_rmse1(x, nmax):
+    """ggml make_qx_quants(n, nmax, x, L, rmse_type=1, NULL) over groups: x (n, g) -> (scale (g,), L (n, g)).
+
+    L holds 0..2*nmax-1 as float32 (level + nmax). As in _make_qkx2, the levels of the best trial
+    are rebuilt once from its iscale rather than kept on every improvement.
+    """
+    max_value, amax = _first_absmax(x, 0)
+    zero = amax < GROUP_MAX_EPS
+    nmax_f = F32(nmax)
+    w = x * x
+    wx = w * x
+    level = np.empty_like(x)
+    buf = np.empty_like(x)
+
+    def sums(iscale):
+        _qx_levels(x, iscale, nmax_f, level)
+        sumlx = _sum(np.multiply(wx, level, out=buf))
+        np.multiply(w, level, out=buf)
+        return sumlx, _sum(np.multiply(buf, level, out=buf))
+
+    best_iscale = iscale = F32(-nmax) / max_value
+    sumlx, suml2 = sums(iscale)
+    scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = -(nmax_f + F32(0.1) * F32(step)) / max_value
+        sumlx, suml2 = sums(iscale)
+        better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+        best_iscale = np.where(better, iscale, best_iscale)
+        scale = np.where(better, sumlx / suml2, scale)
+        best = np.where(better, scale * sumlx, best)
+    levels = _qx_levels(x, best_iscale, nmax_f, level) + nmax_f
+    return np.where(zero, F32(0), scale), np.where(zero, F32(0), levels)
+
+
+def _make_q3(x, nmax):
+    """ggml make_q3_quants(n, nmax, x, L, do_rmse=true) over groups: x (n, g) -> (scale (g,), L (n, g))."""
+    max_value, amax = _first_absmax(x, 0)
+    zero = amax < GROUP_MAX_EPS
+    nmax_f = F32(nmax)
+    iscale = F32(-nmax) / max_value
+    levels = np.clip(np.rint(iscale * x), -nmax_f, nmax_f - 1)
+    w = x * x
+    wx = w * x
+    sumlx = _sum(wx * levels)
+    suml2 = _sum((w * levels) * levels)
+    n = x.shape[0]
+    for _ in range(5):
+        # ggml stops after a pass that changes nothing; another pass from the same state changes
+        # nothing either, so running all five passes for every group gives the same result.
+        for i in range(n):
+            wi, xi, li, wxi = w[i], x[i], levels[i], wx[i]
+            slx = sumlx - wxi * li
+            sl2 = suml2 - (wi * li) * li
+            new = np.clip(np.rint((xi * sl2) / slx), -nmax_f, nmax_f - 1)
+            slx_new = slx + wxi * new
+            sl2_new = sl2 + (wi * new) * new
+            take = (slx > 0) & (new != li) & (sl2_new > 0) & ((slx_new * slx_new) * suml2 > (sumlx * sumlx) * sl2_new)
+            levels[i] = np.where(take, new, li)
+            sumlx = np.where(take, slx_new, sumlx)
+            suml2 = np.where(take, sl2_new, suml2)
+    scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
+    return np.where(zero, F32(0), scale), np.where(zero[None, :], F32(0), levels + nmax_f)
+
+
+def _groups(x, size):
+    """x (nb, 256) -> (size, nb * 256/size) contiguous: element index first, group second."""
+    return np.ascontiguousarray(x.reshape(-1, size).T)
+
+
+def _ungroup(levels, nb):
+    """Inverse of _groups: (size, g) -> (nb, 256)."""
+    return levels.T.reshape(nb, QK_K)
+
+
+def _pack_2bit(levels, out):
+    """levels (nb, 256) 0..3 -> out (nb, 64): byte l of half h holds elements 128h + l + 32k at bits 2k."""
+    q = levels.reshape(-1, 2, 4, 32).astype(np.uint8)
+    np.bitwise_or(q[:, :, 0] | (q[:, :, 1] << 2), (q[:, :, 2] << 4) | (q[:, :, 3] << 6), out=out.reshape(-1, 2, 32))
+
+
+def _k4_scales(scales, mins):
+    """Q4_K/Q5_K: 8 sub-block scales and mins (nb, 8) -> (12 packed bytes, d, dmin, sc, m)."""
+    max_scale = _positive_max(scales)
+    max_min = _positive_max(mins)
+    inv_scale = np.where(max_scale > 0, F32(63) / max_scale, F32(0))
+    inv_min = np.where(max_min > 0, F32(63) / max_min, F32(0))
+    ls = np.minimum(_nearest_exact(inv_scale[:, None] * scales) & 0xFF, 63).astype(np.uint8)
+    lm = np.minimum(_nearest_exact(inv_min[:, None] * mins) & 0xFF, 63).astype(np.uint8)
+    packed = np.empty((scales.shape[0], 12), dtype=np.uint8)
+    packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
+    packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
+    packed[:, 8:12] = (ls[:, 4:] & 0x0F) | ((lm[:, 4:] & 0x0F) << 4)
+    return packed, max_scale / F32(63), max_min / F32(63), ls, lm
+
+
+def _requant_with_min(x, levels, d, dmin, sc, m, nmax):
+    """Final levels of Q4_K/Q5_K/Q2_K: round((x + dm)/d) where d != 0, else keep the search's levels.
+
+    x, levels (nb, k, size); d, dmin (nb,); sc, m (nb, k)."""
+    dd = _half_value(d)[:, None] * sc.astype(F32)
+    dm = _half_value(dmin)[:, None] * m.astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fresh = np.clip(_nearest_exact((x + dm[..., None]) / dd[..., None]), 0, nmax)
+    return np.where((dd != 0)[..., None], fresh, levels)
+
+
+def _qk_min_type(x, out, nmax, rmin, nstep):
+    """Shared part of Q4_K and Q5_K: writes d, dmin and the 12 scale bytes of x (nb, 256) into out,
+    returns the levels as (low, high) halves of each 64-value pair of sub-blocks, (nb, 4, 32) each."""
+    nb = x.shape[0]
+    groups = _groups(x, 32)
+    av_x = np.sqrt(_sum(groups * groups) / F32(32))
+    weights = av_x + np.abs(groups)
+    scales, mins, levels = _make_qkx2(groups, weights, nmax, rmin, 0.1, nstep, False)
+    packed, d, dmin, ls, lm = _k4_scales(scales.reshape(nb, 8), mins.reshape(nb, 8))
+    levels = _requant_with_min(x.reshape(nb, 8, 32), _ungroup(levels, nb).reshape(nb, 8, 32), d, dmin, ls, lm, nmax)
+    _put_half(out, 0, d)
+    _put_half(out, 2, dmin)
+    out[:, 4:16] = packed
+    pairs = levels.astype(np.uint8).reshape(nb, 4, 2, 32)
+    return pairs[:, :, 0], pairs[:, :, 1]
+
+
+def _q4_k(x, out):
+    """x (nb, 256) -> out (nb, 144): f16 d, f16 dmin, 12 scale bytes, 128 nibble bytes."""
+    low, high = _qk_min_type(x, out, 15, -1.0, 20)
+    np.bitwise_or(low, high << 4, out=out[:, 16:].reshape(-1, 4, 32))
+
+
+def _q5_k(x, out):
+    """x (nb, 256) -> out (nb, 176): f16 d, f16 dmin, 12 scale bytes, 32 high-bit bytes, 128 nibble bytes."""
+    low, high = _qk_min_type(x, out, 31, -0.5, 15)
+    np.bitwise_or(low & 0x0F, (high & 0x0F) << 4, out=out[:, 48:].reshape(-1, 4, 32))
+    # bit 2n of qh[j]: element 64n + j above 15; bit 2n+1: element 64n + 32 + j
+    shifts = (2 * np.arange(4, dtype=np.uint8))[None, :, None]
+    bits = (((low >> 4) & 1) << shifts) | (((high >> 4) & 1) << (shifts + 1))
+    out[:, 16:48] = np.bitwise_or.reduce(bits, axis=1)
+
+
+def _q6_k(x, out):
+    """x (nb, 256) -> out (nb, 210): 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, f16 d."""
+    nb = x.shape[0]
+    scales, levels = _make_qx_rmse1(_groups(x, 16), 32)
+    scales = scales.reshape(nb, 16)
+    max_scale, max_abs = _first_absmax(scales, 1)
+    zero = max_abs < GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = F32(-128) / max_scale
+        d = F32(1) / iscale
+    sc = np.minimum(_nearest_exact(iscale[:, None] * scales), 127).astype(np.int8)
+    dd = _half_value(d)[:, None] * sc.astype(F32)
+    xs = x.reshape(nb, 16, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fresh = np.clip(_nearest_exact(xs / dd[..., None]), -32, 31) + 32
+    levels = np.where((dd != 0)[..., None], fresh, _ungroup(levels, nb).reshape(nb, 16, 16)).astype(np.uint8)
+    q = levels.reshape(nb, 2, 4, 32)
+    ql = out[:, 0:128].reshape(nb, 2, 2, 32)
+    np.bitwise_or(q[:, :, 0:2] & 0x0F, (q[:, :, 2:4] & 0x0F) << 4, out=ql)
+    np.bitwise_or((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2), ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6),
+                  out=out[:, 128:192].reshape(nb, 2, 32))
+    out[:, 192:208] = sc.view(np.uint8)
+    _put_half(out, 208, d)
+    out[zero] = 0
+
+
+def _q3_k(x, out):
+    """x (nb, 256) -> out (nb, 110): 32 high-bit mask bytes, 64 2-bit bytes, 12 scale bytes, f16 d."""
+    nb = x.shape[0]
+    scales, levels = _make_q3(_groups(x, 16), 4)
+    scales = scales.reshape(nb, 16)
+    max_scale, _ = _first_absmax(scales, 1)
+    nonzero = max_scale != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = F32(-32) / max_scale
+        d = np.where(nonzero, F32(1) / iscale, F32(0))
+    # C: int8_t l = nearest_int(...); l = MAX(-32, MIN(31, l)) + 32
+    raw = (_nearest_exact(iscale[:, None] * scales) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int32)
+    l6 = np.where(nonzero[:, None], np.clip(raw, -32, 31) + 32, 0).astype(np.uint8)
+    packed = np.zeros((nb, 12), dtype=np.uint8)
+    packed[:, 0:8] = (l6[:, 0:8] & 0x0F) | ((l6[:, 8:16] & 0x0F) << 4)
+    top = (l6 >> 4).reshape(nb, 4, 4)  # [j // 4, j % 4]
+    packed[:, 8:12] = top[:, 0] | (top[:, 1] << 2) | (top[:, 2] << 4) | (top[:, 3] << 6)
+    sc = np.where(nonzero[:, None], l6.astype(np.int32) - 32, 0).astype(F32)
+    dd = _half_value(d)[:, None] * sc
+    xs = x.reshape(nb, 16, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fresh = np.clip(_nearest_exact(xs / dd[..., None]), -4, 3) + 4
+    levels = np.where((dd != 0)[..., None], fresh, _ungroup(levels, nb).reshape(nb, 16, 16)).astype(np.uint8)
+    levels = levels.reshape(nb, QK_K)
+    # hmask[m] bit k: element 32k + m is above 3
+    high = (levels > 3).reshape(nb, 8, 32)
+    out[:, 0:32] = np.bitwise_or.reduce(high.astype(np.uint8) << np.arange(8, dtype=np.uint8)[None, :, None], axis=1)
+    _pack_2bit(np.where(levels > 3, levels - 4, levels), out[:, 32:96])
+    out[:, 96:108] = packed
+    _put_half(out, 108, d)
+
+
+def _q2_k(x, out):
+    """x (nb, 256) -> out (nb, 84): 16 scale bytes (scale | min << 4), 64 2-bit bytes, f16 d, f16 dmin."""
+    nb = x.shape[0]
+    groups = _groups(x, 16)
+    scales, mins, levels = _make_qkx2(groups, np.abs(groups), 3, -0.5, 0.1, 15, True)
+    scales, mins = scales.reshape(nb, 16), mins.reshape(nb, 16)
+    max_scale = _positive_max(scales)
+    max_min = _positive_max(mins)
+    has_scale, has_min = max_scale > 0, max_min > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = _nearest_exact((F32(15) / max_scale)[:, None] * scales) & 0xFF
+        lm = _nearest_exact((F32(15) / max_min)[:, None] * mins)
+    ls = np.where(has_scale[:, None], ls, 0)
+    lm = np.where(has_min[:, None], (lm << 4) & 0xFF, 0)
+    packed = (ls | lm).astype(np.uint8)
+    d = np.where(has_scale, max_scale / F32(15), F32(0))
+    dmin = np.where(has_min, max_min / F32(15), F32(0))
+    levels = _requant_with_min(x.reshape(nb, 16, 16), _ungroup(levels, nb).reshape(nb, 16, 16), d, dmin,
+                               packed & 0x0F, packed >> 4, 3)
+    out[:, 0:16] = packed
+    _pack_2bit(levels.reshape(nb, QK_K), out[:, 16:80])
+    _put_half(out, 80, d)
+    _put_half(out, 82, dmin)
+
+
+# type id -> (values per block, bytes per block, kernel)
+KERNELS = {
+    Q8_0: (32, 34, _q8_0),
+    Q4_0: (32, 18, _q4_0),
+    Q4_1: (32, 20, _q4_1),
+    Q5_0: (32, 22, _q5_0),
+    Q5_1: (32, 24, _q5_1),
+    Q6_K: (QK_K, 210, _q6_k),
+    Q5_K: (QK_K, 176, _q5_k),
+    Q4_K: (QK_K, 144, _q4_k),
+    Q3_K: (QK_K, 110, _q3_k),
+    Q2_K: (QK_K, 84, _q2_k),
+}
+
+
+def default_threads():
+    return max(1, os.cpu_count() or 1)
+
+
+def _run_blocks(kernel, blocks, out, step):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for start in range(0, blocks.shape[0], step):
+            kernel(blocks[start : start + step], out[start : start + step])
+
+
+def _spans(count, parts, multiple=1):
+    """Split range(count) into at most `parts` contiguous spans, boundaries multiples of `multiple`."""
+    parts = max(1, min(parts, -(-count // multiple)))
+    bounds = [min(count, -(-count * k // parts // multiple) * multiple) for k in range(parts + 1)]
+    bounds[-1] = count
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def quantize(values, type_id, threads=None):
+    """Quantize float32 values to ggml `type_id` bytes, byte-identical to ggml's reference quantizer.
+
+    values: float32 array whose last axis (the ggml row, ne[0]) divides into the type's blocks.
+    Returns uint8 of shape (..., row_bytes). F16 and BF16 go through gguf.quants (which matches
+    ggml's conversions); every other type id in KERNELS through the numpy kernels above.
+    """
+    values = np.ascontiguousarray(values, dtype=F32)
+    if type_id in (F16, BF16):
+        from gguf import GGMLQuantizationType, quants
+
+        if type_id == F16:
+            return values.astype(np.float16).view(np.uint8)
+        return quants.quantize(values, GGMLQuantizationType.BF16)
+    block, block_bytes, kernel = KERNELS[type_id]
+    row = values.shape[-1] if values.ndim else 1
+    if row % block:
+        raise ValueError(f"row of {row} values does not divide into blocks of {block}")
+    blocks = values.reshape(-1, block)
+    out = np.empty((blocks.shape[0], block_bytes), dtype=np.uint8)
+    step = max(1, _STEP_VALUES[type_id] // block)
+    threads = threads or default_threads()
+    spans = _spans(blocks.shape[0], threads, step) if blocks.shape[0] > step else [(0, blocks.shape[0])]
+    if len(spans) == 1:
+        _run_blocks(kernel, blocks, out, step)
+    else:
+        with ThreadPoolExecutor(max_workers=len(spans)) as pool:
+            for future in [pool.submit(_run_blocks, kernel, blocks[a:b], out[a:b], step) for a, b in spans]:
+                future.result()
+    return out.reshape(*values.shape[:-1], row // block * block_bytes)
+
+
+_DEQUANTIZABLE = {0: True, 1: True}
+
+
+def can_dequantize(type_id):
+    """Whether gguf can turn ggml `type_id` back into floats (asked once per type, with one zero block)."""
+    if type_id not in _DEQUANTIZABLE:
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+        try:
+            qtype = GGMLQuantizationType(type_id)
+            quants.dequantize(np.zeros((1, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8), qtype)
+            _DEQUANTIZABLE[type_id] = True
+        except (ValueError, KeyError, NotImplementedError):
+            _DEQUANTIZABLE[type_id] = False
+    return _DEQUANTIZABLE[type_id]
+
+
+def dequantize(data, type_id, shape):
+    """ggml bytes of `type_id` -> float32 array of numpy `shape` (reversed ggml shape), via gguf.
+
+    Raises NotImplementedError for a type gguf cannot dequantize.
+    """
+    from gguf import GGMLQuantizationType, quants
+
+    data = np.asarray(data, dtype=np.uint8)
+    if type_id == 0:
+        return data.view(F32).reshape(shape)
+    qtype = GGMLQuantizationType(type_id)
+    if type_id == F16:
+        return data.view(np.float16).astype(F32).reshape(shape)
+    n_rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    return quants.dequantize(data.reshape(n_rows, -1), qtype).reshape(shape)
