@@ -13,9 +13,10 @@
 # Environment: VRAM (default 32G), CTX (default: the model's training context), RAM (optional host RAM),
 #              MOETOOLS (default: moetools), OUT (default: the model's folder).
 #
-# Steps whose command is not installed (quantize and trace-tail ship separately) are skipped with a
-# message, so the script runs with whichever of the tools exist. Note: on the built-in example, which
-# is a header-only sparse file, quantize writes real resident GGUFs (several GiB per tier).
+# Rerunnable: tiers already in device-fit/<stem>/ are reused (delete the folder to rebuild them).
+# Note: on the built-in example, which is a header-only sparse file, quantize reads holes and writes
+# real resident GGUFs (several GiB per tier, minutes of work); try a real model or one of
+# ../shared/models first.
 set -eu
 
 MODEL=${1:-examples/out/kimi-k3/kimi-k3-00001-of-00014.gguf}
@@ -41,9 +42,11 @@ set -- --vram "$VRAM"
 [ -n "${CTX:-}" ] && set -- "$@" --ctx "$CTX"
 [ -n "${RAM:-}" ] && set -- "$@" --ram "$RAM"
 
-if has quantize; then
+if ls "$TIERS"/*.resident.json >/dev/null 2>&1; then
+    say "resident tiers: reusing $TIERS"
+elif has quantize; then
     say "resident tiers: $MOETOOLS quantize $MODEL --resident-only --type q4_0,q8_0"
-    $MOETOOLS quantize "$MODEL" --resident-only --type q4_0,q8_0 >&2
+    $MOETOOLS quantize "$MODEL" --resident-only --type q4_0,q8_0 --json > /dev/null
 else
     say "skipped resident tiers: '$MOETOOLS quantize' is not installed"
 fi

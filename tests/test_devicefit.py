@@ -303,6 +303,14 @@ def test_emit_llama_and_env(k3, preset_model, tmp_path):
     assert lines[4].startswith("# then: llama-server -m ")
 
 
+def test_emit_llama_when_every_expert_fits_after_a_dense_block(tiny_models):
+    """deepseek2's block 0 is dense: all MoE layers on the GPU means no --n-cpu-moe and no -ot."""
+    result = run(tiny_models["deepseek2"], "--vram", "8G", "--emit", "llama")
+    assert result.exit_code == 0
+    first = result.stdout.splitlines()[0]
+    assert first.endswith("--fit off") and "--n-cpu-moe" not in first and "-ot" not in result.stdout
+
+
 def test_emit_env_for_an_override(k3, tmp_path):
     facts = facts_of(k3)
     tiers = tmp_path / "tiers"

@@ -512,10 +512,12 @@ def llama_launch(result):
         if layers >= facts.block_count:
             args.append("--cpu-moe")  # not one whole layer of experts fits
             override = "\\.ffn_(up|down|gate|gate_up)_exps=CPU"
-        elif layers:
+        elif any(block < layers for block in facts.moe_layers):
             args += ["--n-cpu-moe", str(layers)]
             cpu = [block for block in facts.moe_layers if block < layers]
             override = "blk\\.(" + "|".join(str(block) for block in cpu) + ")\\.ffn_(up|down|gate|gate_up)_exps=CPU"
+        else:  # every MoE layer's experts fit (the blocks below are dense): nothing stays on the CPU
+            layers = 0
     return {"args": args, "cpu_moe_layers": layers, "gpu_expert_bytes": used, "override_tensor": override,
             "note": "" if result.chosen is native or result.chosen is None else
             f"upstream has no resident override: these flags realise the native division, not {result.chosen.tier.label}"}
