@@ -89,6 +89,31 @@ def _embeddings(spec, p, t):
     spec.add("output.weight", (p["n_embd"], p["vocab"]), t.output)
 
 
+def _gqa_keys(spec, p, n_ff, head=None):
+    """Keys of a grouped-query attention MoE model; `head` writes explicit key/value widths."""
+    spec.meta("{arch}.feed_forward_length", n_ff)
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    if p.get("n_expert"):
+        spec.meta("{arch}.expert_count", p["n_expert"])
+        spec.meta("{arch}.expert_used_count", p["top_k"])
+    if head:
+        spec.meta("{arch}.attention.key_length", head)
+        spec.meta("{arch}.attention.value_length", head)
+
+
+def _gqa_attention(spec, il, p, head, t, bias=False):
+    """attn_q/k/v/output of one block (with biases for gpt-oss)."""
+    n_embd, q, kv = p["n_embd"], p["n_head"] * head, p["n_head_kv"] * head
+    for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
+        spec.add(f"blk.{il}.{name}.weight", (n_embd, rows), t.resident)
+        if bias:
+            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+    spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
+    if bias:
+        spec.add(f"blk.{il}.attn_output.bias", (n_embd,), t.norm)
+
+
 def llama_moe(t=Types(), **p):
     """Mixtral-style experts in the `llama` architecture (also a dense llama with n_expert=0)."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
@@ -96,21 +121,13 @@ def llama_moe(t=Types(), **p):
     spec = ModelSpec("llama", [])
     _common(spec, p)
     head = p["n_embd"] // p["n_head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    _gqa_keys(spec, p, p["n_ff"])
     spec.meta("{arch}.rope.dimension_count", head)
     spec.meta("{arch}.vocab_size", p["vocab"])
-    if p["n_expert"]:
-        spec.meta("{arch}.expert_count", p["n_expert"])
-        spec.meta("{arch}.expert_used_count", p["top_k"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.attn_q.weight", (p["n_embd"], p["n_head"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_k.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_v.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, p["n_embd"]), t.resident)
+        _gqa_attention(spec, il, p, head, t)
         spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
         if p["n_expert"]:
             spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
@@ -126,23 +143,14 @@ def qwen3moe(t=Types(), **p):
     spec = ModelSpec("qwen3moe", [])
     _common(spec, p)
     head = p["head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
+    _gqa_keys(spec, p, p["n_ff"], head)
     spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.attn_q.weight", (p["n_embd"], p["n_head"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_k.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_v.weight", (p["n_embd"], p["n_head_kv"] * head), t.resident)
+        _gqa_attention(spec, il, p, head, t)
         spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
         spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, p["n_embd"]), t.resident)
         spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
         _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
@@ -219,24 +227,14 @@ def gpt_oss(t=Types(), **p):
     spec = ModelSpec("gpt-oss", [])
     _common(spec, p)
     head = p["head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
+    _gqa_keys(spec, p, p["n_ff_exp"], head)
     spec.meta("{arch}.attention.sliding_window", p["swa"])
     spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        n_embd, q, kv = p["n_embd"], p["n_head"] * head, p["n_head_kv"] * head
+        n_embd = p["n_embd"]
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-            spec.add(f"blk.{il}.{name}.weight", (n_embd, rows), t.resident)
-            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
-        spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
-        spec.add(f"blk.{il}.attn_output.bias", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t, bias=True)
         spec.add(f"blk.{il}.attn_sinks.weight", (p["n_head"],), t.norm)
         spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
