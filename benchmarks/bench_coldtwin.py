@@ -23,6 +23,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import drop_cache  # noqa: E402
 
 from moetools.coldtwin.core import check_all  # noqa: E402
 from moetools.coldtwin.hashing import HashCache, Hasher  # noqa: E402
@@ -31,14 +33,6 @@ from moetools.coldtwin.scan import index_cold, scan_hot  # noqa: E402
 MIB = 1024 * 1024
 
 
-def drop_cache(paths):
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def write_files(folder, count, size, seed):
@@ -141,7 +135,7 @@ def main():
             target = os.path.join(cold, os.path.basename(path))
             shutil.copyfile(path, target)
             cold_paths.append(target)
-        drop_cache(cold_paths)
+        drop_cache(*cold_paths)
         everything = paths + cold_paths
         total = 2 * size * args.files
         cache_path = os.path.join(root, "cache", "hashes.json")
@@ -153,12 +147,12 @@ def main():
             for _ in range(3):
                 for chunk in (128 * 1024, MIB, 16 * MIB):
                     if drop:
-                        drop_cache(everything)
+                        drop_cache(*everything)
                     elapsed, got = timed(plain_read, everything, chunk)
                     assert got == total
                     t_read = min(t_read, elapsed)
                 if drop:
-                    drop_cache(everything)
+                    drop_cache(*everything)
                 elapsed, hashed = timed(verify_full, hot, cold, None)
                 assert 2 * hashed == total
                 t_full = min(t_full, elapsed)
@@ -168,7 +162,7 @@ def main():
                   f"(target >= 0.8x)")
 
         print("\n2. second --verify full run with the hash cache vs the first")
-        drop_cache(everything)
+        drop_cache(*everything)
         t_first, _ = timed(verify_full, hot, cold, cache_path)
         t_cached, _ = timed(verify_full, hot, cold, cache_path)
         print(f"   first {t_first:.3f} s, cached {t_cached * 1e3:.2f} ms: {t_first / t_cached:.0f}x faster (target >= 50x)")

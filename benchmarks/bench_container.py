@@ -29,6 +29,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from common import drop_cache  # noqa: E402
 
 from moetools import synth  # noqa: E402
 from moetools.container.reader import ContainerReader  # noqa: E402
@@ -62,14 +65,6 @@ def build_model(folder, n_layer, n_expert, n_embd=2048, n_ff_exp=768):
     return path
 
 
-def drop_cache(path):
-    """Drop a file's clean pages from the page cache (needs no privileges)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 # Runs `moetools ARGS...` and, at exit, reports the process's own peak RSS (VmHWM). getrusage's
