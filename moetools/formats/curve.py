@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from moetools import atomic
 from moetools.errors import FormatError
-from moetools.formats.jsonio import load_json, require
+from moetools.formats.jsonio import display_name, load_json, require
 
 CEILING_POLICIES = ("belady",)  # offline optimum: a ceiling, never a prediction
 
@@ -81,4 +81,4 @@ def parse_curve(doc, path="<curve>"):
 
 def read_curve(path):
     """Read a coverage curve from `path` (`-` for stdin)."""
-    return parse_curve(load_json(path, "coverage curve"), path)
+    return parse_curve(load_json(path, "coverage curve"), display_name(path))

@@ -6,6 +6,11 @@ import sys
 from moetools.errors import FormatError
 
 
+def display_name(path):
+    """How an input is named in messages: `<stdin>` for `-`."""
+    return "<stdin>" if str(path) == "-" else str(path)
+
+
 def load_json(path, what):
     """Parse the JSON document at `path` (`-` reads stdin). Raises FormatError naming the file."""
     try:
