@@ -191,6 +191,93 @@ def test_belady_is_the_ceiling_of_demand_policies():
     assert (np.diff(opt) >= 0).all()
 
 
+
+def _belady_hit_flags(seq, capacity):
+    """Per-request hits of MIN at one capacity (every miss admitted, farthest next use evicted)."""
+    nxt = curves.next_use(seq).tolist()
+    cache = {}
+    flags = []
+    for t, x in enumerate(np.asarray(seq).tolist()):
+        flags.append(x in cache)
+        if x not in cache and len(cache) >= capacity:
+            del cache[max(cache, key=cache.get)]
+        cache[x] = nxt[t]
+    return np.asarray(flags)
+
+
+def _mattson_reference(seq, keys):
+    """Mattson's priority stack step by step on a Python list: the slow, obvious reference."""
+    stack = []  # [(key, item)], top first
+    dist = []
+    for x, key in zip(np.asarray(seq).tolist(), np.asarray(keys).tolist()):
+        depth = next((i for i, (_, y) in enumerate(stack) if y == x), None)
+        dist.append(curves.COLD if depth is None else depth + 1)
+        if depth is None:
+            stack.append(None)
+            depth = len(stack) - 1
+        if depth > 0:
+            carry = stack[0]
+            for i in range(1, depth):
+                if stack[i][0] > carry[0]:  # the larger key (evicted sooner) travels down
+                    carry, stack[i] = stack[i], carry
+            stack[depth] = carry
+        stack[0] = (key, x)
+    return np.asarray(dist, dtype=np.int64)
+
+
+def _skewed_tokens(rng, n_tokens, items, per_token, zipf, repeats):
+    """Requests grouped in tokens of Zipf-drawn items; `repeats` keeps repeated items inside a token."""
+    out = []
+    for _ in range(n_tokens):
+        draw = (rng.zipf(zipf, per_token) - 1) % items
+        out.append(draw if repeats else np.unique(draw))
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_min_distances_match_belady_per_request(seed):
+    # the fast priority stack against per-request MIN hits: dist <= C exactly where MIN hits at C
+    rng = np.random.default_rng(100 + seed)
+    cases = [rng.integers(0, int(rng.integers(1, 50)), int(rng.integers(1, 300))) for _ in range(6)]
+    cases += [_skewed_tokens(rng, int(rng.integers(5, 40)), int(rng.integers(3, 120)), int(rng.integers(1, 12)),
+                             float(rng.uniform(1.05, 2.5)), repeats) for repeats in (True, False)]
+    for raw in cases:
+        ids, distinct = curves.dense_ids(raw)
+        dist = curves.opt_stack_distances(ids)
+        assert dist.tolist() == _mattson_reference(ids, curves.next_use(ids)).tolist()
+        for cap in sorted({1, 2, 3, distinct // 3 + 1, distinct // 2 + 1, distinct, distinct + 1}):
+            assert ((dist <= cap) == _belady_hit_flags(ids, cap)).all(), cap
+            assert int((dist <= cap).sum()) == curves.belady_replay(ids, cap)
+
+
+def test_lfu_distances_match_the_stack_reference():
+    rng = np.random.default_rng(9)
+    for _ in range(20):
+        ids, _ = curves.dense_ids(_skewed_tokens(rng, 30, 80, 10, 1.3, True))
+        keys = curves.lfu_evict_keys(ids)
+        assert curves.lfu_stack_distances(ids).tolist() == _mattson_reference(ids, keys).tolist()
+
+
+def test_min_distances_on_a_deep_stack_take_the_many_records_path():
+    # cold misses deep in a stack of increasing keys: long record chains (the fancy-indexing path)
+    rng = np.random.default_rng(4)
+    raw = np.concatenate([np.arange(200), rng.permutation(200), rng.integers(0, 200, 400), np.arange(200)[::-1]])
+    ids, distinct = curves.dense_ids(raw)
+    dist = curves.opt_stack_distances(ids)
+    assert dist.tolist() == _mattson_reference(ids, curves.next_use(ids)).tolist()
+    caps = [1, 2, 7, 50, 150, 199, 200]
+    assert curves.hits_at(dist, caps).tolist() == [curves.belady_replay(ids, c) for c in caps]
+
+
+@pytest.mark.parametrize("few", [1, 3, 10**9])
+def test_priority_stack_move_paths_agree(monkeypatch, few):
+    # scalar-write moves and fancy-indexing moves must give the same stack
+    monkeypatch.setattr(curves, "_FEW_RECORDS", few)
+    rng = np.random.default_rng(12)
+    for _ in range(15):
+        ids, _ = curves.dense_ids(_skewed_tokens(rng, 25, 150, 14, 1.2, True))
+        assert curves.opt_stack_distances(ids).tolist() == _mattson_reference(ids, curves.next_use(ids)).tolist()
+
 # --- scored policies -------------------------------------------------------------------------------
 
 
