@@ -19,7 +19,6 @@ from collections import OrderedDict
 import numpy as np
 
 COLD = np.iinfo(np.int64).max  # distance of a first request: a miss at every capacity
-_CHUNK = 256  # bounds the m x m comparison inside one chunk
 _FEW_RECORDS = 8  # below this many records a priority-stack move is cheaper as scalar writes
 
 
@@ -37,11 +36,23 @@ def dense_ids(values):
 def previous_use(seq):
     """prev[t] = index of the previous request of seq[t], or -1. int64 (n,)."""
     seq = np.asarray(seq)
-    order = np.argsort(seq, kind="stable")
+    order = np.argsort(_narrow(seq), kind="stable")
     prev = np.full(len(seq), -1, dtype=np.int64)
     same = seq[order[1:]] == seq[order[:-1]]
     prev[order[1:][same]] = order[:-1][same]
     return prev
+
+
+def _narrow(seq):
+    """`seq` (non-negative ids) in the narrowest unsigned dtype: a stable argsort of 16-bit keys is
+    a radix sort, several times faster than the merge sort numpy uses for wider ones."""
+    if len(seq) == 0 or not np.issubdtype(seq.dtype, np.integer) or seq.min() < 0:
+        return seq
+    top = int(seq.max())
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return seq.astype(dtype)
+    return seq
 
 
 def next_use(seq):
@@ -55,64 +66,95 @@ def next_use(seq):
     return nxt
 
 
-def distinct_runs(seq, prev=None):
-    """Start offsets of maximal runs of pairwise-distinct requests, at most _CHUNK long.
+def _earlier_greater(values, bits):
+    """out[i] = #{j < i in the same aligned block of 2**bits : values[j] > values[i]}. int64 (n,).
 
-    A token's requests are distinct (one per (layer, expert)), so callers that know token
-    boundaries pass those instead; this is the general fallback."""
-    if prev is None:
-        prev = previous_use(seq)
-    starts = [0]
-    start = 0
-    for t, p in enumerate(prev.tolist()):
-        if t - start >= _CHUNK or p >= start and t > start:
-            starts.append(t)
-            start = t
-    return np.asarray(starts, dtype=np.int64)
+    `values`: int64 (n,), >= -1; ties never count. Each block is ranked once (one row sort),
+    then its rank bits are split from the top down, as an MSD radix sort does: at each level
+    every group of equal higher bits is stably split into its lower half then its upper half,
+    and a lower-half element gains the number of upper-half elements before it in the group.
+    A pair is counted exactly once, at the highest bit where their ranks differ. Groups are
+    aligned and exactly half full on each side (ranks are a permutation of the block), so a
+    level is a few whole-array numpy passes with no per-group work: O(n * bits)."""
+    size = 1 << bits
+    n = len(values)
+    padded = -(-n // size) * size
+    local = np.arange(padded, dtype=np.int64) & (size - 1)
+    # (value + 1, position in block) packed in one int64; padding ranks last, after every request
+    packed = np.full(padded, n + 1, dtype=np.int64)
+    packed[:n] = values + 1
+    packed <<= bits
+    packed |= local
+    packed = np.sort(packed.reshape(-1, size), axis=1).reshape(-1)
+    # where[c*size + r] = position (in the whole array) of the rank-r request of block c
+    where = (packed & (size - 1)) + (np.arange(padded, dtype=np.int64) & ~(size - 1))
+    # one int32 per request: rank << 16 | count so far; one gather moves both
+    cur = np.empty(padded, dtype=np.int32)
+    cur[where] = (local << 16).astype(np.int32)
+    out = np.empty_like(cur)
+    for level in range(bits - 1, -1, -1):
+        half = 1 << level
+        upper = (cur & (1 << (16 + level))).astype(bool)
+        lower_at = np.flatnonzero(~upper)
+        # the k-th lower element of a group at offset q in it has q - k upper elements before it
+        lower = cur[lower_at].reshape(-1, half)
+        lower += (lower_at.reshape(-1, half) & (2 * half - 1)).astype(np.int32)
+        lower -= np.arange(half, dtype=np.int32)
+        split = out.reshape(-1, 2, half)
+        split[:, 0, :] = lower
+        split[:, 1, :] = cur[upper].reshape(-1, half)
+        cur, out = out, cur
+    # fully split: slot c*size + r holds the request of rank r in block c
+    counts = np.empty(padded, dtype=np.int64)
+    counts[where] = cur & 0xFFFF
+    return counts[:n]
 
 
-def _split_long(starts, n):
-    """Cut runs longer than _CHUNK into equal parts (the in-run work grows with the square)."""
-    bounds = np.append(np.asarray(starts, dtype=np.int64), n)
-    out = []
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        parts = -(-(b - a) // _CHUNK)
-        out.extend(a + (b - a) * k // parts for k in range(parts))
-    return np.asarray(out, dtype=np.int64)
+_BLOCK_BITS = 13  # blocks of 8,192 requests: 13 split levels; the live set is rebuilt per block
 
 
 def lru_stack_distances(seq, starts=None):
     """LRU stack distance of every request (1 = hits in a 1-slot cache; COLD for first requests).
 
-    `seq`: dense ids int (n,). `starts`: offsets where runs of pairwise-distinct requests begin
-    (token boundaries); computed when None. Works chunk by chunk: inside a run of distinct
-    requests the distinct count since the previous use is (live last-use times after it, as of
-    the run's start) - (earlier requests of this run whose own previous use is later) + (its
-    position in the run). Cost O(n log D + n * chunk) in numpy."""
+    `seq`: dense ids int (n,). `starts` (token boundaries) is accepted for compatibility and not
+    needed. With p = prev[t] the previous request of the same item, the distance is 1 + the
+    distinct items requested in (p, t). Each of them is requested there first at some j with
+    prev[j] < p and every other j in (p, t) has prev[j] > p (prev[j] = p only at t), and no
+    j <= p has prev[j] > p, so distance = (t - p) - #{j < t : prev[j] > p}. The trace is cut
+    into aligned blocks; for t in the block starting at s the count splits into j >= s, counted
+    inside blocks for every request at once (`_earlier_greater`), and j < s, which (for p < s)
+    is (s - 1 - p) - #{last-use times as of s that are > p}, read off the sorted live last-use
+    times kept from block to block. Together:
+        distance = t - max(p, s - 1) + (live times after p, as of s) - #{s <= j < t : prev[j] > p}.
+    Cost O(n * 13) whole-array numpy work plus O(D) per 8,192 requests."""
     seq = np.asarray(seq, dtype=np.int64)
     n = len(seq)
-    dist = np.full(n, COLD, dtype=np.int64)
     if n == 0:
-        return dist
+        return np.full(0, COLD, dtype=np.int64)
+    bits = min(_BLOCK_BITS, max(1, (n - 1).bit_length()))
+    size = 1 << bits
     prev = previous_use(seq)
-    starts = distinct_runs(seq, prev) if starts is None else _split_long(starts, n)
-    bounds = np.append(starts, n)
-    live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen so far
-    lower = np.tri(_CHUNK, _CHUNK, -1, dtype=bool)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        if b <= a:
-            continue
-        p = prev[a:b]
-        m = b - a
-        seen = p >= 0
-        after = len(live) - np.searchsorted(live, p, side="right")
-        later = ((p[None, :] > p[:, None]) & lower[:m, :m]).sum(axis=1)
-        depth = after - later + np.arange(m) + 1
-        dist[a:b] = np.where(seen, depth, COLD)
+    distance = np.arange(n, dtype=np.int64)
+    distance -= np.maximum(prev, (distance & ~(size - 1)) - 1)
+    distance -= _earlier_greater(prev, bits)
+    last_in_block = np.ones(n, dtype=bool)  # no later request of the item in the same block
+    again = np.flatnonzero(prev >= 0)
+    same_block = (prev[again] >> bits) == (again >> bits)
+    last_in_block[prev[again][same_block]] = False
+    live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen before the block
+    rank = np.zeros(n, dtype=np.int64)  # rank[time] = index of `time` in `live` (for live times)
+    for s in range(0, n, size):
+        e = min(n, s + size)
+        p = prev[s:e]
+        old = np.flatnonzero((p >= 0) & (p < s))  # previous use before the block: live as of s
+        index = rank[p[old]]
+        distance[s + old] += len(live) - 1 - index  # live times after p
         keep = np.ones(len(live), dtype=bool)
-        keep[np.searchsorted(live, p[seen])] = False  # these items' last use moves into this run
-        live = np.concatenate((live[keep], np.arange(a, b, dtype=np.int64)))
-    return dist
+        keep[index] = False  # these items' last use moves into this block
+        live = np.concatenate((live[keep], s + np.flatnonzero(last_in_block[s:e])))
+        rank[live] = np.arange(len(live))
+    distance[prev < 0] = COLD
+    return distance
 
 
 def priority_stack_distances(seq, evict_key, tick=None):
