@@ -36,10 +36,18 @@ def dense_ids(values):
 def previous_use(seq):
     """prev[t] = index of the previous request of seq[t], or -1. int64 (n,)."""
     seq = np.asarray(seq)
-    order = np.argsort(_narrow(seq), kind="stable")
-    prev = np.full(len(seq), -1, dtype=np.int64)
-    same = seq[order[1:]] == seq[order[:-1]]
-    prev[order[1:][same]] = order[:-1][same]
+    prev = np.empty(len(seq), dtype=np.int64)
+    if len(seq) == 0:
+        return prev
+    narrow = _narrow(seq)
+    order = np.argsort(narrow, kind="stable")
+    ordered = narrow[order]
+    # arithmetic rather than np.where / boolean masks: these are the slow numpy calls here
+    before = order[:-1] + 1
+    before *= ordered[1:] == ordered[:-1]
+    before -= 1
+    prev[order[0]] = -1
+    prev[order[1:]] = before
     return prev
 
 
@@ -67,47 +75,47 @@ def next_use(seq):
 
 
 def _earlier_greater(values, bits):
-    """out[i] = #{j < i in the same aligned block of 2**bits : values[j] > values[i]}. int64 (n,).
+    """out[i] = #{j < i in the same aligned block of 2**bits : values[j] > values[i]}. int32 (n,).
 
-    `values`: int64 (n,), >= -1; ties never count. Each block is ranked once (one row sort),
-    then its rank bits are split from the top down, as an MSD radix sort does: at each level
-    every group of equal higher bits is stably split into its lower half then its upper half,
-    and a lower-half element gains the number of upper-half elements before it in the group.
-    A pair is counted exactly once, at the highest bit where their ranks differ. Groups are
-    aligned and exactly half full on each side (ranks are a permutation of the block), so a
-    level is a few whole-array numpy passes with no per-group work: O(n * bits)."""
+    `values`: int64 (n,), >= -1; ties never count. Each block is sorted by value once (one row
+    sort), then the requests, in that order, are split by the bits of their position in the block
+    from the top down, as an MSD radix sort does: at each level every group of equal higher
+    position bits is stably split into its earlier half then its later half, and a later-half
+    request gains the number of earlier-half requests after it in value order (larger values,
+    earlier position). A pair is counted exactly once, at the highest bit where their positions
+    differ. Groups are aligned and exactly half full on each side (the positions of a block are
+    a permutation), so a level is a few whole-array numpy passes with no per-group work, and the
+    last level leaves every request at its own position: O(n * bits), no scatter."""
     size = 1 << bits
     n = len(values)
     padded = -(-n // size) * size
-    local = np.arange(padded, dtype=np.int64) & (size - 1)
-    # (value + 1, position in block) packed in one int64; padding ranks last, after every request
-    packed = np.full(padded, n + 1, dtype=np.int64)
-    packed[:n] = values + 1
+    # (value + 1, position in block) packed in one int64; padding sorts last, after every request
+    packed = np.empty(padded, dtype=np.int64)
+    np.add(values, 1, out=packed[:n])
+    packed[n:] = n + 1
     packed <<= bits
-    packed |= local
-    packed = np.sort(packed.reshape(-1, size), axis=1).reshape(-1)
-    # where[c*size + r] = position (in the whole array) of the rank-r request of block c
-    where = (packed & (size - 1)) + (np.arange(padded, dtype=np.int64) & ~(size - 1))
-    # one int32 per request: rank << 16 | count so far; one gather moves both
-    cur = np.empty(padded, dtype=np.int32)
-    cur[where] = (local << 16).astype(np.int32)
+    packed.reshape(-1, size)[...] |= np.arange(size, dtype=np.int64)
+    packed.reshape(-1, size).sort(axis=1)
+    # one int32 per request: position in block << 16 | count so far; one move carries both
+    cur = packed.astype(np.int32)
+    cur &= size - 1
+    cur <<= 16
     out = np.empty_like(cur)
     for level in range(bits - 1, -1, -1):
         half = 1 << level
-        upper = (cur & (1 << (16 + level))).astype(bool)
-        lower_at = np.flatnonzero(~upper)
-        # the k-th lower element of a group at offset q in it has q - k upper elements before it
-        lower = cur[lower_at].reshape(-1, half)
-        lower += (lower_at.reshape(-1, half) & (2 * half - 1)).astype(np.int32)
-        lower -= np.arange(half, dtype=np.int32)
+        later = (cur & (1 << (16 + level))).astype(bool)
+        later_at = np.flatnonzero(later)
+        # the k-th later-half request of a group, at offset q in it, has q - k earlier-half
+        # requests before it, so half - (q - k) after it
+        moved = cur[later_at].reshape(-1, half)
+        np.subtract(moved, later_at.reshape(-1, half) & (2 * half - 1), out=moved, casting="unsafe")
+        moved += np.arange(half, 2 * half, dtype=np.int32)
         split = out.reshape(-1, 2, half)
-        split[:, 0, :] = lower
-        split[:, 1, :] = np.compress(upper, cur).reshape(-1, half)  # 5x faster than cur[upper]
+        split[:, 1, :] = moved
+        split[:, 0, :] = np.compress(~later, cur).reshape(-1, half)  # 5x faster than cur[~later]
         cur, out = out, cur
-    # fully split: slot c*size + r holds the request of rank r in block c
-    counts = np.empty(padded, dtype=np.int64)
-    counts[where] = cur & 0xFFFF
-    return counts[:n]
+    cur &= 0xFFFF
+    return cur[:n]
 
 
 _BLOCK_BITS = 13  # blocks of 8,192 requests: 13 split levels; the live set is rebuilt per block
@@ -135,25 +143,32 @@ def lru_stack_distances(seq, starts=None):
     size = 1 << bits
     prev = previous_use(seq)
     distance = np.arange(n, dtype=np.int64)
-    distance -= np.maximum(prev, (distance & ~(size - 1)) - 1)
+    block_start = distance & ~(size - 1)
+    inside = prev >= block_start  # previous use in the same block
+    distance -= np.maximum(prev, block_start - 1)
     distance -= _earlier_greater(prev, bits)
     last_in_block = np.ones(n, dtype=bool)  # no later request of the item in the same block
-    again = np.flatnonzero(prev >= 0)
-    same_block = (prev[again] >> bits) == (again >> bits)
-    last_in_block[prev[again][same_block]] = False
+    last_in_block[np.compress(inside, prev)] = False
+    fresh = np.flatnonzero(last_in_block)  # the live times each block adds
+    cross = np.flatnonzero((prev >= 0) & ~inside)  # previous use before the block: live as of s
+    cross_prev = prev[cross]
+    starts = np.arange(0, n + size, size)
+    cross_at = np.searchsorted(cross, starts).tolist()
+    fresh_at = np.searchsorted(fresh, starts).tolist()
+    after = np.empty(len(cross), dtype=np.int64)
     live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen before the block
     rank = np.zeros(n, dtype=np.int64)  # rank[time] = index of `time` in `live` (for live times)
-    for s in range(0, n, size):
-        e = min(n, s + size)
-        p = prev[s:e]
-        old = np.flatnonzero((p >= 0) & (p < s))  # previous use before the block: live as of s
-        index = rank[p[old]]
-        distance[s + old] += len(live) - 1 - index  # live times after p
+    count = np.arange(n, dtype=np.int64)
+    for k in range(len(starts) - 1):
+        lo, hi = cross_at[k], cross_at[k + 1]
+        index = rank[cross_prev[lo:hi]]
+        after[lo:hi] = len(live) - 1 - index  # live times after p
         keep = np.ones(len(live), dtype=bool)
         keep[index] = False  # these items' last use moves into this block
-        live = np.concatenate((live[keep], s + np.flatnonzero(last_in_block[s:e])))
-        rank[live] = np.arange(len(live))
-    distance[prev < 0] = COLD
+        live = np.concatenate((np.compress(keep, live), fresh[fresh_at[k] : fresh_at[k + 1]]))
+        rank[live] = count[: len(live)]
+    distance[cross] += after
+    np.putmask(distance, prev < 0, COLD)
     return distance
 
 
