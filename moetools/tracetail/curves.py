@@ -146,20 +146,21 @@ def lru_stack_distances(seq, starts=None):
     block_start = distance & ~(size - 1)
     inside = prev >= block_start  # previous use in the same block
     distance -= np.maximum(prev, block_start - 1)
+    del block_start
     distance -= _earlier_greater(prev, bits)
     last_in_block = np.ones(n, dtype=bool)  # no later request of the item in the same block
     last_in_block[np.compress(inside, prev)] = False
     fresh = np.flatnonzero(last_in_block)  # the live times each block adds
     cross = np.flatnonzero((prev >= 0) & ~inside)  # previous use before the block: live as of s
     cross_prev = prev[cross]
-    starts = np.arange(0, n + size, size)
-    cross_at = np.searchsorted(cross, starts).tolist()
-    fresh_at = np.searchsorted(fresh, starts).tolist()
+    bounds = np.arange(0, n + size, size)
+    cross_at = np.searchsorted(cross, bounds).tolist()
+    fresh_at = np.searchsorted(fresh, bounds).tolist()
     after = np.empty(len(cross), dtype=np.int64)
     live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen before the block
     rank = np.zeros(n, dtype=np.int64)  # rank[time] = index of `time` in `live` (for live times)
-    count = np.arange(n, dtype=np.int64)
-    for k in range(len(starts) - 1):
+    count = np.arange(n - len(cross) - np.count_nonzero(inside), dtype=np.int64)  # distinct items
+    for k in range(len(bounds) - 1):
         lo, hi = cross_at[k], cross_at[k + 1]
         index = rank[cross_prev[lo:hi]]
         after[lo:hi] = len(live) - 1 - index  # live times after p
