@@ -39,7 +39,8 @@ def test_earlier_greater_matches_brute_force(bits):
 @pytest.mark.parametrize("bits", [1, 2, 3, 4, 13])
 def test_lru_distances_match_an_explicit_stack_across_blocks(monkeypatch, bits):
     # small blocks put reuses inside one block, across neighbours and across many blocks
-    monkeypatch.setattr(curves, "_BLOCK_BITS", bits)
+    monkeypatch.setattr(curves, "_MIN_BLOCK_BITS", bits)
+    monkeypatch.setattr(curves, "_MAX_BLOCK_BITS", bits)
     rng = np.random.default_rng(100 + bits)
     for _ in range(30):
         n, d = int(rng.integers(1, 160)), int(rng.integers(1, 25))
@@ -51,7 +52,7 @@ def test_lru_distances_on_a_skewed_trace_over_several_default_blocks():
     # > 3 blocks of 8,192 requests at the default size; Zipf-skewed, so short and very long reuses
     rng = np.random.default_rng(9)
     ids, distinct = curves.dense_ids((rng.zipf(1.2, 30_000) - 1) % 400)
-    assert len(ids) > 3 * (1 << curves._BLOCK_BITS)
+    assert len(ids) > 3 * (1 << curves._MIN_BLOCK_BITS)
     dist = curves.lru_stack_distances(ids)
     assert dist.tolist() == _lru_stack_reference(ids)
     # token starts are accepted and change nothing

@@ -118,7 +118,11 @@ def _earlier_greater(values, bits):
     return cur[:n]
 
 
-_BLOCK_BITS = 13  # blocks of 8,192 requests: 13 split levels; the live set is rebuilt per block
+# Blocks of 2**bits requests: `bits` split levels per request, and the live set (one entry per
+# distinct item) is rebuilt once per block, so blocks grow with the distinct count: about as many
+# requests as distinct items, at least 8,192, at most 32,768 (positions << 16 must fit an int32).
+_MIN_BLOCK_BITS = 13
+_MAX_BLOCK_BITS = 15
 
 
 def lru_stack_distances(seq, starts=None):
@@ -134,14 +138,16 @@ def lru_stack_distances(seq, starts=None):
     is (s - 1 - p) - #{last-use times as of s that are > p}, read off the sorted live last-use
     times kept from block to block. Together:
         distance = t - max(p, s - 1) + (live times after p, as of s) - #{s <= j < t : prev[j] > p}.
-    Cost O(n * 13) whole-array numpy work plus O(D) per 8,192 requests."""
+    Cost O(n * bits) whole-array numpy work plus O(D) per block of 2**bits requests."""
     seq = np.asarray(seq, dtype=np.int64)
     n = len(seq)
     if n == 0:
         return np.full(0, COLD, dtype=np.int64)
-    bits = min(_BLOCK_BITS, max(1, (n - 1).bit_length()))
-    size = 1 << bits
     prev = previous_use(seq)
+    distinct = n - int(np.count_nonzero(prev >= 0))
+    bits = min(max(_MIN_BLOCK_BITS, distinct.bit_length()), _MAX_BLOCK_BITS)
+    bits = min(bits, max(1, (n - 1).bit_length()))  # a short trace is one block
+    size = 1 << bits
     distance = np.arange(n, dtype=np.int64)
     block_start = distance & ~(size - 1)
     inside = prev >= block_start  # previous use in the same block
@@ -159,7 +165,7 @@ def lru_stack_distances(seq, starts=None):
     after = np.empty(len(cross), dtype=np.int64)
     live = np.zeros(0, dtype=np.int64)  # sorted last-use times of every item seen before the block
     rank = np.zeros(n, dtype=np.int64)  # rank[time] = index of `time` in `live` (for live times)
-    count = np.arange(n - len(cross) - np.count_nonzero(inside), dtype=np.int64)  # distinct items
+    count = np.arange(distinct, dtype=np.int64)
     for k in range(len(bounds) - 1):
         lo, hi = cross_at[k], cross_at[k + 1]
         index = rank[cross_prev[lo:hi]]
