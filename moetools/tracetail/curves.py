@@ -108,7 +108,9 @@ def _earlier_greater(values, bits):
         # the k-th later-half request of a group, at offset q in it, has q - k earlier-half
         # requests before it, so half - (q - k) after it
         moved = cur[later_at].reshape(-1, half)
-        np.subtract(moved, later_at.reshape(-1, half) & (2 * half - 1), out=moved, casting="unsafe")
+        offset = later_at.astype(np.int32).reshape(-1, half)  # mixed-dtype arithmetic is slower
+        offset &= 2 * half - 1
+        moved -= offset
         moved += np.arange(half, 2 * half, dtype=np.int32)
         split = out.reshape(-1, 2, half)
         split[:, 1, :] = moved
