@@ -68,9 +68,13 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attribute = target.split(":")
-        if not _module_exists(module_name):
-            return None
-        return getattr(importlib.import_module(module_name), attribute)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name and (module_name + ".").startswith(err.name + "."):  # the command module is absent
+                return None
+            raise
+        return getattr(module, attribute)
 
     def invoke(self, ctx):
         try:

@@ -26,13 +26,9 @@ def want_json(json_flag):
     return bool(json_flag) or not sys.stdout.isatty()
 
 
-def dumps(doc):
-    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
-
-
 def print_json(doc, stream=None):
     stream = stream or sys.stdout
-    stream.write(dumps(doc))
+    stream.write(json.dumps(doc, indent=2, allow_nan=False))
     stream.write("\n")
     stream.flush()
 

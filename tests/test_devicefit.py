@@ -460,3 +460,22 @@ def test_context_below_min_ctx_is_said(tiny_models):
     doc = run_json(tiny_models["qwen3moe"], "--vram", "4G", "--ctx", 1000)
     assert doc["context"] == 1000 and doc["kv"][0]["cells"] == 1024
     assert "context 1000 (as asked) is below --min-ctx 4096" in doc["notes"]
+
+
+def test_manifest_fields_of_the_wrong_type_are_skipped_with_a_warning(tiny_models, tmp_path):
+    """A hand-edited manifest with a number where a file name belongs is skipped, never a traceback."""
+    import shutil
+
+    model = tmp_path / "m.gguf"
+    shutil.copy(tiny_models["qwen3moe"], model)
+    tiers = tmp_path / "tiers"
+    tiers.mkdir()
+    (tiers / "m-q4_0.resident.json").write_text('{"resident_only": 1, "tier_label": "q4_0", "resident_bytes": 1000, "gguf": 5}')
+    result = run(model, "--vram", "8G", "--tiers", tiers)
+    assert result.exit_code == 0 and "skipping tier manifest" in result.stderr and "gguf" in result.stderr
+
+
+def test_non_finite_observations_are_refused(tiny_models):
+    line = '{"tier": "native", "tok_s": Infinity, "tokens": 100}\n'
+    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--observations", "-", input=line)
+    assert result.exit_code == 2 and "Infinity is not a JSON number" in result.stderr and "Traceback" not in result.stderr

@@ -10,13 +10,12 @@ resident weights, KV cache and the hot-expert cache, how fast it will decode, an
 import os
 import re
 import shlex
-import sys
 
 import click
 
 from moetools.devicefit import core
 from moetools.devicefit.kv import CACHE_TYPES, KVSettings
-from moetools.errors import FormatError, UsageError
+from moetools.errors import UsageError
 from moetools.output import Table, render, warn
 from moetools.sizes import format_size, parse_size
 
@@ -47,17 +46,6 @@ def _size_option(name, text):
         return parse_size(text)
     except UsageError as err:
         raise UsageError(f"{name}: {err}") from None
-
-
-def _read_text(path):
-    """A text input file, `-` for stdin; undecodable text is a FormatError naming the file."""
-    try:
-        if path == "-":
-            return sys.stdin.read()
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except UnicodeDecodeError:
-        raise FormatError("<stdin>" if path == "-" else path, "observations are not UTF-8 text") from None
 
 
 def _cell_summary(doc):
@@ -208,8 +196,9 @@ def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch
     warnings += coverage_warnings
     observations = []
     if observations_path:
-        observations = core.parse_observations(_read_text(observations_path),
-                                               "<stdin>" if observations_path == "-" else observations_path)
+        from moetools.formats.jsonio import display_name, read_text
+
+        observations = core.parse_observations(read_text(observations_path, "observations"), display_name(observations_path))
     result = core.fit(facts, tiers, options, coverage, observations)
     launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, plan_path or "")}
     doc = core.to_doc(result, launch)

@@ -5,14 +5,14 @@ Pure functions over plain data (`ModelFacts`, `Tier`, `FitOptions`); reads only 
 is given through moetools.formats. Sizes are bytes, speeds tokens/s, times seconds.
 """
 
-import json
 import os
 
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import FormatError, GGUFError, UsageError
+from moetools.formats.jsonio import loads
 from moetools.gguf.constants import Keys
-from moetools.gguf.model import expert_tensor_kind, model_stem
+from moetools.gguf.model import model_stem
 
 GIB = 1024**3
 MIN_RESERVE = 2 * GIB
@@ -54,22 +54,17 @@ def model_facts(model):
     """ModelFacts of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
     shape = kvmod.kv_shape(model)
     per_expert = model.expert_bytes_by_layer
-    layer_bytes = {}
-    for tensor in model.expert_tensors:
-        block, _ = expert_tensor_kind(tensor.name)
-        layer_bytes[block] = layer_bytes.get(block, 0) + tensor.n_bytes
+    # the reader checked every expert tensor holds expert_count experts, so a layer's bytes are exact
+    layer_bytes = {block: value * model.expert_count for block, value in per_expert.items()}
     moe_layers = sorted(per_expert)
     experts_per_token = 0
     if moe_layers:
-        key = model.key(Keys.EXPERT_USED_COUNT)
-        if key not in model.metadata:
-            raise GGUFError(model.path, "missing metadata key needed for experts per token", key=key)
-        top_k = model.layer_values(Keys.EXPERT_USED_COUNT)
+        top_k = model.layer_values(Keys.EXPERT_USED_COUNT, required_for="experts per token")
         for block in moe_layers:
-            value = top_k[block]
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise GGUFError(model.path, f"top-k {value!r} of layer {block} is not a positive count", key=key)
-            experts_per_token += value
+            if top_k[block] == 0:
+                raise GGUFError(model.path, f"top-k 0 of layer {block} is not a positive count",
+                                key=model.key(Keys.EXPERT_USED_COUNT))
+            experts_per_token += top_k[block]
     mean = -(-sum(per_expert.values()) // len(moe_layers)) if moe_layers else 0
     return ModelFacts(
         path=model.path,
@@ -116,7 +111,6 @@ def load_tiers(folder, facts):
     from moetools.formats.resident_manifest import find_manifests, read_manifest
 
     tiers, warnings, seen = [], [], set()
-    model_name = os.path.basename(facts.path)
     for path in find_manifests(folder):
         try:
             manifest = read_manifest(path)
@@ -127,8 +121,8 @@ def load_tiers(folder, facts):
             warnings.append(f"skipping tier manifest {path}: made from another model "
                             f"(source_fingerprint {manifest.source_fingerprint}, this model is {facts.fingerprint})")
             continue
-        if not manifest.source_fingerprint and manifest.source_model and manifest.source_model not in (
-                model_name, model_stem(facts.path)) and model_stem(manifest.source_model) != model_stem(facts.path):
+        if (not manifest.source_fingerprint and manifest.source_model
+                and model_stem(manifest.source_model) != model_stem(facts.path)):
             warnings.append(f"skipping tier manifest {path}: made from another model ({manifest.source_model!r})")
             continue
         if not manifest.source_fingerprint and not manifest.source_model:
@@ -197,16 +191,13 @@ def parse_observations(text, path="<observations>"):
         offset += len(line.encode("utf-8"))
         if not line.strip():
             continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise FormatError(path, f"line {number} is not JSON: {err.msg}", offset=start) from None
+        doc = loads(line, path, f"observation on line {number}")
         if not isinstance(doc, dict):
             raise FormatError(path, f"line {number} is not a JSON object", offset=start)
         tier, tok_s, tokens = doc.get("tier"), doc.get("tok_s"), doc.get("tokens")
         if not isinstance(tier, str) or not tier:
             raise FormatError(path, f"line {number}: 'tier' must be a tier label", offset=start, key="tier")
-        if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not tok_s > 0 or tok_s != tok_s:
+        if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not tok_s > 0:
             raise FormatError(path, f"line {number}: 'tok_s' must be a positive number", offset=start, key="tok_s")
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise FormatError(path, f"line {number}: 'tokens' must be a whole number", offset=start, key="tokens")

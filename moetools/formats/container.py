@@ -13,7 +13,6 @@ The only module that reads or writes the container's on-disk layout (DESIGN sect
   u64 xxh3-64 per record, over the whole record including header and padding.
 """
 
-import json
 import os
 import struct
 from dataclasses import dataclass, field
@@ -245,7 +244,7 @@ class ContainerManifest:
 
 def write_manifest(folder, manifest):
     """Write `manifest.json` atomically (the encoder writes it last, once every bank is complete)."""
-    atomic.write_bytes(os.path.join(folder, MANIFEST_NAME), (json.dumps(manifest.to_doc(), indent=2) + "\n").encode())
+    atomic.write_json(os.path.join(folder, MANIFEST_NAME), manifest.to_doc())
 
 
 def manifest_path(folder_or_file):

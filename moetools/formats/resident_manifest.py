@@ -42,6 +42,13 @@ class ResidentManifest:
         return os.path.join(os.path.dirname(self.path), self.gguf) if self.gguf else ""
 
 
+# The optional keys moetools writes, with the JSON type each must have when present.
+_OPTIONAL_FIELDS = {
+    "gguf": str, "source_model": str, "source_fingerprint": str, "tensor_count": int,
+    "bits_per_weight": (int, float), "rmse": (int, float), "max_rel_error": (int, float), "fallbacks": list,
+}
+
+
 def write_manifest(path, manifest, overwrite=True):
     atomic.write_json(path, manifest.to_doc(), overwrite=overwrite)
 
@@ -56,13 +63,10 @@ def read_manifest(path):
     resident_bytes = require(doc, "resident_bytes", int, path, what)
     if resident_bytes <= 0:
         raise FormatError(path, "resident_bytes must be positive", key="resident_bytes")
-    known = {name for name in ResidentManifest.__dataclass_fields__ if name not in ("extra", "path")}
-    fields = {key: doc[key] for key in known if key in doc and key not in ("tier_label", "resident_bytes")}
-    extra = {key: value for key, value in doc.items() if key not in known and key != "resident_only"}
-    try:
-        return ResidentManifest(tier_label=tier, resident_bytes=resident_bytes, extra=extra, path=os.fspath(path), **fields)
-    except TypeError as err:
-        raise FormatError(path, f"invalid {what}: {err}") from None
+    fields = {key: require(doc, key, kind, path, what) for key, kind in _OPTIONAL_FIELDS.items() if key in doc}
+    known = {"resident_only", "tier_label", "resident_bytes", *_OPTIONAL_FIELDS}
+    extra = {key: value for key, value in doc.items() if key not in known}
+    return ResidentManifest(tier_label=tier, resident_bytes=resident_bytes, extra=extra, path=os.fspath(path), **fields)
 
 
 def find_manifests(folder):

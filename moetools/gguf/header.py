@@ -23,6 +23,7 @@ from moetools.gguf.constants import (
     VALUE_ARRAY,
     VALUE_STRING,
     Keys,
+    tensor_nbytes,
     type_name,
 )
 
@@ -200,9 +201,8 @@ def _read_value(cursor, value_type, key):
                 cursor.fail(f"array of {count} strings runs past the end of the file", offset=start, key=key)
             first = cursor.position
             cursor.skip_strings(count, f"array {key}")
-            if count <= 64:
-                return LazyArray(cursor.path, elem_type, count, first, cursor.position).load(), (VALUE_ARRAY, elem_type)
-            return LazyArray(cursor.path, elem_type, count, first, cursor.position), (VALUE_ARRAY, elem_type)
+            strings = LazyArray(cursor.path, elem_type, count, first, cursor.position)
+            return (strings.load() if count <= 64 else strings), (VALUE_ARRAY, elem_type)
         item_size = _SCALAR_STRUCTS[elem_type].size
         if count > remaining // item_size:
             cursor.fail(f"array of {count} x {item_size}-byte values runs past the end of the file", offset=start, key=key)
@@ -269,18 +269,15 @@ def _parse(path, buffer, size, shard):
         if type_id not in GGML_TYPES:
             cursor.fail(f"tensor {name!r} has unknown ggml type id {type_id}", offset=type_offset)
         relative = cursor.u64(f"data offset of {name}")
-        _, block_size, block_bytes = GGML_TYPES[type_id]
+        block_size = GGML_TYPES[type_id][1]
         if shape[0] % block_size:
             cursor.fail(
                 f"tensor {name!r}: row of {shape[0]} values does not divide into {type_name(type_id)} blocks of {block_size}",
                 offset=info_offset,
             )
-        count = 1
-        for dim in shape:
-            count *= dim
         if relative % alignment:
             cursor.fail(f"tensor {name!r} data offset {relative} is not a multiple of the alignment {alignment}", offset=info_offset)
-        infos.append((name, type_id, shape, count // block_size * block_bytes, relative))
+        infos.append((name, type_id, shape, tensor_nbytes(type_id, shape), relative))
 
     data_offset = -(-cursor.position // alignment) * alignment
     tensors = []

@@ -119,12 +119,6 @@ class Model:
     def get(self, template, default=None):
         return self.metadata.get(self.key(template), default)
 
-    def require(self, template, what="this"):
-        """A key's value, or a GGUFError naming the missing key."""
-        key = self.key(template)
-        self._need(key, what)
-        return self.metadata[key]
-
     def _need(self, key, required_for):
         if required_for and key not in self.metadata:
             raise GGUFError(self.path, f"missing metadata key needed for {required_for}", key=key)
@@ -134,9 +128,9 @@ class Model:
         With `required_for`, a missing key is a GGUFError saying what needed it."""
         key = self.key(template)
         self._need(key, required_for)
-        value = self.metadata.get(key, default)
-        if value is default:
-            return value
+        if key not in self.metadata:
+            return default
+        value = self.metadata[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise GGUFError(self.path, f"expected a non-negative whole number, found {value!r}", key=key)
         return value
@@ -162,8 +156,7 @@ class Model:
 
     @cached_property
     def block_count(self):
-        self.require(Keys.BLOCK_COUNT, "the layer count")
-        return self.get_int(Keys.BLOCK_COUNT)
+        return self.get_int(Keys.BLOCK_COUNT, required_for="the layer count")
 
     # --- tensor classes ---------------------------------------------------------------------
 
