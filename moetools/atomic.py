@@ -11,6 +11,21 @@ import tempfile
 from moetools.errors import OutputError
 
 
+def place_new(temp_path, final_path):
+    """Rename `temp_path` to `final_path` only if nothing is there: link (fails on an existing name,
+    atomically) then unlink; a plain rename would silently replace a file that appeared meanwhile."""
+    try:
+        os.link(temp_path, final_path)
+    except FileExistsError:
+        raise OutputError(f"{final_path}: already exists; not overwritten") from None
+    except OSError:  # a file system without hard links: check, then rename (a small race remains)
+        if os.path.lexists(final_path):
+            raise OutputError(f"{final_path}: already exists; not overwritten") from None
+        os.rename(temp_path, final_path)
+        return
+    os.unlink(temp_path)
+
+
 def fsync_dir(folder):
     """fsync a folder so a rename in it survives a crash (a no-op where folders cannot be opened)."""
     try:
@@ -38,7 +53,8 @@ def atomic_write(path, mode="wb", overwrite=True):
 
     The file gets the mode a plain open() would give it, not mkstemp's 0600: outputs such as a
     container or a plan file are read by a server that may run as another user.
-    With `overwrite=False` an existing `path` is an OutputError (checked before and at rename).
+    With `overwrite=False` an existing `path` is an OutputError (checked before writing and again,
+    atomically, when the file is put in place).
     On any exception the temporary file is removed and the exception propagates.
     """
     path = os.fspath(path)
@@ -56,7 +72,10 @@ def atomic_write(path, mode="wb", overwrite=True):
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp_path, path)
+        if overwrite:
+            os.replace(tmp_path, path)
+        else:
+            place_new(tmp_path, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp_path)

@@ -385,3 +385,38 @@ def test_interrupted_run_elsewhere_is_not_claimed(trees, tmp_path):
     log.write_text(json.dumps({"run": "r9", "event": "evict-start", "hot": str(other)}) + "\n")
     _, _, result = run(hot, "--migrate", cold, "--yes", "--log", log)
     assert f"run r9 was interrupted during evict of {other}; it is not below HOT_DIR" in result.stderr
+
+
+def test_rerunning_migrate_finishes_a_migration_killed_before_the_eviction(trees, tmp_path):
+    """The copies are all in place (a kill after migrate-copied): `--migrate` alone must evict."""
+    hot, cold = trees
+    shards = write_shards(hot, "m", [3000, 2000])
+    for shard in shards:
+        shutil.copy2(shard, cold / shard.name)
+    code, doc, _ = run(hot, "--migrate", cold, "--yes")
+    assert code == 0
+    assert doc["artifacts"][0]["action"]["kind"] == "evict" and doc["artifacts"][0]["action"]["done"] is True
+    assert files_in(hot) == [] and files_in(cold) == [s.name for s in shards]
+
+
+def test_rerunning_migrate_finishes_a_half_done_eviction(trees):
+    hot, cold = trees
+    shards = write_shards(hot, "m", [3000, 2000])
+    for shard in shards:
+        shutil.copy2(shard, cold / shard.name)
+    os.unlink(shards[0])  # killed after the first unlink
+    code, doc, _ = run(hot, "--migrate", cold, "--yes")
+    assert code == 0 and files_in(hot) == [] and files_in(cold) == [s.name for s in shards]
+
+
+def test_evict_refuses_a_cold_folder_that_is_the_hot_one_reached_another_way(tmp_path):
+    hot = tmp_path / "hot"
+    hot.mkdir()
+    other_path = tmp_path / "mounted"
+    other_path.symlink_to(hot)  # stands in for a bind or network mount with other device numbers
+    with pytest.raises(ActionFailed, match="seen through another path"):
+        actions._refuse_same_folder(str(hot), str(other_path))
+    assert os.listdir(hot) == []  # the marker is gone
+    elsewhere = tmp_path / "cold"
+    elsewhere.mkdir()
+    actions._refuse_same_folder(str(hot), str(elsewhere))

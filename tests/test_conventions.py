@@ -131,3 +131,12 @@ def test_atomic_write_gives_the_usual_mode(tmp_path):
     finally:
         os.umask(umask)
     assert (tmp_path / "plan.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_no_overwrite_write_refuses_a_file_that_appears_meanwhile(tmp_path):
+    target = tmp_path / "out.bin"
+    with pytest.raises(OutputError, match="already exists"):
+        with atomic.atomic_write(target, "wb", overwrite=False) as handle:
+            handle.write(b"new")
+            target.write_bytes(b"someone else's")
+    assert target.read_bytes() == b"someone else's" and os.listdir(tmp_path) == ["out.bin"]

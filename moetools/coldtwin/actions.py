@@ -20,7 +20,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from moetools.atomic import fsync_dir
+from moetools.atomic import fsync_dir, place_new
 from moetools.coldtwin.core import NONE, SAVE_INTERVAL, VERIFIED, Twin, check_artifact
 from moetools.coldtwin.hashing import (
     FileChanged,
@@ -32,6 +32,7 @@ from moetools.coldtwin.hashing import (
     test_pause,
 )
 from moetools.coldtwin.scan import FileStat, is_inside
+from moetools.errors import OutputError
 
 # Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
 SPACE_MARGIN = 16 * 1024 * 1024
@@ -136,6 +137,22 @@ def _recheck(member, what):
         raise ActionFailed(f"{what}: {err}; nothing more is removed") from None
 
 
+def _refuse_same_folder(hot_folder, cold_folder):
+    """Raise ActionFailed when the cold folder is the hot one reached another way (a network or bind
+    mount shows other device numbers, so inode checks cannot tell): a marker created in the hot
+    folder must not appear in the cold one."""
+    marker = os.path.join(hot_folder, f".moetools-evict-check-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as err:
+        raise ActionFailed(f"{hot_folder}: cannot write here to check the twin is elsewhere ({err.strerror or err})") from None
+    try:
+        if os.path.lexists(os.path.join(cold_folder, os.path.basename(marker))):
+            raise ActionFailed(f"{cold_folder}: is the hot folder {hot_folder} seen through another path; not evicted")
+    finally:
+        os.unlink(marker)
+
+
 def evict(artifact, twin, log):
     """Remove the hot members of `artifact`, whose `twin` passed full verification. Returns bytes freed."""
     for cold in twin.files:
@@ -146,6 +163,7 @@ def evict(artifact, twin, log):
             raise ActionFailed(f"{path}: cold twin member is gone")
     for member in artifact.files:
         _recheck(member, "hot copy")
+    _refuse_same_folder(artifact.folder, twin.folder)
     log.write("evict-start", hot=artifact.path, twin=twin.path, bytes=artifact.bytes)
     freed = 0
     try:
@@ -155,6 +173,9 @@ def evict(artifact, twin, log):
             os.unlink(member.path)
             freed += 0 if link else member.size
             log.write("unlink", hot=artifact.path, path=member.path, bytes=member.size)
+            for cold in twin.files:  # the twin must outlive every unlink, whatever path reached it
+                if not os.path.exists(cold.path):
+                    raise ActionFailed(f"{cold.path}: the cold twin vanished during the eviction; nothing more is removed")
             test_pause()
     except (ActionFailed, OSError) as err:
         log.write("evict-failed", hot=artifact.path, reason=str(err), freed_bytes=freed)
@@ -230,16 +251,14 @@ def _copy_member(member, dest_folder, log, hasher):
         if copy_digest != source_hash.hexdigest():
             raise ActionFailed(f"{temp}: the copy read back from disk differs from {member.path} (xxh3-128)")
         log.write("copy-verified", src=member.path, temp=temp, xxh3_128=copy_digest)
-        if os.path.lexists(final):
-            raise ActionFailed(f"{final}: appeared while copying; not overwritten")
-        os.rename(temp, final)
+        place_new(temp, final)
     except BaseException as err:
         if os.path.lexists(temp):
             try:
                 os.unlink(temp)
             except OSError:
                 pass
-        if isinstance(err, FileChanged):
+        if isinstance(err, (FileChanged, OutputError)):
             raise ActionFailed(str(err)) from None
         if isinstance(err, OSError):
             raise ActionFailed(f"{err.filename or temp}: copy failed: {err.strerror or err}") from None
@@ -398,9 +417,8 @@ def _do(kind, result, plan, log, hasher, disk_usage):
                 result.status, result.level, result.reason = VERIFIED, "full", f"migrated to {dest}"
     except ActionFailed as err:
         action.error = str(err)
-    except OSError as err:
+    except OSError as err:  # evict() and migrate() have logged the failure already
         action.error = f"{err.filename or artifact.path}: {err.strerror or err}"
-        log.write(f"{kind}-failed", hot=artifact.path, reason=action.error)
     finally:
         hasher.cache.save(min_interval=SAVE_INTERVAL)
     if plan.dry_run and action.error is None:
@@ -408,9 +426,17 @@ def _do(kind, result, plan, log, hasher, disk_usage):
     return action
 
 
+def _resumes_migration(result, plan):
+    """True when the twin found is the copy an earlier `--migrate` run made (and was killed before
+    or during the eviction): rerunning the migration must finish it."""
+    return (plan.migrate_to is not None and result.twin is not None
+            and os.path.abspath(result.twin.folder) == os.path.abspath(destination(result.artifact, plan.hot_root, plan.migrate_to)))
+
+
 def _wanted(result, plan):
     """The action one result calls for under `plan` (None when none)."""
-    if result.status == VERIFIED and result.level == "full" and (plan.evict or plan.free_bytes is not None):
+    if result.status == VERIFIED and result.level == "full" and (
+            plan.evict or plan.free_bytes is not None or _resumes_migration(result, plan)):
         return "evict"
     artifact = result.artifact
     # An incomplete set or an empty file is a broken download: copying it would only move the problem.
@@ -435,7 +461,7 @@ def apply(results, plan, index, hasher, log, pool=None, disk_usage=shutil.disk_u
             break
         if is_kept(result.artifact, plan.keep, plan.hot_root):
             continue
-        if plan.free_bytes is not None and result.twin is not None and result.level != "full":
+        if (plan.free_bytes is not None or _resumes_migration(result, plan)) and result.twin is not None and result.level != "full":
             fresh = check_artifact(result.artifact, index, "full", hasher, pool)
             result.status, result.level, result.twin, result.reason = fresh.status, fresh.level, fresh.twin, fresh.reason
         kind = _wanted(result, plan)
