@@ -68,7 +68,7 @@ def main():
     budgets = np.unique(np.round(np.geomspace(LAYERS, distinct, args.budgets)).astype(np.int64))
     print(f"trace: {n:,} requests, {len(starts):,} tokens, {distinct:,} distinct experts; {len(budgets)} replay budgets")
 
-    lru_dist, lru_one = timed(curves.lru_stack_distances, ids, starts)
+    lru_dist, lru_one = timed(curves.lru_stack_distances, ids)
     lru_curve = curves.hits_at(lru_dist, budgets)
     lru_replay, lru_base = timed(lambda: [curves.lru_replay(ids, int(b)) for b in budgets])
     assert lru_curve.tolist() == lru_replay, "LRU one-pass curve disagrees with the replay"

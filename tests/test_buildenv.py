@@ -570,3 +570,10 @@ def test_windows_without_toolkit_and_failing_vcvars(tmp_path):
     assert finding(report, "vcvars64.bat").detail.endswith(
         r"vcvars64.bat failed: [ERROR:vcvars.bat] Toolset directory for version '14.38' was not found.")
     assert "INCLUDE" not in report.env
+
+
+def test_unreadable_driver_version_is_reported_not_a_crash(tmp_path):
+    system, _ = _good_linux(tmp_path, smi="NVIDIA GeForce RTX 3090, 8.6, [N/A]\n")
+    report = analyse(system, ["/usr/local/cuda-12.4"], default_search=False)
+    driver = finding(report, "driver")
+    assert driver.status == "info" and "unreadable" in driver.detail

@@ -158,14 +158,13 @@ def test_stack_distance_curves_match_per_budget_replays(seed):
         assert curves.hits_at(curves.lfu_stack_distances(ids), caps).tolist() == [curves.lfu_replay(ids, c) for c in caps]
 
 
-def test_lru_with_token_starts_matches_replay_on_skewed_tokens():
+def test_lru_and_min_match_replay_on_skewed_tokens():
     rng = np.random.default_rng(7)
     tokens = [np.unique(rng.zipf(1.3, 40) % 300) for _ in range(60)]
     seq = np.concatenate(tokens)
-    starts = np.cumsum([0] + [len(t) for t in tokens[:-1]])
     ids, distinct = curves.dense_ids(seq)
     caps = [1, 5, 20, 50, 120, distinct]
-    assert curves.hits_at(curves.lru_stack_distances(ids, starts), caps).tolist() == [curves.lru_replay(ids, c) for c in caps]
+    assert curves.hits_at(curves.lru_stack_distances(ids), caps).tolist() == [curves.lru_replay(ids, c) for c in caps]
     assert curves.hits_at(curves.opt_stack_distances(ids), caps).tolist() == [curves.belady_replay(ids, c) for c in caps]
 
 

@@ -467,7 +467,9 @@ def _check_driver(report, system, probe, tk):
         return
     hard, shipped = driver_minimum(tk.version_key, system.windows)
     driver = version_tuple(probe.driver)
-    if hard is None:
+    if driver is None:  # nvidia-smi answered e.g. "[N/A]"
+        report.add("driver", INFO, f"driver version {probe.driver!r} is unreadable; not checked against CUDA {tk.version}")
+    elif hard is None:
         report.add("driver", INFO, f"driver {probe.driver}; no minimum known for CUDA {tk.version}")
     elif driver < version_tuple(hard):
         report.add("driver", FAIL,

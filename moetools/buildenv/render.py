@@ -3,8 +3,6 @@ a JSON document, or the check table. Pure string building; the command prints.""
 
 from moetools.output import Table
 
-SHELLS = ("sh", "cmd", "ps1", "json", "cmake")
-
 
 def sh_quote(value):
     """POSIX single quotes: everything literal, a ' written as '\\''."""

@@ -105,12 +105,10 @@ class Engine:
         return sorted(zip(layers.tolist(), experts.tolist()))
 
     def decode_sequence(self):
-        """(request ids, token start offsets) of every decode token kept so far."""
+        """Request ids of every decode token kept so far, in order (int64)."""
         if not self.decode:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        lengths = np.asarray([len(t) for t in self.decode], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        return np.concatenate(self.decode), starts
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate(self.decode)
 
 
 @dataclass
@@ -138,14 +136,14 @@ def check_budgets(budgets, limit, what):
             raise UsageError(f"budget of {budget} slots is larger than the {limit} {what}")
 
 
-def offline_hits(sequence, starts, budgets, curve=True, tick=None):
+def offline_hits(sequence, budgets, curve=True, tick=None):
     """{lru, lfu, belady: hits per budget} over a decode request sequence.
 
     With `curve`, one stack-distance pass per policy gives every budget at once. Without it only
     one budget is wanted: Belady is then a single MIN replay (cheaper than the full OPT stack)
     and LFU comes from the engine's online cache."""
     ids, _ = curves.dense_ids(sequence)
-    out = {"lru": curves.hits_at(curves.lru_stack_distances(ids, starts), budgets)}
+    out = {"lru": curves.hits_at(curves.lru_stack_distances(ids), budgets)}
     if curve:
         out["lfu"] = curves.hits_at(curves.lfu_stack_distances(ids, tick), budgets)
         out["belady"] = curves.hits_at(curves.opt_stack_distances(ids, tick), budgets)
@@ -213,8 +211,8 @@ def analyse(tokens, phases, settings, tick=None):
     engine = Engine(settings)
     for ids, phase in zip(tokens, phases):
         engine.add(ids, phase)
-    sequence, starts = engine.decode_sequence()
-    offline = offline_hits(sequence, starts, engine.budgets, curve=bool(settings.curve_budgets), tick=tick)
+    sequence = engine.decode_sequence()
+    offline = offline_hits(sequence, engine.budgets, curve=bool(settings.curve_budgets), tick=tick)
     summary = summarise(engine, offline)
     summary["distinct"] = distinct
     summary["total_slots"] = total

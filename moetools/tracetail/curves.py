@@ -127,11 +127,10 @@ _MIN_BLOCK_BITS = 13
 _MAX_BLOCK_BITS = 15
 
 
-def lru_stack_distances(seq, starts=None):
+def lru_stack_distances(seq):
     """LRU stack distance of every request (1 = hits in a 1-slot cache; COLD for first requests).
 
-    `seq`: dense ids int (n,). `starts` (token boundaries) is accepted for compatibility and not
-    needed. With p = prev[t] the previous request of the same item, the distance is 1 + the
+    `seq`: dense ids int (n,). With p = prev[t] the previous request of the same item, the distance is 1 + the
     distinct items requested in (p, t). Each of them is requested there first at some j with
     prev[j] < p and every other j in (p, t) has prev[j] > p (prev[j] = p only at t), and no
     j <= p has prev[j] > p, so distance = (t - p) - #{j < t : prev[j] > p}. The trace is cut

@@ -21,7 +21,6 @@ from moetools.errors import FormatError, UsageError
 from moetools.formats import trace as trace_format
 from moetools.tracetail.reader import make_ids, split_ids
 
-FORMATS = ("auto", "trace", "csv", "jsonl", "npy")
 CSV_REQUIRED = ("turn", "phase", "step", "layer", "expert")
 _PREAMBLE_RE = re.compile(r"(\w+)=(\S+)")
 

@@ -118,13 +118,14 @@ class Tokeniser:
         self.records += len(tkeys)
         uniq, inverse = np.unique(tkeys, return_inverse=True)
         lut = np.full(len(uniq), -1, dtype=np.int64)
+        counts = np.bincount(inverse.reshape(-1), minlength=len(uniq))
         for index, key in enumerate(uniq.tolist()):
             hit = self.layer_map.table.get(key)
             if hit is None:
                 self.unknown_keys.add(key)
                 continue
             lut[index] = hit[0]
-            self.basis_records[hit[1]] += int((inverse == index).sum())
+            self.basis_records[hit[1]] += int(counts[index])
         layers = lut[inverse.reshape(-1)]
         known = layers >= 0
         self.unknown += int((~known).sum())
