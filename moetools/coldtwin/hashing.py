@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+from moetools.fileio import advise
 
 QUICK_SPAN = 1024 * 1024
 # Read size for hashing and copying. The kernel's readahead (POSIX_FADV_SEQUENTIAL) keeps the drive
@@ -85,12 +86,11 @@ chunk_hook = None
 
 def _drop_cache(fd):
     """Ask the kernel to forget a file's cached pages, so the next read comes from the disk."""
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            pass
+    try:
+        os.fdatasync(fd)
+    except (OSError, AttributeError):  # no fdatasync on Windows
+        pass
+    advise(fd, 0, 0, "DONTNEED")
 
 
 def read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
@@ -110,8 +110,7 @@ def read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
         check_unchanged(path, member, os.fstat(fd), "since the scan")
         if from_disk:
             _drop_cache(fd)
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        advise(fd, 0, 0, "SEQUENTIAL")
         with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
             while True:
                 count = handle.readinto(buffer)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from moetools import atomic
 from moetools.container.reader import ContainerReader
-from moetools.errors import FormatError, GGUFError, InputError, OutputError
+from moetools.errors import FormatError, InputError, OutputError
 from moetools.formats import container as fmt
 from moetools.gguf import expert_tensor_kind, model_stem
 from moetools.gguf.constants import Keys
+from moetools.fileio import advise
 from moetools.progress import progress
 
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
@@ -248,35 +249,13 @@ def _write_all(fd, view):
         view = view[written:]
 
 
-def _advise(fd, offset, length, advice):
-    """posix_fadvise where the platform has it; a hint, so failures are ignored."""
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(fd, offset, length, advice)
-        except OSError:
-            pass
-
-
 class SourceFiles:
-    """Read-only descriptors of a model's shard files, for scatter reads straight into record buffers.
-
-    The GGUF is parsed only by moetools.gguf (tensor offsets and sizes come from its TensorInfo);
-    this class just reads those byte ranges with preadv, which fills every record's slice in place
-    without the intermediate bytes object and copy that Model.read_tensor_bytes costs, and gives the
-    kernel read-ahead hints for the next batch while this one is written.
-    """
-
-    IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
+    """The source tensors' runs of experts for one bank. Bytes come from the shared reader's scatter
+    reads (Model.read_tensor_into), which fill every record's slice in place, with read-ahead hints
+    for the next batch while this one is written."""
 
     def __init__(self, model):
         self.model = model
-        self._fds = {}
-
-    def fd(self, shard):
-        fd = self._fds.get(shard)
-        if fd is None:
-            fd = self._fds[shard] = os.open(self.model.shards[shard], os.O_RDONLY)
-        return fd
 
     def groups(self, bank):
         """[(tensor, stride, [(slice, source) in byte order within one expert's stride])]: the
@@ -288,25 +267,11 @@ class SourceFiles:
 
     def prefetch(self, bank, first, count):
         for tensor, stride, _ in self.groups(bank):
-            _advise(self.fd(tensor.shard), tensor.offset + first * stride, count * stride, getattr(os, "POSIX_FADV_WILLNEED", 3))
+            self.model.advise_tensor(tensor, first * stride, count * stride, "WILLNEED")
 
     def read_into(self, tensor, offset, targets):
-        """preadv `tensor`'s bytes from `offset` (relative to the tensor) into `targets` in order."""
-        fd = self.fd(tensor.shard)
-        position = tensor.offset + offset
-        for at in range(0, len(targets), self.IOV_MAX):
-            chunk = targets[at:at + self.IOV_MAX]
-            want = sum(len(target) for target in chunk)
-            got = os.preadv(fd, chunk, position)
-            if got != want:
-                raise GGUFError(self.model.shards[tensor.shard], f"short read of tensor {tensor.name!r} (file truncated?)",
-                                offset=position + got)
-            position += want
-
-    def close(self):
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        """`tensor`'s bytes from `offset` (relative to the tensor) into `targets`, in order."""
+        self.model.read_tensor_into(tensor, offset, targets)
 
 
 def _fill_records(files, bank, view, record_bytes, first, count):
@@ -358,13 +323,13 @@ def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
             _write_all(fd, view[:count * record_bytes])
             # DONTNEED on freshly written pages starts their writeback now, so the fsync below has
             # little left to wait for and a many-GB encode does not fill the page cache.
-            _advise(fd, written, count * record_bytes, getattr(os, "POSIX_FADV_DONTNEED", 4))
+            advise(fd, written, count * record_bytes, "DONTNEED")
             written += count * record_bytes
             bar.update(count * record_bytes)
         if next_bank is not None:
             files.prefetch(next_bank, 0, min(batch, n_expert))
         os.fsync(fd)
-        _advise(fd, 0, 0, getattr(os, "POSIX_FADV_DONTNEED", 4))
+        advise(fd, 0, 0, "DONTNEED")
     # A bank under its final name without a sidecar is simply re-encoded by the next run.
     fmt.write_checksums(folder, fmt.Checksums(bank.layout.layer, record_bytes, manifest.fingerprint, digests))
     return read, written
@@ -428,21 +393,18 @@ def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BY
     batch = _batch_records(manifest.record_bytes, batch_bytes, manifest.experts_per_layer)
     buffer = None  # allocated once, on the first bank that needs writing
     files = SourceFiles(model)
-    try:
-        for position, bank in enumerate(plan.banks):
-            if bank_is_complete(folder, manifest, bank.layout, batch_bytes):
-                skipped.append(bank.layout.layer)
-                bar.update(manifest.bank_bytes)
-                continue
-            if buffer is None:
-                buffer = bytearray(batch * manifest.record_bytes)
-            next_bank = plan.banks[position + 1] if position + 1 < len(plan.banks) else None
-            bank_read, bank_written = _write_bank(files, folder, plan, bank, memoryview(buffer), bar, next_bank)
-            read += bank_read
-            written += bank_written
-            written_layers.append(bank.layout.layer)
-    finally:
-        files.close()
+    for position, bank in enumerate(plan.banks):
+        if bank_is_complete(folder, manifest, bank.layout, batch_bytes):
+            skipped.append(bank.layout.layer)
+            bar.update(manifest.bank_bytes)
+            continue
+        if buffer is None:
+            buffer = bytearray(batch * manifest.record_bytes)
+        next_bank = plan.banks[position + 1] if position + 1 < len(plan.banks) else None
+        bank_read, bank_written = _write_bank(files, folder, plan, bank, memoryview(buffer), bar, next_bank)
+        read += bank_read
+        written += bank_written
+        written_layers.append(bank.layout.layer)
     fmt.write_manifest(folder, manifest)
     return EncodeResult(folder, manifest, written_layers, skipped, read, written, time.monotonic() - started, plan.notes)
 

@@ -13,6 +13,7 @@ from moetools.errors import GGUFError
 from moetools.gguf.constants import Keys
 from moetools.gguf.header import LazyArray, read_header
 
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
 SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 EXPERT_TENSOR_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down|gate_up)_exps\.")
 BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
@@ -286,6 +287,26 @@ class Model:
         if len(data) != length:
             raise GGUFError(self.shards[tensor.shard], f"short read of tensor {tensor.name!r}", offset=tensor.offset + start)
         return data
+
+    def read_tensor_into(self, tensor, start, buffers):
+        """Scatter-read `tensor`'s bytes from `start` (relative to the tensor) into `buffers` (writable
+        memoryviews, filled in order) with preadv: no intermediate bytes object."""
+        fd = self._fd(tensor.shard)
+        position = tensor.offset + start
+        for first in range(0, len(buffers), _IOV_MAX):
+            chunk = buffers[first:first + _IOV_MAX]
+            want = sum(len(buffer) for buffer in chunk)
+            got = os.preadv(fd, chunk, position)
+            if got != want:
+                raise GGUFError(self.shards[tensor.shard], f"short read of tensor {tensor.name!r} (file truncated?)",
+                                offset=position + got)
+            position += want
+
+    def advise_tensor(self, tensor, start, length, advice):
+        """A read-ahead hint (`advice` as moetools.fileio.advise takes it) for part of a tensor."""
+        from moetools.fileio import advise
+
+        advise(self._fd(tensor.shard), tensor.offset + start, length, advice)
 
     def tensor_memmap(self, tensor):
         """A read-only numpy uint8 memmap of one tensor's bytes (imports numpy on first use)."""
