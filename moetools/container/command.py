@@ -105,7 +105,7 @@ def encode_command(model, folder, force, batch, json_flag):
         plan = core.plan_container(source)
         total = plan.manifest.bank_bytes * plan.manifest.n_layers
         with progress(total, desc="container-encode") as bar:
-            result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar)
+            result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
     for note in result.notes:
         warn(note)
     doc = encode_doc(result)
@@ -169,7 +169,7 @@ def verify_command(folder, model_path, max_problems, json_flag):
     try:
         manifest = core.fmt.read_manifest(folder)
         with progress(manifest.bank_bytes * manifest.n_layers, desc="container-verify") as bar:
-            result = core.verify_container(folder, model, bar=bar, keep=max_problems)
+            result = core.verify_container(folder, model, bar=bar, keep=max_problems, manifest=manifest)
     finally:
         if model is not None:
             model.close()

@@ -24,7 +24,6 @@ from moetools.progress import progress
 DEFAULT_BATCH_BYTES = 16 * 1024 * 1024
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
-MATRIX_ORDER = ("gate", "up", "down")
 
 
 @dataclass(frozen=True)
@@ -81,11 +80,8 @@ def _tensor_path(model, tensor):
 def _collect_expert_tensors(model):
     """{block: {(matrix, "weight"|"bias"): TensorInfo}} for every routed-expert tensor."""
     groups = {}
-    for tensor in model.tensors:
-        kind = expert_tensor_kind(tensor.name)
-        if kind is None:
-            continue
-        block, matrix = kind
+    for tensor in model.expert_tensors:
+        block, matrix = expert_tensor_kind(tensor.name)
         suffix = tensor.name.split("_exps.", 1)[1]
         if suffix not in ("weight", "bias"):
             raise InputError(_tensor_path(model, tensor),
@@ -183,13 +179,13 @@ def plan_container(model):
         layout = fmt.layout_slices(block, [(s.name, s.tensor.type_name, s.n_bytes) for s in sources])
         banks.append(BankPlan(layout, tuple(sources)))
 
-    max_of = {name: max(bank.layout.slice(name).n_bytes for bank in banks) for name in MATRIX_ORDER}
+    max_of = {name: max(bank.layout.slice(name).n_bytes for bank in banks) for name in fmt.MATRICES}
     max_corr = max(sum(piece.n_bytes for piece in bank.layout.corr) for bank in banks)
     record_bytes = fmt.align_up(fmt.HEADER_BYTES + sum(max_of.values()) + max_corr, fmt.RECORD_ALIGN)
     if record_bytes > MAX_U32:
         raise InputError(model.path, f"one expert needs a {record_bytes}-byte record: the header's offsets are 32-bit")
 
-    per_matrix = {name: [bank.layout.slice(name).type_name for bank in banks] for name in MATRIX_ORDER}
+    per_matrix = {name: [bank.layout.slice(name).type_name for bank in banks] for name in fmt.MATRICES}
     all_types = {name for names in per_matrix.values() for name in names}
     matrix_types = None
     if len(all_types) == 1:
@@ -199,10 +195,9 @@ def plan_container(model):
         matrix_types = {name: names[0] if len(set(names)) == 1 else names for name, names in per_matrix.items()}
 
     notes = []
-    top_k = model.get(Keys.EXPERT_USED_COUNT, 0) or 0
+    top_k = model.get_int(Keys.EXPERT_USED_COUNT, 0)
     if not top_k:
         notes.append(f"{model.key(Keys.EXPERT_USED_COUNT)} is missing: activated_per_token is written as 0")
-    unique = {source.tensor.name: source.tensor for bank in banks for source in bank.sources}
     manifest = fmt.ContainerManifest(
         model=model_stem(model.path),
         fmt=fmt_name,
@@ -217,7 +212,7 @@ def plan_container(model):
             "shards": len(model.shards),
             "architecture": model.architecture,
             "fingerprint": model.fingerprint,
-            "expert_bytes": sum(tensor.n_bytes for tensor in unique.values()),
+            "expert_bytes": model.expert_bytes,  # every expert tensor is a weight or bias in some record
         },
     )
     return ContainerPlan(manifest, banks, notes)
@@ -376,7 +371,7 @@ def bank_is_complete(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
     return problems.count == 0
 
 
-def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BYTES, bar=None):
+def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, plan=None):
     """Encode `model`'s routed experts into `folder`; resumable (complete, verified banks are kept).
 
     Writes one bank per MoE layer (temporary name, fsync, rename), its xxh3 sidecar, and the
@@ -384,7 +379,7 @@ def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BY
     holds another model's container (unless `force`) or a write fails (disk full).
     """
     started = time.monotonic()
-    plan = plan_container(model)
+    plan = plan or plan_container(model)
     manifest = plan.manifest
     folder = os.fspath(folder)
     _prepare_folder(folder, manifest, force)
@@ -558,13 +553,13 @@ def _compare_plan(plan, manifest, problems):
     return matching
 
 
-def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, keep=100):
+def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, keep=100, manifest=None):
     """Check a container: manifest geometry, bank sizes, every record header, the xxh3 sidecars and,
     given the source `model`, every slice against the GGUF bytes. Raises FormatError when the
     manifest itself is unreadable; every other mismatch is a Problem in the result."""
     started = time.monotonic()
     folder = os.fspath(folder)
-    manifest = fmt.read_manifest(folder)
+    manifest = manifest or fmt.read_manifest(folder)
     problems = Problems(keep=keep)
     comparable, plan_banks = set(), {}
     if model is not None:
