@@ -331,8 +331,9 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types):
 
     row_length = tensor.shape[0]
     row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
-    raw = model.tensor_memmap(tensor)[first_row * row_bytes : (first_row + n_rows) * row_bytes]
-    source = kernels.dequantize(np.asarray(raw), tensor.type_id, (n_rows, row_length))
+    # pread through the reader's open file (thread-safe), not a new memory map per task
+    raw = np.frombuffer(model.read_tensor_bytes(tensor, first_row * row_bytes, n_rows * row_bytes), dtype=np.uint8)
+    source = kernels.dequantize(raw, tensor.type_id, (n_rows, row_length))
     ss_source, peak_source = _squares_and_peak(source)
     if not (math.isfinite(ss_source) and math.isfinite(peak_source)):
         bad_row = first_row + int(np.argmin(np.isfinite(source).all(axis=1)))

@@ -22,14 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from moetools.gguf.constants import GGML_TYPE_IDS, GGML_TYPES
+
 F32 = np.float32
 QK_K = 256
 GROUP_MAX_EPS = F32(1e-15)
 _MAGIC = F32(12582912.0)  # 1.5 * 2^23: ggml's nearest_int
 _BELOW_HALF = np.nextafter(F32(0.5), F32(0))  # 0.49999997: round-half-away via trunc(x + this)
 
-# ggml type ids (equal to gguf.GGMLQuantizationType; the tests check)
-F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30
+F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = (
+    GGML_TYPE_IDS[name] for name in ("f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "bf16"))
 
 # Values handled per step inside one chunk, as measured on a 2-core machine: the 32-block kernels
 # make many short numpy calls (the halving trees), so they want big steps; the K-quant searches
@@ -531,18 +533,11 @@ def _q2_k(x, out):
     _put_half(out, 82, dmin)
 
 
-# type id -> (values per block, bytes per block, kernel)
+# type id -> (values per block, bytes per block, kernel); block geometry from the shared type table
 KERNELS = {
-    Q8_0: (32, 34, _q8_0),
-    Q4_0: (32, 18, _q4_0),
-    Q4_1: (32, 20, _q4_1),
-    Q5_0: (32, 22, _q5_0),
-    Q5_1: (32, 24, _q5_1),
-    Q6_K: (QK_K, 210, _q6_k),
-    Q5_K: (QK_K, 176, _q5_k),
-    Q4_K: (QK_K, 144, _q4_k),
-    Q3_K: (QK_K, 110, _q3_k),
-    Q2_K: (QK_K, 84, _q2_k),
+    type_id: (*GGML_TYPES[type_id][1:], kernel)
+    for type_id, kernel in ((Q8_0, _q8_0), (Q4_0, _q4_0), (Q4_1, _q4_1), (Q5_0, _q5_0), (Q5_1, _q5_1),
+                            (Q6_K, _q6_k), (Q5_K, _q5_k), (Q4_K, _q4_k), (Q3_K, _q3_k), (Q2_K, _q2_k))
 }
 
 
