@@ -104,7 +104,7 @@ def tables(doc):
     return result
 
 
-def emit_text(kind, doc, launch):
+def emit_text(kind, doc, launch, settings):
     """Launch settings as shell text: upstream flags (`llama`) or the fork's exports (`env`)."""
     lines = []
     upstream = launch["llama"]
@@ -123,8 +123,7 @@ def emit_text(kind, doc, launch):
         return "# unfittable: no division of this card holds the model\n"
     for name, value in env.items():
         lines.append(f"unset {name}" if value is None else f"export {name}={shlex.quote(str(value))}")
-    lines.append("# then: llama-server " + shlex.join(["-m", doc["model"], "-c", str(doc["context"]), "-ngl", "999",
-                                                         *core.kv_flags(launch["kv_settings"]), "--fit", "off"]))
+    lines.append("# then: llama-server " + shlex.join(core.server_args(doc["model"], doc["context"], settings)))
     return "\n".join(lines) + "\n"
 
 
@@ -218,8 +217,7 @@ def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch
             write_plan(plan_path, Plan(budget_bytes=host, pin_list=[], device_budget_bytes=device, resident_tier=tier))
             doc["plan"] = os.path.abspath(plan_path)
     if emit:
-        launch_with_settings = dict(launch, kv_settings=options.kv)
-        click.echo(emit_text(emit, doc, launch_with_settings), nl=False)
+        click.echo(emit_text(emit, doc, launch, options.kv), nl=False)
     else:
         render(doc, lambda: tables(doc), json_flag, notes=doc["notes"])
     if result.chosen is None:

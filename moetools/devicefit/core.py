@@ -262,7 +262,7 @@ class Division(Record):
 
     @property
     def kv_bytes(self):
-        return sum(cache.total for cache in self.kv)
+        return kvmod.total(self.kv)
 
     def to_doc(self):
         return {
@@ -293,7 +293,7 @@ def fit_context(shape, settings, wanted, floor, room):
     """The largest context <= wanted (squeezed in steps of 256, never below `floor`) whose caches fit
     in `room` bytes: (context, caches) or (None, caches at `floor`)."""
     caches = kvmod.kv_caches(shape, wanted, settings)
-    if sum(cache.total for cache in caches) <= room:
+    if kvmod.total(caches) <= room:
         return wanted, caches
     low = -(-floor // CTX_STEP)  # multiples of 256 in [floor, wanted)
     high = (wanted - 1) // CTX_STEP
@@ -301,7 +301,7 @@ def fit_context(shape, settings, wanted, floor, room):
     while low <= high:
         middle = (low + high) // 2
         candidate = kvmod.kv_caches(shape, middle * CTX_STEP, settings)
-        if sum(cache.total for cache in candidate) <= room:
+        if kvmod.total(candidate) <= room:
             best = (middle * CTX_STEP, candidate)
             low = middle + 1
         else:
@@ -323,13 +323,12 @@ def divide(facts, tier, options, coverage, usable, wanted, floor):
     room = usable - tier.resident_bytes
     if room < 0:
         caches = kvmod.kv_caches(facts.shape, floor, options.kv)
-        division.kv = []
-        division.shortfall_bytes = tier.resident_bytes + sum(c.total for c in caches) - usable
+        division.shortfall_bytes = tier.resident_bytes + kvmod.total(caches) - usable
         division.note = "resident weights do not fit"
         return division
     context, caches = fit_context(facts.shape, options.kv, wanted, floor, room)
     if context is None:
-        division.shortfall_bytes = sum(c.total for c in caches) - room
+        division.shortfall_bytes = kvmod.total(caches) - room
         division.note = f"KV for the {floor}-token minimum context does not fit"
         return division
     division.feasible = True
@@ -487,6 +486,12 @@ def kv_flags(settings):
     return flags
 
 
+def server_args(path, context, settings):
+    """The llama-server arguments every launch shares: model, context, all layers on the GPU, the
+    KV cache types and batch settings, and no automatic fitting."""
+    return ["-m", path, "-c", str(context), "-ngl", "999", *kv_flags(settings), "--fit", "off"]
+
+
 def llama_launch(result):
     """Upstream llama.cpp flags for the native division: {"args": [...], "cpu_moe_layers": K,
     "gpu_expert_bytes": n, "note": text}. Upstream cannot load a resident override."""
@@ -495,7 +500,7 @@ def llama_launch(result):
     if not native.feasible:
         return {"args": [], "cpu_moe_layers": facts.block_count, "gpu_expert_bytes": 0,
                 "note": "upstream llama.cpp cannot fit the native resident weights and KV on this card"}
-    args = ["-m", facts.path, "-c", str(native.context), "-ngl", "999", *kv_flags(result.options.kv), "--fit", "off"]
+    args = server_args(facts.path, native.context, result.options.kv)
     layers, used = (0, 0)
     override = ""
     if not facts.dense:

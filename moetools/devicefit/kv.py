@@ -337,8 +337,13 @@ def kv_caches(shape, ctx, settings):
     return result
 
 
+def total(caches):
+    """Bytes of a list of caches (KV and recurrent state)."""
+    return sum(cache.total for cache in caches)
+
+
 def kv_bytes(shape, ctx, settings):
-    return sum(cache.total for cache in kv_caches(shape, ctx, settings))
+    return total(kv_caches(shape, ctx, settings))
 
 
 def bytes_per_token(shape, settings):
