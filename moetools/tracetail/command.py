@@ -115,8 +115,9 @@ def _expert_bytes(option, layer_map, got):
         return option
     if layer_map is not None and layer_map.expert_bytes:
         return layer_map.expert_bytes
-    values = list(got.expert_bytes_by_layer.values()) if got else []
-    return int(round(sum(values) / len(values))) if values else 0
+    from moetools.tracetail.reader import mean_expert_bytes
+
+    return mean_expert_bytes(got.expert_bytes_by_layer) if got else 0
 
 
 def _budget(budget_slots, budget_bytes, expert_bytes):

@@ -22,9 +22,11 @@ from collections import OrderedDict
 
 import numpy as np
 
+from moetools.tracetail.curves import COLD, hits_at
+
 DECAY_ARMS = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99)
 REWARD_EMA = 0.3  # reward <- (1 - 0.3) * reward + 0.3 * hit fraction
-NEVER = np.iinfo(np.int64).max
+NEVER = COLD  # rank of an item a policy does not hold: outside every budget
 
 
 class LRUCache:
@@ -117,9 +119,8 @@ def ranks_of(keys_desc, needed, n):
 
 
 def hit_counts(ranks, budgets):
-    """For each budget B: how many of `ranks` are < B (items a B-slot cache holds)."""
-    ordered = np.sort(ranks)
-    return np.searchsorted(ordered, budgets, side="left")
+    """For each budget B: how many of `ranks` (0-based) are < B, i.e. items a B-slot cache holds."""
+    return hits_at(ranks, np.asarray(budgets) - 1)
 
 
 class ScoredPolicies:

@@ -79,8 +79,13 @@ class LayerMap:
     @property
     def expert_bytes(self):
         """Mean bytes of one (layer, expert) over the MoE layers; 0 when unknown."""
-        values = list(self.expert_bytes_by_layer.values())
-        return int(round(sum(values) / len(values))) if values else 0
+        return mean_expert_bytes(self.expert_bytes_by_layer)
+
+
+def mean_expert_bytes(by_layer):
+    """Mean of {layer: bytes of one expert}, rounded; 0 when empty."""
+    values = list(by_layer.values())
+    return int(round(sum(values) / len(values))) if values else 0
 
 
 class Tokeniser:
