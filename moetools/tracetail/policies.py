@@ -162,13 +162,16 @@ class ScoredPolicies:
         out = {}
         seen = self.last_seen[:n]
         was_seen = seen[idx] >= 0  # experts new to decode cannot be resident in any policy
-        order_id = -np.arange(n, dtype=np.int64)  # final tie-break: first seen first
+        # One tie-break order shared by every ranking: most recently seen first, then first seen
+        # first. Each arm's order is a stable sort of it by score, so it is sorted once per token.
+        tie = np.lexsort([np.arange(n), -seen])
+        rank = np.empty(n, dtype=np.int64)
         # decay bandit: every arm's hits, served by the best arm so far (per budget)
         arm_hits = np.empty((len(self.decays), len(self.budgets)), dtype=np.int64)
         for arm in range(len(self.decays)):
-            score = self.scores[arm, :n]
-            ranks = np.where(was_seen, ranks_of([order_id, seen, score], idx, n), NEVER)
-            arm_hits[arm] = hit_counts(ranks, self.budgets)
+            order = tie[np.argsort(-self.scores[arm, :n][tie], kind="stable")]
+            rank[order] = np.arange(n)
+            arm_hits[arm] = hit_counts(np.where(was_seen, rank[idx], NEVER), self.budgets)
         served = np.argmax(self.rewards, axis=0)
         self.served_arm = served
         out["decay_bandit"] = arm_hits[served, np.arange(len(self.budgets))]
@@ -176,11 +179,11 @@ class ScoredPolicies:
         self.rewards = (1 - REWARD_EMA) * self.rewards + REWARD_EMA * fraction
         # last-N-token recency
         in_window = seen >= self.time - self.window
-        recent_rank = ranks_of([order_id, seen], idx, n)
-        out["recency"] = hit_counts(np.where(in_window[idx] & was_seen, recent_rank, NEVER), self.budgets)
+        rank[tie] = np.arange(n)
+        out["recency"] = hit_counts(np.where(in_window[idx] & was_seen, rank[idx], NEVER), self.budgets)
         # prefill-union pinning (static during decode)
         pinned = self.prefill_count[:n]
-        pin_rank = ranks_of([order_id, pinned], idx, n)
+        pin_rank = ranks_of([-np.arange(n, dtype=np.int64), pinned], idx, n)
         out["prefill_pin"] = hit_counts(np.where(pinned[idx] > 0, pin_rank, NEVER), self.budgets)
         # learn this token
         self.scores[:, :n] *= self.decays[:, None]
