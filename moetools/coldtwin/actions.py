@@ -305,9 +305,11 @@ def migration_needs(artifact, dest_folder):
     return needed, existing
 
 
-def check_space(artifact, dest_folder, disk_usage=shutil.disk_usage):
-    """Raise ActionFailed when the cold folder has no room for the members not copied yet."""
-    needed, _ = migration_needs(artifact, dest_folder)
+def check_space(artifact, dest_folder, disk_usage=shutil.disk_usage, needed=None):
+    """Raise ActionFailed when the cold folder has no room for the members not copied yet
+    (`needed` bytes, computed here when not given)."""
+    if needed is None:
+        needed, _ = migration_needs(artifact, dest_folder)
     if not needed:
         return
     free = disk_usage(_existing_folder(dest_folder)).free
@@ -324,10 +326,10 @@ def migrate(artifact, dest_folder, log, hasher, disk_usage=shutil.disk_usage):
     Members already there from an interrupted run are kept only if their xxh3-128 equals the hot
     member's; a different file under the same name is never overwritten.
     """
-    check_space(artifact, dest_folder, disk_usage)
+    needed, existing = migration_needs(artifact, dest_folder)
+    check_space(artifact, dest_folder, disk_usage, needed)
     _make_folder(dest_folder)
     remove_stale_temps(dest_folder, artifact.names, log)
-    _, existing = migration_needs(artifact, dest_folder)
     log.write("migrate-start", hot=artifact.path, dest=dest_folder, bytes=artifact.bytes)
     placed = []
     for member in artifact.files:

@@ -228,9 +228,8 @@ class HashCache:
 
     @staticmethod
     def _key(member):
-        if not member.ino:  # a file system without inode numbers: the path is the identity
-            return f"{member.dev}:path:{os.path.normcase(os.path.realpath(member.path))}"
-        return f"{member.dev}:{member.ino}"
+        dev, rest = member.identity  # (device, inode), or (device, real path) without inode numbers
+        return f"{dev}:{rest}" if member.ino else f"{dev}:path:{rest}"
 
     def get(self, member, kind):
         with self.lock:
