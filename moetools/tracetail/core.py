@@ -38,19 +38,22 @@ class Engine:
     run as demand caches at the summary budget (the curves get them from stack distances), the
     scored policies rank once per token for all budgets."""
 
-    def __init__(self, settings, keep_decode=True):
+    def __init__(self, settings, keep_decode=True, demand=("lru", "lfu")):
         self.settings = settings
         budgets = {settings.budget} | set(settings.curve_budgets or ())
         self.budgets = np.asarray(sorted(budgets), dtype=np.int64)
         self.main = int(np.searchsorted(self.budgets, settings.budget))
         self.keep_decode = keep_decode
+        # which demand caches to replay online: a whole-trace analysis takes LRU (and, with a
+        # curve, LFU) from one stack-distance pass instead, so replaying them would be wasted
+        self.demand = tuple(demand)
         self.reset()
 
     def reset(self):
         s = self.settings
         self.splitter = PhaseSplitter(s.prefill, s.top_k, s.moe_layers, s.n_expert)
-        self.lru = LRUCache(s.budget)
-        self.lfu = LFUCache(s.budget)
+        self.lru = LRUCache(s.budget) if "lru" in self.demand else None
+        self.lfu = LFUCache(s.budget) if "lfu" in self.demand else None
         self.scored = ScoredPolicies(self.budgets, s.window)
         self.instruments = Instruments(s.window)
         self.tokens = 0
@@ -78,8 +81,8 @@ class Engine:
         self.requests += n
         if self.keep_decode:
             self.decode.append(ids)
-        lru_hits = self.lru.access(ids)
-        lfu_hits = self.lfu.access(ids)
+        lru_hits = self.lru.access(ids) if self.lru is not None else 0
+        lfu_hits = self.lfu.access(ids) if self.lfu is not None else 0
         self.hits["lru"][self.main] += lru_hits
         self.hits["lfu"][self.main] += lfu_hits
         scored = self.scored.decode(ids)
@@ -208,7 +211,7 @@ def analyse(tokens, phases, settings, tick=None):
     if settings.curve_budgets == "auto":
         settings.curve_budgets = default_curve_budgets(distinct)
     check_budgets([settings.budget, *(settings.curve_budgets or ())], limit, what)
-    engine = Engine(settings)
+    engine = Engine(settings, demand=() if settings.curve_budgets else ("lfu",))
     for ids, phase in zip(tokens, phases):
         engine.add(ids, phase)
     sequence = engine.decode_sequence()
