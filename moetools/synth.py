@@ -380,20 +380,34 @@ def _random_tensor(rng, spec_tensor):
 def write_model(spec, path, *, sparse=False, shards=1, seed=0, alignment=None):
     """Write `spec` to `path` (split into `shards` files when > 1) and return the file paths.
 
-    sparse=True writes the header only and extends each file to its full size as a hole.
+    sparse=True writes the header only and extends each file to its full size as a hole. The files
+    are written in a temporary folder beside `path` and moved into place when complete, the first
+    shard last, so an interrupted run never leaves a model that looks whole.
     """
+    import shutil
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    scratch = tempfile.mkdtemp(prefix=".synth-", dir=folder)
+    try:
+        written = _write_model(spec, os.path.join(scratch, os.path.basename(path)), sparse, shards, seed, alignment)
+        final = [os.path.join(folder, os.path.basename(item)) for item in written]
+        for source, target in reversed(list(zip(written, final))):
+            os.replace(source, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+def _write_model(spec, path, sparse, shards, seed, alignment):
     import numpy as np
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+
+    from moetools.gguf.constants import tensor_nbytes
 
     kinds = {"u32": GGUFValueType.UINT32, "i32": GGUFValueType.INT32, "f32": GGUFValueType.FLOAT32,
              "bool": GGUFValueType.BOOL, "str": GGUFValueType.STRING}
-    sizes = []
-    for tensor in spec.tensors:
-        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(tensor.type_id)]
-        count = 1
-        for dim in tensor.shape:
-            count *= dim
-        sizes.append(count // block * block_bytes)
+    sizes = [tensor_nbytes(tensor.type_id, tensor.shape) for tensor in spec.tensors]
     split_max_tensors = 0
     if shards > 1:
         split_max_tensors = -(-len(spec.tensors) // shards)
