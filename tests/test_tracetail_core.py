@@ -146,8 +146,62 @@ def test_prefill_override():
 # --- one-pass curves vs per-budget replays ----------------------------------------------------------
 
 
+@pytest.fixture(params=["numba", "numpy"])
+def stack_engine(request, monkeypatch):
+    """Runs a test with each priority-stack engine: the numba-compiled walk and the numpy loop."""
+    if request.param == "numpy":
+        monkeypatch.setitem(curves._compiled, "module", None)
+    elif curves.compiled_stack() is None:
+        pytest.skip(f"numba is not importable here (or ${curves.NO_JIT_ENV} is set): only the numpy engine runs")
+    assert curves.stack_engine() == request.param
+    return request.param
+
+
+def test_the_compiled_engine_serves_when_numba_imports(monkeypatch):
+    # numba is a declared dependency: a silent fall back to the slow loop would be a defect
+    pytest.importorskip("numba", reason="numba not installed: the numpy engine serves")
+    monkeypatch.delenv(curves.NO_JIT_ENV, raising=False)
+    monkeypatch.setattr(curves, "_compiled", {})
+    assert curves.stack_engine() == "numba"
+
+
+@pytest.mark.parametrize("value, engine", [("1", "numpy"), ("0", None), ("", None)])
+def test_no_jit_environment_switch(monkeypatch, value, engine):
+    monkeypatch.setenv(curves.NO_JIT_ENV, value)
+    monkeypatch.setattr(curves, "_compiled", {})
+    expected = engine or ("numpy" if curves.compiled_stack() is None else "numba")
+    assert curves.stack_engine() == expected
+    if engine is None:
+        import importlib.util
+        assert (expected == "numba") == (importlib.util.find_spec("numba") is not None)
+
+
+def test_engines_agree_on_a_decode_shaped_trace(monkeypatch):
+    # 40 tokens x 8 layers x top-4 over 8 x 32 experts: deep stacks, long record chains
+    pytest.importorskip("moetools.tracetail.stackjit", reason="numba not installed")
+    rng = np.random.default_rng(21)
+    layers = np.arange(8)[None, :, None] * 32
+    picks = np.sort(np.argsort(rng.random((300, 8, 32)) ** 3 * rng.zipf(1.4, (1, 8, 32)), axis=2)[:, :, :4], axis=2)
+    ids, _ = curves.dense_ids((layers + picks).reshape(-1))
+    compiled = (curves.opt_stack_distances(ids), curves.lfu_stack_distances(ids))
+    monkeypatch.setitem(curves._compiled, "module", None)
+    assert curves.opt_stack_distances(ids).tolist() == compiled[0].tolist()
+    assert curves.lfu_stack_distances(ids).tolist() == compiled[1].tolist()
+
+
+def test_compiled_engine_reports_progress_per_chunk():
+    stackjit = pytest.importorskip("moetools.tracetail.stackjit", reason="numba not installed")
+    ids, distinct = curves.dense_ids(np.random.default_rng(5).integers(0, 40, 1000))
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[np.argsort(curves.next_use(ids), kind="stable")] = np.arange(len(ids))
+    ticks = []
+    dist = stackjit.priority_stack_distances(ids, rank, distinct, curves.COLD, ticks.append, chunk=300)
+    assert ticks == [300, 300, 300, 100]
+    assert dist.tolist() == _mattson_reference(ids, curves.next_use(ids)).tolist()
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_stack_distance_curves_match_per_budget_replays(seed):
+def test_stack_distance_curves_match_per_budget_replays(seed, stack_engine):
     rng = np.random.default_rng(seed)
     for _ in range(25):
         n, d = int(rng.integers(1, 90)), int(rng.integers(1, 14))
@@ -158,7 +212,7 @@ def test_stack_distance_curves_match_per_budget_replays(seed):
         assert curves.hits_at(curves.lfu_stack_distances(ids), caps).tolist() == [curves.lfu_replay(ids, c) for c in caps]
 
 
-def test_lru_and_min_match_replay_on_skewed_tokens():
+def test_lru_and_min_match_replay_on_skewed_tokens(stack_engine):
     rng = np.random.default_rng(7)
     tokens = [np.unique(rng.zipf(1.3, 40) % 300) for _ in range(60)]
     seq = np.concatenate(tokens)
@@ -179,7 +233,7 @@ def test_online_caches_match_replays():
         assert hits_lfu == curves.lfu_replay(seq, cap)
 
 
-def test_belady_is_the_ceiling_of_demand_policies():
+def test_belady_is_the_ceiling_of_demand_policies(stack_engine):
     rng = np.random.default_rng(11)
     tokens = [np.unique(rng.zipf(1.5, 30) % 200) for _ in range(80)]
     ids, distinct = curves.dense_ids(np.concatenate(tokens))
@@ -234,7 +288,7 @@ def _skewed_tokens(rng, n_tokens, items, per_token, zipf, repeats):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_min_distances_match_belady_per_request(seed):
+def test_min_distances_match_belady_per_request(seed, stack_engine):
     # the fast priority stack against per-request MIN hits: dist <= C exactly where MIN hits at C
     rng = np.random.default_rng(100 + seed)
     cases = [rng.integers(0, int(rng.integers(1, 50)), int(rng.integers(1, 300))) for _ in range(6)]
@@ -249,7 +303,7 @@ def test_min_distances_match_belady_per_request(seed):
             assert int((dist <= cap).sum()) == curves.belady_replay(ids, cap)
 
 
-def test_lfu_distances_match_the_stack_reference():
+def test_lfu_distances_match_the_stack_reference(stack_engine):
     rng = np.random.default_rng(9)
     for _ in range(20):
         ids, _ = curves.dense_ids(_skewed_tokens(rng, 30, 80, 10, 1.3, True))
@@ -257,7 +311,7 @@ def test_lfu_distances_match_the_stack_reference():
         assert curves.lfu_stack_distances(ids).tolist() == _mattson_reference(ids, keys).tolist()
 
 
-def test_min_distances_on_a_deep_stack_take_the_many_records_path():
+def test_min_distances_on_a_deep_stack_take_the_many_records_path(stack_engine):
     # cold misses deep in a stack of increasing keys: long record chains (the fancy-indexing path)
     rng = np.random.default_rng(4)
     raw = np.concatenate([np.arange(200), rng.permutation(200), rng.integers(0, 200, 400), np.arange(200)[::-1]])
@@ -270,7 +324,8 @@ def test_min_distances_on_a_deep_stack_take_the_many_records_path():
 
 @pytest.mark.parametrize("few", [1, 3, 10**9])
 def test_priority_stack_move_paths_agree(monkeypatch, few):
-    # scalar-write moves and fancy-indexing moves must give the same stack
+    # the numpy engine's scalar-write moves and fancy-indexing moves must give the same stack
+    monkeypatch.setitem(curves._compiled, "module", None)
     monkeypatch.setattr(curves, "_FEW_RECORDS", few)
     rng = np.random.default_rng(12)
     for _ in range(15):

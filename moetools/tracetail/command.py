@@ -243,7 +243,7 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         output.info(f"wrote {len(tkeys):,} records to {write_trace}")
     from moetools.progress import progress
 
-    with progress(desc="LFU and Belady curves", unit="req") as bar:
+    with progress(desc="offline passes (Belady, LFU)", unit="req") as bar:
         result = analyse(got.tokens, got.phases, settings, tick=bar.update)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)

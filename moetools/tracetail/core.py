@@ -143,12 +143,14 @@ def offline_hits(sequence, budgets, curve=True, tick=None):
     """{lru, lfu, belady: hits per budget} over a decode request sequence.
 
     With `curve`, one stack-distance pass per policy gives every budget at once. Without it only
-    one budget is wanted: Belady is then a single MIN replay (cheaper than the full OPT stack)
-    and LFU comes from the engine's online cache."""
+    the summary's budgets are wanted and LFU comes from the engine's online cache; Belady is still
+    the OPT stack when it runs compiled (cheaper than one replay), else one MIN replay per budget
+    (cheaper than the numpy stack)."""
     ids, _ = curves.dense_ids(sequence)
     out = {"lru": curves.hits_at(curves.lru_stack_distances(ids), budgets)}
     if curve:
         out["lfu"] = curves.hits_at(curves.lfu_stack_distances(ids, tick), budgets)
+    if curve or curves.stack_engine() == "numba":
         out["belady"] = curves.hits_at(curves.opt_stack_distances(ids, tick), budgets)
     else:
         out["belady"] = np.asarray([curves.belady_replay(ids, int(b)) for b in budgets], dtype=np.int64)

@@ -9,11 +9,15 @@ hit count of every capacity: hits(C) = #{requests with distance <= C}.
 - MIN (demand paging without bypass, as libCacheSim computes Belady): the OPT priority stack,
   where priority is the time of next use.
 
+The priority stack (MIN and LFU) runs compiled by numba (`stackjit.py`) when numba imports, and as
+the numpy loop below otherwise or when $MOETOOLS_NO_JIT is set; both give the same distances.
+
 The `*_replay` functions are the obvious per-capacity simulations, kept as references for tests
 and the benchmark.
 """
 
 import heapq
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -180,6 +184,29 @@ def lru_stack_distances(seq):
     return distance
 
 
+NO_JIT_ENV = "MOETOOLS_NO_JIT"
+_compiled = {}  # "module": the stackjit module, or None when numba is missing or switched off
+
+
+def compiled_stack():
+    """The numba-compiled priority stack module, or None (numba not importable, or $MOETOOLS_NO_JIT
+    set to anything but "" or "0"). Looked up once per process."""
+    if "module" not in _compiled:
+        module = None
+        if os.environ.get(NO_JIT_ENV, "") in ("", "0"):
+            try:
+                from moetools.tracetail import stackjit as module
+            except ImportError:  # numba absent or unusable with this numpy: the numpy loop serves
+                module = None
+        _compiled["module"] = module
+    return _compiled["module"]
+
+
+def stack_engine():
+    """'numba' or 'numpy': which priority stack `priority_stack_distances` runs."""
+    return "numpy" if compiled_stack() is None else "numba"
+
+
 def priority_stack_distances(seq, evict_key, tick=None):
     """Stack distances of a demand-paged priority policy (Mattson's priority stack, one pass).
 
@@ -190,21 +217,33 @@ def priority_stack_distances(seq, evict_key, tick=None):
 
     On a request at depth k the item goes to the top and the items above k move down along the
     chain of prefix maxima ("records") of the key: each record takes the place of the next
-    record, the last takes depth k. Cost O(k) numpy work per request, but few numpy calls: keys
-    are ranked and packed with the item id into one int64 per stack slot (rank << shift | item),
-    so one array moves both; the last record is the argmax of the slots above k (a vectorised
-    scan, several times cheaper than a prefix-maximum pass); when it is the top slot (the top is
-    the only record, about 4 requests in 10 on decode traces) the move is two scalar writes,
-    otherwise the records above it come from one prefix-maximum pass over that shorter prefix,
-    moved by scalar writes when there are few and by fancy indexing when there are many. `tick(n)`, if given, is called
-    every 65,536 requests (progress)."""
-    seq = np.asarray(seq, dtype=np.int64)
+    record, the last takes depth k. O(k) per request, run by the compiled engine when there is
+    one (`stack_engine()`), else by the numpy loop. `tick(n)`, if given, is called as requests
+    are done (progress)."""
+    seq = np.ascontiguousarray(seq, dtype=np.int64)
     n = len(seq)
     if n == 0:
         return np.full(0, COLD, dtype=np.int64)
     n_items = int(seq.max()) + 1
     rank = np.empty(n, dtype=np.int64)
     rank[np.argsort(np.asarray(evict_key), kind="stable")] = np.arange(n)
+    compiled = compiled_stack()
+    if compiled is not None:
+        return compiled.priority_stack_distances(seq, rank, n_items, COLD, tick)
+    return _numpy_priority_stack(seq, rank, n_items, tick)
+
+
+def _numpy_priority_stack(seq, rank, n_items, tick):
+    """The priority stack as a Python loop of numpy calls (the engine without numba).
+
+    Few numpy calls per request: key ranks are packed with the item id into one int64 per stack
+    slot (rank << shift | item), so one array moves both; the last record is the argmax of the
+    slots above k (a vectorised scan, several times cheaper than a prefix-maximum pass); when it
+    is the top slot (the top is the only record, about 4 requests in 10 on decode traces) the
+    move is two scalar writes, otherwise the records above it come from one prefix-maximum pass
+    over that shorter prefix, moved by scalar writes when there are few and by fancy indexing
+    when there are many. Ticks every 65,536 requests."""
+    n = len(seq)
     shift = max(1, (n_items - 1).bit_length())
     if shift + max(1, (n - 1).bit_length()) > 62:
         raise ValueError(f"trace too large to pack: {n} requests x {n_items} items")
