@@ -196,8 +196,8 @@ def compiled_stack():
         if os.environ.get(NO_JIT_ENV, "") in ("", "0"):
             try:
                 from moetools.tracetail import stackjit as module
-            except ImportError:  # numba absent or unusable with this numpy: the numpy loop serves
-                module = None
+            except Exception:  # numba absent, unusable with this numpy, or no cache folder it can
+                module = None  # use: the numpy loop serves, with the same results
         _compiled["module"] = module
     return _compiled["module"]
 
