@@ -3,9 +3,10 @@
 Every request reorders the stack above it and the next request reads that order; no exact form
 that batches a token's requests into whole-array numpy calls was found, so in numpy each request
 costs a few array calls (about 6 us on a decode trace, 170k requests/s); compiled, the same walk
-costs about half a microsecond. Imported lazily (numba's own import takes a few hundred ms) and only by `curves.priority_stack_distances`; the
-machine code is cached beside this file (or in numba's user cache when that is read-only), so the
-compile (about a second) happens once per install.
+costs about half a microsecond. Imported lazily (numba's own import takes a few hundred ms) and
+only by `curves.priority_stack_distances`; the machine code is cached beside this file (or in
+numba's user cache when that is read-only), so the compile (about a second) happens once per
+install.
 """
 
 import numba
