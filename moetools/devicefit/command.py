@@ -208,13 +208,14 @@ def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch
         if result.chosen is None:
             warn(f"unfittable: no plan written to {plan_path}")
         else:
-            from moetools.formats.plan import Plan, write_plan
+            from moetools.formats.plan import update_plan
 
             host, device, tier = core.plan_budget(result)
             if not result.host:
                 warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
-            # Without a trace's expert frequencies there is nothing to rank pins by: the pin list is empty.
-            write_plan(plan_path, Plan(budget_bytes=host, pin_list=[], device_budget_bytes=device, resident_tier=tier))
+            # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
+            # other key are kept. A new plan starts with an empty pin list.
+            update_plan(plan_path, "device-fit", {"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier})
             doc["plan"] = os.path.abspath(plan_path)
     if emit:
         click.echo(emit_text(emit, doc, launch, options.kv), nl=False)

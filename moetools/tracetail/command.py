@@ -8,6 +8,8 @@ Examples:
     moetools trace-tail /tmp/moe.trace --model k3.gguf --follow --plan plan.json --budget-bytes 64G
 """
 
+import time
+
 import click
 
 from moetools import output
@@ -161,10 +163,38 @@ def _curve_table(curve):
     return Table("coverage curve (hit ratio over decode requests)", ["slots"] + names, rows, right_align=tuple(range(len(names) + 1)))
 
 
-def _write_plan(path, budget_bytes, pins):
-    from moetools.formats.plan import Plan, write_plan
+def _plan_budget(plan_path, explicit_budget_bytes):
+    """(budget for the pin ceiling, bytes trace-tail writes as budget_bytes or None to keep the
+    plan's) -- read BEFORE any work, so a plan that cannot be overwritten fails first (exit 2).
 
-    write_plan(path, Plan(budget_bytes=budget_bytes, pin_list=pins))
+    An explicit --budget-bytes/--budget-slots is trace-tail's to write; otherwise an existing
+    plan's budget (device-fit's division) is kept and sets the pin ceiling."""
+    from moetools.formats.plan import active_cache_budget, existing_plan_doc
+
+    doc = existing_plan_doc(plan_path)
+    if explicit_budget_bytes is not None:
+        return int(explicit_budget_bytes), int(explicit_budget_bytes)
+    if doc is not None and active_cache_budget(doc) > 0:
+        return active_cache_budget(doc), None
+    return None, None
+
+
+def _budget_from_plan(budget_bytes, expert_bytes, total_slots, plan_path):
+    """The replay budget in slots when only the plan gives one (at most every slot of the model)."""
+    slots = max(1, int(budget_bytes // expert_bytes))
+    if total_slots and slots > total_slots:
+        slots = total_slots
+    output.info(f"budget from {plan_path}: {slots:,} slots")
+    return slots
+
+
+def _write_plan(path, budget_bytes, pins):
+    """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run); keeps every
+    other key. Returns the new mtime in whole seconds."""
+    from moetools.formats.plan import plan_mtime, update_plan
+
+    update_plan(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes})
+    return plan_mtime(path)
 
 
 @click.command("trace-tail")
@@ -233,6 +263,14 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
     settings = _settings(got, layer_map, options)
     expert_bytes = _expert_bytes(expert_bytes, layer_map, got)
     settings.budget = _budget(budget_slots, budget_bytes, expert_bytes)
+    pin_budget = written_budget = None
+    if plan_path:
+        if not expert_bytes:
+            raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
+        explicit = budget_bytes if budget_bytes is not None else (budget_slots * expert_bytes if budget_slots else None)
+        pin_budget, written_budget = _plan_budget(plan_path, explicit)
+        if settings.budget is None and pin_budget:
+            settings.budget = _budget_from_plan(pin_budget, expert_bytes, settings.moe_layers * settings.n_expert, plan_path)
     settings.curve_budgets = _parse_slots(curve) if curve is not None else None
     if write_trace:
         from moetools.formats.trace import write_trace as write_records
@@ -249,12 +287,12 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
     summary["expert_bytes"] = int(expert_bytes)
     summary["budget_bytes"] = int(budget_bytes) if budget_bytes is not None else int(settings.budget * expert_bytes)
     if plan_path:
-        if not expert_bytes:
-            raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
         from moetools.tracetail.core import plan_pins
 
+        if pin_budget is None:
+            pin_budget = written_budget = summary["budget_bytes"]
         engine = result.extra["engine"]
-        _write_plan(plan_path, summary["budget_bytes"], plan_pins(engine, summary["budget_bytes"], expert_bytes))
+        _write_plan(plan_path, written_budget, plan_pins(engine, pin_budget, expert_bytes))
     if curve is not None:
         if not result.curve:
             raise InputError(trace, "no decode tokens: nothing to build a curve from")
@@ -288,33 +326,46 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
     expert_bytes = _expert_bytes(expert_bytes, layer_map, None)
     budget = _budget(budget_slots, budget_bytes, expert_bytes)
     total = settings.moe_layers * settings.n_expert
+    if plan_path and not expert_bytes:
+        raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
+    pin_budget = written_budget = None
+    if plan_path:
+        explicit = budget_bytes if budget_bytes is not None else (budget_slots * expert_bytes if budget_slots else None)
+        pin_budget, written_budget = _plan_budget(plan_path, explicit)
+        if budget is None and pin_budget:
+            budget = _budget_from_plan(pin_budget, expert_bytes, total, plan_path)
     if budget is None:
         if not total:
             raise UsageError("--follow needs --budget-slots (or --budget-bytes), or a model / --experts for the default")
         budget = max(1, total // 4)
     core.check_budgets([budget], total, "slots of the model (layers x experts)")
     settings.budget = budget
-    if plan_path and not expert_bytes:
-        raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
-    plan_budget = int(budget_bytes) if budget_bytes is not None else budget * (expert_bytes or 0)
+    if plan_path and pin_budget is None:
+        pin_budget = written_budget = budget * expert_bytes
     engine = core.Engine(settings, keep_decode=False)
     tokeniser = reader.Tokeniser(layer_map, trace)
     events = reader.follow_stdin() if trace == "-" else reader.follow(trace, poll=poll, max_idle=max_idle)
-    last_plan = None
+    last_plan = pending = None
+    last_mtime = None
     count = 0
     for kind, payload in core.follow_session(events, tokeniser, engine, trace, max_tokens=max_tokens):
         if kind == "notice":
             output.info(payload)
             continue
         if plan_path:
-            pins = core.plan_pins(engine, plan_budget, expert_bytes)
-            state = (plan_budget, tuple(pins))
-            payload["plan_written"] = state != last_plan
-            if state != last_plan:
-                _write_plan(plan_path, plan_budget, pins)
-                last_plan = state
+            pins = tuple(core.plan_pins(engine, pin_budget, expert_bytes))
+            pending = pins if pins != last_plan else None
+            # The fork reloads on a change of st_mtime's whole seconds: a second write within the
+            # same second would be invisible, so changes are coalesced until the clock moves on.
+            due = pending is not None and (last_mtime is None or int(time.time()) > last_mtime)
+            payload["plan_written"] = due
+            if due:
+                last_mtime = _write_plan(plan_path, written_budget, list(pins))
+                last_plan, pending = pins, None
         output.print_json_line(payload)
         count += 1
+    if plan_path and pending is not None:
+        _write_plan(plan_path, written_budget, list(pending))
     if tokeniser.unknown:
         output.warn(f"{trace}: {tokeniser.unknown} of {tokeniser.records} records match no expert tensor of {layer_map.source}; skipped")
     if tokeniser.tail:
