@@ -35,7 +35,7 @@ def test_quick_digest_is_first_and_last_mib(tmp_path, size):
     data = payload(size, size)
     path = write(tmp_path / "f", data)
     expected = data if size <= 2 * MIB else data[:MIB] + data[-MIB:]
-    assert quick_digest(str(path), stat_of(path)) == (xxhash.xxh3_128(expected).hexdigest(), False)
+    assert quick_digest(str(path), stat_of(path)) == (xxhash.xxh3_128(expected).hexdigest(), False, False)
 
 
 def test_quick_digest_sees_a_zero_tail(tmp_path):
@@ -52,9 +52,10 @@ def test_verified_twin_quick_default(trees):
     code, doc, _ = run(hot, cold)
     assert code == 0
     (entry,) = doc["artifacts"]
+    # A quick match is a hint: nothing is reclaimable on its word.
     assert (entry["status"], entry["verify"], entry["twin"], entry["bytes"], entry["reclaimable_bytes"]) == (
-        "verified", "quick", str(cold / "k3" / "k3-00001-of-00003.gguf"), 12000, 12000)
-    assert doc["ok"] is True and doc["summary"]["verified"] == 1
+        "quick-match", "quick", str(cold / "k3" / "k3-00001-of-00003.gguf"), 12000, 0)
+    assert doc["ok"] is True and doc["summary"]["twinned"] == 1 and doc["summary"]["verified_full"] == 0
 
 
 def test_real_gguf_split_twin_full(trees):
@@ -192,7 +193,7 @@ def test_incomplete_hot_set_whose_twin_holds_everything(trees):
     code, doc, _ = run(hot, cold)
     assert code == 0
     entry = doc["artifacts"][0]
-    assert entry["status"] == "verified" and entry["reason"] == "cold holds the 1 member(s) the hot set lacks"
+    assert entry["status"] == "quick-match" and entry["reason"] == "cold holds the 1 member(s) the hot set lacks"
 
 
 # --- verification levels -----------------------------------------------------------------------
@@ -211,12 +212,22 @@ def test_quick_catches_tail_difference_full_catches_middle(trees):
     got = by_name(doc)
     assert got["tail.gguf"]["status"] == "mismatch"
     assert got["tail.gguf"]["reason"] == "tail.gguf: first/last MiB differ from the hot copy"
-    assert got["middle.gguf"]["status"] == "verified"  # quick cannot see the middle, by design
+    assert got["middle.gguf"]["status"] == "quick-match"  # quick cannot see the middle, by design
+    assert got["middle.gguf"]["reclaimable_bytes"] == 0
     code, doc, _ = run(hot, cold, "--verify", "full")
     got = by_name(doc)
     assert code == 1
     assert got["middle.gguf"]["status"] == "mismatch"
     assert got["middle.gguf"]["reason"] == "middle.gguf: content differs from the hot copy (xxh3-128)"
+    # The full verdict is remembered: a later quick run does not let the quick hint override it.
+    code, doc, _ = run(hot, cold)
+    got = by_name(doc)
+    assert code == 1 and (got["middle.gguf"]["status"], got["middle.gguf"]["verify"]) == ("mismatch", "full")
+    assert "found by an earlier --verify full" in got["middle.gguf"]["reason"]
+    # ...until either file changes (a new mtime is a new state: the quick check counts again).
+    os.utime(cold / "middle.gguf", ns=(1, 10**18))
+    _, doc, _ = run(hot, cold)
+    assert by_name(doc)["middle.gguf"]["status"] == "quick-match"
 
 
 def test_preallocated_zero_tail_is_a_mismatch(trees):
@@ -400,8 +411,8 @@ def test_json_report_exactly(trees):
         "verify": "quick",
         "dry_run": True,
         "artifacts": [
-            {"hot": str(shards[0]), "bytes": 5000, "status": "verified", "verify": "quick",
-             "twin": str(cold / "k2" / shards[0].name), "reason": "", "reclaimable_bytes": 5000,
+            {"hot": str(shards[0]), "bytes": 5000, "status": "quick-match", "verify": "quick",
+             "twin": str(cold / "k2" / shards[0].name), "reason": "", "reclaimable_bytes": 0,
              "kind": "safetensors", "files": 2, "missing": [],
              "last_used_ns": max(max(s.stat().st_atime_ns, s.stat().st_mtime_ns) for s in shards),
              "warnings": [], "action": None},
@@ -410,8 +421,9 @@ def test_json_report_exactly(trees):
              "missing": [], "last_used_ns": max(lone.stat().st_atime_ns, lone.stat().st_mtime_ns),
              "warnings": [], "action": None},
         ],
-        "summary": {"artifacts": 2, "bytes": 5100, "verified": 1, "reclaimable_bytes": 5000, "freed_bytes": 0,
-                    "free_target_bytes": None},
+        "hf_repos": [],
+        "summary": {"artifacts": 2, "bytes": 5100, "twinned": 1, "verified_full": 0, "quick_match": 1,
+                    "structural": 0, "reclaimable_bytes": 0, "freed_bytes": 0, "free_target_bytes": None},
         "problems": [],
         "log": None,
         "ok": False,
@@ -424,15 +436,40 @@ def test_table_rows(trees):
     hot, cold = trees
     write(hot / "sub" / "a.gguf", payload(3 * MIB, 1))
     copy_tree(hot / "sub", cold / "x")
+    write_shards(hot / "sub", "k2", [100, 100], ext="safetensors")
+    copy_tree(hot / "sub", cold / "sub")
     write(hot / "b.gguf", payload(100, 2))
-    _, doc, _ = run(hot, cold)
-    (table,) = _tables(doc, str(hot))
-    assert table.title == f"cold twins of {hot} in {cold} (verify quick)"
+    _, doc, _ = run(hot, cold, "--verify", "full")
+    (table,) = _tables(doc, str(hot), width=80)
+    assert table.title == f"cold twins of {hot} in {cold} (verify full)"
+    assert table.columns == ["artifact", "size", "status", "twin / reason"]
     assert table.rows == [
-        ["b.gguf", "100 B", "none", "-", "0 B", "no cold folder holds b.gguf"],
-        [os.path.join("sub", "a.gguf"), "3.0 MiB", "verified (quick)", os.path.join("x", "a.gguf"), "3.0 MiB", ""],
+        ["b", "100 B", "none", "no cold folder holds b.gguf"],
+        [os.path.join("sub", "a"), "3.0 MiB", "verified (full)", f"twin {os.path.join('x', 'a.gguf')}"],
+        [os.path.join("sub", "k2") + " ×2", "200 B", "verified (full)", "twin at the same path"],
     ]
-    assert table.caption == "1 of 2 artifacts have a twin; 3.0 MiB reclaimable"
+    assert table.caption == "2 of 3 have a twin (2 verified in full); 3.0 MiB reclaimable"
+
+
+def test_tables_fold_long_names_from_the_left_at_80_columns(trees):
+    from moetools.coldtwin.command import _tables, fold_left
+    from moetools.output import print_tables
+
+    assert fold_left("models/DeepSeek-V3-Q2_K", 12) == "…eek-V3-Q2_K"
+    assert fold_left("short", 12) == "short"
+    hot, cold = trees
+    deep = "a very long folder name" + os.sep + "another long folder"
+    write(hot / deep / "tiny-gpt-oss-20b-Q4_K_M-imatrix.gguf", payload(100, 1))
+    code, doc, _ = run(hot, cold)
+    table = _tables(doc, str(hot), width=80)[0]
+    assert table.rows[0][0] == "…-20b-Q4_K_M-imatrix"  # the end (size, quant, variant) is kept
+    assert doc["artifacts"][0]["hot"] == str(hot / deep / "tiny-gpt-oss-20b-Q4_K_M-imatrix.gguf")  # JSON: whole
+    import io
+
+    out = io.StringIO()
+    print_tables([table], stream=out)
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 80  # rich: 80 columns off a terminal
+    assert "…-20b-Q4_K_M-imatrix" in out.getvalue()
 
 
 def test_real_converter_gguf_twins(tmp_path, shared_models):
@@ -489,14 +526,45 @@ def test_stop_event_ends_a_read_within_a_chunk(tmp_path, monkeypatch):
     assert reads == [4096, 8192]
 
 
-def test_zero_tail_on_both_sides_needs_full(trees):
+def test_zero_tail_on_both_sides_is_a_quick_match_that_says_so(trees):
     hot, cold = trees
-    data = payload(MIB, 4) + bytes(2 * MIB)  # the last MiB is zeros in both copies
+    data = payload(MIB, 4) + bytes(2 * MIB)  # the last MiB is written zeros in both copies
     write(hot / "m.gguf", data)
     write(cold / "m.gguf", data)
     _, doc, _ = run(hot, cold)
     entry = doc["artifacts"][0]
-    assert entry["status"] == "mismatch" and "--verify full compares every byte instead" in entry["reason"]
+    assert entry["status"] == "quick-match" and entry["reclaimable_bytes"] == 0
+    assert entry["reason"] == ("m.gguf: the last MiB is all zeros in both copies (a preallocated download?); "
+                               "--verify full reads every byte")
+    code, doc, _ = run(hot, cold, "--verify", "full")
+    assert code == 0 and doc["artifacts"][0]["status"] == "verified"
+
+
+def _has_holes(path):
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None:
+        return False
+    with open(path, "rb") as handle:
+        try:
+            return os.lseek(handle.fileno(), os.path.getsize(path) - MIB, seek_data) >= os.path.getsize(path)
+        except OSError:
+            return True
+
+
+def test_identical_sparse_copies_are_a_quick_match_and_verify_in_full(trees):
+    hot, cold = trees
+    head = payload(MIB // 2, 9)
+    for folder in (hot, cold):
+        with open(folder / "sparse.gguf", "wb") as handle:
+            handle.write(head)
+            handle.truncate(5 * MIB)  # a hole of 4.5 MiB at the end
+    _, doc, _ = run(hot, cold)
+    entry = doc["artifacts"][0]
+    assert entry["status"] == "quick-match"
+    if _has_holes(hot / "sparse.gguf") and _has_holes(cold / "sparse.gguf"):
+        assert "both tails are holes (sparse files)" in entry["reason"]
+    else:  # a file system that allocates every block (or cannot say): zeros are all it can tell
+        assert "the last MiB is all zeros in both copies" in entry["reason"]
     code, doc, _ = run(hot, cold, "--verify", "full")
     assert code == 0 and doc["artifacts"][0]["status"] == "verified"
 

@@ -10,6 +10,7 @@ import pytest
 from moetools.coldtwin import actions
 from moetools.coldtwin.actions import ActionFailed, ActionLog, evict, interrupted_actions
 from moetools.coldtwin.core import Twin
+from moetools.coldtwin.hashing import HashCache, Hasher
 from moetools.coldtwin.scan import scan_hot, index_cold
 from tests.coldtwin_util import MIB, by_name, copy_tree, payload, run, write, write_shards
 from tests.coldtwin_util import cache_folder, trees  # noqa: F401 (fixtures used by name)
@@ -69,6 +70,10 @@ def test_evict_needs_full(trees):
                              "not --verify quick\n")
 
 
+def fresh_hasher():
+    return Hasher(HashCache(None))
+
+
 def scanned(hot, cold):
     (artifact,) = scan_hot(str(hot), 2, MIB)[0]
     index, _ = index_cold([str(cold)], 2)
@@ -84,7 +89,7 @@ def test_evict_rechecks_each_hot_file_before_unlink(trees, tmp_path):
     os.utime(shards[1], ns=(5, 5))  # touched after the scan and verification
     log = ActionLog(str(tmp_path / "log.jsonl"))
     with pytest.raises(ActionFailed, match="hot copy: .* since it was verified"):
-        evict(artifact, twin, log)
+        evict(artifact, twin, log, fresh_hasher())
     assert files_in(hot) == ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"]
 
 
@@ -96,10 +101,10 @@ def test_evict_refuses_when_the_twin_changed(trees, tmp_path):
     with open(cold / "m.gguf", "ab") as handle:
         handle.write(b"x")
     with pytest.raises(ActionFailed, match="cold twin: .* since it was verified"):
-        evict(artifact, twin, ActionLog(str(tmp_path / "log.jsonl")))
+        evict(artifact, twin, ActionLog(str(tmp_path / "log.jsonl")), fresh_hasher())
     (cold / "m.gguf").unlink()
     with pytest.raises(ActionFailed, match="cold twin is gone"):
-        evict(artifact, twin, ActionLog(str(tmp_path / "log.jsonl")))
+        evict(artifact, twin, ActionLog(str(tmp_path / "log.jsonl")), fresh_hasher())
     assert files_in(hot) == ["m.gguf"]
 
 
@@ -119,7 +124,7 @@ def test_evict_change_between_checks_is_caught(trees, tmp_path, monkeypatch):
 
     monkeypatch.setattr(log, "write", write_then_touch)
     with pytest.raises(ActionFailed):
-        evict(artifact, twin, log)
+        evict(artifact, twin, log, fresh_hasher())
     assert files_in(hot) == ["m-00002-of-00002.gguf"]
     assert log_events(tmp_path / "log.jsonl")[-1] == "evict-failed"
 
@@ -145,7 +150,8 @@ def test_migrate_copies_verifies_renames_then_evicts(trees, tmp_path):
         assert copy.read_bytes() == content and copy.stat().st_mtime_ns == mtime
     assert log_events(log) == ["migrate-start", "copy-start", "copy-verified", "renamed", "copy-start",
                                "copy-verified", "renamed", "migrate-copied", "evict-start", "unlink", "unlink",
-                               "evict-done", "migrate-done"]
+                               "rmdir", "evict-done", "migrate-done"]
+    assert os.listdir(hot) == []  # the emptied "kimi k2" folder is gone; HOT_DIR itself stays
     # The cache learned the copies' digests: a full check now reads nothing.
     code, doc, _ = run(hot, cold, "--verify", "full")
     assert code == 0 and doc["artifacts"] == []

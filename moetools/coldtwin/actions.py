@@ -1,9 +1,15 @@
 """Evict, migrate and --free: the only code in moetools that deletes a user's model files.
 
 Safety rules, in the order they apply:
-- evict removes hot members only for a twin that passed `full` verification; right before each
-  unlink it re-stats the hot member (size, mtime, device, inode) and, before the first, every twin
-  member, so a file that changed since it was hashed is never the reason another is deleted;
+- evict removes hot members only for a twin that passed `full` verification, and right before the
+  first unlink it reads every cold member again in full, from the disk, and compares it with the hot
+  member's digest (the hot one may come from the hash cache, whose key is the file's identity, size
+  and mtime; the cold one never does: bit rot keeps size and mtime). Only `--trust-cache` skips that
+  read; a cold file this process itself read or wrote and read back is not read twice. Right before
+  each unlink it re-stats the hot member (size, mtime, device, inode) and, before the first, every
+  twin member, so a file that changed since it was hashed is never the reason another is deleted.
+  Folders the eviction emptied are removed (never HOT_DIR itself, never a folder that was empty
+  already);
 - migrate copies each member to a temporary name in the cold folder, fsyncs it, re-reads it from
   disk (page cache dropped where the OS allows) and compares xxh3-128 with the bytes read from the
   source, renames it into place and fsyncs the folder; only when every member is in place does it
@@ -24,11 +30,13 @@ from moetools.atomic import fsync_dir, place_new
 from moetools.coldtwin.core import NONE, SAVE_INTERVAL, VERIFIED, Twin, check_artifact
 from moetools.coldtwin.hashing import (
     FileChanged,
+    Stopped,
     check_unchanged,
     chunk_bytes,
     new_xxh3,
     open_for_reading,
     read_digest,
+    state_of,
     test_pause,
 )
 from moetools.coldtwin.scan import FileStat, is_inside
@@ -153,36 +161,104 @@ def _refuse_same_folder(hot_folder, cold_folder):
         os.unlink(marker)
 
 
-def evict(artifact, twin, log):
-    """Remove the hot members of `artifact`, whose `twin` passed full verification. Returns bytes freed."""
+def reverify_twin(artifact, twin, hasher, trust_cache=False):
+    """Raise ActionFailed unless every cold member's bytes, read now, equal its hot member's digest.
+
+    The hot digest may come from the cache (valid only for the same identity, size and mtime, which
+    `_recheck` has just confirmed); the cold one is read from the disk unless this process computed
+    it itself from the file's bytes, or `trust_cache` says to take the cache's word (the old speed,
+    and the risk the help text names).
+    """
+    for hot, cold in zip(artifact.files, twin.files):
+        try:
+            hot_digest = hasher.full(hot)
+            if trust_cache:
+                cold_digest = hasher.full(cold)
+            elif state_of(cold) in hasher.read_now:
+                cold_digest = hasher.cached_full(cold)
+                hasher.advance(cold.size)
+            else:
+                cold_digest = None
+            if cold_digest is None:
+                cold_digest = hasher.reread(cold)
+        except (OSError, FileChanged, Stopped) as err:
+            raise ActionFailed(f"cannot re-read the cold twin before removing anything: {err}") from None
+        if cold_digest != hot_digest:
+            raise ActionFailed(f"{cold.path}: the cold copy no longer matches the hot one (read just now, xxh3-128 "
+                               "differs: bit rot or an edit?); nothing removed")
+
+
+def remove_emptied_folders(folders, stop_at, log):
+    """Remove each of `folders` (ones the caller removed something from) that is empty now, and then
+    each parent that this emptied, up to but never including `stop_at`."""
+    stop = os.path.normcase(os.path.abspath(stop_at)) if stop_at else None
+    for folder in sorted(set(folders), key=len, reverse=True):
+        current = os.path.abspath(folder)
+        while stop and is_inside(os.path.normcase(current), stop) and os.path.normcase(current) != stop:
+            try:
+                os.rmdir(current)  # fails unless empty: a folder holding anything stays
+            except OSError:
+                break
+            log.write("rmdir", path=current)
+            current = os.path.dirname(current)
+
+
+def evict(artifact, twin, log, hasher, trust_cache=False, stop_at=None):
+    """Remove the hot members of `artifact`, whose `twin` passed full verification, after reading the
+    twin again (see `reverify_twin`). Returns bytes freed."""
     for cold in twin.files:
         _recheck(cold, "cold twin")
     for name in twin.extra:
-        path = os.path.join(twin.folder, name)
+        path = twin_member_path(twin, name)
         if not os.path.isfile(path) or os.path.getsize(path) == 0:
             raise ActionFailed(f"{path}: cold twin member is gone")
     for member in artifact.files:
         _recheck(member, "hot copy")
     _refuse_same_folder(artifact.folder, twin.folder)
+    reverify_twin(artifact, twin, hasher, trust_cache)
+    for cold in twin.files:  # nothing changed while it was read
+        _recheck(cold, "cold twin")
     log.write("evict-start", hot=artifact.path, twin=twin.path, bytes=artifact.bytes)
-    freed = 0
     try:
-        for member in artifact.files:
-            _recheck(member, "hot copy")  # immediately before its unlink
-            link = os.path.islink(member.path)  # removing a symlink frees no data
-            os.unlink(member.path)
-            freed += 0 if link else member.size
-            log.write("unlink", hot=artifact.path, path=member.path, bytes=member.size)
-            for cold in twin.files:  # the twin must outlive every unlink, whatever path reached it
-                if not os.path.exists(cold.path):
-                    raise ActionFailed(f"{cold.path}: the cold twin vanished during the eviction; nothing more is removed")
-            test_pause()
+        if artifact.hf is not None:
+            from moetools.coldtwin.hfactions import remove_revision
+
+            freed, touched = remove_revision(artifact, twin, log, _recheck, _check_twin_present)
+        else:
+            freed, touched = _remove_members(artifact, twin, log)
     except (ActionFailed, OSError) as err:
-        log.write("evict-failed", hot=artifact.path, reason=str(err), freed_bytes=freed)
+        log.write("evict-failed", hot=artifact.path, reason=str(err))
         raise
-    fsync_dir(artifact.folder)
+    for folder in touched:
+        fsync_dir(folder)
+    remove_emptied_folders(touched, stop_at, log)
     log.write("evict-done", hot=artifact.path, twin=twin.path, bytes=freed)
     return freed
+
+
+def twin_member_path(twin, name):
+    """The path of a cold member the hot set lacks: `name` relative to the twin's folder ("/"-separated)."""
+    return os.path.join(twin.folder, *name.split("/"))
+
+
+def _check_twin_present(twin):
+    for cold in twin.files:  # the twin must outlive every unlink, whatever path reached it
+        if not os.path.exists(cold.path):
+            raise ActionFailed(f"{cold.path}: the cold twin vanished during the eviction; nothing more is removed")
+
+
+def _remove_members(artifact, twin, log):
+    """Unlink the hot members one by one; returns (bytes freed, [folders touched])."""
+    freed = 0
+    for member in artifact.files:
+        _recheck(member, "hot copy")  # immediately before its unlink
+        link = os.path.islink(member.path)  # removing a symlink frees no data (its target is left alone)
+        os.unlink(member.path)
+        freed += 0 if link else member.size
+        log.write("unlink", hot=artifact.path, path=member.path, bytes=member.size)
+        _check_twin_present(twin)
+        test_pause()
+    return freed, [artifact.folder]
 
 
 def _pid_alive(pid):
@@ -310,21 +386,15 @@ def check_space(artifact, dest_folder, disk_usage=shutil.disk_usage, needed=None
     (`needed` bytes, computed here when not given)."""
     if needed is None:
         needed, _ = migration_needs(artifact, dest_folder)
-    if not needed:
-        return
-    free = disk_usage(_existing_folder(dest_folder)).free
-    if needed + SPACE_MARGIN > free:
-        from moetools.sizes import format_size
-
-        raise ActionFailed(f"{dest_folder}: no space for the migration: needs {format_size(needed)} "
-                           f"(+{format_size(SPACE_MARGIN)} margin), {format_size(free)} free")
+    check_space_for(dest_folder, needed, disk_usage)
 
 
-def migrate(artifact, dest_folder, log, hasher, disk_usage=shutil.disk_usage):
+def migrate(artifact, dest_folder, log, hasher, disk_usage=shutil.disk_usage, trust_cache=False):
     """Copy every member of `artifact` into `dest_folder`, verified from disk. Returns the new Twin.
 
-    Members already there from an interrupted run are kept only if their xxh3-128 equals the hot
-    member's; a different file under the same name is never overwritten.
+    Members already there (from an interrupted run, or put there by hand) are kept only if their
+    bytes, read again now from the disk (unless `trust_cache`), equal the hot member's digest; a
+    different file under the same name is never overwritten.
     """
     needed, existing = migration_needs(artifact, dest_folder)
     check_space(artifact, dest_folder, disk_usage, needed)
@@ -342,7 +412,7 @@ def migrate(artifact, dest_folder, log, hasher, disk_usage=shutil.disk_usage):
         if cold.size != member.size:
             raise ActionFailed(f"{cold.path}: already exists with {cold.size} bytes (hot: {member.size}); not overwritten")
         try:
-            same = hasher.full(cold) == hasher.full(member)
+            same = (hasher.full(cold) if trust_cache else hasher.reread(cold)) == hasher.full(member)
         except (OSError, FileChanged) as err:
             raise ActionFailed(f"cannot compare with the existing {cold.path}: {err}") from None
         if not same:
@@ -365,6 +435,8 @@ def is_kept(artifact, patterns, hot_root):
     from moetools.gguf import model_stem
 
     candidates.add(model_stem(artifact.path))
+    if artifact.hf is not None:
+        candidates.update(artifact.hf.keep_names)
     return any(fnmatch.fnmatch(candidate, pattern) for pattern in patterns for candidate in candidates)
 
 
@@ -378,7 +450,10 @@ def destination(artifact, hot_root, cold_root):
 
 @dataclass
 class Plan:
-    """What the user asked for: which actions, where, how much, and whether for real."""
+    """What the user asked for: which actions, where, how much, and whether for real.
+
+    `progress(desc, total)` returns a progress bar (a context manager with update(n)); None: no bar.
+    """
 
     evict: bool = False
     migrate_to: str = None
@@ -386,9 +461,87 @@ class Plan:
     keep: tuple = ()
     dry_run: bool = True
     hot_root: str = None
+    trust_cache: bool = False
+    progress: object = None
+
+    @property
+    def stop_at(self):
+        """The folder eviction never removes nor goes above: HOT_DIR (the folder of HOT when a file)."""
+        if self.hot_root and not os.path.isdir(self.hot_root):
+            return os.path.dirname(os.path.abspath(self.hot_root))
+        return self.hot_root
 
 
-def _do(kind, result, plan, log, hasher, disk_usage):
+class _NoBar:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _bar(plan, hasher, desc, total):
+    """A progress bar for one action, installed as the hasher's bar while it runs."""
+    if plan.progress is None or not total:
+        return _NoBar()
+    outer = plan.progress(desc, total)
+
+    class _Installed:
+        def __enter__(self):
+            self.previous, bar = hasher.bar, outer.__enter__()
+            hasher.bar = bar
+            return bar
+
+        def __exit__(self, *exc):
+            hasher.bar = self.previous
+            return outer.__exit__(*exc)
+
+    return _Installed()
+
+
+def reread_bytes(artifact, twin, hasher, trust_cache):
+    """Bytes an eviction reads again (the cold members this process has not read itself)."""
+    if trust_cache:
+        return 0
+    return sum(cold.size for cold in twin.files if state_of(cold) not in hasher.read_now)
+
+
+def _short(artifact):
+    return artifact.hf.label if artifact.hf is not None else os.path.basename(artifact.path)
+
+
+def _evict_now(result, plan, log, hasher):
+    artifact, twin = result.artifact, result.twin
+    total = reread_bytes(artifact, twin, hasher, plan.trust_cache)
+    with _bar(plan, hasher, f"evict {_short(artifact)}: re-reading the cold copy", total):
+        return evict(artifact, twin, log, hasher, plan.trust_cache, plan.stop_at)
+
+
+def _migrate_now(result, plan, log, hasher, disk_usage, dest):
+    artifact = result.artifact
+    if artifact.hf is not None:
+        from moetools.coldtwin.hfactions import migrate_revision, revision_needs
+
+        needed, reused = revision_needs(artifact, dest)
+        with _bar(plan, hasher, f"migrate {_short(artifact)}: copy, read back", 2 * needed + reused):
+            return migrate_revision(artifact, dest, log, hasher, disk_usage, plan.trust_cache, check_space_for)
+    needed, existing = migration_needs(artifact, dest)
+    reused = sum(member.size for member in existing.values())
+    with _bar(plan, hasher, f"migrate {_short(artifact)}: copy, read back", 2 * needed + reused):
+        return migrate(artifact, dest, log, hasher, disk_usage, plan.trust_cache)
+
+
+def migration_target(artifact, plan):
+    """(destination folder, the path the report names as the twin) of migrating `artifact`."""
+    if artifact.hf is not None:
+        from moetools.coldtwin.hfactions import revision_destination
+
+        return revision_destination(artifact, plan.hot_root, plan.migrate_to)
+    dest = destination(artifact, plan.hot_root, plan.migrate_to)
+    return dest, os.path.join(dest, artifact.files[0].name)
+
+
+def _do(kind, result, plan, log, hasher, disk_usage, would_free):
     artifact = result.artifact
     action = Action(kind, plan.dry_run)
     try:
@@ -398,18 +551,22 @@ def _do(kind, result, plan, log, hasher, disk_usage):
                 for member in list(artifact.files) + list(result.twin.files):
                     _recheck(member, "file")
             else:
-                action.freed = evict(artifact, result.twin, log)
+                action.freed = _evict_now(result, plan, log, hasher)
                 action.done = True
         else:
-            dest = destination(artifact, plan.hot_root, plan.migrate_to)
-            action.twin = os.path.join(dest, artifact.files[0].name)
+            dest, action.twin = migration_target(artifact, plan)
             if plan.dry_run:
-                check_space(artifact, dest, disk_usage)
+                if artifact.hf is not None:
+                    from moetools.coldtwin.hfactions import revision_needs
+
+                    check_space_for(dest, revision_needs(artifact, dest)[0], disk_usage)
+                else:
+                    check_space(artifact, dest, disk_usage)
             else:
                 try:
-                    twin = migrate(artifact, dest, log, hasher, disk_usage)
+                    twin = _migrate_now(result, plan, log, hasher, disk_usage, dest)
                     result.twin = twin
-                    action.freed = evict(artifact, twin, log)
+                    action.freed = _evict_now(result, plan, log, hasher)
                 except (ActionFailed, OSError) as err:
                     log.write("migrate-failed", hot=artifact.path, reason=str(err))
                     raise
@@ -424,15 +581,27 @@ def _do(kind, result, plan, log, hasher, disk_usage):
     finally:
         hasher.cache.save(min_interval=SAVE_INTERVAL)
     if plan.dry_run and action.error is None:
-        action.freed = artifact.bytes
+        action.freed = would_free
     return action
+
+
+def check_space_for(dest_folder, needed, disk_usage=shutil.disk_usage):
+    """Raise ActionFailed when the drive of `dest_folder` has less than `needed` bytes + the margin."""
+    if not needed:
+        return
+    free = disk_usage(_existing_folder(dest_folder)).free
+    if needed + SPACE_MARGIN > free:
+        from moetools.sizes import format_size
+
+        raise ActionFailed(f"{dest_folder}: no space for the migration: needs {format_size(needed)} "
+                           f"(+{format_size(SPACE_MARGIN)} margin), {format_size(free)} free")
 
 
 def _resumes_migration(result, plan):
     """True when the twin found is the copy an earlier `--migrate` run made (and was killed before
     or during the eviction): rerunning the migration must finish it."""
     return (plan.migrate_to is not None and result.twin is not None
-            and os.path.abspath(result.twin.folder) == os.path.abspath(destination(result.artifact, plan.hot_root, plan.migrate_to)))
+            and os.path.abspath(result.twin.folder) == os.path.abspath(migration_target(result.artifact, plan)[0]))
 
 
 def _wanted(result, plan):
@@ -442,9 +611,18 @@ def _wanted(result, plan):
         return "evict"
     artifact = result.artifact
     # An incomplete set or an empty file is a broken download: copying it would only move the problem.
-    if result.status == NONE and plan.migrate_to and not artifact.missing and all(m.size for m in artifact.files):
+    if result.status == NONE and plan.migrate_to and not artifact.missing and all(m.size for m in artifact.files) \
+            and not (artifact.hf is not None and artifact.hf.problems):
         return "migrate"
     return None
+
+
+def _freed_if_removed(result, results, removed):
+    """Bytes removing `result`'s hot files frees: each file not also held by another result that is
+    still in place (a blob two revisions share is freed with the last of them)."""
+    others = {member.identity for other in results if other is not result and id(other) not in removed
+              for member in other.artifact.files}
+    return sum(member.size for member in result.artifact.files if member.identity not in others)
 
 
 def apply(results, plan, index, hasher, log, pool=None, disk_usage=shutil.disk_usage):
@@ -454,7 +632,7 @@ def apply(results, plan, index, hasher, log, pool=None, disk_usage=shutil.disk_u
     members), never one matched by `keep`, each verified `full` when it is reached, until the bytes
     freed (or, in a dry run, that would be freed) reach the target.
     """
-    actions, freed = {}, 0
+    actions, freed, removed = {}, 0, set()
     order = results
     if plan.free_bytes is not None:
         order = sorted(results, key=lambda result: (result.artifact.last_used_ns, result.artifact.path))
@@ -464,13 +642,15 @@ def apply(results, plan, index, hasher, log, pool=None, disk_usage=shutil.disk_u
         if is_kept(result.artifact, plan.keep, plan.hot_root):
             continue
         if (plan.free_bytes is not None or _resumes_migration(result, plan)) and result.twin is not None and result.level != "full":
-            fresh = check_artifact(result.artifact, index, "full", hasher, pool)
+            with _bar(plan, hasher, f"verify full {_short(result.artifact)}: reading hot and cold", 2 * result.artifact.bytes):
+                fresh = check_artifact(result.artifact, index, "full", hasher, pool)
             result.status, result.level, result.twin, result.reason = fresh.status, fresh.level, fresh.twin, fresh.reason
         kind = _wanted(result, plan)
         if kind is None:
             continue
-        action = _do(kind, result, plan, log, hasher, disk_usage)
+        action = _do(kind, result, plan, log, hasher, disk_usage, _freed_if_removed(result, results, removed))
         actions[id(result)] = action
         if action.error is None:
             freed += action.freed
+            removed.add(id(result))
     return actions, freed

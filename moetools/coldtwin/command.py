@@ -10,12 +10,13 @@ otherwise, 2 for bad input. Dry run unless --yes.
 """
 
 import os
+import re
 import shutil
 
 import click
 
 from moetools.coldtwin import actions as act
-from moetools.coldtwin.core import LEVELS, VERIFIED, check_all, structural_twins
+from moetools.coldtwin.core import LEVELS, MISMATCH, QUICK_MATCH, VERIFIED, check_all, structural_twins
 from moetools.coldtwin.hashing import CACHE_NAME, HashCache, Hasher, cache_dir
 from moetools.coldtwin.report import build_report
 from moetools.coldtwin.scan import check_folders, index_cold, scan_hot
@@ -25,6 +26,16 @@ from moetools.progress import progress
 from moetools.sizes import format_size, parse_size
 
 DEFAULT_MIN_SIZE = "64MiB"
+
+
+class _quiet:
+    """No progress bar (nothing long to show)."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _relative(path, root):
@@ -37,8 +48,12 @@ def _relative(path, root):
 
 
 def _status_cell(entry):
-    if entry["status"] in (VERIFIED,):
+    if entry["status"] == VERIFIED:
         return f"verified ({entry['verify']})"
+    if entry["status"] == QUICK_MATCH:
+        return "quick match (first/last MiB only)"
+    if entry["status"] == MISMATCH and entry["verify"] == "full":
+        return "mismatch (full)"
     return entry["status"]
 
 
@@ -52,6 +67,14 @@ def _action_cell(entry):
     return verb[1] if action["done"] else verb[0]
 
 
+def fold_left(text, width):
+    """`text` cut to `width` characters from the left ("…" + its end): the end of a path (file name,
+    quant type, shard number) is what tells two models apart."""
+    if width < 2 or len(text) <= width:
+        return text
+    return "…" + text[-(width - 1):]
+
+
 def _twin_cell(twin, cold_dirs):
     """The twin's path below the COLD_DIR holding it (the title names the COLD_DIRs)."""
     if not twin:
@@ -63,25 +86,76 @@ def _twin_cell(twin, cold_dirs):
     return twin
 
 
-def _tables(doc, hot):
+SET_NAME_RE = re.compile(r"-\d{5}-of-\d{5}(?=\.(gguf|safetensors)$)")
+
+
+def _label(entry, hot):
+    """What the table calls an artifact: a Hugging Face revision by repo@commit, a shard set by its
+    path without the shard number, with its file count."""
+    if entry.get("hf"):
+        return entry["hf"]["label"]
+    label = _relative(entry["hot"], hot)
+    for suffix in (".gguf", ".safetensors"):
+        if entry["kind"] != "file" and label.endswith(suffix):
+            label = SET_NAME_RE.sub("", label)[: -len(suffix)]
+    if entry["files"] > 1 or entry["missing"]:
+        label += f" ×{entry['files'] + len(entry['missing'])}"
+    return label
+
+
+def column_widths(width):
+    """(artifact, twin) widths that keep a 4-column table inside `width` terminal columns: the
+    table's borders and padding take 13, the size 9 and the status 21; the rest is shared."""
+    rest = max(20, width - 13 - 9 - 21)
+    return max(12, rest * 11 // 20), max(8, rest - rest * 11 // 20)
+
+
+def _terminal_width():
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def _tables(doc, hot, width=None):
+    """The terminal tables: one row per artifact, folded to `width` columns (the terminal's); JSON
+    keeps every path whole."""
+    name_width, note_width = column_widths(width or _terminal_width())
     rows = []
     for entry in doc["artifacts"]:
+        note = _action_cell(entry) or ""
+        own_name = os.path.basename(entry["hot"]) + ": "
+        if entry["files"] == 1 and note.startswith(own_name):  # the row already names the file
+            note = note[len(own_name):]
+        twin = _twin_cell(entry["twin"], doc["cold"])
+        if twin != "-":
+            same = twin == _relative(entry["hot"], hot)
+            twin_words = "twin at the same path" if same else f"twin {fold_left(twin, note_width - 5)}"
+            note = twin_words + (f"; {note}" if note else "")
         rows.append([
-            _relative(entry["hot"], hot),
+            fold_left(_label(entry, hot), name_width),
             format_size(entry["bytes"]),
             _status_cell(entry),
-            _twin_cell(entry["twin"], doc["cold"]),
-            format_size(entry["reclaimable_bytes"]),
-            _action_cell(entry) or "",
+            note,
         ])
     summary = doc["summary"]
-    caption = (f"{summary['verified']} of {summary['artifacts']} artifacts have a twin; "
+    caption = (f"{summary['twinned']} of {summary['artifacts']} have a twin ({summary['verified_full']} verified in full); "
                f"{format_size(summary['reclaimable_bytes'])} reclaimable")
     if summary["freed_bytes"]:
         caption += f"; {format_size(summary['freed_bytes'])} {'would be ' if doc['dry_run'] else ''}freed"
-    return [Table(f"cold twins of {hot} in {', '.join(doc['cold'])} (verify {doc['verify']})",
-                  ["artifact", "size", "status", "twin", "reclaimable", "reason / action"],
-                  rows, right_align=(1, 4), caption=caption)]
+    tables = [Table(f"cold twins of {hot} in {', '.join(doc['cold'])} (verify {doc['verify']})",
+                    ["artifact", "size", "status", "twin / reason"], rows, right_align=(1,), caption=caption)]
+    if doc.get("hf_repos"):
+        tables.append(_hf_table(doc, name_width))
+    return tables
+
+
+def _hf_table(doc, name_width):
+    """Like `hf cache scan`: one row per repo, its revisions, size on disk (blobs once) and twins."""
+    rows = []
+    for repo in doc["hf_repos"]:
+        revisions = ", ".join(revision["label"] for revision in repo["revisions"])
+        rows.append([fold_left(repo["repo_id"], name_width), format_size(repo["size_on_disk_bytes"]),
+                     repo["twin_status"], revisions])
+    return Table("Hugging Face repos (size on disk counts each blob once)",
+                 ["repo", "on disk", "twins", "revisions"], rows, right_align=(1,))
 
 
 @click.command("cold-twin")
@@ -104,8 +178,13 @@ def _tables(doc, hot):
 @click.option("--log", "log_path", metavar="FILE", type=click.Path(path_type=str),
               help=f"JSON-lines action log (default: {os.path.join('<cache folder>', act.LOG_NAME)}).")
 @click.option("--no-cache", is_flag=True, help="Hash every file again instead of trusting the hash cache.")
+@click.option("--trust-cache", is_flag=True,
+              help="RISK: evict on the hash cache's word. Without it an eviction (and a migration reusing a cold "
+                   "copy) reads the cold copy again in full first; with it, a cold copy damaged since it was "
+                   "hashed (bit rot keeps size and mtime) passes, and the hot copy, the only good one, is deleted.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output (the default when stdout is not a terminal).")
-def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to, free, keep, yes, log_path, no_cache, json_flag):
+def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to, free, keep, yes, log_path, no_cache,
+                      trust_cache, json_flag):
     """Is each model in HOT_DIR safely duplicated in a COLD_DIR, and can the hot copy go?
 
     A twin is a folder below a COLD_DIR holding every file of the model (all GGUF shards, or a
@@ -156,16 +235,17 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
                                              "it is not below HOT_DIR: rerun that run's command to finish it"))
         log = act.ActionLog(log_path)
     plan = act.Plan(evict=evict, migrate_to=migrate_to, free_bytes=free_bytes, keep=tuple(keep),
-                    dry_run=not yes, hot_root=hot)
+                    dry_run=not yes, hot_root=hot, trust_cache=trust_cache,
+                    progress=lambda desc, total: progress(total=total, desc=desc))
     try:
-        # A migration adds a copy and a re-read of bytes not known in advance: then no total.
-        total = None if migrate_to or free_bytes is not None else (to_hash or None)
-        with progress(total=total, desc="reading") as bar:
-            hasher = Hasher(cache, bar)
+        hasher = Hasher(cache)
+        with progress(total=to_hash or None, desc="verify full: reading hot and cold") if to_hash else _quiet() as bar:
+            hasher.bar = bar
             results = check_all(artifacts, index, level, hasher)
-            actions, freed = {}, 0
-            if acting:
-                actions, freed = act.apply(results, plan, index, hasher, log, disk_usage=shutil.disk_usage)
+        hasher.bar = None
+        actions, freed = {}, 0
+        if acting:
+            actions, freed = act.apply(results, plan, index, hasher, log, disk_usage=shutil.disk_usage)
     finally:
         cache.prune([hot] + [folder for folder in cold if os.path.isdir(folder)])
         shown = len(cache.warnings)

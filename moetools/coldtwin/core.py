@@ -4,8 +4,12 @@ Structural twin: one cold folder holding every member name of the artifact, each
 size, none of them zero bytes, and none of them the very file on the hot tier (same device and
 inode, reached through a hard link, a symlink or the same folder given twice). Then, by level:
 `none` stops there (status "structural"), `quick` compares xxh3-128 of the first and last MiB of
-every member and rejects an all-zero tail, `full` compares xxh3-128 of every byte, hot and cold
-read in parallel.
+every member (status "quick-match": a hint, never a reason to delete), `full` compares xxh3-128 of
+every byte, hot and cold read in parallel (status "verified").
+
+A full result the hash cache still holds for both files of every pair outranks a cheaper level: a
+twin an earlier `--verify full` found different stays a mismatch on the next quick run (bit rot
+and a copy edited in place leave size and mtime alone, so only a full read can clear it).
 """
 
 import os
@@ -17,9 +21,12 @@ from moetools.coldtwin.hashing import FileChanged, Stopped
 
 LEVELS = ("none", "quick", "full")
 SAVE_INTERVAL = 10.0  # seconds between hash-cache writes during a run (and one at the end)
-# Statuses: the twin passed the level; a structural twin (--verify none); the twin's bytes differ;
-# no twin; the hot set lacks shards and no cold set completes it; a file could not be read.
-VERIFIED, STRUCTURAL, MISMATCH, NONE, INCOMPLETE, ERROR = "verified", "structural", "mismatch", "none", "incomplete", "error"
+# Statuses: every byte compared equal; first/last MiB equal (a hint); a structural twin (--verify
+# none); the twin's bytes differ; no twin; the hot set lacks files and no cold set completes it; a
+# file could not be read.
+VERIFIED, QUICK_MATCH, STRUCTURAL = "verified", "quick-match", "structural"
+MISMATCH, NONE, INCOMPLETE, ERROR = "mismatch", "none", "incomplete", "error"
+PASSED = {"none": STRUCTURAL, "quick": QUICK_MATCH, "full": VERIFIED}
 
 
 @dataclass
@@ -47,7 +54,9 @@ class Result:
 
     @property
     def reclaimable(self):
-        return self.artifact.bytes if self.status in (VERIFIED, STRUCTURAL) and self.twin else 0
+        """Bytes an eviction may free: only a twin verified in full counts (quick and structural
+        twins are hints)."""
+        return self.artifact.bytes if self.status == VERIFIED and self.level == "full" and self.twin else 0
 
 
 def structural_twins(artifact, index):
@@ -95,17 +104,52 @@ def structural_twins(artifact, index):
 
 
 def _verify_quick(artifact, twin, hasher):
+    """None when the first and last MiB of every pair agree, else the reason."""
     for hot, cold in zip(artifact.files, twin.files):
-        hot_digest, hot_zero = hasher.quick(hot)
-        cold_digest, cold_zero = hasher.quick(cold)
-        if hot_zero and cold_zero and hot_digest == cold_digest:
-            return (f"{cold.name}: both copies' last MiB is all zeros (a preallocated, interrupted download?); "
-                    "--verify full compares every byte instead")
-        if cold_zero or hot_zero:
+        hot_digest, hot_zero, _ = hasher.quick(hot)
+        cold_digest, cold_zero, _ = hasher.quick(cold)
+        if hot_digest == cold_digest:
+            continue
+        if cold_zero != hot_zero:
             zero = cold if cold_zero else hot
             return f"{zero.path}: its last MiB is all zeros (a preallocated, interrupted download?)"
-        if hot_digest != cold_digest:
-            return f"{cold.name}: first/last MiB differ from the hot copy"
+        return f"{cold.name}: first/last MiB differ from the hot copy"
+    return None
+
+
+def quick_notes(artifact, twin, hasher):
+    """What a quick match could not see: pairs whose tails are zeros (or holes) on both sides."""
+    holes, zeros = [], []
+    for hot, cold in zip(artifact.files, twin.files):
+        _, hot_zero, hot_hole = hasher.quick(hot)
+        _, cold_zero, cold_hole = hasher.quick(cold)
+        if hot_zero and cold_zero:
+            (holes if hot_hole and cold_hole else zeros).append(cold.name)
+    notes = []
+    if holes:
+        notes.append(f"{holes[0]}{' and others' if len(holes) > 1 else ''}: both tails are holes (sparse files); "
+                     "the bytes there compare equal as zeros, --verify full reads every byte")
+    if zeros:
+        notes.append(f"{zeros[0]}{' and others' if len(zeros) > 1 else ''}: the last MiB is all zeros in both copies "
+                     "(a preallocated download?); --verify full reads every byte")
+    return "; ".join(notes)
+
+
+def remembered_full(artifact, twin, hasher):
+    """(status, reason) from full digests the cache holds for both files of every pair, or None.
+
+    A pair with differing digests is a MISMATCH whatever the other pairs say; every pair cached
+    and equal is VERIFIED; anything else is not known without reading.
+    """
+    known = True
+    for hot, cold in zip(artifact.files, twin.files):
+        hot_digest, cold_digest = hasher.cached_full(hot), hasher.cached_full(cold)
+        if hot_digest is not None and cold_digest is not None and hot_digest != cold_digest:
+            return MISMATCH, (f"{cold.name}: content differs from the hot copy (xxh3-128, found by an earlier "
+                              "--verify full and kept until either file changes)")
+        known = known and hot_digest is not None and hot_digest == cold_digest
+    if known and twin.files:
+        return VERIFIED, "every byte compared by an earlier --verify full (hash cache)"
     return None
 
 
@@ -170,7 +214,11 @@ def _fault_line(err):
 
 
 def check_artifact(artifact, index, level, hasher, pool=None):
-    """The Result for one artifact: the first structural twin that passes `level` wins."""
+    """The Result for one artifact: the first structural twin that passes `level` wins.
+
+    Below `full`, a full result the cache remembers for a twin decides instead (see the module
+    docstring); a remembered mismatch never lets a cheaper check pass that twin.
+    """
     twins, reason = structural_twins(artifact, index)
     if not twins:
         status = INCOMPLETE if artifact.missing else NONE
@@ -179,6 +227,14 @@ def check_artifact(artifact, index, level, hasher, pool=None):
         return Result(artifact, status, level, None, reason)
     first_failure = None
     for twin in twins:
+        remembered = remembered_full(artifact, twin, hasher) if level != "full" else None
+        if remembered is not None:
+            status, why = remembered
+            if status == VERIFIED:
+                return Result(artifact, VERIFIED, "full", twin, why)
+            if first_failure is None:
+                first_failure = Result(artifact, MISMATCH, "full", twin, why)
+            continue
         try:
             why = verify(artifact, twin, level, hasher, pool)
         except (OSError, FileChanged) as err:
@@ -186,8 +242,10 @@ def check_artifact(artifact, index, level, hasher, pool=None):
         else:
             status = MISMATCH
         if why is None:
-            note = f"cold holds the {len(twin.extra)} member(s) the hot set lacks" if twin.extra else ""
-            return Result(artifact, STRUCTURAL if level == "none" else VERIFIED, level, twin, note)
+            notes = [f"cold holds the {len(twin.extra)} member(s) the hot set lacks"] if twin.extra else []
+            if level == "quick":
+                notes.append(quick_notes(artifact, twin, hasher))
+            return Result(artifact, PASSED[level], level, twin, "; ".join(note for note in notes if note))
         if first_failure is None:
             first_failure = Result(artifact, status, level, twin, why)
     return first_failure

@@ -4,10 +4,12 @@ Digests are keyed by the file's identity and state, (device, inode, size, mtime_
 rewritten, truncated, or replaced under the same name gets a new key and is hashed again.
 
 `quick` = xxh3-128 of the first and the last MiB (the whole file when it is at most 2 MiB), plus
-whether the last MiB is all zeros (a preallocated download that was interrupted). `full` = xxh3-128
+whether the last MiB is all zeros (a preallocated download that was interrupted, or a sparse file)
+and whether it is a hole (no data allocated there, where the file system says so). `full` = xxh3-128
 of every byte. A file whose size or mtime changes while it is read raises FileChanged.
 """
 
+import errno
 import json
 import os
 import sys
@@ -153,8 +155,25 @@ def open_for_reading(path):
     return os.open(path, flags)
 
 
+def tail_is_hole(fd, size):
+    """True when the file system reports no data in the last MiB of the file (a sparse tail).
+
+    Uses SEEK_DATA where the OS has it (Linux, macOS, FreeBSD); elsewhere (Windows) it says False and
+    the caller knows only that the tail reads as zeros.
+    """
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or size == 0:
+        return False
+    try:
+        next_data = os.lseek(fd, max(0, size - QUICK_SPAN), seek_data)
+    except OSError as err:
+        return err.errno == errno.ENXIO  # no data from there to the end
+    return next_data >= size
+
+
 def quick_digest(path, member):
-    """(xxh3-128 hex of the first and last MiB, whether the last MiB is all zeros) of `path`."""
+    """(xxh3-128 hex of the first and last MiB, whether the last MiB is all zeros, whether it is a
+    hole) of `path`."""
     hasher = new_xxh3()
     fd = open_for_reading(path)
     try:
@@ -170,14 +189,15 @@ def quick_digest(path, member):
             hasher.update(head)
             hasher.update(tail)
         st = os.fstat(fd)
+        tail_zero = len(tail) > 0 and tail.count(0) == len(tail)
+        tail_hole = tail_zero and tail_is_hole(fd, size)
     finally:
         os.close(fd)
     check_unchanged(path, member, st)
     expected = min(size, 2 * QUICK_SPAN)
     if len(head) + (len(tail) if size > 2 * QUICK_SPAN else 0) != expected:
         raise FileChanged(f"{path}: shorter than its size {size} (changed while being read)")
-    tail_zero = len(tail) > 0 and tail.count(0) == len(tail)
-    return hasher.hexdigest(), tail_zero
+    return hasher.hexdigest(), tail_zero, tail_hole
 
 
 def _pread_all(fd, length, offset):
@@ -290,12 +310,17 @@ class HashCache:
 
 
 class Hasher:
-    """Digests through the cache: `quick(member)` -> (hex, tail_zero), `full(member)` -> hex."""
+    """Digests through the cache: `quick(member)` -> (hex, tail_zero, tail_hole), `full(member)` -> hex.
+
+    `read_now` holds the states (identity, size, mtime_ns) whose full digest this process computed by
+    reading the file (not taken from the cache): an eviction may rely on those without a second read.
+    """
 
     def __init__(self, cache, bar=None):
         self.cache = cache
         self.bar = bar
         self.bar_lock = threading.Lock()
+        self.read_now = set()
 
     def advance(self, count):
         """Move the progress bar on by `count` bytes (called from both hashing threads)."""
@@ -304,20 +329,39 @@ class Hasher:
                 self.bar.update(count)
 
     def quick(self, member):
-        digest, tail_zero = self.cache.get(member, "quick"), self.cache.get(member, "tail_zero")
-        if digest is None or tail_zero is None:
-            digest, tail_zero = quick_digest(member.path, member)
-            self.cache.put(member, quick=digest, tail_zero=tail_zero)
-        return digest, tail_zero
+        digest = self.cache.get(member, "quick")
+        tail_zero, tail_hole = self.cache.get(member, "tail_zero"), self.cache.get(member, "tail_hole")
+        if digest is None or tail_zero is None or tail_hole is None:
+            digest, tail_zero, tail_hole = quick_digest(member.path, member)
+            self.cache.put(member, quick=digest, tail_zero=tail_zero, tail_hole=tail_hole)
+        return digest, tail_zero, tail_hole
 
     def full(self, member, stop=None):
         digest = self.cache.get(member, "full")
         if digest is None:
             digest = read_digest(member.path, member, self.advance, stop=stop)
-            self.cache.put(member, full=digest)
+            self.record_full(member, digest)
         else:
             self.advance(member.size)
         return digest
 
+    def cached_full(self, member):
+        """The full digest the cache holds for `member` in its current state, or None (no read)."""
+        return self.cache.get(member, "full")
+
+    def reread(self, member, stop=None):
+        """Read every byte of `member` again from the disk (page cache dropped first), whatever the
+        cache holds; the new digest replaces the cached one."""
+        digest = read_digest(member.path, member, self.advance, from_disk=True, stop=stop)
+        self.record_full(member, digest)
+        return digest
+
     def record_full(self, member, digest):
+        """Remember a digest this process computed from the file's bytes."""
         self.cache.put(member, full=digest)
+        self.read_now.add(state_of(member))
+
+
+def state_of(member):
+    """What a digest is valid for: the file's identity, size and mtime."""
+    return (member.identity, member.size, member.mtime_ns)

@@ -63,6 +63,7 @@ class Artifact:
     files: list
     missing: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    hf: object = None  # for kind "hf-revision": the HfRevision it stands for (moetools.coldtwin.hfcache)
 
     @property
     def bytes(self):
