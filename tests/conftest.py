@@ -31,3 +31,19 @@ def shared_models():
     if not models:
         pytest.skip(f"real GGUFs not present in {factory.SHARED_MODELS} (CI has them; a fresh clone may not)")
     return models
+
+
+@pytest.fixture(autouse=True, scope="session")
+def hermetic_storage_root(tmp_path_factory):
+    """The serving daemon's storage root (CONTINUUM_STORAGE_PATH, else ~/.continuum) points at an
+    empty folder for the whole run: device-fit and quantize --install read and write there, and a
+    test must never see (or touch) this machine's real ~/.continuum."""
+    import os
+
+    old = os.environ.get("CONTINUUM_STORAGE_PATH")
+    os.environ["CONTINUUM_STORAGE_PATH"] = str(tmp_path_factory.mktemp("continuum-storage"))
+    yield
+    if old is None:
+        os.environ.pop("CONTINUUM_STORAGE_PATH", None)
+    else:
+        os.environ["CONTINUUM_STORAGE_PATH"] = old

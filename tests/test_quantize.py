@@ -108,9 +108,9 @@ def test_resident_tiers_with_manifests(tmp_path):
     doc = json.loads(result.stdout)
     folder = tmp_path / "device-fit" / "qwen3moe"
     assert doc["output_dir"] == str(folder)
-    assert sorted(os.listdir(folder)) == ["qwen3moe-q4_K.gguf", "qwen3moe-q4_K.resident.json",
-                                          "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.resident.json"]
-    assert [os.path.basename(path) for path in find_manifests(folder)] == ["qwen3moe-q4_K.resident.json", "qwen3moe-q8_0.resident.json"]
+    assert sorted(os.listdir(folder)) == ["qwen3moe-q4_K.gguf", "qwen3moe-q4_K.gguf.resident.json",
+                                          "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.gguf.resident.json"]
+    assert [os.path.basename(path) for path in find_manifests(folder)] == ["qwen3moe-q4_K.gguf.resident.json", "qwen3moe-q8_0.gguf.resident.json"]
     with open_model(source) as src:
         for tier in doc["tiers"]:
             manifest = read_manifest(tier["manifest"])
@@ -337,7 +337,7 @@ def test_manifest_write_failure_removes_the_tier(tmp_path, monkeypatch):
 def test_existing_output_needs_force(tmp_path):
     source = small(tmp_path)
     assert invoke(source, "--type", "q4_0").exit_code == 0
-    manifest = tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.resident.json"
+    manifest = tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.gguf.resident.json"
     before = manifest.stat().st_mtime_ns
     result = invoke(source, "--type", "q8_0,q4_0")
     assert result.exit_code == 2
@@ -347,7 +347,7 @@ def test_existing_output_needs_force(tmp_path):
     assert invoke(source, "--type", "q8_0,q4_0", "--force").exit_code == 0
     assert manifest.stat().st_mtime_ns >= before
     assert sorted(p.name for p in (tmp_path / "device-fit" / "qwen3moe").iterdir()) == [
-        "qwen3moe-q4_0.gguf", "qwen3moe-q4_0.resident.json", "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.resident.json"]
+        "qwen3moe-q4_0.gguf", "qwen3moe-q4_0.gguf.resident.json", "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.gguf.resident.json"]
 
 
 def test_missing_model(tmp_path):
@@ -356,7 +356,7 @@ def test_missing_model(tmp_path):
 
 
 def test_model_stem_naming(tmp_path):
-    assert core.output_names("/m/k3-00001-of-00014.gguf", "q4_K") == (["k3-q4_K.gguf"], "k3-q4_K.resident.json")
+    assert core.output_names("/m/k3-00001-of-00014.gguf", "q4_K") == (["k3-q4_K.gguf"], "k3-q4_K.gguf.resident.json")
     assert core.output_names("/m/k3.gguf", "q8_0", full=True) == (["k3-q8_0-full.gguf"], None)
     assert core.output_names("/m/k3-00002-of-00003.gguf", "q8_0", full=True, shards=3) == (
         ["k3-q8_0-full-00001-of-00003.gguf", "k3-q8_0-full-00002-of-00003.gguf", "k3-q8_0-full-00003-of-00003.gguf"], None)

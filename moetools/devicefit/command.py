@@ -141,7 +141,12 @@ def emit_text(kind, doc, launch, settings):
 @click.option("--kv-unified", is_flag=True, help="One KV stream shared by all sequences (-kvu).")
 @click.option("--swa-full", is_flag=True, help="Full-size cache for sliding-window layers (--swa-full).")
 @click.option("--flash-attn/--no-flash-attn", default=True, show_default=True, help="Flash attention (-fa); off pads and transposes V.")
-@click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False), help="Folder of *.resident.json tiers (default: device-fit/<stem>/ beside the model, if present).")
+@click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False),
+              help="Folder of *.resident.json tiers, searched first; the daemon's <storage root>/device-fit/<slug>/, "
+                   "device-fit/<stem>/ beside the model and the model's folder are searched too.")
+@click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
+              help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
+@click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
 @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
 @click.option("--coverage-policy", default="decay_bandit", show_default=True, help="Which policy's curve predicts the hit ratio.")
 @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
@@ -154,7 +159,7 @@ def emit_text(kind, doc, launch, settings):
 @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch, batch, parallel, kv_unified, swa_full,
-                       flash_attn, tiers_dir, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram,
+                       flash_attn, tiers_dir, storage_root, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram,
                        os_reserve, container, plan_path, emit, json_flag):
     """Divide one GPU between compute reserve, resident weights, KV cache and hot experts.
 
@@ -181,11 +186,12 @@ def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch
     with open_model(model_path) as model:
         facts = core.model_facts(model)
     warnings = []
-    tiers = []
-    folder = tiers_dir or core.default_tier_folder(model_path)
-    if tiers_dir or os.path.isdir(folder):
-        tiers, tier_warnings = core.load_tiers(folder, facts)
-        warnings += tier_warnings
+    from moetools.devicefit.discovery import discover_tiers
+    from moetools.formats.storage import device_fit_dir
+
+    storage_dir = device_fit_dir(model_id or core.model_stem(model_path), storage_root)
+    tiers, tier_warnings = discover_tiers(model_path, facts, tiers_dir, storage_dir)
+    warnings += tier_warnings
     curve = None
     if coverage_path:
         from moetools.formats.curve import read_curve

@@ -101,7 +101,7 @@ def default_tier_folder(model_path):
     return os.path.join(os.path.dirname(os.path.abspath(model_path)), "device-fit", model_stem(model_path))
 
 
-def load_tiers(folder, facts):
+def load_tiers(folder, facts, prefix=""):
     """Resident tiers of this model found in `folder`: (list of Tier, warnings).
 
     Skipped with a warning: malformed manifests, manifests whose GGUF is missing, manifests recorded
@@ -112,6 +112,8 @@ def load_tiers(folder, facts):
 
     tiers, warnings, seen = [], [], set()
     for path in find_manifests(folder):
+        if prefix and not os.path.basename(path).startswith(prefix):
+            continue  # a shared folder (the model's own): only this model's names
         try:
             manifest = read_manifest(path)
         except FormatError as err:

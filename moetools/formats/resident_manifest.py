@@ -1,8 +1,13 @@
-"""Resident manifest (`*.resident.json`, beside its GGUF): one precision tier of a model's resident
-weights, as `quantize --resident-only` writes it and device-fit and the serving fork read it.
+"""Resident manifest (`X.gguf.resident.json`, beside its GGUF `X.gguf`): one precision tier of a
+model's resident weights, as `quantize --resident-only` writes it and device-fit and the daemon read it.
 
-Required (the fork's contract): `resident_only` 1, `tier_label` (ggml type name), `resident_bytes`.
-Readers ignore extra keys; moetools adds the GGUF file name, the source model and error figures.
+Required (the daemon's contract, CambrianTech/continuum `division_actuation.rs`
+`parse_resident_manifest`): a non-empty `tier_label` (the type or mix name) and a positive
+`resident_bytes`; moetools also writes `resident_only` 1. `discover_resident_tiers` finds the GGUF by
+dropping the `.resident.json` suffix from the manifest's path, so the manifest is named after its
+GGUF. Readers ignore extra keys; moetools adds the GGUF file name, the source model and error
+figures. Manifests of older moetools (`{stem}-{tier}.resident.json`, GGUF named in `gguf`) are still
+read by moetools (the daemon does not find their GGUF).
 """
 
 import os
@@ -13,6 +18,11 @@ from moetools.errors import FormatError
 from moetools.formats.jsonio import load_json, require
 
 SUFFIX = ".resident.json"
+
+
+def manifest_name(gguf_name):
+    """The manifest's file name for a GGUF file name: `k3-q4_K.gguf` -> `k3-q4_K.gguf.resident.json`."""
+    return gguf_name + SUFFIX
 
 
 @dataclass
@@ -38,8 +48,13 @@ class ResidentManifest:
 
     @property
     def gguf_path(self):
-        """The resident GGUF's path, resolved against the manifest's folder."""
-        return os.path.join(os.path.dirname(self.path), self.gguf) if self.gguf else ""
+        """The resident GGUF's path: the `gguf` key resolved against the manifest's folder, else (as
+        the daemon finds it) the manifest's path without the `.resident.json` suffix."""
+        if self.gguf:
+            return os.path.join(os.path.dirname(self.path), self.gguf)
+        if self.path.endswith(".gguf" + SUFFIX):
+            return self.path[: -len(SUFFIX)]
+        return ""
 
 
 # The optional keys moetools writes, with the JSON type each must have when present.

@@ -11,7 +11,7 @@ import os
 
 import click
 
-from moetools.errors import UsageError
+from moetools.errors import OutputError, UsageError
 from moetools.output import Table, info, render, warn
 from moetools.quantize.rules import TARGETS
 from moetools.sizes import format_size
@@ -59,6 +59,21 @@ def _tables(doc):
     return tables
 
 
+def _install_override(folder, results):
+    """Make the smallest tier written the folder's override (the daemon's
+    resolve_device_fit_override takes the newest GGUF there) and price it in `resident-bytes`."""
+    from moetools.formats import storage
+
+    smallest = min(results, key=lambda result: result.resident_bytes)
+    chosen = storage.make_override(folder, smallest.gguf)
+    if chosen is None or os.path.abspath(chosen) != os.path.abspath(smallest.gguf):
+        raise OutputError(f"{folder}: could not make {os.path.basename(smallest.gguf)} the daemon's override "
+                         f"(it picks {chosen})")
+    path = storage.write_resident_bytes(folder, smallest.resident_bytes)
+    info(f"installed in {folder}; the daemon's override: {os.path.basename(chosen)} ({smallest.resident_bytes} bytes in {path})")
+    return {"override": chosen, "resident_bytes_file": path, "override_resident_bytes": smallest.resident_bytes}
+
+
 @click.command("quantize")
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("-t", "--type", "types", required=True, metavar="TYPES",
@@ -69,6 +84,13 @@ def _tables(doc):
 @click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
                    "with --full, MODEL's folder.")
+@click.option("--install", is_flag=True,
+              help="Write the tiers where the serving daemon finds them: <storage root>/device-fit/<slug of the model id>/, "
+                   "with a resident-bytes file for the override it loads (the smallest tier written).")
+@click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
+              help="--install: the daemon's storage root (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
+@click.option("--model-id", metavar="ID",
+              help="--install: the model id the daemon serves this model as (default: MODEL's name without .gguf or split suffix).")
 @click.option("--keep-split", is_flag=True,
               help="With --full and a split MODEL: write as many files as MODEL has, each with its shard's tensors.")
 @click.option("--force", is_flag=True, help="Replace outputs that already exist.")
@@ -77,7 +99,8 @@ def _tables(doc):
 @click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
-def quantize_command(model_path, types, resident_only, output_dir, keep_split, force, dry_run, threads, worst, json_flag):
+def quantize_command(model_path, types, resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run,
+                     threads, worst, json_flag):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
@@ -98,10 +121,24 @@ def quantize_command(model_path, types, resident_only, output_dir, keep_split, f
     full = not resident_only
     if keep_split and not full:
         raise UsageError("--keep-split applies to --full (a resident-only tier is always one file)")
+    if install and (full or output_dir):
+        raise UsageError("--install places resident-only tiers in the daemon's folder: not with --full or -o")
+    if (storage_root or model_id) and not install:
+        raise UsageError("--storage-root and --model-id apply to --install")
     with open_model(model_path) as model:
         for message in model.warnings:
             warn(message)
-        out_dir = output_dir or core.default_output_dir(model.path, full)
+        installed = None
+        if install:
+            from moetools.formats import storage
+            from moetools.gguf import model_stem
+
+            model_id = model_id or model_stem(model.path)
+            installed = {"model_id": model_id, "slug": storage.device_fit_slug(model_id),
+                         "storage_root": storage_root or storage.storage_root()}
+            out_dir = storage.device_fit_dir(model_id, installed["storage_root"])
+        else:
+            out_dir = output_dir or core.default_output_dir(model.path, full)
         notes = []
         if not model.expert_tensors:
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
@@ -117,4 +154,8 @@ def quantize_command(model_path, types, resident_only, output_dir, keep_split, f
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
                 results = core.run(model, plans, threads=threads, progress=bar)
         doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)
+        if installed is not None:
+            if not dry_run:
+                installed.update(_install_override(out_dir, results))
+            doc["install"] = installed
     render(doc, lambda: _tables(doc), json_flag, notes=[f"note: {note}" for note in notes if note.startswith("dry run")])

@@ -68,7 +68,9 @@ def output_names(model_path, tier, full=False, shards=1):
         if shards > 1:
             return [os.path.basename(shard_path(f"{stem}-{tier}-full", k, shards)) for k in range(1, shards + 1)], None
         return [f"{stem}-{tier}-full.gguf"], None
-    return [f"{stem}-{tier}.gguf"], f"{stem}-{tier}{resident_manifest.SUFFIX}"
+    # The manifest is named after its GGUF (`X.gguf.resident.json`): the daemon's
+    # discover_resident_tiers finds the GGUF by dropping the suffix.
+    return [f"{stem}-{tier}.gguf"], resident_manifest.manifest_name(f"{stem}-{tier}.gguf")
 
 
 @dataclass
