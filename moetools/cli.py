@@ -13,7 +13,7 @@ import sys
 import click
 
 from moetools import __version__
-from moetools.errors import EXIT_USAGE, MoeError
+from moetools.errors import EXIT_INTERRUPTED, EXIT_USAGE, MoeError
 
 # name -> "module:attribute" of its click command. A module that is not there yet is not listed.
 COMMANDS = {
@@ -85,6 +85,29 @@ class LazyGroup(click.Group):
             line, code = error_line(err)
             click.echo(f"error: {line}", err=True)
             ctx.exit(code)
+        except KeyboardInterrupt:
+            # caught here, before click turns it into "Aborted!" with exit 1
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as err:  # a bug: still one line and exit 2, never a traceback and exit 1
+            click.echo(f"error: {internal_error_line(err)}", err=True)
+            ctx.exit(EXIT_USAGE)
+
+
+def internal_error_line(err):
+    """The line for an exception no code path expected: what it was, where, and what to do."""
+    where = ""
+    traceback = err.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    if traceback is not None:
+        code = traceback.tb_frame.f_code
+        where = f" in {os.path.basename(code.co_filename)}:{traceback.tb_lineno} ({code.co_name})"
+    message = " ".join(str(err).split())[:300]
+    return (f"internal error: {type(err).__name__}{': ' + message if message else ''}{where}; "
+            f"this is a moetools bug, please report it with the command line and `moetools --version` ({__version__})")
 
 
 def _quiet_broken_pipe():
@@ -114,4 +137,4 @@ def main():
         _quiet_broken_pipe()
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

@@ -6,7 +6,8 @@ carries. A command never formats its own errors.
 
 EXIT_OK = 0
 EXIT_NO = 1  # the command did its job and the answer is "no"
-EXIT_USAGE = 2  # usage error or unreadable/invalid input
+EXIT_USAGE = 2  # usage error or unreadable/invalid input (and, with a hint to report it, a bug)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
 class MoeError(Exception):

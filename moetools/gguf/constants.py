@@ -9,6 +9,10 @@ GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
 GGUF_SUPPORTED_VERSIONS = (2, 3)
 GGML_MAX_DIMS = 4
+# llama.cpp's model limits (src/llama-hparams.h at commit 0c1e57098; llama-model.cpp asserts
+# 0 < block_count <= LLAMA_MAX_LAYERS and expert_count <= LLAMA_MAX_EXPERTS while loading).
+LLAMA_MAX_LAYERS = 512
+LLAMA_MAX_EXPERTS = 1024
 
 # ggml type id -> (ggml type name, values per block, bytes per block)
 GGML_TYPES = {

@@ -217,6 +217,24 @@ def _read_value(cursor, value_type, key):
     return cursor.scalar(value_type, f"value of {key}"), value_type
 
 
+def _check_data_layout(cursor, infos, alignment):
+    """llama.cpp's rule (ggml/src/gguf.cpp, gguf_init_from_file_impl): tensor data lies in header
+    order, each tensor at the end of the one before it padded to the alignment. Anything else (out of
+    order, overlapping, a gap) is refused there with "tensor 'X' has offset N, expected M"; so here.
+    The error names the file offset of the bad data-offset field."""
+    expected = 0
+    for name, _, _, n_bytes, relative, offset_field in infos:
+        if relative != expected:
+            how = ("starts inside or before the previous tensor's data (out of order or overlapping)"
+                   if relative < expected else "leaves a gap after the previous tensor's data")
+            cursor.fail(
+                f"tensor {name!r} has data offset {relative}, expected {expected} (llama.cpp requires tensor data "
+                f"in header order, each padded to the alignment {alignment}): its data {how}",
+                offset=offset_field,
+            )
+        expected += -(-n_bytes // alignment) * alignment
+
+
 def _parse(path, buffer, size, shard):
     cursor = _Cursor(path, buffer, size)
     cursor.need(4, "magic")
@@ -268,6 +286,7 @@ def _parse(path, buffer, size, shard):
         type_id = cursor.u32(f"type of {name}")
         if type_id not in GGML_TYPES:
             cursor.fail(f"tensor {name!r} has unknown ggml type id {type_id}", offset=type_offset)
+        offset_field = cursor.position
         relative = cursor.u64(f"data offset of {name}")
         block_size = GGML_TYPES[type_id][1]
         if shape[0] % block_size:
@@ -277,11 +296,12 @@ def _parse(path, buffer, size, shard):
             )
         if relative % alignment:
             cursor.fail(f"tensor {name!r} data offset {relative} is not a multiple of the alignment {alignment}", offset=info_offset)
-        infos.append((name, type_id, shape, tensor_nbytes(type_id, shape), relative))
+        infos.append((name, type_id, shape, tensor_nbytes(type_id, shape), relative, offset_field))
 
+    _check_data_layout(cursor, infos, alignment)
     data_offset = -(-cursor.position // alignment) * alignment
     tensors = []
-    for name, type_id, shape, n_bytes, relative in infos:
+    for name, type_id, shape, n_bytes, relative, _ in infos:
         absolute = data_offset + relative
         if absolute + n_bytes > size:
             raise GGUFError(

@@ -10,7 +10,7 @@ import re
 from functools import cached_property
 
 from moetools.errors import GGUFError
-from moetools.gguf.constants import Keys
+from moetools.gguf.constants import LLAMA_MAX_EXPERTS, LLAMA_MAX_LAYERS, Keys
 from moetools.gguf.header import LazyArray, read_header
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
@@ -110,6 +110,26 @@ class Model:
             self.tensor_by_name[tensor.name] = tensor
         self.warnings = list(warnings)
         self._fds = {}
+        self._check_blocks()
+
+    def _check_blocks(self):
+        """llama.cpp creates tensors for blocks 0..block_count-1 only: a `blk.N` tensor beyond them is
+        one it refuses ("wrong number of tensors"), and a block_count over its limit is an assertion
+        there. Checked only when the key is a whole number (its absence is reported where needed)."""
+        key = self.key(Keys.BLOCK_COUNT)
+        block_count = self.metadata.get(key)
+        if isinstance(block_count, bool) or not isinstance(block_count, int):
+            return
+        if not 0 < block_count <= LLAMA_MAX_LAYERS:
+            raise GGUFError(self.path, f"block_count {block_count} is outside llama.cpp's 1 to {LLAMA_MAX_LAYERS}", key=key)
+        for tensor in self.tensors:
+            block = tensor_block(tensor.name)
+            if block is not None and block >= block_count:
+                raise GGUFError(
+                    self.shards[tensor.shard],
+                    f"tensor {tensor.name!r} belongs to block {block} but block_count is {block_count}",
+                    key=key,
+                )
 
     # --- metadata -------------------------------------------------------------------------
 
@@ -196,6 +216,9 @@ class Model:
         value = self.get_int(Keys.EXPERT_COUNT, 0)
         if not value and self.expert_tensors:
             value = self.expert_tensors[0].shape[-1]
+        if value > LLAMA_MAX_EXPERTS:
+            raise GGUFError(self.path, f"expert_count {value} is over llama.cpp's limit of {LLAMA_MAX_EXPERTS}",
+                            key=self.key(Keys.EXPERT_COUNT))
         return value
 
     @property
