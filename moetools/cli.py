@@ -76,6 +76,17 @@ class LazyGroup(click.Group):
             raise
         return getattr(module, attribute)
 
+    def format_commands(self, ctx, formatter):
+        """List every subcommand with its whole first sentence, wrapped, never cut to `...`."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)

@@ -40,6 +40,49 @@ def parse_size(text):
     return int(round(value))
 
 
+# Below this a bare number is taken as a missing unit, not a size: no VRAM, RAM or bandwidth a
+# llama.cpp user plans for is under one MiB, while `--vram 32` (meaning 32G) is a common slip.
+IMPLAUSIBLE_BELOW = 1024**2
+
+
+def _is_bare_number(text):
+    return isinstance(text, int) or re.fullmatch(r"\s*[0-9]+(?:\.[0-9]*)?\s*", str(text)) is not None
+
+
+def parse_capacity(text, what="size"):
+    """Parse a memory size (`--vram`, `--ram`, ...) into bytes, refusing a bare number under 1 MiB.
+
+    `what` names the option in the message: `--vram 32` -> "--vram 32 means 32 bytes: did you mean 32G?".
+    """
+    value = parse_size(text)
+    if _is_bare_number(text) and value < IMPLAUSIBLE_BELOW:
+        raise UsageError(f"{what} {str(text).strip()} means {value} bytes: did you mean {str(text).strip()}G?")
+    return value
+
+
+def parse_rate(text, what="bandwidth"):
+    """Parse a bandwidth (`25GB/s`, `25G`, `25000000000`) into bytes per second (int, > 0).
+
+    A trailing `/s` is optional; a bare number under 1 MiB/s is refused as a missing unit, and 0 is refused
+    because nothing could be read at all.
+    """
+    bare = re.sub(r"/s\s*$", "", str(text).strip(), flags=re.IGNORECASE)
+    value = parse_size(bare)
+    if value <= 0:
+        raise UsageError(f"{what} must be more than 0 bytes/s, not {str(text).strip()!r}")
+    if _is_bare_number(bare) and value < IMPLAUSIBLE_BELOW:
+        raise UsageError(f"{what} {str(text).strip()} means {value} bytes/s: did you mean {bare}GB/s?")
+    return value
+
+
+def describe_size(text, num_bytes):
+    """How a size the user typed reads in a table: `32GB (29.80 GiB)` when the unit was decimal, else `32.00 GiB`."""
+    shown = format_size(num_bytes)
+    if isinstance(text, str) and re.search(r"[kmgtp]b\s*$", text.strip(), re.IGNORECASE):
+        return f"{text.strip()} ({shown})"
+    return shown
+
+
 def format_size(num_bytes):
     """Human size for tables: `31.50 GiB`, `512.0 MiB`, `4.0 KiB`, `17 B`."""
     n = float(num_bytes)

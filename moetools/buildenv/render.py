@@ -53,6 +53,14 @@ def _header(report):
     return lines
 
 
+def failure_reason(report):
+    """One line saying why the build would fail, or None when it would not."""
+    if not report.fails:
+        return None
+    problems = [f"{f.item}: {f.detail}" for f in report.findings if f.status == "fail"]
+    return "moetools build-env: the build would fail: " + ("; ".join(problems) or "see --check")
+
+
 def render_sh(report, system):
     lines = [f"# {line}" for line in _header(report)]
     for name, value in report.env.items():
@@ -61,6 +69,12 @@ def render_sh(report, system):
         joined = ":".join(report.path_prepend) if not system.windows else ";".join(report.path_prepend)
         sep = system.list_sep
         lines.append(f'export PATH={sh_quote(joined)}"${{PATH:+{sep}$PATH}}"')
+    reason = failure_reason(report)
+    if reason:
+        # The last command decides the status of `eval "$(moetools build-env)"`: make it fail, with the
+        # reason on stderr, instead of exiting the user's shell.
+        lines.append(f"printf '%s\\n' {sh_quote(reason)} >&2")
+        lines.append("false")
     return "\n".join(lines) + "\n"
 
 
@@ -70,6 +84,10 @@ def render_cmd(report, system):
         lines.append(f'set "{name}={cmd_escape(value)}"')
     if report.path_prepend:
         lines.append(f'set "PATH={cmd_escape(";".join(report.path_prepend))};%PATH%"')
+    reason = failure_reason(report)
+    if reason:
+        lines.append(f"echo {cmd_escape(reason).replace('^', '^^')} 1>&2")
+        lines.append("exit /b 1")
     # "\n": on Windows the text-mode stdout writes CRLF itself (a literal \r\n would become \r\r\n).
     return "\n".join(lines) + "\n"
 
@@ -81,6 +99,9 @@ def render_ps1(report, system):
     if report.path_prepend:
         sep = system.list_sep
         lines.append(f"$env:PATH = {ps_quote(sep.join(report.path_prepend) + sep)} + $env:PATH")
+    reason = failure_reason(report)
+    if reason:
+        lines.append(f"throw {ps_quote(reason)}")
     return "\n".join(lines) + "\n"
 
 
@@ -96,6 +117,9 @@ def render_cmake(report, system):
         if kind in ("PATH", "FILEPATH") and system.windows:
             value = value.replace("\\", "/")
         lines.append(f'set({name} {cmake_quote(value)} CACHE {kind} "set by moetools build-env")')
+    reason = failure_reason(report)
+    if reason:
+        lines.append(f"message(FATAL_ERROR {cmake_quote(reason)})")
     return "\n".join(lines) + "\n"
 
 

@@ -91,7 +91,7 @@ def encode_tables(doc):
               help="Bytes of records built per write (memory used is about this, at least one record).")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
 def encode_command(model, folder, force, batch, json_flag):
-    """Rewrite MODEL's routed experts into FOLDER as the serving fork's expert container:
+    """Rewrite MODEL's routed experts into the -o folder as the serving fork's expert container:
     manifest.json and one experts-L{N}.bin bank per MoE layer, each expert one 4 KiB-aligned record
     (header, gate | up | down, zero padding), plus xxh3 sidecars.
 
@@ -248,6 +248,8 @@ def read_command(folder, layer, expert, matrix, output, direct, json_flag):
         if matrix is None:
             doc = read_doc(reader, record)
             render(doc, lambda: read_tables(doc), json_flag)
+            if doc["checksum_ok"] is False:  # the record was read, and the answer is "it is not intact"
+                click.get_current_context().exit(AnswerNo.exit_code)
             return
         data = record.record if matrix == "record" else record.slices.get(matrix)
         if data is None:

@@ -1,0 +1,125 @@
+"""The command line as a llama.cpp user meets it (issue 16): sizes, help, exit codes."""
+
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from moetools.cli import cli
+from moetools.errors import UsageError
+from moetools.sizes import describe_size, parse_capacity, parse_rate
+from tests.buildenv_trees import ALL_PARTS, linux_basics, linux_system, linux_toolkit
+
+
+# --- sizes ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [("32G", 32 * 2**30), ("32GB", 32 * 10**9), ("1048576", 2**20),
+                                           ("0.5G", 2**29), (24 * 2**30, 24 * 2**30)])
+def test_capacity_accepts_units_and_large_bare_numbers(text, expected):
+    assert parse_capacity(text, "--vram") == expected
+
+
+@pytest.mark.parametrize("text", ["32", "24", "1000", "1048575"])
+def test_capacity_refuses_a_bare_number_that_is_surely_missing_its_unit(text):
+    with pytest.raises(UsageError, match=rf"--vram {text} means {text} bytes: did you mean {text}G\?"):
+        parse_capacity(text, "--vram")
+
+
+@pytest.mark.parametrize("text,expected", [("25GB/s", 25 * 10**9), ("25G", 25 * 2**30), ("900GB/s", 9 * 10**11),
+                                           ("25000000000", 25 * 10**9), ("64 GiB/s", 64 * 2**30)])
+def test_rate_parses(text, expected):
+    assert parse_rate(text, "--h2d") == expected
+
+
+def test_rate_refuses_zero_and_a_missing_unit():
+    with pytest.raises(UsageError, match=r"--h2d must be more than 0 bytes/s, not '0'"):
+        parse_rate("0", "--h2d")
+    with pytest.raises(UsageError, match=r"--h2d 25 means 25 bytes/s: did you mean 25GB/s\?"):
+        parse_rate("25", "--h2d")
+
+
+def test_a_decimal_unit_is_shown_with_its_binary_value():
+    assert describe_size("32GB", 32 * 10**9) == "32GB (29.80 GiB)"
+    assert describe_size("32G", 32 * 2**30) == "32.00 GiB"
+
+
+# --- help ----------------------------------------------------------------------------------------
+
+def test_root_help_gives_every_summary_whole_at_80_columns():
+    result = CliRunner().invoke(cli, ["--help"], terminal_width=80, catch_exceptions=False)
+    assert result.exit_code == 0
+    commands = result.output.split("Commands:")[1]
+    assert "..." not in commands
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    # the summary of inspect ends with its own words, not a cut
+    assert "bytes by" in commands and "bytes by..." not in commands
+
+
+def test_container_encode_help_names_only_arguments_that_exist():
+    result = CliRunner().invoke(cli, ["container-encode", "--help"], terminal_width=80, catch_exceptions=False)
+    assert "FOLDER" not in result.output
+    assert "-o" in result.output
+
+
+# --- exit codes ----------------------------------------------------------------------------------
+
+def _broken_toolkit(tmp_path):
+    system, runner = linux_system(tmp_path)
+    linux_basics(system, runner, smi="NVIDIA GeForce RTX 3090, 8.6, 550.54.15\n")
+    linux_toolkit(system, "/tk/cuda-12.6", "12.6.0", parts=set(ALL_PARTS) - {"cublas", "cublasLt", "stub"})
+    return system
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="no sh on this machine")
+def test_eval_of_a_broken_toolkit_script_fails_with_the_reason(tmp_path):
+    system = _broken_toolkit(tmp_path)
+    result = CliRunner().invoke(cli, ["build-env", "--no-default-search", "--search-path", "/tk"], obj=system,
+                                catch_exceptions=False)
+    assert result.exit_code == 1
+    done = subprocess.run(["sh", "-c", 'eval "$1" && echo REACHED', "sh", result.stdout],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert "REACHED" not in done.stdout
+    assert "moetools build-env: the build would fail: CUDA toolkit: no complete CUDA toolkit" in done.stderr
+
+
+@pytest.mark.parametrize("shell,last", [("cmd", "exit /b 1"), ("ps1", "throw 'moetools build-env: the build"),
+                                        ("cmake", 'message(FATAL_ERROR "moetools build-env: the build')])
+def test_every_script_of_a_broken_toolkit_fails(tmp_path, shell, last):
+    system = _broken_toolkit(tmp_path)
+    result = CliRunner().invoke(cli, ["build-env", "--no-default-search", "--search-path", "/tk", "--shell", shell],
+                                obj=system, catch_exceptions=False)
+    assert result.stdout.rstrip().splitlines()[-1].startswith(last)
+
+
+def test_a_healthy_toolkit_script_ends_without_a_failure(tmp_path):
+    system, runner = linux_system(tmp_path)
+    linux_toolkit(system, "/usr/local/cuda-12.4", "12.4.1")
+    linux_basics(system, runner, smi="NVIDIA GeForce RTX 3090, 8.6, 550.54.15\n")
+    result = CliRunner().invoke(cli, ["build-env"], obj=system, catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "false" not in result.stdout.splitlines()
+
+
+def test_container_read_of_a_damaged_record_answers_no(tmp_path, tiny_models):
+    """A record whose bytes differ from the xxh3 sidecar was read, and the answer is "not intact": exit 1."""
+    import json
+
+    folder = tmp_path / "c"
+    result = CliRunner().invoke(cli, ["container-encode", str(tiny_models["qwen3moe"]), "-o", str(folder), "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    bank = sorted(folder.glob("experts-L*.bin"))[0]
+    layer = int(bank.stem.split("-L")[1])
+    with open(bank, "r+b") as handle:  # one byte inside expert 0's gate slice, past the 32-byte header
+        handle.seek(40)
+        byte = handle.read(1)
+        handle.seek(40)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    args = ["container-read", str(folder), "--layer", str(layer), "--expert", "0", "--json"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.output)["checksum_ok"] is False
+    intact = CliRunner().invoke(cli, args[:-2] + ["1", "--json"], catch_exceptions=False)
+    assert intact.exit_code == 0 and json.loads(intact.output)["checksum_ok"] is True
