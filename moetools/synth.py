@@ -48,6 +48,9 @@ class Types:
 
     expert: int = Q8_0
     expert_down: int = None  # defaults to `expert`
+    # When set, only these blocks' ffn_down_exps get `expert_down` (the others `expert`): llama-quantize's
+    # *_K_M mixes give ffn_down more bits in the layers its use_more_bits rule picks.
+    expert_down_blocks: tuple = None
     resident: int = Q8_0  # 2-D resident matrices
     embed: int = Q8_0
     output: int = Q8_0
@@ -68,6 +71,8 @@ def _common(spec, p):
 
 def _experts(spec, il, n_embd, n_ff, n_expert, t, bias=False):
     down = t.expert_down if t.expert_down is not None else t.expert
+    if t.expert_down_blocks is not None and il not in t.expert_down_blocks:
+        down = t.expert
     spec.add(f"blk.{il}.ffn_gate_exps.weight", (n_embd, n_ff, n_expert), t.expert)
     spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, n_ff, n_expert), t.expert)
     spec.add(f"blk.{il}.ffn_down_exps.weight", (n_ff, n_embd, n_expert), down)
@@ -319,6 +324,13 @@ BUILDERS = {
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }
 
+def more_bits_blocks(n_layer):
+    """The blocks llama-quantize's use_more_bits(i, n) picks: the first and last eighth, and every
+    third block in between (src/llama-quant.cpp)."""
+    return tuple(i for i in range(n_layer)
+                 if i < n_layer // 8 or i >= 7 * n_layer // 8 or (i - n_layer // 8) % 3 == 2)
+
+
 # Full-size presets (header-only, sparse). Types are those of common community quantizations.
 PRESETS = {
     "kimi-k3": lambda: kimi_k3(
@@ -340,6 +352,13 @@ PRESETS = {
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
         name="Qwen3-235B-A22B (synthetic)", n_layer=94, n_embd=4096, n_head=64, n_head_kv=4, head=128,
         n_ff=12288, n_ff_exp=1536, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
+    # The model of ../shared/traces/qwen.route.csv (Qwen3-30B-A3B Q4_K_M): its preamble's expert bytes
+    # (3,059,712 with a Q6_K down, 2,654,208 with Q4_K) are this preset's, block by block.
+    "qwen3-30b-a3b": lambda: qwen3moe(
+        Types(expert=Q4_K, expert_down=Q6_K, expert_down_blocks=more_bits_blocks(48), resident=Q4_K, embed=Q4_K,
+              output=Q6_K),
+        name="Qwen3-30B-A3B (synthetic)", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head=128,
+        n_ff=6144, n_ff_exp=768, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
     "gpt-oss-120b": lambda: gpt_oss(
         Types(expert=MXFP4, resident=Q8_0, embed=Q8_0, output=Q8_0),
         name="gpt-oss-120b (synthetic)", n_layer=36, n_embd=2880, n_head=64, n_head_kv=8, head=64,

@@ -123,3 +123,53 @@ def test_container_read_of_a_damaged_record_answers_no(tmp_path, tiny_models):
     assert json.loads(result.output)["checksum_ok"] is False
     intact = CliRunner().invoke(cli, args[:-2] + ["1", "--json"], catch_exceptions=False)
     assert intact.exit_code == 0 and json.loads(intact.output)["checksum_ok"] is True
+
+
+# --- a preset with a shared trace's shape --------------------------------------------------------
+
+def _preamble_expert_bytes(trace_path):
+    import re
+
+    found = {}
+    with open(trace_path) as handle:
+        for line in handle:
+            if not line.startswith("#"):
+                break
+            match = re.match(r"# layer=(\d+) expert_bytes=(\d+)", line)
+            if match:
+                found[int(match[1])] = int(match[2])
+    return found
+
+
+def test_qwen3_30b_preset_has_the_real_trace_models_expert_bytes(tmp_path):
+    from tests import factory
+    from moetools.gguf import open_model
+
+    trace = factory.SHARED_TRACES / "qwen.route.csv"
+    if not trace.exists():
+        pytest.skip(f"real trace absent: {trace}")
+    model = open_model(str(factory.write_preset(tmp_path, "qwen3-30b-a3b")))
+    assert (model.architecture, model.block_count, model.expert_count) == ("qwen3moe", 48, 128)
+    assert model.expert_bytes_by_layer == _preamble_expert_bytes(trace)
+
+
+def test_real_qwen_trace_runs_on_its_models_preset(tmp_path):
+    """`trace-tail --model` on a model of the trace's shape (128 experts), then device-fit on the curve."""
+    import json
+
+    from tests import factory
+
+    trace = factory.SHARED_TRACES / "qwen.route.csv"
+    if not trace.exists():
+        pytest.skip(f"real trace absent: {trace}")
+    model = factory.write_preset(tmp_path, "qwen3-30b-a3b")
+    result = CliRunner().invoke(cli, ["trace-tail", str(trace), "--model", str(model), "--curve", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    curve = json.loads(result.output)
+    assert curve["slots"][-1] == 3059  # the trace's distinct (layer, expert) pairs
+    (tmp_path / "curve.json").write_text(result.output)
+    result = CliRunner().invoke(cli, ["device-fit", str(model), "--vram", "16G", "--coverage",
+                                      str(tmp_path / "curve.json"), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["verdict"] == "native"
