@@ -256,7 +256,7 @@ def test_unknown_type(tmp_path):
     result = invoke(source, "--type", "q4_0,iq2_xs")
     assert result.exit_code == 2
     assert result.output == ("error: unsupported --type 'iq2_xs'; supported: bf16, f16, q8_0, q6_K, q5_K, q5_1, q5_0, "
-                             "q4_K, q4_1, q4_0, q3_K, q2_K\n")
+                             "q4_K, q4_1, q4_0, iq4_nl, iq4_xs, q3_K, q2_K\n")
     assert not (tmp_path / "device-fit").exists()
 
 

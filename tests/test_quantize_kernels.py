@@ -1,10 +1,13 @@
-"""The numpy quantizers against ggml's reference bytes, gguf's quantizers and dequantizers.
+"""The quantizers (compiled and numpy engines) against ggml's bytes, gguf's quantizers and dequantizers.
 
 tests/data/quantize_golden_*.npz hold the bytes ggml's `quantize_row_*_ref` (ggml-quants.c of the
 llama.cpp vendored in llama-cpp-python 0.3.36, built without FMA contraction as ggml-base is)
 produced for the fixed inputs in quantize_golden_input.npz: normal, wide-range, one-signed, integer,
 signed-zero, constant, zero, tiny, huge (float16 scale overflow), outlier and heavy-tailed rows;
 HASHED_DIGESTS below hold the digests of its bytes for 2048 more super-blocks made without an RNG.
+quantize_golden_imatrix.npz holds what ggml_quantize_chunk (libggml-base of llama.cpp 0c1e57098)
+wrote for the same rows with the importance matrix stored beside them (`*_imatrix`), and for IQ4_NL
+and IQ4_XS without one; IMATRIX_DIGESTS the same for the hashed rows with `hashed_imatrix()`.
 """
 
 from pathlib import Path
@@ -18,6 +21,25 @@ from moetools.quantize import kernels
 DATA = Path(__file__).parent / "data"
 TYPES = {"q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q6_K": 14, "q5_K": 13, "q4_K": 12, "q3_K": 11, "q2_K": 10}
 GGUF_QUANTIZABLE = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def engine(request, monkeypatch):
+    """Runs a test with each kernel engine: the numba-compiled kernels and the numpy ones."""
+    if request.param == "numpy":
+        monkeypatch.setitem(kernels._compiled, "module", None)
+    elif kernels.compiled_kernels() is None:
+        pytest.skip(f"numba is not importable here (or ${kernels.NO_JIT_ENV} is set): only the numpy engine runs")
+    assert kernels.engine() == request.param
+    return request.param
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The compiled engine (the only one with imatrix and IQ4 kernels), or a skip."""
+    if kernels.compiled_kernels() is None:
+        pytest.skip(f"numba is not importable here (or ${kernels.NO_JIT_ENV} is set)")
+    return kernels.compiled_kernels()
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +57,7 @@ def test_type_ids_and_sizes_match_gguf():
 
 
 @pytest.mark.parametrize("name", list(TYPES))
-def test_bytes_equal_ggml_reference(name, golden_input):
+def test_bytes_equal_ggml_reference(name, golden_input, engine):
     x, names = golden_input
     golden = np.load(DATA / f"quantize_golden_{name}.npz")["out"]
     for row, case, expected in zip(x, names, golden):
@@ -46,7 +68,7 @@ def test_bytes_equal_ggml_reference(name, golden_input):
 
 
 @pytest.mark.parametrize("name", GGUF_QUANTIZABLE)
-def test_bytes_equal_gguf_quantize(name):
+def test_bytes_equal_gguf_quantize(name, engine):
     rng = np.random.default_rng(7)
     # normal weights, plus values on and next to every rounding boundary k + 0.5 of q8_0's scale
     x = (rng.standard_normal((64, 512)) * 0.02).astype(np.float32)
@@ -84,7 +106,7 @@ def test_error_decreases_with_bits():
 
 
 @pytest.mark.parametrize("name", ["q8_0", "q4_K", "q6_K"])
-def test_threads_and_chunking_do_not_change_bytes(name):
+def test_threads_and_chunking_do_not_change_bytes(name, engine):
     rng = np.random.default_rng(11)
     # an odd number of blocks that does not divide into the per-step chunk
     x = (rng.standard_normal((3, 256 * 37)) * 0.1).astype(np.float32)
@@ -159,7 +181,108 @@ def hashed_inputs(n_blocks=2048, block=256):
 
 
 @pytest.mark.parametrize("name", list(TYPES))
-def test_many_blocks_equal_ggml_reference(name):
+def test_many_blocks_equal_ggml_reference(name, engine):
     import hashlib
 
     assert hashlib.sha256(kernels.quantize(hashed_inputs(), TYPES[name]).tobytes()).hexdigest() == HASHED_DIGESTS[name]
+
+
+# --- importance matrix and IQ4 (compiled engine) ----------------------------------------------------
+
+IMATRIX_TYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q6_K": 14, "q5_K": 13, "q4_K": 12, "q3_K": 11, "q2_K": 10,
+                 "iq4_nl": 20, "iq4_xs": 23}
+# sha256 of ggml_quantize_chunk's bytes for hashed_inputs() as 512 rows of 1024, with hashed_imatrix()
+IMATRIX_DIGESTS = {
+    "q4_0_imatrix": "cccfdb9007d91bca4200071d4b056f9bd15d1de64852f26b5ec428cd8d989e50",
+    "q4_1_imatrix": "524c382f145b15abd7119a880bf1e0278d882fa026fe9e04cc47b3a7a7b4b26b",
+    "q5_0_imatrix": "a703c4a17f071f5e2f62a5bc5ac7052d429c6ecc354e809a96581358c9483829",
+    "q5_1_imatrix": "fb429db5936a5c8ebef0a0aa95b772d1f6b54c89ab7971f07aaee048c03ebae6",
+    "q6_K_imatrix": "75640d21386541fc1764a42fc91575532f4dc2627332afe96751854e1936cfa1",
+    "q5_K_imatrix": "eba1c458a2f7af383e76354e2fddbae1986e0f6bc7569401b8900258d02e63a4",
+    "q4_K_imatrix": "a05b713b540ec11cf9307a52e9c9ab104d43af8bdaf10455359101ba2c7bbe0c",
+    "q3_K_imatrix": "b40dfd29ba31a1fc6046f6d4a8055d48ef69c3bb1ed19b50c554654f7dc6aa3d",
+    "q2_K_imatrix": "a4f9cc9cffb89c356ddd02bfdb3c81e287e9f5bb6c30a7481818d67446782b15",
+    "iq4_nl_imatrix": "9110bad2667fc94987ee03a62b1aab980c6ebb817aacbab6de90d3325bf8a7bb",
+    "iq4_nl": "ed4fa7372bfde8fbd214e2d4f2de0ecf5577f1f428a40d9a6a8ffb67805fb434",
+    "iq4_xs_imatrix": "d8e6d8c6427e43ebfe1df34caa7471555ab8b076f31c9dbdf55ce93a4aba4a49",
+    "iq4_xs": "8124667efd51d9b2db421c49695277ad0655197293d8c5aad2d7b241e651a2de",
+}
+
+
+def hashed_imatrix(n=1024):
+    j = np.arange(n, dtype=np.float64)
+    return (np.exp(np.cos(j * 0.113) * 5.0) * 0.01).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", list(IMATRIX_TYPES))
+def test_imatrix_and_iq4_bytes_equal_ggml(name, golden_input, compiled):
+    x, names = golden_input
+    golden = np.load(DATA / "quantize_golden_imatrix.npz")
+    keys = [f"{name}_imatrix"] + ([name] if name.startswith("iq4") else [])
+    for key in keys:
+        imatrix = golden["imatrix"] if key.endswith("_imatrix") else None
+        got = kernels.quantize(x, IMATRIX_TYPES[name], threads=2, imatrix=imatrix)
+        for row, case, expected, mine in zip(x, names, golden[key], got):
+            assert mine.tobytes() == expected.tobytes(), f"{key} differs from ggml on the {case!r} row"
+
+
+@pytest.mark.parametrize("key", list(IMATRIX_DIGESTS))
+def test_imatrix_and_iq4_many_blocks_equal_ggml(key, compiled):
+    import hashlib
+
+    name = key.removesuffix("_imatrix")
+    imatrix = hashed_imatrix() if key.endswith("_imatrix") else None
+    data = kernels.quantize(hashed_inputs().reshape(512, 1024), IMATRIX_TYPES[name], imatrix=imatrix)
+    assert hashlib.sha256(data.tobytes()).hexdigest() == IMATRIX_DIGESTS[key]
+
+
+def test_imatrix_changes_the_bytes_and_lowers_the_weighted_error(compiled):
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((32, 512)) * 0.05).astype(np.float32)
+    weights = np.ones(512, dtype=np.float32)
+    weights[:64] = 1000  # the first columns matter most
+    for name in ("q4_K", "q3_K", "iq4_xs"):
+        plain = kernels.quantize(x, IMATRIX_TYPES[name])
+        weighted = kernels.quantize(x, IMATRIX_TYPES[name], imatrix=weights)
+        assert plain.tobytes() != weighted.tobytes()
+        error = [float(np.sum(weights * (kernels.dequantize(d, IMATRIX_TYPES[name], x.shape) - x) ** 2)) for d in (plain, weighted)]
+        assert error[1] < error[0], name
+
+
+def test_q8_0_ignores_the_imatrix_as_ggml_does(engine):
+    x = np.linspace(-1, 1, 256, dtype=np.float32).reshape(2, 128)
+    assert kernels.quantize(x, 8, imatrix=np.arange(128, dtype=np.float32)).tobytes() == kernels.quantize(x, 8).tobytes()
+
+
+def test_imatrix_of_the_wrong_length_is_refused(engine):
+    with pytest.raises(ValueError, match="imatrix of 64 values for rows of 128"):
+        kernels.quantize(np.zeros((2, 128), dtype=np.float32), 2, imatrix=np.ones(64, dtype=np.float32))
+
+
+def test_numpy_engine_says_what_needs_the_compiled_one(monkeypatch):
+    monkeypatch.setitem(kernels._compiled, "module", None)
+    with pytest.raises(NotImplementedError, match="importance matrix needs the compiled kernels"):
+        kernels.quantize(np.ones((1, 256), dtype=np.float32), 12, imatrix=np.ones(256, dtype=np.float32))
+    with pytest.raises(NotImplementedError, match="iq4_xs needs the compiled kernels"):
+        kernels.quantize(np.ones((1, 256), dtype=np.float32), 23)
+
+
+@pytest.mark.parametrize("value", ["1", "0", ""])
+def test_no_jit_switch_and_no_silent_fallback(monkeypatch, value):
+    # numba is a declared dependency: when it imports and the switch is off, it must serve
+    import importlib.util
+
+    monkeypatch.setenv(kernels.NO_JIT_ENV, value)
+    monkeypatch.setattr(kernels, "_compiled", {})
+    numba_installed = importlib.util.find_spec("numba") is not None
+    assert kernels.engine() == ("numba" if numba_installed and value != "1" else "numpy")
+
+
+@pytest.mark.parametrize("name", ["q4_K", "iq4_nl", "q4_0"])
+def test_compiled_threads_do_not_change_bytes(name, compiled):
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((7, 768)) * 0.1).astype(np.float32)
+    weights = np.abs(rng.standard_normal(768)).astype(np.float32)
+    for imatrix in (None, weights):
+        one = kernels.quantize(x, IMATRIX_TYPES[name], threads=1, imatrix=imatrix)
+        assert np.array_equal(kernels.quantize(x, IMATRIX_TYPES[name], threads=3, imatrix=imatrix), one)

@@ -184,7 +184,7 @@ def plan_tiers(model, tiers, out_dir, full=False, force=False, keep_split=False)
 
     Raises OutputError for an existing output without `force`, InputError for a tensor that must be
     re-quantized but whose source type cannot be dequantized."""
-    from moetools.quantize.kernels import can_dequantize
+    from moetools.quantize import kernels
 
     expert_names = {tensor.name for tensor in model.expert_tensors}
     n_files = len(model.shards) if full and keep_split else 1
@@ -207,7 +207,10 @@ def plan_tiers(model, tiers, out_dir, full=False, force=False, keep_split=False)
             if chosen_id == tensor.type_id:
                 tensors.append(TensorPlan(tensor, chosen_id, "copy", fallback or "already " + chosen, bool(fallback)))
                 continue
-            if not can_dequantize(tensor.type_id):
+            if kernels.needs_compiled(chosen_id) and kernels.engine() == "numpy":
+                raise UsageError(f"{chosen} needs the compiled kernels (numba), which are not available here "
+                                 f"(numba missing, or ${kernels.NO_JIT_ENV} set)")
+            if not kernels.can_dequantize(tensor.type_id):
                 raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} is {tensor.type_name}, which cannot be "
                                  f"dequantized to re-quantize it to {chosen}", offset=tensor.offset)
             tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback)))

@@ -1,8 +1,14 @@
-"""Vectorised numpy quantizers, byte-identical to ggml's reference quantizers (no importance matrix).
+"""ggml's quantizers: compiled (numba, kernels_jit.py) and vectorised numpy, byte-identical to ggml.
 
-`quantize(values, type_id)` turns float32 rows into ggml blocks; `dequantize(data, type_id, shape)`
-turns any type gguf knows back into float32. Work is split into row chunks run on a thread pool
-(numpy releases the GIL inside its loops), and each chunk is processed in cache-sized pieces.
+`quantize(values, type_id, imatrix=None)` turns float32 rows into ggml blocks, with or without an
+importance matrix (per-column weights, as llama-quantize passes them to ggml_quantize_chunk);
+`dequantize(data, type_id, shape)` turns any type gguf knows back into float32.
+
+Two engines give the same bytes. The compiled one (kernels_jit.py: every K-quant, IQ4_NL, IQ4_XS
+and the 32-value block types, with and without imatrix) serves whenever numba imports and
+$MOETOOLS_NO_JIT is unset or "0"; the numpy kernels below serve otherwise (`engine()` says which).
+Both split the rows into spans run on a thread pool (the compiled kernels and numpy's loops release
+the GIL), so a call uses every core.
 
 Byte identity with ggml depends on doing the very same float32 operations in the same order:
 - every sum over the elements of a group is sequential, as in ggml's C loops. The groups are laid
@@ -14,7 +20,8 @@ Byte identity with ggml depends on doing the very same float32 operations in the
   for the bulk, the exact bit trick where a result is stored with C integer wrap-around;
 - `roundf` (Q8_0) rounds half away from zero; C casts to int8 truncate toward zero.
 Source: the algorithms of ggml/src/ggml-quants.c (`quantize_row_*_ref`, `make_qx_quants`,
-`make_q3_quants`, `make_qkx2_quants`), reimplemented here over whole arrays of groups.
+`make_q3_quants`, `make_qkx2_quants`), reimplemented here over whole arrays of groups. The numpy
+engine has no importance-matrix or IQ4 kernels: those need the compiled engine (NotImplementedError).
 """
 
 import os
@@ -30,8 +37,11 @@ GROUP_MAX_EPS = F32(1e-15)
 _MAGIC = F32(12582912.0)  # 1.5 * 2^23: ggml's nearest_int
 _BELOW_HALF = np.nextafter(F32(0.5), F32(0))  # 0.49999997: round-half-away via trunc(x + this)
 
-F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = (
-    GGML_TYPE_IDS[name] for name in ("f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "bf16"))
+F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16, IQ4_NL, IQ4_XS = (
+    GGML_TYPE_IDS[name] for name in ("f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "bf16",
+                                     "iq4_nl", "iq4_xs"))
+NO_JIT_ENV = "MOETOOLS_NO_JIT"
+_compiled = {}  # "module": kernels_jit, or None when numba is missing or switched off
 
 # Values handled per step inside one chunk, as measured on a 2-core machine: the 32-block kernels
 # make many short numpy calls (the halving trees), so they want big steps; the K-quant searches
@@ -559,12 +569,60 @@ def _spans(count, parts, multiple=1):
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def quantize(values, type_id, threads=None):
-    """Quantize float32 values to ggml `type_id` bytes, byte-identical to ggml's reference quantizer.
+def compiled_kernels():
+    """The numba-compiled kernel module, or None (numba not importable, or $MOETOOLS_NO_JIT set to
+    anything but "" or "0"). Looked up once per process."""
+    if "module" not in _compiled:
+        module = None
+        if os.environ.get(NO_JIT_ENV, "") in ("", "0"):
+            try:
+                from moetools.quantize import kernels_jit as module
+            except Exception:  # numba absent, unusable with this numpy, or no cache folder it can
+                module = None  # use: the numpy kernels serve, with the same bytes
+        _compiled["module"] = module
+    return _compiled["module"]
+
+
+def engine():
+    """'numba' or 'numpy': which kernels `quantize` runs."""
+    return "numpy" if compiled_kernels() is None else "numba"
+
+
+# Types whose quantizer ggml runs without the importance matrix even when one is given.
+IGNORES_IMATRIX = {Q8_0, F16, BF16, 0}
+
+
+def needs_compiled(type_id, imatrix=False):
+    """Whether quantizing to `type_id` (with an importance matrix or not) needs the compiled engine."""
+    if type_id in (F16, BF16):
+        return False
+    return type_id not in KERNELS or (imatrix and type_id not in IGNORES_IMATRIX)
+
+
+def _run_compiled(rows_function, rows, qw, threads, block, block_bytes):
+    """Run a compiled row function over `rows` (n, row) in spans of rows, one per thread."""
+    out = np.empty((rows.shape[0], rows.shape[1] // block * block_bytes), dtype=np.uint8)
+    has_qw = qw is not None
+    weights = qw if has_qw else np.zeros(0, dtype=F32)
+    spans = _spans(rows.shape[0], threads)
+    if len(spans) == 1:
+        rows_function(rows, out, weights, has_qw)
+    else:
+        with ThreadPoolExecutor(max_workers=len(spans)) as pool:
+            for future in [pool.submit(rows_function, rows[a:b], out[a:b], weights, has_qw) for a, b in spans]:
+                future.result()
+    return out
+
+
+def quantize(values, type_id, threads=None, imatrix=None):
+    """Quantize float32 values to ggml `type_id` bytes, byte-identical to ggml_quantize_chunk.
 
     values: float32 array whose last axis (the ggml row, ne[0]) divides into the type's blocks.
+    imatrix: None, or float32 (row,) importance weights of the row's columns (llama-quantize's
+    per-tensor imatrix slice); ignored where ggml ignores it (Q8_0, F16, BF16).
     Returns uint8 of shape (..., row_bytes). F16 and BF16 go through gguf.quants (which matches
-    ggml's conversions); every other type id in KERNELS through the numpy kernels above.
+    ggml's conversions); the others through the compiled kernels or, without them, numpy's.
+    Raises NotImplementedError for an imatrix or IQ4 type when only the numpy engine is there.
     """
     values = np.ascontiguousarray(values, dtype=F32)
     if type_id in (F16, BF16):
@@ -573,14 +631,28 @@ def quantize(values, type_id, threads=None):
         if type_id == F16:
             return values.astype(np.float16).view(np.uint8)
         return quants.quantize(values, GGMLQuantizationType.BF16)
-    block, block_bytes, kernel = KERNELS[type_id]
+    name, block, block_bytes = GGML_TYPES[type_id]
     row = values.shape[-1] if values.ndim else 1
     if row % block:
         raise ValueError(f"row of {row} values does not divide into blocks of {block}")
+    qw = None
+    if imatrix is not None and type_id not in IGNORES_IMATRIX:
+        qw = np.ascontiguousarray(imatrix, dtype=F32).reshape(-1)
+        if qw.size != row:
+            raise ValueError(f"imatrix of {qw.size} values for rows of {row}")
+    threads = threads or default_threads()
+    compiled = compiled_kernels()
+    if compiled is not None and name in compiled.ROWS:
+        out = _run_compiled(compiled.ROWS[name], values.reshape(-1, row), qw, threads, block, block_bytes)
+        return out.reshape(*values.shape[:-1], row // block * block_bytes)
+    if qw is not None or type_id not in KERNELS:
+        what = "an importance matrix" if qw is not None else name
+        raise NotImplementedError(f"quantizing with {what} needs the compiled kernels (numba"
+                                  f"{'; $' + NO_JIT_ENV + ' is set' if os.environ.get(NO_JIT_ENV, '') not in ('', '0') else ''})")
+    block, block_bytes, kernel = KERNELS[type_id]
     blocks = values.reshape(-1, block)
     out = np.empty((blocks.shape[0], block_bytes), dtype=np.uint8)
     step = max(1, _STEP_VALUES[type_id] // block)
-    threads = threads or default_threads()
     spans = _spans(blocks.shape[0], threads, step) if blocks.shape[0] > step else [(0, blocks.shape[0])]
     if len(spans) == 1:
         _run_blocks(kernel, blocks, out, step)

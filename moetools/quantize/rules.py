@@ -20,12 +20,14 @@ TARGETS = {
     "q4_K": 15,
     "q4_1": 3,
     "q4_0": 2,
+    "iq4_nl": 25,
+    "iq4_xs": 30,
     "q3_K": 12,
     "q2_K": 10,
 }
 
 # A 256-block type whose rows do not divide falls back to this 32-block type (llama-quant.cpp).
-FALLBACK = {"q2_K": "q4_0", "q3_K": "q4_0", "q4_K": "q5_0", "q5_K": "q5_1", "q6_K": "q8_0"}
+FALLBACK = {"q2_K": "q4_0", "q3_K": "q4_0", "q4_K": "q5_0", "q5_K": "q5_1", "q6_K": "q8_0", "iq4_xs": "iq4_nl"}
 
 # Substrings of tensor names llama-quantize never quantizes (besides norms, routers and 1-D tensors).
 _KEEP_SUBSTRINGS = (

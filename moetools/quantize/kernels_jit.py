@@ -1,0 +1,1050 @@
+"""ggml's quantizers compiled with numba: every K-quant, IQ4_NL/IQ4_XS and the 32-value block types,
+without and with an importance matrix, byte-identical to ggml (and to the numpy kernels in kernels.py).
+
+Each function follows ggml/src/ggml-quants.c loop for loop (the algorithms of `quantize_row_*_ref`,
+the `quantize_row_*_impl` imatrix variants, `make_qx_quants`, `make_q3_quants`, `make_qkx2_quants` /
+`make_qkx3_quants`, `make_qp_quants`, `quantize_row_iq4_nl_impl`), reimplemented as scalar loops a
+compiler turns into what the C compiler makes of ggml's. Byte identity needs the same float32
+operations in the same order, so every intermediate is rounded to float32 explicitly (`F32(...)`:
+numba, like numpy, would otherwise widen a float32 combined with an int or a Python float), products
+are never fused (numba does not allow LLVM to contract a*b+c without fastmath), and float16 is
+converted with round-to-nearest-even as ggml's GGML_FP32_TO_FP16 does.
+
+Row functions take (x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,)
+float32, has_qw) and release the GIL, so kernels.quantize runs them on every core, one span of rows
+per thread. Imported lazily and only by kernels.py (numba's import costs a few hundred ms); the
+machine code is cached beside this file, so the compile happens once per install.
+"""
+
+import math
+
+import numba
+import numpy as np
+
+F32 = np.float32
+F64 = np.float64
+_JIT = {"nogil": True, "cache": True}
+GROUP_MAX_EPS = 1e-15
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
+
+
+# --- scalar helpers ------------------------------------------------------------------------------
+
+@numba.njit(**_JIT)
+def nearest_int(fval):
+    """ggml's nearest_int: the mantissa bits of fval + 1.5*2^23 (round half to even below 2^22; the
+    same bits, C wrap-around included, above)."""
+    val = F32(fval + F32(12582912.0))
+    if abs(fval) <= F32(4194303.0):
+        return int(F32(val - F32(12582912.0)))
+    if val != val:
+        return 0  # a NaN's mantissa 0x400000
+    if math.isinf(val) or val == 0:
+        return -0x400000
+    mantissa, _ = math.frexp(abs(F64(val)))
+    return int((mantissa * 2.0 - 1.0) * 8388608.0) - 0x400000
+
+
+@numba.njit(**_JIT)
+def _rne(value):
+    """Round a float64 in [0, 2^52) half to even."""
+    return (value + 4503599627370496.0) - 4503599627370496.0
+
+
+@numba.njit(**_JIT)
+def half_bits(f):
+    """float32 -> IEEE half bits, round to nearest even (ggml's GGML_FP32_TO_FP16)."""
+    sign = 0x8000 if math.copysign(1.0, F64(f)) < 0 else 0
+    a = abs(F64(f))
+    if a != a:
+        return sign | 0x7E00
+    if a >= 65520.0:
+        return sign | 0x7C00
+    if a < 6.103515625e-05:  # below 2^-14: a subnormal half (or the smallest normal after rounding)
+        return sign | int(_rne(a * 16777216.0))
+    mantissa, exponent = math.frexp(a)
+    bits = int(_rne((mantissa * 2.0 - 1.0) * 1024.0))
+    biased = exponent + 14
+    if bits == 1024:
+        bits = 0
+        biased += 1
+    return sign | (biased << 10) | bits
+
+
+@numba.njit(**_JIT)
+def half_value(h):
+    """IEEE half bits -> float32 (GGML_FP16_TO_FP32)."""
+    exponent = (h >> 10) & 0x1F
+    mantissa = h & 0x3FF
+    if exponent == 0:
+        value = mantissa * 5.9604644775390625e-08
+    elif exponent == 31:
+        value = math.inf if mantissa == 0 else math.nan
+    else:
+        value = math.ldexp(F64(1024 + mantissa), exponent - 25)
+    return F32(-value if h & 0x8000 else value)
+
+
+@numba.njit(**_JIT)
+def put_half(y, offset, f):
+    """Store float32 f as ggml_half at y[offset:offset+2]; returns the float32 ggml reads back."""
+    h = half_bits(f)
+    y[offset] = h & 0xFF
+    y[offset + 1] = h >> 8
+    return half_value(h)
+
+
+@numba.njit(**_JIT)
+def _sqrt(v):
+    """sqrtf: float64 sqrt rounded to float32 is the correctly rounded float32 sqrt."""
+    return F32(math.sqrt(F64(v)))
+
+
+@numba.njit(**_JIT)
+def _round_away(v):
+    """roundf: half away from zero."""
+    t = F32(math.trunc(F64(v)))
+    if abs(F32(v - t)) >= F32(0.5):
+        t = F32(t + (F32(1) if v > 0 else F32(-1)))
+    return t
+
+
+@numba.njit(**_JIT)
+def _c_int8(v):
+    """C's (int8_t) of a float: truncation toward zero, then the low byte as signed."""
+    i = int(math.trunc(F64(v))) & 0xFF
+    return i - 256 if i > 127 else i
+
+
+@numba.njit(**_JIT)
+def best_index_int8(n, values, x):
+    """Index of the entry of the sorted `values` nearest to x (ggml's best_index_int8)."""
+    if x <= F32(values[0]):
+        return 0
+    if x >= F32(values[n - 1]):
+        return n - 1
+    ml = 0
+    mu = n - 1
+    while mu - ml > 1:
+        mav = (ml + mu) // 2
+        if x < F32(values[mav]):
+            mu = mav
+        else:
+            ml = mav
+    return mu - 1 if F32(x - F32(values[mu - 1])) < F32(F32(values[mu]) - x) else mu
+
+
+# --- the scale searches ------------------------------------------------------------------------
+
+@numba.njit(**_JIT)
+def make_qx_quants(n, nmax, x, L, qw, has_qw):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw or NULL): L[i] = level + nmax; returns the scale."""
+    vmax = F32(0)
+    amax = F32(0)
+    for i in range(n):
+        ax = abs(x[i])
+        if ax > amax:
+            amax = ax
+            vmax = x[i]
+    if amax < F32(GROUP_MAX_EPS):
+        for i in range(n):
+            L[i] = 0
+        return F32(0)
+    iscale = F32(F32(-nmax) / vmax)
+    sumlx = F32(0)
+    suml2 = F32(0)
+    for i in range(n):
+        lv = max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
+        L[i] = lv + nmax
+        w = qw[i] if has_qw else F32(x[i] * x[i])
+        lf = F32(lv)
+        sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
+        suml2 = F32(suml2 + F32(F32(w * lf) * lf))
+    scale = F32(sumlx / suml2) if suml2 != 0 else F32(0)
+    best = F32(scale * sumlx)
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = F32(F32(-F32(F32(nmax) + F32(F32(0.1) * F32(step)))) / vmax)
+        sumlx = F32(0)
+        suml2 = F32(0)
+        for i in range(n):
+            lv = max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
+            w = qw[i] if has_qw else F32(x[i] * x[i])
+            lf = F32(lv)
+            sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
+            suml2 = F32(suml2 + F32(F32(w * lf) * lf))
+        if suml2 > 0 and F32(sumlx * sumlx) > F32(best * suml2):
+            for i in range(n):
+                L[i] = nmax + max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
+            scale = F32(sumlx / suml2)
+            best = F32(scale * sumlx)
+    return scale
+
+
+@numba.njit(**_JIT)
+def make_q3_quants(n, nmax, x, L):
+    """make_q3_quants(n, nmax, x, L, do_rmse=true): L[i] = level + nmax (0 for an all-zero group)."""
+    vmax = F32(0)
+    amax = F32(0)
+    for i in range(n):
+        ax = abs(x[i])
+        if ax > amax:
+            amax = ax
+            vmax = x[i]
+    if amax < F32(GROUP_MAX_EPS):
+        for i in range(n):
+            L[i] = 0
+        return F32(0)
+    iscale = F32(F32(-nmax) / vmax)
+    sumlx = F32(0)
+    suml2 = F32(0)
+    for i in range(n):
+        lv = max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
+        L[i] = lv
+        w = F32(x[i] * x[i])
+        lf = F32(lv)
+        sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
+        suml2 = F32(suml2 + F32(F32(w * lf) * lf))
+    for _ in range(5):
+        n_changed = 0
+        for i in range(n):
+            w = F32(x[i] * x[i])
+            li = F32(L[i])
+            slx = F32(sumlx - F32(F32(w * x[i]) * li))
+            if slx > 0:
+                sl2 = F32(suml2 - F32(F32(w * li) * li))
+                new_l = max(-nmax, min(nmax - 1, nearest_int(F32(F32(x[i] * sl2) / slx))))
+                if new_l != L[i]:
+                    nf = F32(new_l)
+                    slx = F32(slx + F32(F32(w * x[i]) * nf))
+                    sl2 = F32(sl2 + F32(F32(w * nf) * nf))
+                    if sl2 > 0 and F32(F32(slx * slx) * suml2) > F32(F32(sumlx * sumlx) * sl2):
+                        L[i] = new_l
+                        sumlx = slx
+                        suml2 = sl2
+                        n_changed += 1
+        if n_changed == 0:
+            break
+    for i in range(n):
+        L[i] += nmax
+    return F32(sumlx / suml2) if suml2 > 0 else F32(0)
+
+
+@numba.njit(**_JIT)
+def make_qkx(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """make_qkx2_quants / make_qkx3_quants (the same search when weights are given: qkx3's `max <= min`
+    test is qkx2's `max == min` once min is clipped to <= 0). Returns (scale, the_min)."""
+    vmin = x[0]
+    vmax = x[0]
+    sum_w = weights[0]
+    sum_x = F32(sum_w * x[0])
+    for i in range(1, n):
+        if x[i] < vmin:
+            vmin = x[i]
+        if x[i] > vmax:
+            vmax = x[i]
+        w = weights[i]
+        sum_w = F32(sum_w + w)
+        sum_x = F32(sum_x + F32(w * x[i]))
+    if vmin > 0:
+        vmin = F32(0)
+    if vmax <= vmin:
+        for i in range(n):
+            L[i] = 0
+        return F32(0), F32(-vmin)
+    nmax_f = F32(nmax)
+    iscale = F32(nmax_f / F32(vmax - vmin))
+    scale = F32(F32(1) / iscale)
+    best_error = F32(0)
+    for i in range(n):
+        lv = max(0, min(nmax, nearest_int(F32(iscale * F32(x[i] - vmin)))))
+        L[i] = lv
+        diff = F32(F32(F32(scale * F32(lv)) + vmin) - x[i])
+        diff = abs(diff) if use_mad else F32(diff * diff)
+        best_error = F32(best_error + F32(weights[i] * diff))
+    if nstep < 1:
+        return scale, F32(-vmin)
+    for step in range(nstep + 1):
+        iscale = F32(F32(F32(rmin + F32(rdelta * F32(step))) + nmax_f) / F32(vmax - vmin))
+        sum_l = F32(0)
+        sum_l2 = F32(0)
+        sum_xl = F32(0)
+        for i in range(n):
+            lv = max(0, min(nmax, nearest_int(F32(iscale * F32(x[i] - vmin)))))
+            Laux[i] = lv
+            w = weights[i]
+            wl = F32(w * F32(lv))
+            sum_l = F32(sum_l + wl)
+            sum_l2 = F32(sum_l2 + F32(wl * F32(lv)))
+            sum_xl = F32(sum_xl + F32(wl * x[i]))
+        det = F32(F32(sum_w * sum_l2) - F32(sum_l * sum_l))
+        if det > 0:
+            this_scale = F32(F32(F32(sum_w * sum_xl) - F32(sum_x * sum_l)) / det)
+            this_min = F32(F32(F32(sum_l2 * sum_x) - F32(sum_l * sum_xl)) / det)
+            if this_min > 0:
+                this_min = F32(0)
+                this_scale = F32(sum_xl / sum_l2)
+            cur_error = F32(0)
+            for i in range(n):
+                diff = F32(F32(F32(this_scale * F32(Laux[i])) + this_min) - x[i])
+                diff = abs(diff) if use_mad else F32(diff * diff)
+                cur_error = F32(cur_error + F32(weights[i] * diff))
+            if cur_error < best_error:
+                for i in range(n):
+                    L[i] = Laux[i]
+                best_error = cur_error
+                scale = this_scale
+                vmin = this_min
+    return scale, F32(-vmin)
+
+
+@numba.njit(**_JIT)
+def make_qp_quants(n, nmax, x, L, qw):
+    """make_qp_quants: levels 0..nmax of the non-negative x (sub-block scales) under weights qw."""
+    vmax = F32(0)
+    for i in range(n):
+        vmax = vmax if vmax > x[i] else x[i]
+    if vmax < F32(GROUP_MAX_EPS):
+        for i in range(n):
+            L[i] = 0
+        return F32(0)
+    iscale = F32(F32(nmax) / vmax)
+    for i in range(n):
+        L[i] = nearest_int(F32(iscale * x[i])) & 0xFF
+    scale = F32(F32(1) / iscale)
+    best_mse = F32(0)
+    for i in range(n):
+        diff = F32(x[i] - F32(scale * F32(L[i])))
+        best_mse = F32(best_mse + F32(F32(qw[i] * diff) * diff))
+    for step in range(-4, 5):
+        if step == 0:
+            continue
+        iscale_is = F32(F32(F32(F32(0.1) * F32(step)) + F32(nmax)) / vmax)
+        scale_is = F32(F32(1) / iscale_is)
+        mse = F32(0)
+        for i in range(n):
+            lv = min(nmax, nearest_int(F32(iscale_is * x[i])))
+            diff = F32(x[i] - F32(scale_is * F32(lv)))
+            mse = F32(mse + F32(F32(qw[i] * diff) * diff))
+        if mse < best_mse:
+            best_mse = mse
+            iscale = iscale_is
+    sumlx = F32(0)
+    suml2 = F32(0)
+    for i in range(n):
+        lv = min(nmax, nearest_int(F32(iscale * x[i])))
+        L[i] = lv & 0xFF
+        w = qw[i]
+        lf = F32(lv)
+        sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
+        suml2 = F32(suml2 + F32(F32(w * lf) * lf))
+    for _ in range(5):
+        n_changed = 0
+        for i in range(n):
+            w = qw[i]
+            li = F32(L[i])
+            slx = F32(sumlx - F32(F32(w * x[i]) * li))
+            sl2 = F32(suml2 - F32(F32(w * li) * li))
+            if slx > 0 and sl2 > 0:
+                new_l = min(nmax, nearest_int(F32(F32(x[i] * sl2) / slx)))
+                if new_l != L[i]:
+                    nf = F32(new_l)
+                    slx = F32(slx + F32(F32(w * x[i]) * nf))
+                    sl2 = F32(sl2 + F32(F32(w * nf) * nf))
+                    if F32(F32(slx * slx) * suml2) > F32(F32(sumlx * sumlx) * sl2):
+                        L[i] = new_l & 0xFF
+                        sumlx = slx
+                        suml2 = sl2
+                        n_changed += 1
+        if n_changed == 0:
+            break
+    return F32(sumlx / suml2) if suml2 > 0 else F32(0)
+
+
+# --- packing shared by several types --------------------------------------------------------------
+
+@numba.njit(**_JIT)
+def _pack_2bit(L, y, at):
+    """qs of Q2_K/Q3_K: byte l of half h holds elements 128h + l + 32k at bits 2k."""
+    for j in range(0, 256, 128):
+        for l in range(32):
+            y[at + j // 4 + l] = np.int64(L[j + l]) | (np.int64(L[j + l + 32]) << 2) | (np.int64(L[j + l + 64]) << 4) | (np.int64(L[j + l + 96]) << 6)
+
+
+@numba.njit(**_JIT)
+def _pack_k4_scales(y, ls, lm):
+    """The 12 scale bytes of Q4_K/Q5_K at y[4:16] from 6-bit scales ls and mins lm (8 each)."""
+    for j in range(8):
+        s, m = np.int64(ls[j]), np.int64(lm[j])
+        if j < 4:
+            y[4 + j] = s
+            y[4 + j + 4] = m
+        else:
+            y[4 + j + 4] = (s & 0xF) | ((m & 0xF) << 4)
+            y[4 + j - 4] = np.int64(y[4 + j - 4]) | ((s >> 4) << 6)
+            y[4 + j] = np.int64(y[4 + j]) | ((m >> 4) << 6)
+
+
+@numba.njit(**_JIT)
+def _scale_min_k4(j, y):
+    """get_scale_min_k4 over the scale bytes at y[4:16]."""
+    if j < 4:
+        return np.int64(y[4 + j]) & 63, np.int64(y[4 + j + 4]) & 63
+    low, high, upper = np.int64(y[4 + j + 4]), np.int64(y[4 + j - 4]), np.int64(y[4 + j])
+    return (low & 0xF) | ((high >> 6) << 4), (low >> 4) | ((upper >> 6) << 4)
+
+
+@numba.njit(**_JIT)
+def _requant_k4(x, y, L, nmax):
+    """Final levels of Q4_K/Q5_K from the stored d, dmin and 6-bit scales."""
+    d_all = half_value(np.int64(y[0]) | (np.int64(y[1]) << 8))
+    dmin_all = half_value(np.int64(y[2]) | (np.int64(y[3]) << 8))
+    for j in range(8):
+        sc, m = _scale_min_k4(j, y)
+        d = F32(d_all * F32(sc))
+        if d == 0:
+            continue
+        dm = F32(dmin_all * F32(m))
+        for ii in range(32):
+            L[32 * j + ii] = max(0, min(nmax, nearest_int(F32(F32(x[32 * j + ii] + dm) / d))))
+
+
+# --- 256-value super-block types -------------------------------------------------------------------
+
+@numba.njit(**_JIT)
+def q2_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
+    """quantize_row_q2_K_ref (no qw) or quantize_row_q2_K_impl: y (84,) = scales, qs, d, dmin."""
+    if has_qw:
+        sumx2 = F32(0)
+        for j in range(256):
+            sumx2 = F32(sumx2 + F32(x[j] * x[j]))
+        sigma2 = F32(sumx2 / F32(256))
+        for j in range(16):
+            for l in range(16):
+                weights[l] = F32(qw[16 * j + l] * _sqrt(F32(sigma2 + F32(x[16 * j + l] * x[16 * j + l]))))
+            total = F32(0)
+            for l in range(16):
+                total = F32(total + weights[l])
+            sw[j] = total
+            scales[j], mins[j] = make_qkx(16, 3, x[16 * j:16 * j + 16], weights, L[16 * j:16 * j + 16], Laux,
+                                          F32(-0.9), F32(0.05), 36, False)
+        dm = make_qp_quants(16, 15, scales, Ls, sw)
+        mm = make_qp_quants(16, 15, mins, Lm, sw)
+        dm = put_half(y, 80, dm)
+        mm = put_half(y, 82, mm)
+        for j in range(16):
+            y[j] = (np.int64(Ls[j]) | (np.int64(Lm[j]) << 4)) & 0xFF
+    else:
+        max_scale = F32(0)
+        max_min = F32(0)
+        for j in range(16):
+            for l in range(16):
+                weights[l] = abs(x[16 * j + l])
+            scales[j], mins[j] = make_qkx(16, 3, x[16 * j:16 * j + 16], weights, L[16 * j:16 * j + 16], Laux,
+                                          F32(-0.5), F32(0.1), 15, True)
+            if scales[j] > max_scale:
+                max_scale = scales[j]
+            if mins[j] > max_min:
+                max_min = mins[j]
+        if max_scale > 0:
+            iscale = F32(F32(15) / max_scale)
+            for j in range(16):
+                y[j] = nearest_int(F32(iscale * scales[j])) & 0xFF
+            dm = put_half(y, 80, F32(max_scale / F32(15)))
+        else:
+            for j in range(16):
+                y[j] = 0
+            dm = put_half(y, 80, F32(0))
+        if max_min > 0:
+            iscale = F32(F32(15) / max_min)
+            for j in range(16):
+                y[j] = (np.int64(y[j]) | (nearest_int(F32(iscale * mins[j])) << 4)) & 0xFF
+            mm = put_half(y, 82, F32(max_min / F32(15)))
+        else:
+            mm = put_half(y, 82, F32(0))
+    for j in range(16):
+        d = F32(dm * F32(np.int64(y[j]) & 0xF))
+        if d == 0:
+            continue
+        m = F32(mm * F32(np.int64(y[j]) >> 4))
+        for ii in range(16):
+            L[16 * j + ii] = max(0, min(3, nearest_int(F32(F32(x[16 * j + ii] + m) / d))))
+    _pack_2bit(L, y, 16)
+
+
+@numba.njit(**_JIT)
+def _pack_q3_scale(y, j, l):
+    """Put 6-bit scale l (0..63) of sub-block j into the 12 scale bytes at y[96:108]."""
+    if j < 8:
+        y[96 + j] = l & 0xF
+    else:
+        y[96 + j - 8] = np.int64(y[96 + j - 8]) | ((l & 0xF) << 4)
+    y[96 + 8 + j % 4] = np.int64(y[96 + 8 + j % 4]) | ((l >> 4) << (2 * (j // 4)))
+
+
+@numba.njit(**_JIT)
+def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls):
+    """quantize_row_q3_K_ref (no qw) or quantize_row_q3_K_impl: y (110,) = hmask, qs, scales, d."""
+    for k in range(96, 108):
+        y[k] = 0
+    if has_qw:
+        sumx2 = F32(0)
+        for j in range(256):
+            sumx2 = F32(sumx2 + F32(x[j] * x[j]))
+        sigma2 = F32(F32(F32(2) * sumx2) / F32(256))
+        for j in range(16):
+            for l in range(16):
+                weights[l] = F32(qw[16 * j + l] * _sqrt(F32(sigma2 + F32(x[16 * j + l] * x[16 * j + l]))))
+            total = F32(0)
+            for l in range(16):
+                total = F32(total + weights[l])
+            sw[j] = total
+            scales[j] = make_qx_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16], weights, True)
+        d_block = make_qx_quants(16, 32, scales, Ls, sw, True)
+        for j in range(16):
+            _pack_q3_scale(y, j, np.int64(Ls[j]))
+        dval = put_half(y, 108, d_block)
+    else:
+        max_scale = F32(0)
+        amax = F32(0)
+        for j in range(16):
+            scales[j] = make_q3_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16])
+            scale = abs(scales[j])
+            if scale > amax:
+                amax = scale
+                max_scale = scales[j]
+        if max_scale != 0:
+            iscale = F32(F32(-32) / max_scale)
+            for j in range(16):
+                l = nearest_int(F32(iscale * scales[j])) & 0xFF  # int8_t l = nearest_int(...)
+                l = l - 256 if l > 127 else l
+                _pack_q3_scale(y, j, max(-32, min(31, l)) + 32)
+            dval = put_half(y, 108, F32(F32(1) / iscale))
+        else:
+            dval = put_half(y, 108, F32(0))
+    for j in range(16):
+        if j < 8:
+            sc = np.int64(y[96 + j]) & 0xF
+        else:
+            sc = np.int64(y[96 + j - 8]) >> 4
+        sc = (sc | ((np.int64(y[96 + 8 + j % 4]) >> (2 * (j // 4))) & 3) << 4) - 32
+        d = F32(dval * F32(sc))
+        if d == 0:
+            continue
+        for ii in range(16):
+            L[16 * j + ii] = max(-4, min(3, nearest_int(F32(x[16 * j + ii] / d)))) + 4
+    for k in range(32):
+        y[k] = 0
+    m = 0
+    hm = 1
+    for j in range(256):
+        if L[j] > 3:
+            y[m] = np.int64(y[m]) | hm
+            L[j] -= 4
+        m += 1
+        if m == 32:
+            m = 0
+            hm <<= 1
+    _pack_2bit(L, y, 32)
+
+
+@numba.njit(**_JIT)
+def _qk_min_block(x, y, qw, has_qw, nmax, rmin, nstep, L, Laux, weights, scales, mins, sw, Ls, Lm):
+    """The shared part of Q4_K (nmax 15) and Q5_K (nmax 31): d, dmin and scale bytes into y[0:16],
+    the final levels into L."""
+    if has_qw:
+        sum_x2 = F32(0)
+        for l in range(256):
+            sum_x2 = F32(sum_x2 + F32(x[l] * x[l]))
+        sigma2 = F32(F32(F32(2) * sum_x2) / F32(256))
+        for j in range(8):
+            for l in range(32):
+                weights[l] = F32(qw[32 * j + l] * _sqrt(F32(sigma2 + F32(x[32 * j + l] * x[32 * j + l]))))
+            total = F32(0)
+            for l in range(32):
+                total = F32(total + weights[l])
+            sw[j] = total
+            scales[j], mins[j] = make_qkx(32, nmax, x[32 * j:32 * j + 32], weights, L[32 * j:32 * j + 32], Laux,
+                                          F32(-0.9), F32(0.05), 36, False)
+        d_block = make_qp_quants(8, 63, scales, Ls, sw)
+        m_block = make_qp_quants(8, 63, mins, Lm, sw)
+        for j in range(8):
+            Ls[j] = min(63, Ls[j])
+            Lm[j] = min(63, Lm[j])
+        _pack_k4_scales(y, Ls, Lm)
+        put_half(y, 0, d_block)
+        put_half(y, 2, m_block)
+    else:
+        max_scale = F32(0)
+        max_min = F32(0)
+        for j in range(8):
+            sum_x2 = F32(0)
+            for l in range(32):
+                sum_x2 = F32(sum_x2 + F32(x[32 * j + l] * x[32 * j + l]))
+            av_x = _sqrt(F32(sum_x2 / F32(32)))
+            for l in range(32):
+                weights[l] = F32(av_x + abs(x[32 * j + l]))
+            scales[j], mins[j] = make_qkx(32, nmax, x[32 * j:32 * j + 32], weights, L[32 * j:32 * j + 32], Laux,
+                                          rmin, F32(0.1), nstep, False)
+            if scales[j] > max_scale:
+                max_scale = scales[j]
+            if mins[j] > max_min:
+                max_min = mins[j]
+        inv_scale = F32(F32(63) / max_scale) if max_scale > 0 else F32(0)
+        inv_min = F32(F32(63) / max_min) if max_min > 0 else F32(0)
+        for j in range(8):
+            Ls[j] = min(63, nearest_int(F32(inv_scale * scales[j])) & 0xFF)
+            Lm[j] = min(63, nearest_int(F32(inv_min * mins[j])) & 0xFF)
+        _pack_k4_scales(y, Ls, Lm)
+        put_half(y, 0, F32(max_scale / F32(63)))
+        put_half(y, 2, F32(max_min / F32(63)))
+    _requant_k4(x, y, L, nmax)
+
+
+@numba.njit(**_JIT)
+def q4_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
+    """quantize_row_q4_K_ref / _impl: y (144,) = d, dmin, 12 scale bytes, 128 nibble bytes."""
+    _qk_min_block(x, y, qw, has_qw, 15, F32(-1.0), 20, L, Laux, weights, scales, mins, sw, Ls, Lm)
+    for j in range(0, 256, 64):
+        for l in range(32):
+            y[16 + j // 2 + l] = np.int64(L[j + l]) | (np.int64(L[j + l + 32]) << 4)
+
+
+@numba.njit(**_JIT)
+def q5_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
+    """quantize_row_q5_K_ref / _impl: y (176,) = d, dmin, 12 scale bytes, 32 high-bit bytes, 128 nibble bytes."""
+    _qk_min_block(x, y, qw, has_qw, 31, F32(-0.5), 15, L, Laux, weights, scales, mins, sw, Ls, Lm)
+    for j in range(32):
+        y[16 + j] = 0
+    m1 = 1
+    m2 = 2
+    for n in range(0, 256, 64):
+        for j in range(32):
+            l1 = np.int64(L[n + j])
+            if l1 > 15:
+                l1 -= 16
+                y[16 + j] = np.int64(y[16 + j]) | m1
+            l2 = np.int64(L[n + j + 32])
+            if l2 > 15:
+                l2 -= 16
+                y[16 + j] = np.int64(y[16 + j]) | m2
+            y[48 + n // 2 + j] = l1 | (l2 << 4)
+        m1 <<= 2
+        m2 <<= 2
+
+
+@numba.njit(**_JIT)
+def q6_k_block(x, y, qw, has_qw, L, scales):
+    """quantize_row_q6_K_ref / _impl: y (210,) = 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, d."""
+    max_scale = F32(0)
+    max_abs_scale = F32(0)
+    for ib in range(16):
+        scale = make_qx_quants(16, 32, x[16 * ib:16 * ib + 16], L[16 * ib:16 * ib + 16], qw[16 * ib:16 * ib + 16], has_qw)
+        scales[ib] = scale
+        if abs(scale) > max_abs_scale:
+            max_abs_scale = abs(scale)
+            max_scale = scale
+    if max_abs_scale < F32(GROUP_MAX_EPS):
+        for k in range(210):
+            y[k] = 0
+        return
+    iscale = F32(F32(-128) / max_scale)
+    dval = put_half(y, 208, F32(F32(1) / iscale))
+    for ib in range(16):
+        y[192 + ib] = min(127, nearest_int(F32(iscale * scales[ib]))) & 0xFF
+    for j in range(16):
+        sc = np.int64(y[192 + j])
+        sc = sc - 256 if sc > 127 else sc
+        d = F32(dval * F32(sc))
+        if d == 0:
+            continue
+        for ii in range(16):
+            L[16 * j + ii] = max(-32, min(31, nearest_int(F32(x[16 * j + ii] / d)))) + 32
+    for j in range(0, 256, 128):
+        for l in range(32):
+            l1, l2, l3, l4 = np.int64(L[j + l]), np.int64(L[j + l + 32]), np.int64(L[j + l + 64]), np.int64(L[j + l + 96])
+            y[j // 2 + l] = (l1 & 0xF) | ((l3 & 0xF) << 4)
+            y[j // 2 + l + 32] = (l2 & 0xF) | ((l4 & 0xF) << 4)
+            y[128 + j // 4 + l] = (l1 >> 4) | ((l2 >> 4) << 2) | ((l3 >> 4) << 4) | ((l4 >> 4) << 6)
+
+
+# --- IQ4 (non-linear 4-bit) ------------------------------------------------------------------------
+
+@numba.njit(**_JIT)
+def iq4_block(super_block, x, y, qw, has_qw, L, scales, weight):
+    """quantize_row_iq4_nl_impl(super_block, 32, ..., kvalues_iq4nl, qw, ntry=7) as quantize_iq4_nl
+    (super_block 32, y (18,) = d, qs) and quantize_iq4_xs (256, y (136,) = d, scales_h, scales_l, qs) call it."""
+    values = KVALUES_IQ4NL
+    ntry = 7
+    sigma2 = F32(0)
+    for j in range(super_block):
+        sigma2 = F32(sigma2 + F32(x[j] * x[j]))
+    sigma2 = F32(sigma2 * F32(F32(2) / F32(super_block)))
+    n_blocks = super_block // 32
+    q4 = 2 if n_blocks == 1 else 8
+    for k in range(super_block // 2):
+        y[q4 + k] = 0
+    max_scale = F32(0)
+    amax_scale = F32(0)
+    for ib in range(n_blocks):
+        xb = x[ib * 32:ib * 32 + 32]
+        for j in range(32):
+            if has_qw:
+                weight[j] = F32(qw[ib * 32 + j] * _sqrt(F32(sigma2 + F32(xb[j] * xb[j]))))
+            else:
+                weight[j] = F32(xb[j] * xb[j])
+        amax = F32(0)
+        vmax = F32(0)
+        for j in range(32):
+            ax = abs(xb[j])
+            if ax > amax:
+                amax = ax
+                vmax = xb[j]
+        if amax < F32(GROUP_MAX_EPS):
+            scales[ib] = F32(0)
+            continue
+        d = F32(-vmax / F32(values[0]))
+        inv = F32(F32(1) / d)
+        sumqx = F32(0)
+        sumq2 = F32(0)
+        for j in range(32):
+            q = F32(values[best_index_int8(16, values, F32(inv * xb[j]))])
+            w = weight[j]
+            sumqx = F32(sumqx + F32(F32(w * q) * xb[j]))
+            sumq2 = F32(sumq2 + F32(F32(w * q) * q))
+        d = F32(sumqx / sumq2) if sumq2 > 0 else F32(0)
+        best = F32(d * sumqx)
+        for itry in range(-ntry, ntry + 1):
+            inv = F32(F32(itry + values[0]) / vmax)
+            sumqx = F32(0)
+            sumq2 = F32(0)
+            for j in range(32):
+                q = F32(values[best_index_int8(16, values, F32(inv * xb[j]))])
+                w = weight[j]
+                sumqx = F32(sumqx + F32(F32(w * q) * xb[j]))
+                sumq2 = F32(sumq2 + F32(F32(w * q) * q))
+            if sumq2 > 0 and F32(sumqx * sumqx) > F32(best * sumq2):
+                d = F32(sumqx / sumq2)
+                best = F32(d * sumqx)
+        scales[ib] = d
+        if abs(d) > amax_scale:
+            amax_scale = abs(d)
+            max_scale = d
+    if n_blocks > 1:
+        y[2] = 0
+        y[3] = 0
+        d = F32(-max_scale / F32(32))
+        put_half(y, 0, d)
+        inv = F32(F32(1) / d) if d != 0 else F32(0)
+        scales_h = 0
+        for ib in range(n_blocks):
+            l = max(-32, min(31, nearest_int(F32(inv * scales[ib]))))
+            dl = F32(d * F32(l))
+            idl = F32(F32(1) / dl) if dl != 0 else F32(0)
+            for j in range(32):
+                L[ib * 32 + j] = best_index_int8(16, values, F32(idl * x[ib * 32 + j]))
+            l += 32
+            if ib % 2 == 0:
+                y[4 + ib // 2] = l & 0xF
+            else:
+                y[4 + ib // 2] = np.int64(y[4 + ib // 2]) | ((l & 0xF) << 4)
+            scales_h |= (l >> 4) << (2 * (ib % 8))
+        y[2] = scales_h & 0xFF
+        y[3] = (scales_h >> 8) & 0xFF
+    else:
+        put_half(y, 0, scales[0])
+        inv = F32(F32(1) / scales[0]) if scales[0] != 0 else F32(0)
+        for j in range(super_block):
+            L[j] = best_index_int8(16, values, F32(inv * x[j]))
+    for i in range(super_block // 32):
+        for j in range(16):
+            y[q4 + 16 * i + j] = np.int64(L[32 * i + j]) | (np.int64(L[32 * i + 16 + j]) << 4)
+
+
+# --- 32-value block types ------------------------------------------------------------------------
+
+@numba.njit(**_JIT)
+def _row_sigma2(x):
+    """sum(x^2) / n over a whole row (the 32-block imatrix variants weigh by the row's spread)."""
+    total = F32(0)
+    for j in range(x.shape[0]):
+        total = F32(total + F32(x[j] * x[j]))
+    return F32(total / F32(x.shape[0]))
+
+
+@numba.njit(**_JIT)
+def _weights32(x, qw, sigma2, weight):
+    for j in range(32):
+        weight[j] = F32(qw[j] * _sqrt(F32(sigma2 + F32(x[j] * x[j]))))
+
+
+@numba.njit(**_JIT)
+def q8_0_block(x, y):
+    amax = F32(0)
+    for j in range(32):
+        ax = abs(x[j])
+        amax = amax if amax > ax else ax
+    d = F32(amax / F32(127))
+    inv = F32(F32(1) / d) if d != 0 else F32(0)
+    put_half(y, 0, d)
+    for j in range(32):
+        y[2 + j] = int(_round_away(F32(x[j] * inv))) & 0xFF
+
+
+@numba.njit(**_JIT)
+def _absmax_value(x):
+    amax = F32(0)
+    vmax = F32(0)
+    for j in range(32):
+        if amax < abs(x[j]):
+            amax = abs(x[j])
+            vmax = x[j]
+    return vmax
+
+
+@numba.njit(**_JIT)
+def _min_max(x):
+    vmin = F32(3.4028234663852886e38)
+    vmax = F32(-3.4028234663852886e38)
+    for j in range(32):
+        if x[j] < vmin:
+            vmin = x[j]
+        if x[j] > vmax:
+            vmax = x[j]
+    return vmin, vmax
+
+
+@numba.njit(**_JIT)
+def _put_q5_bits(y, at_qh, at_qs, L):
+    """16 nibble bytes at y[at_qs:] and the 32 fifth bits as a little-endian u32 at y[at_qh:]."""
+    qh = 0
+    for j in range(16):
+        x0 = np.int64(L[j])
+        x1 = np.int64(L[j + 16])
+        y[at_qs + j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4)
+        qh |= ((x0 & 0x10) >> 4) << j
+        qh |= ((x1 & 0x10) >> 4) << (j + 16)
+    for k in range(4):
+        y[at_qh + k] = (qh >> (8 * k)) & 0xFF
+
+
+@numba.njit(**_JIT)
+def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+    if has_qw:
+        _weights32(x, qw, sigma2, weight)
+        put_half(y, 0, make_qx_quants(32, 8, x, L, weight, True))
+        for j in range(16):
+            y[2 + j] = np.int64(L[j]) | (np.int64(L[j + 16]) << 4)
+        return
+    d = F32(_absmax_value(x) / F32(-8))
+    inv = F32(F32(1) / d) if d != 0 else F32(0)
+    put_half(y, 0, d)
+    for j in range(16):
+        x0 = min(15, _c_int8(F32(F32(x[j] * inv) + F32(8.5)))) & 0xFF
+        x1 = min(15, _c_int8(F32(F32(x[j + 16] * inv) + F32(8.5)))) & 0xFF
+        y[2 + j] = x0 | (x1 << 4)
+
+
+@numba.njit(**_JIT)
+def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+    if has_qw:
+        _weights32(x, qw, sigma2, weight)
+        put_half(y, 0, make_qx_quants(32, 16, x, L, weight, True))
+        _put_q5_bits(y, 2, 6, L)
+        return
+    d = F32(_absmax_value(x) / F32(-16))
+    inv = F32(F32(1) / d) if d != 0 else F32(0)
+    put_half(y, 0, d)
+    for j in range(32):
+        L[j] = min(31, _c_int8(F32(F32(x[j] * inv) + F32(16.5)))) & 0xFF
+    _put_q5_bits(y, 2, 6, L)
+
+
+@numba.njit(**_JIT)
+def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+    if has_qw:
+        _weights32(x, qw, sigma2, weight)
+        d, the_min = make_qkx(32, 15, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
+        put_half(y, 0, d)
+        put_half(y, 2, F32(-the_min))
+        for j in range(16):
+            y[4 + j] = np.int64(L[j]) | (np.int64(L[j + 16]) << 4)
+        return
+    vmin, vmax = _min_max(x)
+    d = F32(F32(vmax - vmin) / F32(15))
+    inv = F32(F32(1) / d) if d != 0 else F32(0)
+    put_half(y, 0, d)
+    put_half(y, 2, vmin)
+    for j in range(16):
+        x0 = min(15, _c_int8(F32(F32(F32(x[j] - vmin) * inv) + F32(0.5)))) & 0xFF
+        x1 = min(15, _c_int8(F32(F32(F32(x[j + 16] - vmin) * inv) + F32(0.5)))) & 0xFF
+        y[4 + j] = x0 | (x1 << 4)
+
+
+@numba.njit(**_JIT)
+def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+    if has_qw:
+        _weights32(x, qw, sigma2, weight)
+        d, the_min = make_qkx(32, 31, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
+        put_half(y, 0, d)
+        put_half(y, 2, F32(-the_min))
+        _put_q5_bits(y, 4, 8, L)
+        return
+    vmin, vmax = _min_max(x)
+    d = F32(F32(vmax - vmin) / F32(31))
+    inv = F32(F32(1) / d) if d != 0 else F32(0)
+    put_half(y, 0, d)
+    put_half(y, 2, vmin)
+    for j in range(32):
+        L[j] = int(math.trunc(F64(F32(F32(F32(x[j] - vmin) * inv) + F32(0.5))))) & 0xFF  # (uint8_t)(x + 0.5f)
+    _put_q5_bits(y, 4, 8, L)
+
+
+# --- row drivers (one per type; the GIL is released) ---------------------------------------------
+
+@numba.njit(**_JIT)
+def rows_q2_k(x, out, qw, has_qw):
+    L = np.zeros(256, np.uint8)
+    Laux = np.zeros(16, np.uint8)
+    weights = np.zeros(16, np.float32)
+    scales = np.zeros(16, np.float32)
+    mins = np.zeros(16, np.float32)
+    sw = np.zeros(16, np.float32)
+    Ls = np.zeros(16, np.uint8)
+    Lm = np.zeros(16, np.uint8)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 256):
+            q2_k_block(x[r, 256 * i:256 * i + 256], out[r, 84 * i:84 * i + 84], qw[256 * i:256 * i + 256], has_qw,
+                       L, Laux, weights, scales, mins, sw, Ls, Lm)
+
+
+@numba.njit(**_JIT)
+def rows_q3_k(x, out, qw, has_qw):
+    L = np.zeros(256, np.int8)
+    scales = np.zeros(16, np.float32)
+    weights = np.zeros(16, np.float32)
+    sw = np.zeros(16, np.float32)
+    Ls = np.zeros(16, np.int8)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 256):
+            q3_k_block(x[r, 256 * i:256 * i + 256], out[r, 110 * i:110 * i + 110], qw[256 * i:256 * i + 256], has_qw,
+                       L, scales, weights, sw, Ls)
+
+
+@numba.njit(**_JIT)
+def rows_q4_k(x, out, qw, has_qw):
+    L = np.zeros(256, np.uint8)
+    Laux = np.zeros(32, np.uint8)
+    weights = np.zeros(32, np.float32)
+    scales = np.zeros(8, np.float32)
+    mins = np.zeros(8, np.float32)
+    sw = np.zeros(8, np.float32)
+    Ls = np.zeros(8, np.uint8)
+    Lm = np.zeros(8, np.uint8)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 256):
+            q4_k_block(x[r, 256 * i:256 * i + 256], out[r, 144 * i:144 * i + 144], qw[256 * i:256 * i + 256], has_qw,
+                       L, Laux, weights, scales, mins, sw, Ls, Lm)
+
+
+@numba.njit(**_JIT)
+def rows_q5_k(x, out, qw, has_qw):
+    L = np.zeros(256, np.uint8)
+    Laux = np.zeros(32, np.uint8)
+    weights = np.zeros(32, np.float32)
+    scales = np.zeros(8, np.float32)
+    mins = np.zeros(8, np.float32)
+    sw = np.zeros(8, np.float32)
+    Ls = np.zeros(8, np.uint8)
+    Lm = np.zeros(8, np.uint8)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 256):
+            q5_k_block(x[r, 256 * i:256 * i + 256], out[r, 176 * i:176 * i + 176], qw[256 * i:256 * i + 256], has_qw,
+                       L, Laux, weights, scales, mins, sw, Ls, Lm)
+
+
+@numba.njit(**_JIT)
+def rows_q6_k(x, out, qw, has_qw):
+    L = np.zeros(256, np.int8)
+    scales = np.zeros(16, np.float32)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 256):
+            q6_k_block(x[r, 256 * i:256 * i + 256], out[r, 210 * i:210 * i + 210], qw[256 * i:256 * i + 256], has_qw, L, scales)
+
+
+@numba.njit(**_JIT)
+def rows_iq4_xs(x, out, qw, has_qw):
+    L = np.zeros(256, np.uint8)
+    scales = np.zeros(8, np.float32)
+    weight = np.zeros(32, np.float32)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 256):
+            iq4_block(256, x[r, 256 * i:256 * i + 256], out[r, 136 * i:136 * i + 136], qw[256 * i:256 * i + 256], has_qw,
+                      L, scales, weight)
+
+
+@numba.njit(**_JIT)
+def rows_iq4_nl(x, out, qw, has_qw):
+    L = np.zeros(32, np.uint8)
+    scales = np.zeros(1, np.float32)
+    weight = np.zeros(32, np.float32)
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 32):
+            iq4_block(32, x[r, 32 * i:32 * i + 32], out[r, 18 * i:18 * i + 18], qw[32 * i:32 * i + 32], has_qw,
+                      L, scales, weight)
+
+
+@numba.njit(**_JIT)
+def rows_q8_0(x, out, qw, has_qw):
+    for r in range(x.shape[0]):
+        for i in range(x.shape[1] // 32):
+            q8_0_block(x[r, 32 * i:32 * i + 32], out[r, 34 * i:34 * i + 34])
+
+
+@numba.njit(**_JIT)
+def _rows_32(kind, x, out, qw, has_qw, block_bytes):
+    L = np.zeros(32, np.int8)
+    Lu = np.zeros(32, np.uint8)
+    Laux = np.zeros(32, np.uint8)
+    weight = np.zeros(32, np.float32)
+    for r in range(x.shape[0]):
+        sigma2 = _row_sigma2(x[r]) if has_qw else F32(0)
+        for i in range(x.shape[1] // 32):
+            xb = x[r, 32 * i:32 * i + 32]
+            yb = out[r, block_bytes * i:block_bytes * i + block_bytes]
+            qb = qw[32 * i:32 * i + 32]
+            if kind == 0:
+                q4_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight)
+            elif kind == 1:
+                q4_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight)
+            elif kind == 2:
+                q5_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight)
+            else:
+                q5_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight)
+
+
+@numba.njit(**_JIT)
+def rows_q4_0(x, out, qw, has_qw):
+    _rows_32(0, x, out, qw, has_qw, 18)
+
+
+@numba.njit(**_JIT)
+def rows_q4_1(x, out, qw, has_qw):
+    _rows_32(1, x, out, qw, has_qw, 20)
+
+
+@numba.njit(**_JIT)
+def rows_q5_0(x, out, qw, has_qw):
+    _rows_32(2, x, out, qw, has_qw, 22)
+
+
+@numba.njit(**_JIT)
+def rows_q5_1(x, out, qw, has_qw):
+    _rows_32(3, x, out, qw, has_qw, 24)
+
+
+# ggml type name -> row function
+ROWS = {"q2_K": rows_q2_k, "q3_K": rows_q3_k, "q4_K": rows_q4_k, "q5_K": rows_q5_k, "q6_K": rows_q6_k,
+        "iq4_xs": rows_iq4_xs, "iq4_nl": rows_iq4_nl, "q8_0": rows_q8_0, "q4_0": rows_q4_0, "q4_1": rows_q4_1,
+        "q5_0": rows_q5_0, "q5_1": rows_q5_1}
