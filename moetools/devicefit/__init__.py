@@ -1,7 +1,9 @@
-"""device-fit: divide one GPU's VRAM between compute reserve, resident weights, KV cache and the
-hot-expert cache, predict decode speed per division, and print the launch settings.
+"""device-fit: plan a MoE model on the devices at hand and predict its decode speed.
 
-`kv` sizes the KV cache and recurrent state as llama.cpp allocates them; `core` does the division;
-`command` is the click command. Nothing here imports numpy, gguf or rich (the header path must start
-in well under 0.5 s).
+Modules: `kv` sizes the KV cache and recurrent state as llama.cpp allocates them (memory model);
+`layers` reads what each layer weighs from the header; `devices` parses the GPUs, RPC servers and the
+host; `placement` assigns layers and expert matrices to devices as llama.cpp's `-ts`/`-ngl`/`-ot` do and
+keeps the per-device ledger; `speed` prices a placement per token; `upstream` plans `--runtime llama`;
+`core` is the streaming fork's one-GPU division (`--runtime fork`); `command` is the click command.
+Nothing here imports numpy, gguf or rich (the header path must start in well under 0.5 s).
 """

@@ -13,7 +13,9 @@ import shlex
 
 import click
 
-from moetools.devicefit import core
+from moetools.devicefit import core, devices, upstream
+from moetools.devicefit.speed import SpeedSettings
+from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import CACHE_TYPES, KVSettings
 from moetools.errors import UsageError
 from moetools.output import Table, render, warn
@@ -127,20 +129,135 @@ def emit_text(kind, doc, launch, settings):
     return "\n".join(lines) + "\n"
 
 
+def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
+    """(local GPUs, RPC devices) from the device options."""
+    names = devices.parse_gpu_list(gpu_text) if gpu_text else None
+    bandwidths = devices.parse_rate_list(vram_bw, "--vram-bw") if vram_bw else None
+    detected = sizes = None
+    if vram is not None and vram.strip().lower() == "auto":
+        detected = devices.detect_gpus()
+    elif vram is not None:
+        sizes = devices.parse_size_list(vram, "--vram")
+    gpus = devices.build_gpus(sizes, names, bandwidths, detected)
+    rpcs = devices.build_rpc(list(rpc_specs), devices.parse_rate_list(rpc_bw, "--rpc-bw") if rpc_bw else None)
+    return gpus, rpcs
+
+
+def _ram_option(text):
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        found = devices.host_ram_bytes()
+        if not found:
+            raise UsageError("--ram auto: this machine's RAM cannot be read; give --ram SIZE")
+        return found
+    return _size_option("--ram", text)
+
+
+def _llama_options(settings, *, ctx, reserve, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
+                   threads, os_reserve):
+    speed = SpeedSettings()
+    if ram_bw is not None and ram_bw.strip().lower() == "auto":
+        speed.ram_bw = devices.measure_copy_bandwidth()
+        speed.ram_bw_source = "measured copy bandwidth of this host (--ram-bw auto)"
+    elif ram_bw is not None:
+        speed.ram_bw = devices.parse_rate(ram_bw, "--ram-bw")
+        speed.ram_bw_source = "--ram-bw"
+    speed.disk_bw = devices.parse_rate(disk_bw, "--disk-bw")
+    if floor_text is not None:
+        speed.floor_s = parse_floor(floor_text)
+    if threads is not None and threads < 1:
+        raise UsageError("--threads must be at least 1")
+    speed.threads = threads or os.cpu_count() or 1
+    ts = None
+    if ts_text is not None:
+        try:
+            ts = [float(part) for part in ts_text.split(",")]
+        except ValueError:
+            raise UsageError(f"-ts {ts_text!r}: expected comma-separated numbers such as 3,1") from None
+    if ngl is not None and ngl < 0:
+        raise UsageError("-ngl must be 0 or more")
+    if n_cpu_moe is not None and n_cpu_moe < 0:
+        raise UsageError("--n-cpu-moe must be 0 or more")
+    if depth is not None and depth < 0:
+        raise UsageError("--depth must be 0 or more")
+    return UpstreamOptions(ctx=ctx, kv=settings, speed=speed, depth=depth, os_reserve=_size_option("--os-reserve", os_reserve),
+                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, reserve=_size_option("--reserve", reserve))
+
+
+def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
+    """--runtime llama: plan, print, exit 1 when a device does not fit."""
+    if emit == "env":
+        raise UsageError("--emit env is the fork's launch; use --emit llama with --runtime llama")
+    if facts.layers is None:
+        raise UsageError("this model's per-layer bytes are unknown")
+    cpu = devices.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
+    result = upstream.plan(facts, offload, cpu, options)
+    doc = upstream.result_doc(result, facts, model_path, core.kv_flags(options.kv))
+    if ram_bytes is None:
+        doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
+    for message in doc["warnings"]:
+        warn(message)
+    if emit:
+        if result.chosen is None:
+            click.echo("# unfittable: " + result.unfittable["summary"])
+        else:
+            click.echo("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))
+    else:
+        render(doc, lambda: llama_tables(doc), json_flag, notes=doc["notes"])
+    if result.chosen is None:
+        click.get_current_context().exit(1)
+
+
+def llama_tables(doc):
+    """The terminal view of a --runtime llama document."""
+    gib = format_size
+    rows = []
+    for device in doc["devices"]:
+        rows.append([device["name"], device["kind"], gib(device["capacity_bytes"]), gib(device["compute_bytes"]),
+                     gib(device["resident_bytes"]), gib(device["kv_bytes"]), gib(device["expert_bytes"]),
+                     gib(device["margin_bytes"]), gib(device["free_bytes"]) if device["free_bytes"] >= 0
+                     else "-" + gib(-device["free_bytes"]), device["layers"] + (" +out" if device["output_layer"] else "")])
+    title = f"device-fit (llama.cpp): {os.path.basename(doc['model'])} — "
+    title += "unfittable" if doc["verdict"] == "unfittable" else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s"
+    ledger = Table(title, ["device", "kind", "capacity", "compute", "resident", "KV", "experts", "margin", "free", "layers"],
+                   rows, right_align=(2, 3, 4, 5, 6, 7, 8))
+    if doc.get("launch"):
+        ledger.caption = "llama-server " + shlex.join(doc["launch"]["llama"]["args"])
+    alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [
+        [("* " if alt["context"] == doc["context"] and doc["verdict"] != "unfittable" else "  ") + str(alt["context"]),
+         "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",
+         len(alt["cpu_expert_layers"]), gib(alt["gpu_bytes"]), f"{alt['tok_s']:.2f}"]
+        for alt in doc["alternatives"]], right_align=(2, 4, 5, 6))
+    return [ledger, alternatives]
+
+
 @click.command("device-fit")
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
-@click.option("--vram", required=True, metavar="SIZE", help="The card's memory: 32G (GiB), 32GB (decimal), 32GiB, or bytes.")
-@click.option("--reserve", metavar="SIZE", help="Compute reserve (default max(2 GiB, VRAM/10)).")
-@click.option("--ctx", type=int, metavar="N", help="Context wanted (default: the training context); squeezed in steps of 256 to fit.")
+@click.option("--vram", metavar="SIZE[,SIZE...]|auto", help="Each GPU's memory: 24G,24G (GiB; 24GB decimal), or auto (free memory from nvidia-smi/rocm-smi).")
+@click.option("--gpu", "gpu_text", metavar="NAME[,NAME...]", help="GPUs from the table (VRAM and bandwidth): rtx4090,rtx3090.")
+@click.option("--vram-bw", metavar="RATE[,RATE...]", help="GPU memory bandwidth (1008GB/s), one for all or one per GPU.")
+@click.option("--rpc", "rpc_specs", multiple=True, metavar="HOST:PORT=SIZE", help="A llama.cpp RPC server and the memory it offers (repeatable).")
+@click.option("--rpc-bw", metavar="RATE[,RATE...]", help="Memory bandwidth of the RPC servers' devices.")
+@click.option("--runtime", type=click.Choice(["fork", "llama"]), default="fork", show_default=True,
+              help="fork: the streaming fork's division of one GPU; llama: upstream llama.cpp on every device.")
+@click.option("--reserve", metavar="SIZE", help="Compute reserve per GPU (default max(2 GiB, VRAM/10)).")
+@click.option("--ctx", "-c", type=int, metavar="N", help="Context wanted (fork default: the training context, squeezed; llama default: the trade-off).")
 @click.option("--min-ctx", type=int, default=4096, show_default=True, metavar="N", help="Never squeeze the context below this.")
-@click.option("--ctk", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="K cache type.")
-@click.option("--ctv", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="V cache type.")
-@click.option("--ubatch", type=int, default=512, show_default=True, help="Physical batch (-ub).")
-@click.option("--batch", type=int, default=2048, show_default=True, help="Logical batch (-b).")
-@click.option("--parallel", type=int, default=1, show_default=True, metavar="N", help="Sequences (-np).")
+@click.option("--ctk", "-ctk", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="K cache type.")
+@click.option("--ctv", "-ctv", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="V cache type.")
+@click.option("--ubatch", "-ub", type=int, default=512, show_default=True, help="Physical batch (-ub).")
+@click.option("--batch", "-b", type=int, default=2048, show_default=True, help="Logical batch (-b).")
+@click.option("--parallel", "-np", type=int, default=1, show_default=True, metavar="N", help="Sequences (-np).")
 @click.option("--kv-unified", is_flag=True, help="One KV stream shared by all sequences (-kvu).")
 @click.option("--swa-full", is_flag=True, help="Full-size cache for sliding-window layers (--swa-full).")
 @click.option("--flash-attn/--no-flash-attn", default=True, show_default=True, help="Flash attention (-fa); off pads and transposes V.")
+@click.option("-fa", "fa_text", type=click.Choice(["on", "off"]), help="llama.cpp's spelling of --flash-attn/--no-flash-attn.")
+@click.option("--ngl", "-ngl", type=int, metavar="N", help="llama: evaluate your own -ngl (layers offloaded, output layer included).")
+@click.option("--tensor-split", "-ts", "ts_text", metavar="A,B,...", help="llama: evaluate your own -ts (one weight per device, RPC first).")
+@click.option("--n-cpu-moe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
+@click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
+@click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
 @click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False),
               help="Folder of *.resident.json tiers, searched first; the daemon's <storage root>/device-fit/<slug>/, "
                    "device-fit/<stem>/ beside the model and the model's folder are searched too.")
@@ -151,40 +268,66 @@ def emit_text(kind, doc, launch, settings):
 @click.option("--coverage-policy", default="decay_bandit", show_default=True, help="Which policy's curve predicts the hit ratio.")
 @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
 @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
-@click.option("--floor", "floor_text", default="10ms", show_default=True, help="Per-token time that no cache removes (10ms, 0.01s).")
-@click.option("--ram", metavar="SIZE", help="Host RAM: also size the host expert cache net of the mmap footprint.")
-@click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS with --ram.")
+@click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 4ms).")
+@click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
+@click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
+@click.option("--disk-bw", default="3GB/s", show_default=True, help="llama: drive read rate for page-cache misses of mapped CPU experts.")
+@click.option("--threads", "-t", type=int, help="llama: CPU threads for the CPU experts (default: this machine's cores).")
+@click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS.")
 @click.option("--container", type=click.Path(file_okay=False), help="Expert container folder (GGML_MOE_CONTAINER) the fork streams from.")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
 @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
-def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch, batch, parallel, kv_unified, swa_full,
-                       flash_attn, tiers_dir, storage_root, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram,
-                       os_reserve, container, plan_path, emit, json_flag):
-    """Divide one GPU between compute reserve, resident weights, KV cache and hot experts.
+def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, ctx, min_ctx, ctk, ctv,
+                       ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
+                       depth, tiers_dir, storage_root, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       disk_bw, threads, os_reserve, container, plan_path, emit, json_flag):
+    """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
+    experts on every GPU, RPC server and the CPU — with the speed of each.
 
-    MODEL is a .gguf file or any shard of a split model. Exit 0 when a division fits, 1 when the model is
-    unfittable on this card (the shortfall is reported), 2 for bad input.
+    MODEL is a .gguf file or any shard of a split model. Exit 0 when a plan fits, 1 when it does not (the
+    shortfall is reported), 2 for bad input.
     """
     if coverage_path == "-" and observations_path == "-":
         raise UsageError("--coverage and --observations cannot both read stdin")
-    options = core.FitOptions(
-        vram=_size_option("--vram", vram),
-        reserve=_size_option("--reserve", reserve),
-        ctx=ctx,
-        min_ctx=min_ctx,
-        kv=KVSettings(ctk=ctk, ctv=ctv, ubatch=ubatch, batch=batch, n_seq=parallel, unified=kv_unified,
-                      swa_full=swa_full, flash_attn=flash_attn),
-        h2d_bytes_per_s=parse_rate(h2d),
-        floor_s=parse_floor(floor_text),
-        ram=_size_option("--ram", ram),
-        os_reserve=_size_option("--os-reserve", os_reserve),
-        container=container or "",
-    )
+    if fa_text is not None:
+        flash_attn = fa_text == "on"
+    settings = KVSettings(ctk=ctk, ctv=ctv, ubatch=ubatch, batch=batch, n_seq=parallel, unified=kv_unified,
+                          swa_full=swa_full, flash_attn=flash_attn)
+    gpus, rpcs = _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw)
+    ram_bytes = _ram_option(ram)
     from moetools.gguf import open_model
 
     with open_model(model_path) as model:
         facts = core.model_facts(model)
+    if runtime == "llama":
+        options = _llama_options(settings, ctx=ctx, reserve=reserve, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
+                                 main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
+                                 threads=threads, os_reserve=os_reserve)
+        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag)
+        return
+    if rpcs:
+        raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
+    if not gpus:
+        raise UsageError("--runtime fork needs the GPU it streams to: give --vram SIZE (or --gpu NAME)")
+    fork_notes = []
+    if len(gpus) > 1:
+        fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
+                          f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
+                          f"the other {len(gpus) - 1} GPU(s) hold only what llama.cpp's layer split gives them. "
+                          "Use --runtime llama to plan every GPU")
+    options = core.FitOptions(
+        vram=gpus[0].capacity_bytes,
+        reserve=_size_option("--reserve", reserve),
+        ctx=ctx,
+        min_ctx=min_ctx,
+        kv=settings,
+        h2d_bytes_per_s=parse_rate(h2d),
+        floor_s=parse_floor(floor_text or "10ms"),
+        ram=ram_bytes,
+        os_reserve=_size_option("--os-reserve", os_reserve),
+        container=container or "",
+    )
     warnings = []
     from moetools.devicefit.discovery import discover_tiers
     from moetools.formats.storage import device_fit_dir
@@ -207,7 +350,10 @@ def device_fit_command(model_path, vram, reserve, ctx, min_ctx, ctk, ctv, ubatch
     result = core.fit(facts, tiers, options, coverage, observations)
     launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, plan_path or "")}
     doc = core.to_doc(result, launch)
+    doc["runtime"] = "fork"
+    doc["devices"] = core.fork_ledger(result, gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
+    doc["notes"] = doc["notes"] + fork_notes
     for message in doc["warnings"]:
         warn(message)
     if plan_path:

@@ -8,6 +8,8 @@ is given through moetools.formats. Sizes are bytes, speeds tokens/s, times secon
 import os
 
 from moetools.devicefit import kv as kvmod
+from moetools.devicefit import layers as layersmod
+from moetools.devicefit.speed import fork_tok_s
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import FormatError, GGUFError, UsageError
 from moetools.formats.jsonio import loads
@@ -39,6 +41,7 @@ class ModelFacts(Record):
         ("experts_per_token", REQUIRED),  # sum of top-k over the MoE layers
         ("expert_bytes", REQUIRED),  # mean bytes of one (layer, expert) over the MoE layers, rounded up
         ("warnings", list),
+        ("layers", None),  # layers.LayerBytes: per-block dense and expert-matrix bytes (upstream placement)
     )
 
     @property
@@ -58,6 +61,7 @@ def model_facts(model):
     layer_bytes = {block: value * model.expert_count for block, value in per_expert.items()}
     moe_layers = sorted(per_expert)
     experts_per_token = 0
+    top_k_of = {}
     if moe_layers:
         top_k = model.layer_values(Keys.EXPERT_USED_COUNT, required_for="experts per token")
         for block in moe_layers:
@@ -65,6 +69,7 @@ def model_facts(model):
                 raise GGUFError(model.path, f"top-k 0 of layer {block} is not a positive count",
                                 key=model.key(Keys.EXPERT_USED_COUNT))
             experts_per_token += top_k[block]
+            top_k_of[block] = top_k[block]
     mean = -(-sum(per_expert.values()) // len(moe_layers)) if moe_layers else 0
     return ModelFacts(
         path=model.path,
@@ -80,6 +85,7 @@ def model_facts(model):
         experts_per_token=experts_per_token,
         expert_bytes=mean,
         warnings=list(model.warnings) + list(shape.notes),
+        layers=layersmod.layer_bytes(model, top_k_of),
     )
 
 
@@ -315,8 +321,7 @@ def fit_context(shape, settings, wanted, floor, room):
 
 def speed(facts, coverage, options):
     """tok/s = 1 / ((1 - coverage) x experts_per_token x expert_bytes / h2d + floor)."""
-    miss_seconds = (1.0 - coverage) * facts.experts_per_token * facts.expert_bytes / options.h2d_bytes_per_s
-    return 1.0 / (miss_seconds + options.floor_s)
+    return fork_tok_s(coverage, facts.experts_per_token, facts.expert_bytes, options.h2d_bytes_per_s, options.floor_s)
 
 
 def divide(facts, tier, options, coverage, usable, wanted, floor):
@@ -602,3 +607,17 @@ def to_doc(result, launch=None):
     if launch is not None:
         doc["launch"] = launch
     return doc
+
+
+def fork_ledger(result, name):
+    """The fork's division as a one-device ledger (the same fields as --runtime llama's `devices`)."""
+    chosen = result.chosen
+    capacity = result.options.vram
+    if chosen is None:
+        return [{"name": name, "kind": "gpu", "capacity_bytes": capacity, "compute_bytes": result.reserve,
+                 "resident_bytes": 0, "kv_bytes": 0, "expert_bytes": 0, "margin_bytes": 0,
+                 "free_bytes": capacity - result.reserve}]
+    return [{"name": name, "kind": "gpu", "capacity_bytes": capacity, "compute_bytes": result.reserve,
+             "resident_bytes": chosen.tier.resident_bytes, "kv_bytes": chosen.kv_bytes,
+             "expert_bytes": chosen.expert_budget_bytes, "margin_bytes": 0,
+             "free_bytes": capacity - result.reserve - chosen.tier.resident_bytes - chosen.kv_bytes - chosen.expert_budget_bytes}]

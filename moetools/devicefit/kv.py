@@ -357,3 +357,49 @@ def bytes_per_token(shape, settings):
         if not shape.mla:
             total += row_bytes(settings.ctv, hkv * shape.v_width[il])
     return total
+
+
+def per_layer(shape, ctx, settings):
+    """Bytes of each block's KV cache (or recurrent state), a list of block_count: the KV of a layer
+    lives on that layer's device. Sums to total(kv_caches(shape, ctx, settings))."""
+    result = [0] * shape.block_count
+    caches = kv_caches(shape, ctx, settings)
+    by_kind = {cache.kind: cache for cache in caches}
+    mla = shape.mla
+    v_widest = max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
+    for il in range(shape.kv_layers):
+        if shape.is_recurrent[il]:
+            continue
+        hkv = shape.head_count_kv[il]
+        if not hkv:
+            continue
+        cache = by_kind["swa" if shape.is_swa[il] else "full"]
+        size = row_bytes(settings.ctk, hkv * shape.k_width[il])
+        if not mla:
+            size += row_bytes(settings.ctv, v_widest if not settings.flash_attn else hkv * shape.v_width[il])
+        result[il] = size * cache.cells * cache.streams
+    recurrent = by_kind.get("recurrent")
+    if recurrent:
+        for il in range(shape.trunk_layers):
+            if shape.is_recurrent[il]:
+                result[il] = (shape.state_r + shape.state_s) * recurrent.cells * F32_BYTES
+    return result
+
+
+def read_per_token(shape, depth, settings):
+    """Bytes of each block's cache one decoded token reads at `depth` tokens of context: the K (and V)
+    rows of min(depth, window) cells, or a recurrent layer's whole state."""
+    result = [0.0] * shape.block_count
+    for il in range(shape.kv_layers):
+        hkv = shape.head_count_kv[il]
+        if shape.is_recurrent[il] and il < shape.trunk_layers:
+            result[il] = float((shape.state_r + shape.state_s) * F32_BYTES)
+            continue
+        if not hkv or shape.is_recurrent[il]:
+            continue
+        cells = min(depth, shape.n_swa) if shape.is_swa[il] and shape.n_swa else depth
+        size = row_bytes(settings.ctk, hkv * shape.k_width[il])
+        if not shape.mla:
+            size += row_bytes(settings.ctv, hkv * shape.v_width[il])
+        result[il] = float(size * cells)
+    return result

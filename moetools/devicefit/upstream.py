@@ -1,0 +1,328 @@
+"""`--runtime llama`: plan upstream llama.cpp on several devices — layers and experts per device
+(placement.py), the ledger of each device, the decode speed (speed.py), the context trade-off, the
+answer with numbers when nothing fits, and the llama-server command.
+
+Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOptions.
+"""
+
+from moetools.devicefit import kv as kvmod
+from moetools.devicefit import placement as placemod
+from moetools.devicefit import speed as speedmod
+from moetools.devicefit.devices import GPU_TABLE, Device
+from moetools.devicefit.placement import CPU
+from moetools.devicefit.record import REQUIRED, Record
+from moetools.errors import UsageError
+
+GIB = 1024**3
+MIN_RESERVE = 2 * GIB
+CONTEXT_STEPS = (4096, 8192, 16384, 32768, 65536, 131072)
+TRADE_OFF = 0.05  # the largest context costing at most 5% of the best speed
+
+
+def default_reserve(capacity):
+    """Today's compute reserve of a GPU: max(2 GiB, capacity / 10)."""
+    return max(MIN_RESERVE, capacity // 10)
+
+
+def device_compute_bytes(facts, layers, holds_output, settings, ctx, kind, capacity):
+    """The compute buffer of one device. Until the per-device compute model (devicefit/compute.py,
+    issue #20) lands this is the existing reserve for GPU/RPC devices and 0 for the host."""
+    if kind == "cpu":
+        return 0
+    return default_reserve(capacity)
+
+
+class UpstreamOptions(Record):
+
+    FIELDS = (
+        ("ctx", None),  # None: choose by the trade-off
+        ("kv", kvmod.KVSettings),
+        ("speed", speedmod.SpeedSettings),
+        ("depth", None),  # tokens of context decode is measured at (default half the context)
+        ("margin", 0),  # bytes kept free on each GPU/RPC device
+        ("os_reserve", 4 * GIB),  # RAM kept for the OS (the CPU device's margin)
+        ("ngl", None),  # a user's own placement: -ngl, -ts, --n-cpu-moe, --main-gpu
+        ("ts", None),
+        ("n_cpu_moe", None),
+        ("main_gpu", None),
+        ("reserve", None),  # --reserve: a fixed compute buffer per GPU
+    )
+
+    @property
+    def user_placement(self):
+        return any(value is not None for value in (self.ngl, self.ts, self.n_cpu_moe, self.main_gpu))
+
+
+class DevicePlan(Record):
+    """One context's plan: placement, ledger (devices then CPU), fits, speed."""
+
+    FIELDS = (
+        ("context", REQUIRED),
+        ("depth", REQUIRED),
+        ("placement", REQUIRED),
+        ("shares", REQUIRED),
+        ("seconds", REQUIRED),
+        ("breakdown", REQUIRED),
+        ("notes", list),
+    )
+
+    @property
+    def tok_s(self):
+        return 1.0 / self.seconds
+
+    @property
+    def overfull(self):
+        """Offload devices whose ledger exceeds their capacity: [(share, excess bytes)]."""
+        return [(share, -share.free_bytes) for share in self.shares[:-1] if share.free_bytes < 0]
+
+    @property
+    def fits(self):
+        return not self.overfull
+
+    @property
+    def gpu_bytes(self):
+        return sum(share.model_bytes + share.kv_bytes for share in self.shares[:-1])
+
+
+def _compute_fn(facts, devices, options, ctx):
+    def compute(key, layers, holds_output):
+        if key == CPU:
+            return device_compute_bytes(facts, layers, holds_output, options.kv, ctx, "cpu", 0)
+        device = devices[key]
+        if options.reserve is not None:
+            return options.reserve
+        return device_compute_bytes(facts, layers, holds_output, options.kv, ctx, device.kind, device.capacity_bytes)
+    return compute
+
+
+def plan_at(facts, devices, cpu, options, ctx):
+    """The DevicePlan for a context of `ctx` tokens (the user's placement when given, else chosen)."""
+    layers = facts.layers
+    shape = facts.shape
+    kv_layers = kvmod.per_layer(shape, ctx, options.kv)
+    compute = _compute_fn(facts, devices, options, ctx)
+    margins = {index: options.margin for index in range(len(devices))}
+    margins[CPU] = options.os_reserve
+    notes = []
+    if options.user_placement:
+        placement = placemod.user_placement(layers, len(devices), ngl=options.ngl, ts=options.ts,
+                                            n_cpu_moe=options.n_cpu_moe,
+                                            capacities=[d.capacity_bytes for d in devices], main_gpu=options.main_gpu)
+    else:
+        all_blocks = list(range(layers.n_layer))
+        budgets = [device.capacity_bytes - compute(index, all_blocks, index == len(devices) - 1) - options.margin
+                   for index, device in enumerate(devices)]
+        costs = placemod.layer_costs(layers, kv_layers)
+        placement, notes = placemod.choose(layers, costs, budgets)
+        placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
+    shares = placemod.ledger(layers, placement, devices, cpu, kv_layers, compute, margins)
+    depth = options.depth if options.depth is not None else max(1, ctx // 2)
+    kv_read = kvmod.read_per_token(shape, min(depth, ctx), options.kv)
+    cpu_share = shares[-1]
+    room = None
+    if cpu.capacity_bytes:
+        room = cpu.capacity_bytes - options.os_reserve - cpu_share.kv_bytes - cpu_share.compute_bytes
+    seconds, breakdown = speedmod.decode_time(shares, placement, devices, kv_read, options.speed, room)
+    return DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes)
+
+
+def contexts_to_try(train):
+    """4k .. 128k and the training context, up to the training context."""
+    steps = sorted({step for step in CONTEXT_STEPS if step <= train} | {train})
+    return [step for step in steps if step >= 1]
+
+
+class UpstreamResult(Record):
+
+    FIELDS = (
+        ("chosen", None),  # DevicePlan, or None when nothing fits
+        ("alternatives", list),  # DevicePlan per context tried (the trade-off), or [chosen]
+        ("devices", REQUIRED),
+        ("cpu", REQUIRED),
+        ("notes", list),
+        ("warnings", list),
+        ("unfittable", None),  # {shortfall per device, suggestions} when nothing fits
+    )
+
+
+def plan(facts, devices, cpu, options):
+    """Plan upstream llama.cpp on these devices. Raises UsageError for a bad user placement."""
+    if options.ts is not None and len(options.ts) != len(devices):
+        raise UsageError(f"-ts gives {len(options.ts)} weights for {len(devices)} device(s) "
+                         f"({', '.join(d.name for d in devices) or 'none'}); give one per device, RPC devices first")
+    if options.ts is not None and (any(w < 0 for w in options.ts) or not any(options.ts)):
+        raise UsageError("-ts weights must be non-negative and not all 0")
+    if options.main_gpu is not None and not 0 <= options.main_gpu < len(devices):
+        raise UsageError(f"--main-gpu {options.main_gpu} is not a device index (0..{len(devices) - 1})")
+    kvmod.check_settings(facts.shape, options.kv)
+    notes, warnings = [], []
+    train = facts.shape.context_train
+    if options.ctx is not None:
+        if options.ctx < 1:
+            raise UsageError("the context must be at least 1 token")
+        candidates = [plan_at(facts, devices, cpu, options, options.ctx)]
+    else:
+        if train < 1:
+            raise UsageError("the model's training context is 0; give --ctx")
+        candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in contexts_to_try(train)]
+    feasible = [candidate for candidate in candidates if candidate.fits]
+    result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings)
+    if not feasible:
+        result.unfittable = unfittable(facts, devices, cpu, options, candidates[0])
+        notes.append("unfittable: " + result.unfittable["summary"])
+        return result
+    if options.ctx is not None:
+        chosen = feasible[0]
+    else:
+        best = max(candidate.tok_s for candidate in feasible)
+        within = [c for c in feasible if c.tok_s >= (1 - TRADE_OFF) * best]
+        chosen = max(within, key=lambda c: c.context)
+        notes.append(f"context {chosen.context}: the largest of {', '.join(str(c.context) for c in candidates)} "
+                     f"costing at most 5% of the best speed ({chosen.tok_s:.2f} vs {best:.2f} tok/s); give --ctx to choose")
+    result.chosen = chosen
+    notes += chosen.notes
+    cpu_share = chosen.shares[-1]
+    if cpu.capacity_bytes and cpu_share.free_bytes < 0:
+        warnings.append(f"the CPU's share ({cpu_share.used_bytes / GIB:.2f} GiB with the OS reserve) exceeds RAM "
+                        f"({cpu.capacity_bytes / GIB:.2f} GiB): llama.cpp memory-maps the weights, so the missing "
+                        f"part is read from the drive (--disk-bw) and the speed counts those misses")
+    return result
+
+
+def unfittable(facts, devices, cpu, options, attempt):
+    """Numbers for a plan that does not fit: shortfall per device, the smallest VRAM (same count) and
+    the extra GPU that would fit, and the CPU-expert fallback."""
+    shortfall = {share.device.name: excess for share, excess in attempt.overfull}
+    summary = "; ".join(f"{name} short by {excess / GIB:.2f} GiB" for name, excess in shortfall.items())
+    suggestions = {}
+    if devices and options.user_placement:
+        fallback = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
+        fallback.ngl = fallback.ts = fallback.n_cpu_moe = fallback.main_gpu = None
+        chosen = plan_at(facts, devices, cpu, fallback, attempt.context)
+        if chosen.fits:
+            suggestions["chosen_placement_fits"] = True
+    gpus = [d for d in devices if d.kind == "gpu"]
+    if gpus:
+        low, high = max(d.capacity_bytes for d in gpus), 4096 * GIB
+        if not _fits_with(facts, devices, cpu, options, attempt.context, high, None):
+            suggestions["smallest_vram_bytes"] = None
+        else:
+            while high - low > 256 * 1024 * 1024:
+                middle = (low + high) // 2
+                if _fits_with(facts, devices, cpu, options, attempt.context, middle, None):
+                    high = middle
+                else:
+                    low = middle
+            suggestions["smallest_vram_bytes"] = high
+        for key in ("rtx3090", "rtx4090", "rtx5090", "a6000", "a100-80g"):
+            label, size, bw = GPU_TABLE[key]
+            if _fits_with(facts, devices, cpu, options, attempt.context, None, Device(f"CUDA{len(gpus)}", "gpu", size, bw, "GPU table", key)):
+                suggestions["extra_gpu"] = key
+                break
+    summary = summary or "nothing fits"
+    parts = [summary]
+    if suggestions.get("smallest_vram_bytes"):
+        parts.append(f"fits with {len(gpus)} GPU(s) of {suggestions['smallest_vram_bytes'] / GIB:.1f} GiB each")
+    if suggestions.get("extra_gpu"):
+        parts.append(f"or with one more {GPU_TABLE[suggestions['extra_gpu']][0]}")
+    if suggestions.get("chosen_placement_fits"):
+        parts.append("device-fit's own placement (drop -ngl/-ts/--n-cpu-moe) fits")
+    parts.append("or with the streaming fork and a resident tier (--runtime fork --tiers)")
+    return {"shortfall_bytes": shortfall, "summary": ", ".join(parts), **suggestions}
+
+
+def _fits_with(facts, devices, cpu, options, ctx, vram, extra):
+    trial = []
+    for device in devices:
+        if vram is not None and device.kind == "gpu":
+            device = Device(device.name, device.kind, vram, device.bandwidth, device.bandwidth_source, device.model)
+        trial.append(device)
+    if extra is not None:
+        trial.append(extra)
+    fallback = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
+    fallback.ngl = fallback.ts = fallback.n_cpu_moe = fallback.main_gpu = None
+    attempt = plan_at(facts, trial, cpu, fallback, ctx)
+    return attempt.fits and all(home != CPU for home in attempt.placement.layer_device)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+def server_args(model_path, result, kv_flags):
+    """The llama-server arguments of the chosen plan: RPC servers, -ngl, -ts, -ot per device (or
+    --n-cpu-moe where that is exact), -c, the KV and batch flags, --fit off."""
+    chosen = result.chosen
+    placement = chosen.placement
+    devices = result.devices
+    args = ["-m", model_path]
+    rpc = [device.endpoint for device in devices if device.kind == "rpc"]
+    if rpc:
+        args += ["--rpc", ",".join(rpc)]  # before -ot: RPC buffer types exist once the servers are added
+    args += ["-c", str(chosen.context), "-ngl", str(placement.ngl)]
+    if len(devices) > 1 and placement.ts is not None and placement.main_gpu is None:
+        args += ["-ts", ",".join(_weight_text(w) for w in placement.ts)]
+    if placement.source == "user":
+        if placement.main_gpu is not None:
+            args += ["-sm", "none", "-mg", str(placement.main_gpu)]
+        if placement.n_cpu_moe is not None:
+            args += ["--n-cpu-moe", str(placement.n_cpu_moe)]
+    elif placement.n_cpu_moe is not None and len(devices) <= 1:
+        if placement.n_cpu_moe:
+            args += ["--n-cpu-moe", str(placement.n_cpu_moe)]
+        partial = placemod.partial_patterns(placement, devices)
+        if partial:
+            args += ["-ot", ",".join(f"{pattern}={target}" for pattern, target in partial)]
+    else:
+        entries = placemod.override_patterns(placement, devices)
+        if entries:
+            args += ["-ot", ",".join(f"{pattern}={target}" for pattern, target in entries)]
+    return args + kv_flags + ["--fit", "off"]
+
+
+def _weight_text(weight):
+    return str(int(weight)) if float(weight).is_integer() else f"{weight:g}"
+
+
+# --- the document ---------------------------------------------------------------------------------
+
+def plan_doc(plan_):
+    placement = plan_.placement
+    return {
+        "context": plan_.context,
+        "depth": plan_.depth,
+        "fits": plan_.fits,
+        "tok_s": round(plan_.tok_s, 4),
+        "ngl": placement.ngl,
+        "ts": placement.ts,
+        "n_cpu_moe": placement.n_cpu_moe,
+        "gpu_bytes": plan_.gpu_bytes,
+        "devices": [share.to_doc() for share in plan_.shares],
+        "seconds_per_token": {name: round(value, 6) for name, value in plan_.breakdown.items()},
+        "cpu_expert_layers": sorted(block for block, homes in placement.expert_device.items()
+                                    if CPU in homes.values() and placement.layer_device[block] != CPU),
+        "partial_layers": {str(block): sorted(part for part, home in homes.items() if home == CPU)
+                           for block, homes in placement.expert_device.items()
+                           if CPU in homes.values() and len(set(homes.values())) > 1},
+        "cpu_layers": [il for il, home in enumerate(placement.layer_device[:-1]) if home == CPU],
+    }
+
+
+def result_doc(result, facts, model_path, kv_flags):
+    chosen = result.chosen
+    doc = {
+        "runtime": "llama",
+        "model": model_path,
+        "architecture": facts.architecture,
+        "verdict": "unfittable" if chosen is None else "fits",
+        "context": chosen.context if chosen else 0,
+        "context_train": facts.shape.context_train,
+        "tok_s": round(chosen.tok_s, 4) if chosen else 0.0,
+        "devices": [share.to_doc() for share in (chosen or result.alternatives[0]).shares],
+        "placement": plan_doc(chosen) if chosen else None,
+        "alternatives": [plan_doc(candidate) for candidate in result.alternatives],
+        "unfittable": result.unfittable,
+        "notes": list(result.notes),
+        "warnings": list(result.warnings),
+    }
+    if chosen:
+        doc["launch"] = {"llama": {"args": server_args(model_path, result, kv_flags)}}
+    return doc
