@@ -100,11 +100,34 @@ class LazyGroup(click.Group):
             # caught here, before click turns it into "Aborted!" with exit 1
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except click.BadParameter as err:
+            if not isinstance(getattr(err.param, "type", None), click.Path):
+                raise
+            # A path that is a folder where a file is wanted (or the reverse): one line, like every other
+            # bad path, not click's three-line usage block.
+            click.echo(f"error: {_path_problem(err)}", err=True)
+            ctx.exit(EXIT_USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as err:  # a bug: still one line and exit 2, never a traceback and exit 1
             click.echo(f"error: {internal_error_line(err)}", err=True)
             ctx.exit(EXIT_USAGE)
+
+
+def _path_problem(err):
+    """`/tmp/x: is a folder, not a file (MODEL)` from click's BadParameter on a click.Path argument."""
+    import re
+
+    name = err.param.human_readable_name if err.param is not None else "path"
+    match = re.match(r"^(File|Directory|Path) (.+?) (is a directory|is a file|does not exist|is not readable|"
+                     r"is not writable)\.?$", err.message)
+    if not match:
+        return f"{name}: {err.message}"
+    path = match[2].strip("'\"\u2018\u2019")
+    words = {"is a directory": "is a folder, not a file", "is a file": "is a file, not a folder",
+             "does not exist": "no such file or folder", "is not readable": "permission denied",
+             "is not writable": "permission denied"}[match[3]]
+    return f"{path}: {words} ({name})"
 
 
 def internal_error_line(err):

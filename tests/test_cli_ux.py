@@ -173,3 +173,35 @@ def test_real_qwen_trace_runs_on_its_models_preset(tmp_path):
                                       str(tmp_path / "curve.json"), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["verdict"] == "native"
+
+
+# --- one-line errors for every bad path ----------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["inspect"], ["device-fit", "--vram", "24G"], ["quantize", "--type", "q8_0"],
+                                     ["container-encode", "-o", "OUT"]])
+def test_a_folder_given_as_model_is_one_line(tmp_path, command):
+    args = [command[0], str(tmp_path)] + [str(tmp_path / "out") if a == "OUT" else a for a in command[1:]]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: {tmp_path}: is a folder, not a file (MODEL)"]
+
+
+def test_a_file_given_as_folder_is_one_line(tmp_path):
+    (tmp_path / "f").write_text("x")
+    result = CliRunner().invoke(cli, ["container-verify", str(tmp_path / "f")])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: {tmp_path / 'f'}: is a file, not a folder (FOLDER)"]
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["device-fit", "--vram", "24G"]])
+def test_stdin_as_model_is_refused_in_one_line(command):
+    result = CliRunner().invoke(cli, [command[0], "-"] + command[1:], input=b"GGUF")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: -: a model is read from a file, not from stdin: its shards are found beside it and its tensors "
+        "by offset (give the .gguf path)"]
+
+
+def test_a_bad_choice_still_gets_clicks_usage_help():
+    result = CliRunner().invoke(cli, ["build-env", "--shell", "fish"])
+    assert result.exit_code == 2 and "Usage:" in result.output

@@ -414,6 +414,9 @@ def _validate_split(headers):
 def open_model(path):
     """Open a GGUF model from any of its shards. Raises GGUFError for bad input."""
     path = os.fspath(path)
+    if path == "-":
+        raise GGUFError(path, "a model is read from a file, not from stdin: its shards are found beside it and "
+                              "its tensors by offset (give the .gguf path)")
     if os.path.isdir(path):
         raise GGUFError(path, "is a folder; give a .gguf file (any shard of a split model)")
     paths, warnings = discover_shards(path)
