@@ -158,12 +158,28 @@ def test_tiers_override_when_native_does_not_fit(k3, tmp_path):
     assert doc["resident_gguf"].endswith("k3.q4_0.resident.gguf")
 
 
+def test_old_curve_without_demand_policies_predicts_from_its_best_demand_cache(k3, tmp_path):
+    """Before demand_policies, decay_bandit was a top-S set that bypasses the cache: device-fit uses
+    the better of the old file's demand caches (LRU, LFU) and says so."""
+    curve = tmp_path / "old.json"
+    curve.write_text(json.dumps({"slots": [500, 1000], "hit": {"decay_bandit": [0.5, 0.6], "lru": [0.1, 0.2],
+                                                              "lfu": [0.15, 0.25], "belady": [0.9, 0.95]}}))
+    result = run(k3, "--vram", "32G", "--ctx", 32768, "--coverage", curve, "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["coverage_source"] == "curve (lfu)"
+    assert "older moetools (no demand_policies): predicting from lfu" in result.stderr
+    asked = run_json(k3, "--vram", "32G", "--ctx", 32768, "--coverage", curve, "--coverage-policy", "decay_bandit")
+    assert asked["coverage_source"] == "curve (decay_bandit)"  # an explicit choice is honoured
+
+
 def test_fastest_division_wins_with_a_curve(k3, tmp_path):
     facts = facts_of(k3)
     tiers = tmp_path / "tiers"
     _tier(tiers, "q4_0", 20 * GIB, facts)
     curve = tmp_path / "curve.json"
-    write_curve(curve, Curve(slots=[500, 1000], hit={"decay_bandit": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]}))
+    write_curve(curve, Curve(slots=[500, 1000], hit={"predictive": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]},
+                             extra={"demand_policies": ["lru", "predictive"], "ceiling_policies": ["belady"]}))
     doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve)
     native, q4 = doc["divisions"]
     assert native["slots"] == 271 and native["coverage"] == pytest.approx(0.5 * 271 / 500, abs=1e-6)
@@ -171,7 +187,9 @@ def test_fastest_division_wins_with_a_curve(k3, tmp_path):
     assert q4["slots"] == q4_budget // K3_EXPERT > 1000  # flat past the last point
     assert q4["coverage"] == pytest.approx(0.6)
     assert q4["tok_s"] == pytest.approx(tok_s(0.6), rel=1e-4)
-    assert doc["resident_source"] == "q4_0" and doc["coverage_source"] == "curve (decay_bandit)"
+    # the default is the best online demand policy of the curve (highest mean hit ratio)
+    assert doc["resident_source"] == "q4_0" and doc["coverage_source"] == "curve (predictive)"
+    assert not any("older moetools" in w for w in doc["warnings"])
     lru = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve, "--coverage-policy", "lru")
     assert lru["divisions"][1]["coverage"] == pytest.approx(0.2)
     piped = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", "-", input=curve.read_text())
@@ -359,7 +377,7 @@ def test_bad_kv_type_for_the_model_exits_2(tiny_models):
     ("{", "not valid JSON"),
     ('{"slots": [10, 5], "hit": {"decay_bandit": [0.1, 0.2]}}', "slots must increase"),
     ('{"slots": [10], "hit": {"decay_bandit": [1.5]}}', "not a ratio"),
-    ('{"slots": [10], "hit": {"lru": [0.5]}}', "no policy 'decay_bandit'"),
+    ('{"slots": [10], "hit": {"belady": [0.5]}}', "only the Belady ceiling"),
 ])
 def test_bad_coverage_files_exit_2(tiny_models, tmp_path, content, message):
     path = tmp_path / "curve.json"

@@ -228,7 +228,8 @@ def test_follow_emits_one_line_per_decode_token_and_keeps_the_plan(tmp_path):
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["decode_token"] for line in lines] == list(range(40))
     assert lines[0]["repeat"] is None and lines[1]["repeat"] is not None
-    assert set(lines[5]["hit"]) == {"lru", "lfu", "decay_bandit", "recency", "prefill_pin"}
+    assert set(lines[5]["hit"]) == {"lru", "lfu", "decay_bandit", "prefill_pin", "predictive"}
+    assert set(lines[5]["topk_hit"]) == {"decay_bandit", "recency", "prefill_pin"}
     written = read_plan(str(plan))
     assert written.budget_bytes == 12000 and 0 < len(written.pin_list) <= 6  # pin ceiling = half of 12 slots
     assert written.pin_list == sorted(written.pin_list)

@@ -8,7 +8,7 @@ import pytest
 from moetools.errors import InputError
 from moetools.formats import trace as trace_format
 from moetools.tracetail import curves
-from moetools.tracetail.core import Engine, Settings, analyse, follow_session
+from moetools.tracetail.core import Engine, Settings, analyse, follow_session, model_space
 from moetools.tracetail.importers import tokens_to_records
 from moetools.tracetail.instruments import Instruments
 from moetools.tracetail.policies import LFUCache, LRUCache, ScoredPolicies
@@ -467,7 +467,7 @@ def test_follow_session_resets_on_truncation():
     tokens = decode_tokens(2, [[1, 2], [2, 3], [1, 2]])
     data = trace_bytes(tokens)
     events = [FollowEvent("data", data[:50]), FollowEvent("data", data[50:]), FollowEvent("truncated"), FollowEvent("data", data)]
-    engine = Engine(Settings(budget=2, top_k=2, moe_layers=2, n_expert=4), keep_decode=False)
+    engine = Engine(Settings(budget=2, top_k=2, moe_layers=2, n_expert=4), model_space(LayerMap.synth(2), 4), keep_decode=False)
     out = list(follow_session(iter(events), Tokeniser(LayerMap.synth(2)), engine, "t", check_after=1))
     records = [p for k, p in out if k == "token"]
     notices = [p for k, p in out if k == "notice"]

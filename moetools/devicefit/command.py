@@ -265,7 +265,8 @@ def llama_tables(doc):
               help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
 @click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
 @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
-@click.option("--coverage-policy", default="decay_bandit", show_default=True, help="Which policy's curve predicts the hit ratio.")
+@click.option("--coverage-policy", default=None,
+              help="Which policy's curve predicts the hit ratio (default: the curve's best online demand policy).")
 @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
 @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
 @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 4ms).")
@@ -340,6 +341,12 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         from moetools.formats.curve import read_curve
 
         curve = read_curve(coverage_path)
+        if coverage_policy is None:
+            from moetools.formats.curve import default_coverage_policy
+
+            coverage_policy, note = default_coverage_policy(curve, coverage_path)
+            if note:
+                warnings.append(note)
     coverage, coverage_warnings = core.coverage_model(curve, coverage_policy, facts, coverage_path or "<curve>")
     warnings += coverage_warnings
     observations = []

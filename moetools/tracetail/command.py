@@ -15,7 +15,7 @@ import click
 from moetools import output
 from moetools.errors import InputError, UsageError
 
-POLICY_ORDER = ("belady", "decay_bandit", "lfu", "lru", "recency", "prefill_pin")
+POLICY_ORDER = ("belady", "predictive", "decay_bandit", "lfu", "lru", "prefill_pin")
 
 
 def _parse_slots(text):
@@ -140,9 +140,11 @@ def _summary_tables(doc):
     for name in POLICY_ORDER:
         if name in hit:
             gap = doc["gap_to_belady"].get(name)
-            rows.append([name, f"{hit[name]:.6f}", "ceiling" if name == "belady" else f"{-gap:+.6f}" if gap is not None else ""])
-    tables = [Table(f"hit ratio at {doc['budget_slots']:,} slots", ["policy", "hit", "vs belady"], rows, right_align=(1, 2),
-                    caption=f"over {doc['requests']:,} decode requests")]
+            closed = doc["gap_closed"].get(name)
+            rows.append([name, f"{hit[name]:.6f}", "ceiling" if name == "belady" else f"{-gap:+.6f}" if gap is not None else "",
+                         "" if name == "belady" or closed is None else f"{100 * closed:.1f}%"])
+    tables = [Table(f"hit ratio at {doc['budget_slots']:,} slots (demand caches)", ["policy", "hit", "vs belady", "LRU->Belady gap closed"],
+                    rows, right_align=(1, 2, 3), caption=f"over {doc['requests']:,} decode requests")]
     facts = [["tokens (prefill + decode)", f"{doc['tokens']} ({doc['prefill_tokens']} + {doc['decode_tokens']})"],
              ["experts per decode token", f"{doc['experts_per_token']:.1f}"],
              ["distinct experts (decode)", f"{doc.get('distinct', 0):,}"]]
@@ -151,6 +153,8 @@ def _summary_tables(doc):
             facts.append([key.replace("_", " "), str(doc[key])])
     for key, value in doc["instruments"].items():
         facts.append([key.replace("_", " "), "-" if value is None else f"{value:.4f}"])
+    for key, value in doc.get("topk_hit", {}).items():
+        facts.append([f"{key.replace('_', ' ')} top-S set (bypasses the cache)", f"{value:.4f}"])
     tables.append(Table("trace and instruments", ["what", "value"], facts, right_align=(1,)))
     return tables
 
@@ -216,13 +220,15 @@ def _write_plan(path, budget_bytes, pins):
 @click.option("--plot", metavar="FILE.svg", help="Draw the curves as SVG (Belady as the ceiling). Implies --curve.")
 @click.option("--write-trace", metavar="OUT", help="Also write the input as a 12-byte trace (the fork's format).")
 @click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list and budget_bytes current.")
+@click.option("--pin-policy", default="predictive", show_default=True, metavar="POLICY",
+              help="Whose scores rank the plan's pins: predictive, decay_bandit, lfu or lru.")
 @click.option("-o", "--output", "output_path", metavar="FILE", help="Also write the JSON document (summary or curve) to FILE.")
 @click.option("--poll", type=click.FloatRange(min=0.01, max=5), default=0.2, show_default=True, help="--follow: seconds between polls.")
 @click.option("--max-idle", type=click.FloatRange(min=0), metavar="SECONDS", help="--follow: stop after this long without new records.")
 @click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="--follow: stop after N decode tokens.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
-                       window, curve, plot, write_trace, plan_path, output_path, poll, max_idle, max_tokens, json_flag):
+                       window, curve, plot, write_trace, plan_path, pin_policy, output_path, poll, max_idle, max_tokens, json_flag):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
     Rebuilds tokens from the fork's 12-byte records (or a CSV/JSON-lines/numpy import), splits
@@ -239,9 +245,13 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
     expert_bytes = parse_size(expert_bytes) if expert_bytes is not None else None
     if budget_slots is not None and budget_slots <= 0:
         raise UsageError(f"--budget-slots {budget_slots}: a cache needs at least 1 slot")
+    options = {"experts": experts, "top_k": top_k, "window": window, "prefill": prefill}
     if plot and curve is None:
         curve = "auto"
-    options = {"experts": experts, "top_k": top_k, "window": window, "prefill": prefill}
+    from moetools.tracetail.core import check_pin_policy
+
+    check_pin_policy(pin_policy)
+    options["pin_policy"] = pin_policy
     layer_map = _layer_map(model, synth_layers, experts, top_k)
     if not once:
         if curve is not None or write_trace:
@@ -281,7 +291,7 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         output.info(f"wrote {len(tkeys):,} records to {write_trace}")
     from moetools.progress import progress
 
-    with progress(desc="offline passes (Belady, LFU)", unit="req") as bar:
+    with progress(desc="Belady pass", unit="req") as bar:
         result = analyse(got.tokens, got.phases, settings, tick=bar.update)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)
@@ -292,13 +302,16 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         if pin_budget is None:
             pin_budget = written_budget = summary["budget_bytes"]
         engine = result.extra["engine"]
-        _write_plan(plan_path, written_budget, plan_pins(engine, pin_budget, expert_bytes))
+        _write_plan(plan_path, written_budget, plan_pins(engine, pin_budget, expert_bytes, options["pin_policy"]))
     if curve is not None:
         if not result.curve:
             raise InputError(trace, "no decode tokens: nothing to build a curve from")
         doc_curve = Curve(result.curve["slots"], result.curve["hit"], requests=summary["requests"], tokens=summary["tokens"],
                           decode_tokens=summary["decode_tokens"],
-                          extra={"distinct": summary["distinct"], "total_slots": summary["total_slots"],
+                          extra={"demand_policies": result.curve["demand_policies"],
+                                 "ceiling_policies": result.curve["ceiling_policies"],
+                                 "topk_instruments": result.curve["topk_instruments"],
+                                 "distinct": summary["distinct"], "total_slots": summary["total_slots"],
                                  "expert_bytes": summary["expert_bytes"], "summary": summary})
         doc = doc_curve.to_doc()
         if plot:
@@ -342,7 +355,7 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
     settings.budget = budget
     if plan_path and pin_budget is None:
         pin_budget = written_budget = budget * expert_bytes
-    engine = core.Engine(settings, keep_decode=False)
+    engine = core.Engine(settings, core.model_space(layer_map, settings.n_expert), keep_decode=False)
     tokeniser = reader.Tokeniser(layer_map, trace)
     events = reader.follow_stdin() if trace == "-" else reader.follow(trace, poll=poll, max_idle=max_idle)
     last_plan = pending = None
@@ -353,7 +366,7 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
             output.info(payload)
             continue
         if plan_path:
-            pins = tuple(core.plan_pins(engine, pin_budget, expert_bytes))
+            pins = tuple(core.plan_pins(engine, pin_budget, expert_bytes, options["pin_policy"]))
             pending = pins if pins != last_plan else None
             # The fork reloads on a change of st_mtime's whole seconds: a second write within the
             # same second would be invisible, so changes are coalesced until the clock moves on.

@@ -11,13 +11,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moetools.errors import UsageError
-from moetools.tracetail import curves
+from moetools.tracetail import curves, demand
 from moetools.tracetail.instruments import Instruments
-from moetools.tracetail.policies import LFUCache, LRUCache, ScoredPolicies
-from moetools.tracetail.reader import PhaseSplitter, split_ids
+from moetools.tracetail.policies import ScoredPolicies
+from moetools.tracetail.reader import MAX_EXPERTS, PhaseSplitter, split_ids
 
-ONLINE_POLICIES = ("lru", "lfu", "decay_bandit", "recency", "prefill_pin")
-CURVE_POLICIES = ("lru", "lfu", "belady", "decay_bandit", "recency", "prefill_pin")
+DEMAND_POLICIES = demand.DEMAND_POLICIES  # online demand caches: what device-fit may predict from
+CEILING_POLICIES = ("belady",)  # offline optimum: a ceiling, never a prediction
+TOPK_INSTRUMENTS = ScoredPolicies.NAMES  # top-S residency sets that bypass the cache: instruments only
+CURVE_POLICIES = DEMAND_POLICIES + CEILING_POLICIES
+PIN_POLICIES = ("predictive", "decay_bandit", "lfu", "lru")  # demand policies whose scores can rank pins
+DEFAULT_PIN_POLICY = "predictive"
 DEFAULT_CURVE_POINTS = 20
 
 
@@ -34,34 +38,38 @@ class Settings:
 
 class Engine:
     """Online replay of one trace, token by token. `add` returns a per-token record for decode
-    tokens (None for prefill). Budgets: the summary budget plus any curve budgets; LRU and LFU
-    run as demand caches at the summary budget (the curves get them from stack distances), the
-    scored policies rank once per token for all budgets."""
+    tokens (None for prefill, and for decode tokens when `lazy`). Budgets: the summary budget plus
+    any curve budgets; every demand policy (demand.py) runs at all of them, and the top-S
+    instruments rank once per token for all of them.
 
-    def __init__(self, settings, keep_decode=True, demand=("lru", "lfu")):
+    `space` (demand.ItemSpace) declares the layers and experts per layer. `lazy` (whole-trace
+    analysis) collects decode tokens and replays them in batches (`flush`), which the compiled
+    kernels run much faster than one call per token; the figures are the same."""
+
+    def __init__(self, settings, space, keep_decode=True, lazy=False):
         self.settings = settings
+        self.space = space
         budgets = {settings.budget} | set(settings.curve_budgets or ())
         self.budgets = np.asarray(sorted(budgets), dtype=np.int64)
         self.main = int(np.searchsorted(self.budgets, settings.budget))
         self.keep_decode = keep_decode
-        # which demand caches to replay online: a whole-trace analysis takes LRU (and, with a
-        # curve, LFU) from one stack-distance pass instead, so replaying them would be wasted
-        self.demand = tuple(demand)
+        self.lazy = lazy
         self.reset()
 
     def reset(self):
         s = self.settings
         self.splitter = PhaseSplitter(s.prefill, s.top_k, s.moe_layers, s.n_expert)
-        self.lru = LRUCache(s.budget) if "lru" in self.demand else None
-        self.lfu = LFUCache(s.budget) if "lfu" in self.demand else None
+        self.demand = demand.DemandPolicies(self.space, self.budgets)
         self.scored = ScoredPolicies(self.budgets, s.window)
         self.instruments = Instruments(s.window)
         self.tokens = 0
         self.prefill_tokens = 0
         self.decode = []  # decode tokens (id arrays) for the offline curves
+        self.pending = []  # lazy: decode tokens not replayed yet
         self.decode_tokens = 0
         self.requests = 0
-        self.hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in ONLINE_POLICIES}
+        self.hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in DEMAND_POLICIES}
+        self.topk_hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in TOPK_INSTRUMENTS}
 
     def add(self, ids, phase=None):
         """One token (sorted request ids). `phase` from the input format, else the split rule."""
@@ -72,8 +80,10 @@ class Engine:
         else:
             self.splitter.index += 1
         if phase != "decode":
+            self.flush()
             self.prefill_tokens += 1
             self.scored.observe_prefill(ids)
+            self.demand.observe_prefill(ids)
             return None
         n = len(ids)
         decode_index = self.decode_tokens
@@ -81,30 +91,45 @@ class Engine:
         self.requests += n
         if self.keep_decode:
             self.decode.append(ids)
-        lru_hits = self.lru.access(ids) if self.lru is not None else 0
-        lfu_hits = self.lfu.access(ids) if self.lfu is not None else 0
-        self.hits["lru"][self.main] += lru_hits
-        self.hits["lfu"][self.main] += lfu_hits
-        scored = self.scored.decode(ids)
-        for name, value in scored.items():
-            self.hits[name] += value
-        hit = {"lru": lru_hits, "lfu": lfu_hits, **{name: int(value[self.main]) for name, value in scored.items()}}
+        topk = self.scored.decode(ids)
+        for name, value in topk.items():
+            self.topk_hits[name] += value
+        instruments = self.instruments.decode(ids)
+        if self.lazy:
+            self.pending.append(ids)
+            return None
+        hits = self._replay([ids])
         record = {
             "token": index,
             "decode_token": decode_index,
             "experts": n,
-            "hit": {name: value / n if n else 0.0 for name, value in hit.items()},
-            "bandit_decay": self.scored.served_decay(self.main),
+            "hit": {name: int(hits[name][0, self.main]) / n if n else 0.0 for name in DEMAND_POLICIES},
+            "topk_hit": {name: int(value[self.main]) / n if n else 0.0 for name, value in topk.items()},
+            "bandit_decay": self.demand.served_decay(self.main),
         }
-        record.update(self.instruments.decode(ids))
+        record.update(instruments)
         return record
 
-    def pins(self, count):
-        """The bandit's top `count` experts as sorted [(layer, expert)]."""
-        dense = self.scored.top_items(count, self.main)
+    def _replay(self, tokens):
+        hits = self.demand.decode(tokens)
+        for name, value in hits.items():
+            self.hits[name] += value.sum(axis=0)
+        return hits
+
+    def flush(self):
+        """Replays the decode tokens a lazy engine has collected."""
+        if self.pending:
+            self._replay(self.pending)
+            self.pending = []
+
+    def pins(self, count, policy=DEFAULT_PIN_POLICY):
+        """The `count` experts `policy` values most (see demand.DemandPolicies.ranking), as sorted
+        [(layer, expert)]."""
+        self.flush()
+        dense = self.demand.ranking(policy, self.main)[:count]
         if len(dense) == 0:
             return []
-        layers, experts = split_ids(self.scored.ids_of(dense))
+        layers, experts = split_ids(self.space.ids(dense))
         return sorted(zip(layers.tolist(), experts.tolist()))
 
     def decode_sequence(self):
@@ -112,6 +137,22 @@ class Engine:
         if not self.decode:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate(self.decode)
+
+
+def item_space(tokens, n_expert=0):
+    """The demand caches' item space for a whole trace: its layers, `n_expert` experts per layer
+    (else the largest expert id seen + 1)."""
+    if not tokens:
+        return demand.ItemSpace([0], max(1, n_expert))
+    layers, experts = split_ids(np.concatenate(tokens))
+    return demand.ItemSpace(np.unique(layers), max(int(n_expert or 0), int(experts.max()) + 1))
+
+
+def model_space(layer_map, n_expert=0):
+    """The item space of a followed trace: the layer map's MoE layers, the model's experts per layer
+    (else the most a layer may have)."""
+    layers = sorted({layer for layer, _ in layer_map.table.values()})
+    return demand.ItemSpace(layers or [0], n_expert or layer_map.n_expert or MAX_EXPERTS)
 
 
 @dataclass
@@ -139,36 +180,37 @@ def check_budgets(budgets, limit, what):
             raise UsageError(f"budget of {budget} slots is larger than the {limit} {what}")
 
 
-def offline_hits(sequence, budgets, curve=True, tick=None):
-    """{lru, lfu, belady: hits per budget} over a decode request sequence.
-
-    With `curve`, one stack-distance pass per policy gives every budget at once. Without it only
-    the summary's budgets are wanted and LFU comes from the engine's online cache; Belady is still
-    the OPT stack when it runs compiled (cheaper than one replay), else one MIN replay per budget
-    (cheaper than the numpy stack)."""
+def belady_hits(sequence, budgets, tick=None):
+    """Belady's MIN hits per budget over a decode request sequence: the OPT stack when it runs
+    compiled (every budget in one pass), else one MIN replay per budget (cheaper than the numpy
+    stack for a few budgets)."""
     ids, _ = curves.dense_ids(sequence)
-    out = {"lru": curves.hits_at(curves.lru_stack_distances(ids), budgets)}
-    if curve:
-        out["lfu"] = curves.hits_at(curves.lfu_stack_distances(ids, tick), budgets)
-    if curve or curves.stack_engine() == "numba":
-        out["belady"] = curves.hits_at(curves.opt_stack_distances(ids, tick), budgets)
-    else:
-        out["belady"] = np.asarray([curves.belady_replay(ids, int(b)) for b in budgets], dtype=np.int64)
-    return out
+    if curves.stack_engine() == "numba" or len(budgets) > 4:
+        return curves.hits_at(curves.opt_stack_distances(ids, tick), budgets)
+    return np.asarray([curves.belady_replay(ids, int(b)) for b in budgets], dtype=np.int64)
 
 
-def summarise(engine, offline=None):
+def gap_closed(hit, lru, belady):
+    """Share of the LRU -> Belady gap a policy's hit ratio closes (None when there is no gap)."""
+    if belady - lru <= 1e-12:
+        return None
+    return (hit - lru) / (belady - lru)
+
+
+def summarise(engine, belady=None):
     """The summary document of an engine after a trace (policy hit ratios at the main budget).
-    `offline`: hits per budget from `offline_hits` (adds Belady)."""
+    `belady`: MIN hits per budget (adds the ceiling, the gaps and the share of the LRU -> Belady
+    gap each policy closes)."""
+    engine.flush()
     requests = engine.requests
     main = engine.main
 
     def ratio(value):
         return float(value) / requests if requests else 0.0
 
-    hit = {name: ratio(engine.hits[name][main]) for name in ONLINE_POLICIES}
-    for name, values in (offline or {}).items():
-        hit[name] = ratio(values[main])
+    hit = {name: ratio(engine.hits[name][main]) for name in DEMAND_POLICIES}
+    if belady is not None:
+        hit["belady"] = ratio(belady[main])
     doc = {
         "tokens": engine.tokens,
         "prefill_tokens": engine.prefill_tokens,
@@ -177,8 +219,11 @@ def summarise(engine, offline=None):
         "experts_per_token": requests / engine.decode_tokens if engine.decode_tokens else 0.0,
         "budget_slots": int(engine.settings.budget),
         "hit": hit,
-        "gap_to_belady": {name: hit["belady"] - value for name, value in hit.items() if name != "belady"} if "belady" in hit else {},
-        "bandit_decay": engine.scored.served_decay(main) if engine.decode_tokens else None,
+        "demand_policies": list(DEMAND_POLICIES),
+        "gap_to_belady": {name: hit["belady"] - hit[name] for name in DEMAND_POLICIES} if "belady" in hit else {},
+        "gap_closed": {name: gap_closed(hit[name], hit["lru"], hit["belady"]) for name in DEMAND_POLICIES} if "belady" in hit else {},
+        "topk_hit": {name: ratio(engine.topk_hits[name][main]) for name in TOPK_INSTRUMENTS},
+        "bandit_decay": engine.demand.served_decay(main) if engine.decode_tokens else None,
         "instruments": engine.instruments.summary(),
     }
     return doc
@@ -213,23 +258,28 @@ def analyse(tokens, phases, settings, tick=None):
     if settings.curve_budgets == "auto":
         settings.curve_budgets = default_curve_budgets(distinct)
     check_budgets([settings.budget, *(settings.curve_budgets or ())], limit, what)
-    engine = Engine(settings, demand=() if settings.curve_budgets else ("lfu",))
+    engine = Engine(settings, item_space(tokens, settings.n_expert), lazy=True)
     for ids, phase in zip(tokens, phases):
         engine.add(ids, phase)
+    engine.flush()
     sequence = engine.decode_sequence()
-    offline = offline_hits(sequence, engine.budgets, curve=bool(settings.curve_budgets), tick=tick)
-    summary = summarise(engine, offline)
+    belady = belady_hits(sequence, engine.budgets, tick=tick)
+    summary = summarise(engine, belady)
     summary["distinct"] = distinct
     summary["total_slots"] = total
     curve = None
     if settings.curve_budgets:
         index = np.searchsorted(engine.budgets, np.asarray(settings.curve_budgets, dtype=np.int64))
-        hit = {name: values[index] for name, values in offline.items()}
-        for name in ("decay_bandit", "recency", "prefill_pin"):
-            hit[name] = engine.hits[name][index]
         requests = engine.requests
-        curve = {"slots": [int(b) for b in settings.curve_budgets],
-                 "hit": {name: [float(v) / requests if requests else 0.0 for v in hit[name]] for name in CURVE_POLICIES}}
+
+        def ratios(values):
+            return [float(v) / requests if requests else 0.0 for v in values[index]]
+
+        hit = {name: ratios(engine.hits[name]) for name in DEMAND_POLICIES}
+        hit["belady"] = ratios(belady)
+        curve = {"slots": [int(b) for b in settings.curve_budgets], "hit": hit,
+                 "demand_policies": list(DEMAND_POLICIES), "ceiling_policies": list(CEILING_POLICIES),
+                 "topk_instruments": {name: ratios(engine.topk_hits[name]) for name in TOPK_INSTRUMENTS}}
     return Analysis(summary, curve, distinct, {"engine": engine})
 
 
@@ -285,8 +335,15 @@ def follow_session(events, tokeniser, engine, path, max_tokens=None, check_after
             yield "token", record
 
 
-def plan_pins(engine, budget_bytes, expert_bytes):
-    """The pin list a plan should hold now: the bandit's top experts up to the pin ceiling."""
+def plan_pins(engine, budget_bytes, expert_bytes, policy=DEFAULT_PIN_POLICY):
+    """The pin list a plan should hold now: `policy`'s top experts up to the pin ceiling."""
     from moetools.formats.plan import pin_ceiling
 
-    return engine.pins(pin_ceiling(budget_bytes, expert_bytes))
+    return engine.pins(pin_ceiling(budget_bytes, expert_bytes), policy)
+
+
+def check_pin_policy(policy):
+    """UsageError unless `policy` is one whose scores can rank pins (a demand policy trace-tail runs)."""
+    if policy not in PIN_POLICIES:
+        runs = ", ".join(PIN_POLICIES)
+        raise UsageError(f"--pin-policy {policy}: not a policy trace-tail runs with scores to rank pins by (choose from {runs})")

@@ -66,3 +66,11 @@ def priority_stack_distances(seq, rank, n_items, cold, tick=None, chunk=1 << 18)
         if tick is not None:
             tick(stop - start)
     return dist
+
+
+# The demand-cache replay and the predictor's feature pass: the plain loops of demandkernels.py,
+# compiled (the same source is the numpy-path engine when numba is absent).
+from moetools.tracetail import demandkernels as _kernels  # noqa: E402
+
+replay = numba.njit(cache=True, nogil=True)(_kernels.replay)
+predict = numba.njit(cache=True, nogil=True)(_kernels.predict)

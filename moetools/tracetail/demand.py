@@ -1,0 +1,275 @@
+"""Every online residency policy replayed as a demand cache of S slots, at token granularity.
+
+A demand cache admits every miss and pays a fetch for it; nothing is reloaded for free. Tokens are
+replayed in order, layers ascending, experts ascending within a layer; the experts a token has
+already requested in the current layer are not evicted for that layer. Policies differ only in
+which cached expert they evict (the lowest key; see demandkernels.replay):
+
+- `lru`: least recently requested (equal to request-level LRU: the protected experts are the most
+  recent ones, so the rule never changes LRU's choice).
+- `lfu`: fewest requests since decode started (counts survive eviction), ties least recent.
+- `prefill_pin`: fewest prefill batches that used it, ties least recent: the prefill's experts
+  are kept first, the rest is LRU.
+- `decay_bandit`: the arms of the decayed-frequency bandit (decay in DECAY_ARMS, score <- d x score
+  + used, once per token) each drive a shadow demand cache of the same size; each token the real
+  cache evicts by the score of the arm whose shadow cache has the best reward (EMA 0.3 of its hit
+  fraction), ties to the least recently seen, then the lowest item. Scores, rewards and the served arm change only
+  between tokens.
+- `predictive`: see predictive.py; its keys are refreshed when each layer's visit ends and the
+  layer's distance from the current one joins the key.
+
+`recency` (experts of the last N tokens, most recent first) is LRU when run as a demand cache, so it
+is not replayed twice; its top-S residency set stays as an instrument (policies.ScoredPolicies).
+Belady's MIN (curves.py) is the ceiling: no online policy can beat it.
+"""
+
+import numpy as np
+
+from moetools.tracetail import curves, demandkernels
+from moetools.tracetail.policies import DECAY_ARMS, REWARD_EMA
+from moetools.tracetail.reader import split_ids
+
+DEMAND_POLICIES = ("lru", "lfu", "decay_bandit", "prefill_pin", "predictive")
+_TABLE_BYTES = 32 << 20  # per-chunk key tables stay around this size
+
+
+def replay_function():
+    """The replay kernel: compiled when numba imports (and $MOETOOLS_NO_JIT is unset), else the
+    same loop run by the interpreter."""
+    compiled = curves.compiled_stack()
+    return demandkernels.replay if compiled is None else compiled.replay
+
+
+class ItemSpace:
+    """Request ids (layer << 32 | expert) -> layer-major items (layer ordinal x n_experts + expert)."""
+
+    def __init__(self, layers, n_experts):
+        self.layers = np.asarray(sorted(set(int(x) for x in layers)), dtype=np.int64)
+        self.n_layers = max(1, len(self.layers))
+        self.n_experts = max(1, int(n_experts))
+        self.size = self.n_layers * self.n_experts
+
+    def items(self, ids):
+        layers, experts = split_ids(ids)
+        ordinal = np.searchsorted(self.layers, layers)
+        bad = (ordinal >= len(self.layers)) | (self.layers[np.minimum(ordinal, len(self.layers) - 1)] != layers)
+        if len(self.layers) == 0 or bad.any() or (experts >= self.n_experts).any():
+            raise ValueError("request outside the item space (layer or expert not declared)")
+        return ordinal * self.n_experts + experts
+
+    def ids(self, items):
+        items = np.asarray(items, dtype=np.int64)
+        return (self.layers[items // self.n_experts] << 32) | (items % self.n_experts)
+
+
+class CacheState:
+    """The arrays one demand cache keeps between calls (see demandkernels.replay)."""
+
+    def __init__(self, space, capacity):
+        d, n_layers, n_experts = space.size, space.n_layers, space.n_experts
+        self.capacity = int(capacity)
+        self.in_cache = np.zeros(d, dtype=np.int8)
+        self.pos = np.zeros(d, dtype=np.int64)
+        self.key_a = np.zeros(d, dtype=np.float64)
+        self.key_b = np.zeros(d, dtype=np.int64)
+        self.prot = np.full(d, -1, dtype=np.int64)
+        self.members = np.zeros((n_layers, n_experts), dtype=np.int64)
+        self.count = np.zeros(n_layers, dtype=np.int64)
+        self.dirty = np.ones(n_layers, dtype=np.int64)
+        self.lmin_a = np.zeros(n_layers, dtype=np.float64)
+        self.lmin_b = np.zeros(n_layers, dtype=np.int64)
+        self.lmin_item = np.full(n_layers, -1, dtype=np.int64)
+        self.misc = np.array([0, -1, -1, 0], dtype=np.int64)
+        self.space = space
+
+    def run(self, batch, mode, req_a=None, req_b=None, tab_a=None, tab_b=None, distance_weight=0.0):
+        """Replays `batch` (whole tokens); returns hit flags (int8, one per request)."""
+        empty_f = np.zeros(1, dtype=np.float64)
+        empty_i = np.zeros(1, dtype=np.int64)
+        hit = np.zeros(len(batch.items), dtype=np.int8)
+        replay_function()(
+            batch.items, batch.visits, batch.rows, self.capacity, self.space.n_layers, self.space.n_experts, mode,
+            empty_f if req_a is None else req_a, empty_i if req_b is None else req_b,
+            np.zeros((1, 1)) if tab_a is None else tab_a, np.zeros((1, 1), dtype=np.int64) if tab_b is None else tab_b,
+            float(distance_weight), self.in_cache, self.pos, self.key_a, self.key_b, self.prot, self.members,
+            self.count, self.dirty, self.lmin_a, self.lmin_b, self.lmin_item, self.misc, hit)
+        return hit
+
+    def cached_items(self):
+        return np.flatnonzero(self.in_cache)
+
+
+class Batch:
+    """Decode tokens ready for the kernels: items, visit numbers, table rows, token bounds."""
+
+    def __init__(self, space, tokens, first_token, first_request):
+        items = [space.items(ids) for ids in tokens]
+        lengths = np.asarray([len(x) for x in items], dtype=np.int64)
+        self.items = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.rows = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
+        self.tokens = len(tokens)
+        self.first_token = first_token
+        self.visits = (self.rows + first_token) * space.n_layers + self.items // space.n_experts
+        self.request_index = np.arange(len(self.items), dtype=np.int64) + first_request
+
+    def per_token(self, hit):
+        """Hits per token (int64) from per-request hit flags."""
+        sums = np.concatenate([[0], np.cumsum(hit, dtype=np.int64)])
+        return sums[self.starts[1:]] - sums[self.starts[:-1]]
+
+    def slice(self, lo, hi):
+        """Tokens lo..hi-1 of this batch as a batch of its own (rows from 0)."""
+        part = Batch.__new__(Batch)
+        a, b = self.starts[lo], self.starts[hi]
+        part.items = self.items[a:b]
+        part.starts = self.starts[lo : hi + 1] - a
+        part.rows = self.rows[a:b] - lo
+        part.tokens = hi - lo
+        part.first_token = self.first_token + lo
+        part.visits = self.visits[a:b]
+        part.request_index = self.request_index[a:b]
+        return part
+
+
+def chunk_rows(space, tables=1):
+    """Tokens per chunk so that `tables` key tables of (tokens x items) stay near _TABLE_BYTES."""
+    return max(1, min(256, _TABLE_BYTES // (8 * space.size * max(1, tables))))
+
+
+class DemandPolicies:
+    """All online demand caches for every budget, fed decode tokens in order (`decode`) and
+    prefill tokens between them (`observe_prefill`). Resumable: feeding a trace in pieces gives
+    the same hits as feeding it whole."""
+
+    def __init__(self, space, budgets, names=DEMAND_POLICIES, predictor=None):
+        from moetools.tracetail.predictive import Predictor
+
+        self.space = space
+        self.budgets = np.asarray(budgets, dtype=np.int64)
+        self.names = tuple(names)
+        self.caches = {name: [CacheState(space, b) for b in self.budgets] for name in self.names}
+        n_arms = len(DECAY_ARMS)
+        if "decay_bandit" in self.names:
+            self.shadow = [[CacheState(space, b) for b in self.budgets] for _ in range(n_arms)]
+            self.scores = np.zeros((n_arms, space.size))
+            self.rewards = np.zeros((n_arms, len(self.budgets)))
+            self.served = np.zeros(len(self.budgets), dtype=np.int64)
+        self.decays = np.asarray(DECAY_ARMS)
+        self.last_seen = np.full(space.size, -1, dtype=np.int64)
+        self.counts = np.zeros(space.size, dtype=np.int64)
+        self.prefill_counts = np.zeros(space.size, dtype=np.int64)
+        self.last_request = np.full(space.size, -1, dtype=np.int64)
+        self.item_ids = np.arange(space.size, dtype=np.int64)
+        self.predictor = predictor if predictor is not None else (Predictor(space) if "predictive" in self.names else None)
+        self.tokens = 0
+        self.requests = 0
+
+    def observe_prefill(self, ids):
+        items = self.space.items(ids)
+        np.add.at(self.prefill_counts, np.unique(items), 1)
+
+    def decode(self, tokens):
+        """Replays decode `tokens` (list of sorted id arrays). Returns {policy: int64 (tokens x budgets)
+        hit counts per token}."""
+        batch = Batch(self.space, tokens, self.tokens, self.requests)
+        out = {name: np.zeros((batch.tokens, len(self.budgets)), dtype=np.int64) for name in self.names}
+        step = chunk_rows(self.space, len(DECAY_ARMS) + 1)
+        for lo in range(0, batch.tokens, step):
+            part = batch.slice(lo, min(batch.tokens, lo + step))
+            self._decode_part(part, out, lo)
+        self.tokens += batch.tokens
+        self.requests += len(batch.items)
+        return out
+
+    def _decode_part(self, part, out, lo):
+        rows = slice(lo, lo + part.tokens)
+        items = part.items
+        np.maximum.at(self.last_request, items, part.request_index)
+        if "lru" in self.caches:
+            key = part.request_index.astype(np.float64)
+            for b, cache in enumerate(self.caches["lru"]):
+                out["lru"][rows, b] = part.per_token(cache.run(part, demandkernels.KEYS_PER_REQUEST, key, np.zeros(len(items), dtype=np.int64)))
+        count = self._running_counts(items)
+        if "lfu" in self.caches:
+            for b, cache in enumerate(self.caches["lfu"]):
+                out["lfu"][rows, b] = part.per_token(cache.run(part, demandkernels.KEYS_PER_REQUEST, count, part.request_index))
+        if "prefill_pin" in self.caches:
+            pinned = self.prefill_counts[items].astype(np.float64)
+            for b, cache in enumerate(self.caches["prefill_pin"]):
+                out["prefill_pin"][rows, b] = part.per_token(cache.run(part, demandkernels.KEYS_PER_REQUEST, pinned, part.request_index))
+        if "decay_bandit" in self.caches:
+            self._bandit(part, out["decay_bandit"], rows)
+        if "predictive" in self.caches:
+            tab_a, tab_b = self.predictor.run(part)
+            for b, cache in enumerate(self.caches["predictive"]):
+                hits = cache.run(part, demandkernels.KEYS_PER_VISIT, tab_a=tab_a, tab_b=tab_b, distance_weight=1.0)
+                out["predictive"][rows, b] = part.per_token(hits)
+
+    def _running_counts(self, items):
+        """Request count of each request's item including it (counts since decode started)."""
+        order = np.argsort(items, kind="stable")
+        ordered = items[order]
+        start = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+        group = np.cumsum(start) - 1
+        first = np.flatnonzero(start)
+        within = np.arange(len(items)) - first[group]
+        count = np.empty(len(items), dtype=np.int64)
+        count[order] = self.counts[ordered] + within + 1
+        np.add.at(self.counts, items, 1)
+        return count.astype(np.float64)
+
+    def _bandit(self, part, out, rows):
+        """Score tables per arm (known before each token), shadow caches, rewards, served cache."""
+        n_arms = len(self.decays)
+        tab = np.empty((n_arms, part.tokens, self.space.size))
+        seen = np.empty((part.tokens, self.space.size), dtype=np.int64)
+        for t in range(part.tokens):
+            tab[:, t] = self.scores
+            seen[t] = self.last_seen * self.space.size + self.item_ids  # ties: least recently seen, then lowest item
+            used = np.unique(part.items[part.starts[t] : part.starts[t + 1]])
+            self.scores *= self.decays[:, None]
+            self.scores[:, used] += 1.0
+            self.last_seen[used] = part.first_token + t
+        lengths = np.diff(part.starts)
+        fraction = np.empty((n_arms, part.tokens, len(self.budgets)))
+        for arm in range(n_arms):
+            for b, cache in enumerate(self.shadow[arm]):
+                hits = part.per_token(cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=tab[arm], tab_b=seen))
+                fraction[arm, :, b] = hits / np.maximum(lengths, 1)
+        served = np.empty((part.tokens, len(self.budgets)), dtype=np.int64)
+        for t in range(part.tokens):
+            self.served = np.argmax(self.rewards, axis=0)
+            served[t] = self.served
+            self.rewards = (1 - REWARD_EMA) * self.rewards + REWARD_EMA * fraction[:, t, :]
+        for b, cache in enumerate(self.caches["decay_bandit"]):
+            table = tab[served[:, b], np.arange(part.tokens)]
+            hits = cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=table, tab_b=seen)
+            out[rows, b] = part.per_token(hits)
+        self.served = np.argmax(self.rewards, axis=0)
+
+    def served_decay(self, budget_index=0):
+        if "decay_bandit" not in self.names:
+            return None
+        return float(self.decays[self.served[budget_index]])
+
+    def ranking(self, policy, budget_index=0):
+        """Items `policy` values most now, best first (only items decode has used): the order its
+        scores give, for pins. predictive: latest key (soonest expected use); decay_bandit: the
+        served arm's score, ties most recent; lfu: request count, ties most recent; lru: most
+        recent request."""
+        if policy not in self.names:
+            raise ValueError(f"policy {policy!r} is not run (runs: {', '.join(self.names)})")
+        seen = np.flatnonzero(self.last_request >= 0)
+        recent = self.last_request[seen]
+        if policy == "predictive":
+            keys = [recent, self.predictor.latest[seen]]
+        elif policy == "decay_bandit":
+            keys = [recent, self.scores[self.served[budget_index], seen]]
+        elif policy == "lfu":
+            keys = [recent, self.counts[seen]]
+        elif policy == "lru":
+            keys = [recent]
+        else:
+            raise ValueError(f"policy {policy!r} has no ranking")
+        return seen[np.lexsort([-k for k in keys])]
