@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 EXAMPLE := examples/out/kimi-k3
 EXAMPLE_MODEL := $(EXAMPLE)/kimi-k3-00001-of-00014.gguf
 
-.PHONY: run test bench example clean
+.PHONY: run test test-winsim bench example clean
 
 SOURCES := $(shell find moetools -name '*.py')
 
@@ -27,6 +27,10 @@ run: $(STAMP) $(EXAMPLE_MODEL)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The whole suite again under a simulated Windows Python (what .ci/run does second).
+test-winsim: $(STAMP)
+	PYTHONPATH=tests/winsim $(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
 	for script in benchmarks/bench_*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 
 from moetools.errors import OutputError
 
@@ -24,6 +25,24 @@ def place_new(temp_path, final_path):
         os.rename(temp_path, final_path)
         return
     os.unlink(temp_path)
+
+
+REPLACE_ATTEMPTS = 8
+
+
+def replace(source, target):
+    """os.replace, retried for a few seconds on PermissionError: on Windows a file another process
+    has open (a server, a virus scanner, an indexer) cannot be replaced until it is closed."""
+    delay = 0.05
+    for attempt in range(REPLACE_ATTEMPTS):
+        try:
+            os.replace(source, target)
+            return
+        except PermissionError:
+            if attempt == REPLACE_ATTEMPTS - 1:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 def fsync_dir(folder):
@@ -62,18 +81,19 @@ def atomic_write(path, mode="wb", overwrite=True):
     if not overwrite and os.path.exists(path):
         raise OutputError(f"{path}: already exists (use --force to replace it)")
     try:
-        fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        # the pid in the name lets a later run remove it once its owner is dead (locking.remove_stale_temps)
+        fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}-", suffix=".tmp", dir=folder)
     except OSError as err:
         raise OutputError(f"{folder}: cannot write here: {err.strerror or err}") from None
     try:
-        os.fchmod(fd, _usual_mode())
+        os.chmod(tmp_path, _usual_mode())  # by path: os.fchmod is absent on Windows before Python 3.13
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
         if overwrite:
-            os.replace(tmp_path, path)
+            replace(tmp_path, path)
         else:
             place_new(tmp_path, path)
     except BaseException as err:

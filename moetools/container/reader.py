@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from moetools.errors import FormatError, UsageError
+from moetools.fileio import open_read, preadinto
 from moetools.formats import container as fmt
 
 
@@ -58,13 +59,13 @@ class ContainerReader:
         path = self.bank_path(layer)
         if self.direct and hasattr(os, "O_DIRECT"):
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                fd = open_read(path, os.O_DIRECT)
             except OSError as err:
                 if err.errno != errno.EINVAL:
                     raise
                 self.direct = False  # the file system refuses O_DIRECT (tmpfs on old kernels, some FUSE)
         if fd is None:
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_read(path)
         self._fds[layer] = fd
         return fd
 
@@ -77,7 +78,7 @@ class ContainerReader:
             self._buffer = mmap.mmap(-1, record_bytes)
         fd = self._fd(layer)
         offset = expert * record_bytes
-        got = os.preadv(fd, [self._buffer], offset)
+        got = preadinto(fd, [self._buffer], offset)
         if got != record_bytes:
             raise FormatError(self.bank_path(layer),
                               f"bank is truncated: record of expert {expert} needs {record_bytes} bytes, read {got}", offset=offset)
@@ -95,7 +96,7 @@ class ContainerReader:
         record_bytes = self.manifest.record_bytes
         got = 0
         while got < len(view):
-            chunk = os.preadv(self._fd(layer), [view[got:]], first * record_bytes + got)
+            chunk = preadinto(self._fd(layer), [view[got:]], first * record_bytes + got)
             if not chunk:
                 break
             got += chunk

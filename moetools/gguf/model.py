@@ -10,6 +10,7 @@ import re
 from functools import cached_property
 
 from moetools.errors import GGUFError
+from moetools.fileio import open_read, pread, preadinto
 from moetools.gguf.constants import LLAMA_MAX_EXPERTS, LLAMA_MAX_LAYERS, Keys
 from moetools.gguf.header import LazyArray, read_header
 
@@ -298,7 +299,7 @@ class Model:
     # --- tensor data ------------------------------------------------------------------------
 
     def read_tensor_bytes(self, tensor, start=0, length=None):
-        """Bytes of one tensor (or a slice of it, `start` relative to the tensor) with pread."""
+        """Bytes of one tensor (or a slice of it, `start` relative to the tensor) with a positioned read."""
         if isinstance(tensor, str):
             tensor = self.tensor_by_name[tensor]
         if length is None:
@@ -306,20 +307,20 @@ class Model:
         if start < 0 or length < 0 or start + length > tensor.n_bytes:
             raise ValueError(f"slice {start}+{length} outside tensor {tensor.name} ({tensor.n_bytes} bytes)")
         fd = self._fd(tensor.shard)
-        data = os.pread(fd, length, tensor.offset + start)
+        data = pread(fd, length, tensor.offset + start)
         if len(data) != length:
             raise GGUFError(self.shards[tensor.shard], f"short read of tensor {tensor.name!r}", offset=tensor.offset + start)
         return data
 
     def read_tensor_into(self, tensor, start, buffers):
         """Scatter-read `tensor`'s bytes from `start` (relative to the tensor) into `buffers` (writable
-        memoryviews, filled in order) with preadv: no intermediate bytes object."""
+        memoryviews, filled in order) with one positioned scatter read: no intermediate bytes object."""
         fd = self._fd(tensor.shard)
         position = tensor.offset + start
         for first in range(0, len(buffers), _IOV_MAX):
             chunk = buffers[first:first + _IOV_MAX]
             want = sum(len(buffer) for buffer in chunk)
-            got = os.preadv(fd, chunk, position)
+            got = preadinto(fd, chunk, position)
             if got != want:
                 raise GGUFError(self.shards[tensor.shard], f"short read of tensor {tensor.name!r} (file truncated?)",
                                 offset=position + got)
@@ -342,7 +343,7 @@ class Model:
     def _fd(self, shard):
         fd = self._fds.get(shard)
         if fd is None:
-            fd = self._fds[shard] = os.open(self.shards[shard], os.O_RDONLY)
+            fd = self._fds[shard] = open_read(self.shards[shard])
         return fd
 
     def close(self):
