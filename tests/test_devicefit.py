@@ -46,6 +46,15 @@ def k3(preset_model):
     return preset_model("kimi-k3", 2)
 
 
+def k3_fork_slots(budget):
+    """(layer, expert) slots of the fork's cache for K3 by hand (ggml-moe-residency.hpp
+    ResidencyCache::ensure_pool): K3's gate and up slices are 2,424,832 bytes, down 3,211,264; each
+    asks need = size + 512 (copy pad), rounded up to 256; each pool gets budget / 6 (MAX_POOLS);
+    an expert needs two slots of the first pool (gate, up) and one of the second (down)."""
+    share = budget // 6
+    return min(share // 2_425_344 // 2, share // 3_211_776)
+
+
 def tok_s(coverage, ept=K3_EPT, expert=K3_EXPERT, h2d=25e9, floor=0.010):
     return 1 / ((1 - coverage) * ept * expert / h2d + floor)
 
@@ -64,11 +73,13 @@ def test_k3_on_32g_by_hand(k3):
     reserve = vram // 10
     kv_bytes = 32768 * K3_PER_TOKEN + K3_STATE
     budget = vram - reserve - K3_RESIDENT - kv_bytes
-    slots = budget // K3_EXPERT
+    slots = k3_fork_slots(budget)
     assert doc["verdict"] == "native" and doc["resident_source"] == "native"
     assert (doc["vram_bytes"], doc["reserve_bytes"], doc["resident_bytes"]) == (vram, reserve, K3_RESIDENT)
     assert doc["context"] == 32768 and doc["kv_bytes"] == kv_bytes
-    assert doc["expert_budget_bytes"] == budget and doc["slots"] == slots == 271
+    assert doc["expert_budget_bytes"] == budget and doc["slots"] == slots == 75  # 271 if any expert fit any slot
+    pools = doc["fork_cache"]["pools"]
+    assert doc["fork_cache"]["device"] == "vram" and [(p["slot_bytes"], p["slots"]) for p in pools] == [(2_425_344, 150), (3_211_776, 113)]
     assert doc["coverage"] == pytest.approx(slots / K3_SLOTS, abs=1e-6)
     assert doc["tok_s"] == pytest.approx(tok_s(slots / K3_SLOTS), rel=1e-4)
     assert doc["experts_per_token"] == K3_EPT and doc["expert_bytes"] == K3_EXPERT
@@ -154,7 +165,7 @@ def test_tiers_override_when_native_does_not_fit(k3, tmp_path):
     assert [d["tier"] for d in doc["divisions"]] == ["native", "q8_0", "q4_0"]
     assert [d["feasible"] for d in doc["divisions"]] == [False, False, True]
     budget = 24 * GIB - 24 * GIB // 10 - 14 * GIB - 16384 * K3_PER_TOKEN - K3_STATE
-    assert doc["expert_budget_bytes"] == budget and doc["slots"] == budget // K3_EXPERT
+    assert doc["expert_budget_bytes"] == budget and doc["slots"] == k3_fork_slots(budget)
     assert doc["resident_gguf"].endswith("k3.q4_0.resident.gguf")
 
 
@@ -178,13 +189,13 @@ def test_fastest_division_wins_with_a_curve(k3, tmp_path):
     tiers = tmp_path / "tiers"
     _tier(tiers, "q4_0", 20 * GIB, facts)
     curve = tmp_path / "curve.json"
-    write_curve(curve, Curve(slots=[500, 1000], hit={"predictive": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]},
+    write_curve(curve, Curve(slots=[50, 100], hit={"predictive": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]},
                              extra={"demand_policies": ["lru", "predictive"], "ceiling_policies": ["belady"]}))
     doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve)
     native, q4 = doc["divisions"]
-    assert native["slots"] == 271 and native["coverage"] == pytest.approx(0.5 * 271 / 500, abs=1e-6)
+    assert native["slots"] == 75 and native["coverage"] == pytest.approx(0.5 + 0.1 * 25 / 50, abs=1e-6)
     q4_budget = 32 * GIB - 32 * GIB // 10 - 20 * GIB - 32768 * K3_PER_TOKEN - K3_STATE
-    assert q4["slots"] == q4_budget // K3_EXPERT > 1000  # flat past the last point
+    assert q4["slots"] == k3_fork_slots(q4_budget) > 100  # flat past the last point
     assert q4["coverage"] == pytest.approx(0.6)
     assert q4["tok_s"] == pytest.approx(tok_s(0.6), rel=1e-4)
     # the default is the best online demand policy of the curve (highest mean hit ratio)
@@ -275,7 +286,7 @@ def test_ram_budget_and_warning(k3, tmp_path):
     host = doc["host"]
     assert host["mmap_bytes"] == facts.file_bytes
     assert host["host_cache_bytes"] == 2 * 1024 * GIB - 8 * GIB - facts.file_bytes
-    assert host["host_slots"] == host["host_cache_bytes"] // K3_EXPERT
+    assert host["host_slots"] == k3_fork_slots(host["host_cache_bytes"])
     result = run(k3, "--vram", "32G", "--ctx", 32768, "--ram", "256G", "--json")
     assert json.loads(result.stdout)["host"]["host_cache_bytes"] == 0
     assert "exceed RAM" in result.stderr
@@ -318,7 +329,8 @@ def test_emit_llama_and_env(k3, preset_model, tmp_path):
     assert lines[1] == f"export GGML_MOE_VRAM_CACHE_GB={int(budget / GIB * 100) / 100:.2f}"
     assert lines[2] == f"export GGML_MOE_PLAN_FILE={plan}"
     assert lines[3] == f"export GGML_MOE_CONTAINER={tmp_path}"
-    assert lines[4].startswith("# then: llama-server -m ")
+    assert lines[4:6] == ["unset GGML_MOE_HOST_CACHE_GB", "unset GGML_MOE_CAPTURE_FILE"]
+    assert lines[6].startswith("# then: llama-server -m ")
 
 
 def test_emit_llama_when_every_expert_fits_after_a_dense_block(tiny_models):

@@ -263,6 +263,7 @@ def llama_tables(doc):
                    "device-fit/<stem>/ beside the model and the model's folder are searched too.")
 @click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
               help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
+@click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
 @click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
 @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
 @click.option("--coverage-policy", default=None,
@@ -281,7 +282,7 @@ def llama_tables(doc):
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, tiers_dir, storage_root, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       depth, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
@@ -355,7 +356,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
 
         observations = core.parse_observations(read_text(observations_path, "observations"), display_name(observations_path))
     result = core.fit(facts, tiers, options, coverage, observations)
-    launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, plan_path or "")}
+    launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, plan_path or "", capture_path or "")}
     doc = core.to_doc(result, launch)
     doc["runtime"] = "fork"
     doc["devices"] = core.fork_ledger(result, gpus[0].name)
@@ -374,7 +375,8 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
                 warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
             # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
             # other key are kept. A new plan starts with an empty pin list.
-            update_plan(plan_path, "device-fit", {"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier})
+            update_plan(plan_path, "device-fit", {"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
+                                                  "cache_device": core.plan_cache_device(result)})
             doc["plan"] = os.path.abspath(plan_path)
     if emit:
         click.echo(emit_text(emit, doc, launch, options.kv), nl=False)

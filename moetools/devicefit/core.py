@@ -14,7 +14,7 @@ from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import FormatError, GGUFError, UsageError
 from moetools.formats.jsonio import loads
 from moetools.gguf.constants import Keys
-from moetools.gguf.model import model_stem
+from moetools.gguf.model import expert_tensor_kind, model_stem
 
 GIB = 1024**3
 MIN_RESERVE = 2 * GIB
@@ -42,6 +42,7 @@ class ModelFacts(Record):
         ("expert_bytes", REQUIRED),  # mean bytes of one (layer, expert) over the MoE layers, rounded up
         ("warnings", list),
         ("layers", None),  # layers.LayerBytes: per-block dense and expert-matrix bytes (upstream placement)
+        ("expert_matrix_bytes", list),  # [(block, bytes of one expert's slice)] per expert tensor: the fork's pools
     )
 
     @property
@@ -86,7 +87,37 @@ def model_facts(model):
         expert_bytes=mean,
         warnings=list(model.warnings) + list(shape.notes),
         layers=layersmod.layer_bytes(model, top_k_of),
+        expert_matrix_bytes=[(expert_tensor_block(tensor.name), tensor.n_bytes // tensor.shape[-1])
+                             for tensor in model.expert_tensors],
     )
+
+
+def expert_tensor_block(name):
+    return expert_tensor_kind(name)[0]
+
+
+def fork_slots(facts, budget_bytes):
+    """(layer, expert) slots the fork's cache gives `budget_bytes` (its pools by expert size, see
+    fork_cache); the plain budget / expert bytes when the facts carry no per-matrix sizes."""
+    from moetools.devicefit import fork_cache
+
+    if not facts.expert_matrix_bytes:
+        return budget_bytes // facts.expert_bytes if facts.expert_bytes else 0
+    return fork_cache.fork_cache(budget_bytes, facts.expert_matrix_bytes, facts.expert_count, len(facts.moe_layers)).expert_slots
+
+
+def chosen_fork_cache(result):
+    """The fork's one cache for a fit: in VRAM (the expert budget) or in host RAM (the --ram host
+    budget), whichever holds more experts (fork_cache.choose_cache_device). None when unfittable/dense."""
+    from moetools.devicefit import fork_cache
+
+    facts, chosen = result.facts, result.chosen
+    if chosen is None or facts.dense:
+        return None
+    host = result.host["host_cache_bytes"] if result.host else 0
+    args = (facts.expert_matrix_bytes, facts.expert_count, len(facts.moe_layers))
+    device = fork_cache.choose_cache_device(chosen.expert_budget_bytes, host, *args)
+    return fork_cache.fork_cache(chosen.expert_budget_bytes if device == "vram" else host, *args, device=device)
 
 
 # --- resident tiers ---------------------------------------------------------------------------
@@ -348,7 +379,7 @@ def divide(facts, tier, options, coverage, usable, wanted, floor):
         division.coverage = 1.0
     else:
         division.expert_budget_bytes = division.free_bytes
-        division.slots = min(division.free_bytes // facts.expert_bytes, facts.total_slots)
+        division.slots = min(fork_slots(facts, division.free_bytes), facts.total_slots)
         division.coverage = coverage.at(division.slots)
     division.tok_s_predicted = division.tok_s = speed(facts, division.coverage, options)
     return division
@@ -459,7 +490,7 @@ def host_budget(facts, chosen, options, warnings):
         warnings.append(f"pinned host cache + mapped model ({footprint} bytes) + OS reserve exceed RAM ({options.ram} bytes): "
                         "no host expert cache; the page cache will thrash")
     return {"ram_bytes": options.ram, "os_reserve_bytes": options.os_reserve, "mmap_bytes": footprint,
-            "host_cache_bytes": budget, "host_slots": budget // facts.expert_bytes if facts.expert_bytes else 0}
+            "host_cache_bytes": budget, "host_slots": min(fork_slots(facts, budget), facts.total_slots)}
 
 
 # --- launch settings --------------------------------------------------------------------------
@@ -526,18 +557,28 @@ def llama_launch(result):
             f"upstream has no resident override: these flags realise the native division, not {result.chosen.tier.label}"}
 
 
-def env_launch(result, plan_path=""):
-    """The serving fork's variables for the chosen division ({name: value or None to unset})."""
+def env_launch(result, plan_path="", capture_path=""):
+    """The serving fork's variables for the chosen division ({name: value or None to unset}).
+
+    The fork keeps ONE expert cache: GGML_MOE_VRAM_CACHE_GB when it is in VRAM, GGML_MOE_HOST_CACHE_GB
+    (and the VRAM one unset) when the --ram host budget holds more experts. GGML_MOE_CAPTURE_FILE is
+    where the fork writes its per-token JSONL capture (`--capture`)."""
     chosen = result.chosen
     if chosen is None:
         return {}
-    gib = chosen.expert_budget_bytes / GIB
+    cache = chosen_fork_cache(result)
+    on_host = cache is not None and cache.device == "host"
+
+    def floored_gib(size):  # floored to 0.01 GiB so the cache never asks for more than the budget
+        return f"{int(size / GIB * 100) / 100:.2f}"
+
     env = {
         "LLAMA_RESIDENT_OVERRIDE": None if chosen.tier.label == NATIVE else chosen.tier.gguf,
-        # floored to 0.01 GiB so the cache never asks for more than the budget
-        "GGML_MOE_VRAM_CACHE_GB": f"{int(gib * 100) / 100:.2f}",
+        "GGML_MOE_VRAM_CACHE_GB": None if on_host else floored_gib(chosen.expert_budget_bytes),
         "GGML_MOE_PLAN_FILE": os.path.abspath(plan_path) if plan_path else None,
         "GGML_MOE_CONTAINER": os.path.abspath(result.options.container) if result.options.container else None,
+        "GGML_MOE_HOST_CACHE_GB": floored_gib(cache.budget_bytes) if on_host else None,
+        "GGML_MOE_CAPTURE_FILE": os.path.abspath(capture_path) if capture_path else None,
     }
     return env
 
@@ -548,6 +589,12 @@ def plan_budget(result):
     return host, result.chosen.expert_budget_bytes, result.chosen.tier.label
 
 
+def plan_cache_device(result):
+    """"vram"/"host" for the plan's cache_device key (None for a dense model)."""
+    cache = chosen_fork_cache(result)
+    return cache.device if cache else None
+
+
 # --- the document -----------------------------------------------------------------------------
 
 def _division_doc(division, facts):
@@ -556,6 +603,13 @@ def _division_doc(division, facts):
     doc.update(resident_source=division.tier.label, expert_bytes=facts.expert_bytes,
                experts_per_token=facts.experts_per_token, free_bytes=division.free_bytes)
     return doc
+
+
+def _fork_cache_doc(result):
+    from moetools.devicefit import fork_cache
+
+    cache = chosen_fork_cache(result)
+    return fork_cache.cache_doc(cache) if cache else None
 
 
 def to_doc(result, launch=None):
@@ -587,6 +641,7 @@ def to_doc(result, launch=None):
         "swa_full": options.kv.swa_full,
         "flash_attn": options.kv.flash_attn,
         "expert_budget_bytes": picked.expert_budget_bytes,
+        "fork_cache": _fork_cache_doc(result),
         "free_bytes": picked.free_bytes,
         "slots": picked.slots,
         "total_slots": facts.total_slots,
