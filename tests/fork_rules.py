@@ -164,3 +164,56 @@ def resolve_device_fit_override(folder, usable_bytes):
     except (OSError, ValueError):
         return None
     return (gguf, size) if size <= usable_bytes else None
+
+
+def canonical_name(name):
+    """ggml-moe-residency.hpp `canonical_name_key`: after the first '#', up to the last '#' of the rest."""
+    first = name.find("#")
+    if first < 0:
+        return name
+    start = name[first + 1:]
+    last = start.rfind("#")
+    return start[:last] if last >= 0 else start
+
+
+def fnv1a(name):
+    """ggml-moe-residency.hpp `hash_name` over the canonical segment (the fork's offset basis)."""
+    h = 1469598103934665603
+    for byte in canonical_name(name).encode():
+        h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def segment(records, layer_of):
+    """expert-pager-policy segment.rs `TokenSegmenter::push` + the drain loop of trace_tail.rs
+    `MoeTraceTail::drain`: every record (known key or not) runs the boundary rule; a token
+    completes only when a later token starts (the open one is never emitted); empty tokens are
+    skipped. records: [(tkey, expert)]; layer_of: {tkey: layer}. Returns [set of (layer, expert)]."""
+    seen, prev, current, out = set(), None, set(), []
+    for tkey, expert in records:
+        if prev != tkey:
+            if tkey in seen:
+                if current:
+                    out.append(current)
+                current = set()
+                seen = set()
+            seen.add(tkey)
+            prev = tkey
+        if tkey in layer_of:
+            current.add((layer_of[tkey], expert))
+    return out
+
+
+def parse_tkey_table(text):
+    """segment.rs `TkeyTable::from_json`: {"<u64 decimal>": {"layer": u32, ...}} -> {tkey: layer};
+    raises ValueError where the Rust loader would fail."""
+    raw = json.loads(text)
+    table = {}
+    for key, value in raw.items():
+        if not key.isdigit() or int(key) >= 1 << 64:
+            raise ValueError(f"tkey table key {key!r} not u64")
+        layer = value["layer"]
+        if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < 1 << 32:
+            raise ValueError(f"layer {layer!r} not u32")
+        table[int(key)] = layer
+    return table

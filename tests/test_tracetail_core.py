@@ -103,9 +103,19 @@ def test_boundary_needs_a_repeated_key_after_another_key():
     assert tok.flush().tolist() == token([(0, 3)]).tolist()
 
 
-def test_different_model_is_an_input_error():
+def test_keys_of_blocks_past_synth_layers_are_a_clear_error():
+    """--synth-layers is the block count (the daemon's TkeyTable::for_layers): keys of block 2 with
+    --synth-layers 2 are not "another model" but a too-small count, and the message says so."""
     data = trace_bytes(decode_tokens(8, [[1], [2]]))
-    tok = Tokeniser(LayerMap.synth(2))  # only layers 0-1 known: 75% unknown
+    tok = Tokeniser(LayerMap.synth(2))
+    with pytest.raises(InputError, match=r"keys of block 2 appear.*give at least 3"):
+        tok.feed(data)
+
+
+def test_different_model_is_an_input_error():
+    tkeys = np.arange(1000, 1040, dtype=np.uint64).repeat(3)  # keys of no blk.N expert tensor
+    data = trace_format.encode_records(tkeys, np.zeros(len(tkeys), dtype=np.uint32))
+    tok = Tokeniser(LayerMap.synth(2))
     tok.feed(data)
     with pytest.raises(InputError, match="different model"):
         tok.check_model("x.trace")
@@ -471,7 +481,7 @@ def test_follow_session_resets_on_truncation():
     out = list(follow_session(iter(events), Tokeniser(LayerMap.synth(2)), engine, "t", check_after=1))
     records = [p for k, p in out if k == "token"]
     notices = [p for k, p in out if k == "notice"]
-    # before truncation the 3rd token is still open (no next token yet); after: all 3 (end flush)
-    assert [r["serve"] for r in records] == [0, 0, 1, 1, 1]
-    assert len(notices) == 1 and "new serve" in notices[0]
+    # the 3rd token of each serve stays open (no next token began): the daemon never counts it
+    assert [r["serve"] for r in records] == [0, 0, 1, 1]
+    assert len(notices) == 2 and "new serve" in notices[0] and "still open" in notices[1]
     assert records[2]["decode_token"] == 0 and records[0]["repeat"] is None

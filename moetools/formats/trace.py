@@ -27,9 +27,16 @@ def record_dtype():
 
 
 def key_name(name):
-    """The part of a tensor name the fork hashes: the middle segment when the name holds `#`."""
-    parts = name.split("#")
-    return parts[1] if len(parts) >= 3 else name
+    """The part of a tensor name the fork hashes (ggml-moe-residency.hpp `canonical_name_key`): no
+    `#`, the whole name; else from after the first `#` to the last `#` after it, or to the end
+    when there is only one (`CUDA0#blk.3.ffn_up_exps.weight#0` -> `blk.3.ffn_up_exps.weight`,
+    `a#b` -> `b`, `a#b#c#d` -> `b#c`)."""
+    first = name.find("#")
+    if first < 0:
+        return name
+    rest = name[first + 1:]
+    last = rest.rfind("#")
+    return rest[:last] if last >= 0 else rest
 
 
 def fnv1a64(name, basis=FORK_OFFSET_BASIS):
@@ -59,6 +66,13 @@ def key_table(names_by_layer):
         for basis_name, basis in BASES.items():
             table[fnv1a64(name, basis)] = (layer, basis_name)
     return table
+
+
+def tkey_table_doc(names):
+    """The `tkey-to-layer-matrix.json` the fork's pager driver reads (expert-pager-policy
+    segment.rs `TkeyTable::from_json`): `{"<tkey as decimal string>": {"layer": L, "matrix": M}}`
+    for [(tensor name, layer, matrix)], keys under the fork's offset basis."""
+    return {str(fnv1a64(name)): {"layer": int(layer), "matrix": matrix} for name, layer, matrix in names}
 
 
 def decode_records(buffer):

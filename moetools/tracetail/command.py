@@ -88,6 +88,8 @@ def _read_inputs(trace, fmt, layer_map):
                     "torn_bytes": len(tok.tail), "fnv_basis": tok.basis}
     else:
         imported = importers.import_trace(fmt, data, name)
+        if layer_map is not None and layer_map.architecture:
+            _check_import_against_model(imported, layer_map, name)
         got.tokens, got.phases = imported.tokens, imported.phases
         got.n_layers, got.n_expert, got.top_k = imported.n_layers, imported.n_expert, imported.top_k
         got.expert_bytes_by_layer = imported.expert_bytes_by_layer
@@ -99,6 +101,29 @@ def _read_inputs(trace, fmt, layer_map):
     if not got.tokens:
         raise InputError(name, "no tokens in the trace (every record had an unknown key?)")
     return got
+
+
+def _check_import_against_model(imported, layer_map, name):
+    """A CSV/JSON trace recorded on another model than --model is an error (exit 2), not a warning:
+    its preamble's arch=, n_layer= (blocks) and n_expert= must match, and every layer it routes must
+    be a MoE block of the model."""
+    from moetools.tracetail import reader
+
+    model = layer_map.source
+    checks = [("architecture", imported.architecture, layer_map.architecture),
+              ("blocks (n_layer)", imported.n_layers, layer_map.block_count),
+              ("experts per layer (n_expert)", imported.n_expert, layer_map.n_expert)]
+    for what, theirs, ours in checks:
+        if theirs and ours and theirs != ours:
+            raise InputError(name, f"a trace of another model: its {what} is {theirs}, {model} has {ours}")
+    moe_blocks = {layer for layer, _ in layer_map.table.values()}
+    seen = set()
+    for ids in imported.tokens:
+        seen.update(reader.split_ids(ids)[0].tolist())
+    stray = sorted(seen - moe_blocks)
+    if stray:
+        raise InputError(name, f"a trace of another model: it routes experts in layer {stray[0]}, which is not a MoE "
+                         f"block of {model} ({len(stray)} such layers)")
 
 
 def _settings(got, layer_map, options):
@@ -219,16 +244,19 @@ def _write_plan(path, budget_bytes, pins):
               help="Hit ratio of every policy across budgets (default: a log-spaced sweep up to the distinct experts).")
 @click.option("--plot", metavar="FILE.svg", help="Draw the curves as SVG (Belady as the ceiling). Implies --curve.")
 @click.option("--write-trace", metavar="OUT", help="Also write the input as a 12-byte trace (the fork's format).")
-@click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list and budget_bytes current.")
+@click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list current (see README: Plan file).")
 @click.option("--pin-policy", default="predictive", show_default=True, metavar="POLICY",
               help="Whose scores rank the plan's pins: predictive, decay_bandit, lfu or lru.")
+@click.option("--write-table", "table_path", metavar="FILE",
+              help="Write the tkey-to-layer-matrix.json the fork's pager driver reads, for --model or --synth-layers.")
 @click.option("-o", "--output", "output_path", metavar="FILE", help="Also write the JSON document (summary or curve) to FILE.")
 @click.option("--poll", type=click.FloatRange(min=0.01, max=5), default=0.2, show_default=True, help="--follow: seconds between polls.")
 @click.option("--max-idle", type=click.FloatRange(min=0), metavar="SECONDS", help="--follow: stop after this long without new records.")
 @click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="--follow: stop after N decode tokens.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
-                       window, curve, plot, write_trace, plan_path, pin_policy, output_path, poll, max_idle, max_tokens, json_flag):
+                       window, curve, plot, write_trace, plan_path, pin_policy, table_path, output_path, poll, max_idle, max_tokens,
+                       json_flag):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
     Rebuilds tokens from the fork's 12-byte records (or a CSV/JSON-lines/numpy import), splits
@@ -253,6 +281,14 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
     check_pin_policy(pin_policy)
     options["pin_policy"] = pin_policy
     layer_map = _layer_map(model, synth_layers, experts, top_k)
+    if table_path:
+        if layer_map is None:
+            raise UsageError("--write-table needs --model GGUF or --synth-layers N")
+        from moetools import atomic
+        from moetools.formats.trace import tkey_table_doc
+
+        atomic.write_json(table_path, tkey_table_doc(layer_map.names))
+        output.info(f"wrote {len(layer_map.names)} tensor keys to {table_path}")
     if not once:
         if curve is not None or write_trace:
             raise UsageError("--curve, --plot and --write-trace work on a whole trace (--once)")

@@ -283,14 +283,15 @@ def analyse(tokens, phases, settings, tick=None):
     return Analysis(summary, curve, distinct, {"engine": engine})
 
 
-def follow_session(events, tokeniser, engine, path, max_tokens=None, check_after=256):
+def follow_session(events, tokeniser, engine, path, max_tokens=None, check_after=256, close_last=False):
     """Follow a live trace: yields ("token", record) per decode token and ("notice", text).
 
     `events`: FollowEvents (reader.follow). A truncated or replaced file is a new serve: every
     statistic restarts and records carry the serve number. Once `check_after` records are in,
-    a trace whose keys mostly match no expert tensor stops with an InputError. At the end of the
-    events the open token is complete (the trace has no end-of-token marker, so a token is
-    otherwise emitted when the next one begins)."""
+    a trace whose keys mostly match no expert tensor stops with an InputError. The trace has no
+    end-of-token marker, so a token is emitted when the next one begins; at the end of the events
+    the open token is NOT counted, as the daemon's segmenter (expert-pager-policy segment.rs
+    `TokenSegmenter::push`) never completes it either -- unless `close_last`."""
     serve = 0
     decoded = 0
     checked = False
@@ -328,6 +329,10 @@ def follow_session(events, tokeniser, engine, path, max_tokens=None, check_after
             if max_tokens and decoded >= max_tokens:
                 return
     tokeniser.check_model(path)
+    if not close_last:
+        if tokeniser.has_open_token:
+            yield "notice", f"{path}: the last token is still open (no next token began): not counted, as the daemon does not"
+        return
     ids = tokeniser.flush()
     if ids is not None:
         record = emit(ids)

@@ -33,6 +33,7 @@ class Imported:
     n_expert: int = 0
     top_k: int = 0
     expert_bytes_by_layer: dict = field(default_factory=dict)
+    architecture: str = ""  # from a route_trace preamble's arch=
 
 
 def detect_format(name, head):
@@ -120,6 +121,7 @@ def read_csv(data, path):
         n_expert=int(meta.get("n_expert", 0) or 0),
         top_k=int(meta.get("n_expert_used", 0) or 0),
         expert_bytes_by_layer=expert_bytes,
+        architecture=str(meta.get("arch", "")),
     )
 
 

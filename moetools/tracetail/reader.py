@@ -42,13 +42,25 @@ class LayerMap:
     n_expert: int = 0
     top_k: int = 0
     expert_bytes_by_layer: dict = field(default_factory=dict)
+    architecture: str = ""
+    block_count: int = 0
+    later_blocks: dict = field(default_factory=dict)  # synth only: tkey -> block >= block_count
+    names: list = field(default_factory=list)  # [(expert tensor name, layer, matrix)]
+
+    SYNTH_LOOKAHEAD = 512  # blocks past --synth-layers whose keys are recognised, to say so
 
     @classmethod
     def synth(cls, n_layers, n_expert=0, top_k=0):
-        """Names blk.{L}.ffn_{gate,up,down}_exps.weight for L in range(n_layers)."""
+        """Names blk.{L}.ffn_{gate,up,down}_exps.weight for L in range(n_layers): `n_layers` is the
+        model's BLOCK count, as the daemon's `TkeyTable::for_layers(n_layers)` synthesises it
+        (leading dense blocks included; their keys simply never appear)."""
         names = trace_format.synth_tensor_names(n_layers)
         pairs = [(name, int(name.split(".")[1])) for name in names]
-        return cls(trace_format.key_table(pairs), f"synthesised {n_layers} layers", n_layers, n_expert, top_k)
+        later = [(trace_format.expert_tensor_name(layer, matrix), layer)
+                 for layer in range(n_layers, n_layers + cls.SYNTH_LOOKAHEAD) for matrix in trace_format.MATRICES]
+        return cls(trace_format.key_table(pairs), f"synthesised {n_layers} blocks", n_layers, n_expert, top_k,
+                   block_count=n_layers, later_blocks={key: layer for key, (layer, _) in trace_format.key_table(later).items()},
+                   names=[(name, layer, name.split("_")[1]) for name, layer in pairs])
 
     @classmethod
     def from_model(cls, path):
@@ -56,11 +68,12 @@ class LayerMap:
         from moetools.gguf import expert_tensor_kind, open_model
 
         with open_model(path) as model:
-            pairs = []
+            pairs, names = [], []
             for tensor in model.tensors:
                 kind = expert_tensor_kind(tensor.name)
                 if kind is not None:
                     pairs.append((tensor.name, kind[0]))
+                    names.append((tensor.name, kind[0], kind[1]))
             layers = {layer for _, layer in pairs}
             summary = model.summary
             return cls(
@@ -70,6 +83,9 @@ class LayerMap:
                 int(model.expert_count),
                 int(summary.expert_used_count or 0),
                 dict(model.expert_bytes_by_layer) if pairs else {},
+                architecture=model.architecture,
+                block_count=int(model.block_count),
+                names=names,
             )
 
     @property
@@ -120,6 +136,7 @@ class Tokeniser:
         if len(bad):
             offset = (self.records + int(bad[0])) * trace_format.RECORD_BYTES
             raise InputError(self.path, f"expert id {int(experts[bad[0]])} is out of range (experts per layer: {limit})", offset=offset)
+        first_record = self.records
         self.records += len(tkeys)
         uniq, inverse = np.unique(tkeys, return_inverse=True)
         lut = np.full(len(uniq), -1, dtype=np.int64)
@@ -127,6 +144,12 @@ class Tokeniser:
         for index, key in enumerate(uniq.tolist()):
             hit = self.layer_map.table.get(key)
             if hit is None:
+                later = self.layer_map.later_blocks.get(key)
+                if later is not None:
+                    at = (first_record + int(np.flatnonzero(tkeys == key)[0])) * trace_format.RECORD_BYTES
+                    raise InputError(self.path, f"keys of block {later} appear, but --synth-layers {self.layer_map.block_count} "
+                                     f"synthesises blocks 0..{self.layer_map.block_count - 1}: --synth-layers is the "
+                                     f"model's block count (give at least {later + 1})", offset=at)
                 self.unknown_keys.add(key)
                 continue
             lut[index] = hit[0]
@@ -134,21 +157,22 @@ class Tokeniser:
         layers = lut[inverse.reshape(-1)]
         known = layers >= 0
         self.unknown += int((~known).sum())
-        tkeys, layers, experts = tkeys[known], layers[known], experts[known]
-        if len(tkeys) == 0:
-            return []
-        ids = make_ids(layers, experts)
+        ids = make_ids(np.where(known, layers, 0), experts)
+        # The boundary rule runs over EVERY record, known key or not, as the daemon's
+        # TokenSegmenter::push does (segment.rs): an unknown key reappearing also starts a token.
         run_starts = np.concatenate([[0], np.flatnonzero(tkeys[1:] != tkeys[:-1]) + 1])
         tokens = []
         cut = 0
         for start, key in zip(run_starts.tolist(), tkeys[run_starts].tolist()):
             if key != self._last_key and key in self._keys:
-                self._parts.append(ids[cut:start])
-                tokens.append(self._close())
+                self._parts.append(ids[cut:start][known[cut:start]])
+                token = self._close()
+                if len(token):  # the daemon skips a token with no known expert
+                    tokens.append(token)
                 cut = start
             self._keys.add(key)
             self._last_key = key
-        self._parts.append(ids[cut:])
+        self._parts.append(ids[cut:][known[cut:]])
         return tokens
 
     def _close(self):
@@ -157,6 +181,10 @@ class Tokeniser:
         self._keys = set()
         self._last_key = None
         return token
+
+    @property
+    def has_open_token(self):
+        return any(len(part) for part in self._parts)
 
     def flush(self):
         """End of input: the open token (if any) is complete. Returns it or None."""
