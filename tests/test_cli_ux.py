@@ -205,3 +205,77 @@ def test_stdin_as_model_is_refused_in_one_line(command):
 def test_a_bad_choice_still_gets_clicks_usage_help():
     result = CliRunner().invoke(cli, ["build-env", "--shell", "fish"])
     assert result.exit_code == 2 and "Usage:" in result.output
+
+
+# --- every command's tables at 80 columns --------------------------------------------------------
+
+def _table_text(monkeypatch, args, width):
+    from moetools import output
+
+    monkeypatch.setattr(output, "want_json", lambda json_flag: False)
+    result = CliRunner().invoke(cli, [str(a) for a in args], env={"COLUMNS": str(width)}, catch_exceptions=False)
+    return result
+
+
+def _content(text):
+    """The characters a table shows, without its rules, padding and line breaks."""
+    from collections import Counter
+
+    return Counter(ch for ch in text if not ch.isspace() and not 0x2500 <= ord(ch) <= 0x257F)
+
+
+def _table_commands(tmp_path, tiny_models):
+    import json
+
+    from tests import factory
+
+    model = tiny_models["qwen3moe"]
+    container = tmp_path / "c"
+    assert CliRunner().invoke(cli, ["container-encode", str(model), "-o", str(container), "--json"]).exit_code == 0
+    trace = tmp_path / "run.csv"
+    lines = ["# route_trace v1", "# model=m arch=qwen3moe n_layer=4 n_expert=16 n_expert_used=4",
+             "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes"]
+    for step in range(40):
+        for layer in range(4):
+            for slot in range(4):
+                lines.append(f"0,1,{step},{layer},{slot},{(step * 3 + layer * 5 + slot * 7) % 16},0.25,0,1000")
+    trace.write_text("\n".join(lines) + "\n")
+    hot, cold = tmp_path / "hot", tmp_path / "cold"
+    for folder in (hot, cold):
+        factory.write_tiny(folder / "a-long-folder-name-for-the-model", "gpt-oss", name="tiny-gptoss-Q8_0")
+    k3 = factory.write_preset(tmp_path / "k3", "kimi-k2")
+    return {
+        "inspect": ["inspect", k3],
+        "device-fit": ["device-fit", k3, "--vram", "24G", "--ram", "512G"],
+        "device-fit-llama": ["device-fit", k3, "--vram", "24G,24G", "--ram", "512G", "--runtime", "llama"],
+        "quantize": ["quantize", model, "--resident-only", "--type", "q4_0,q8_0", "--dry-run", "-o", tmp_path / "q"],
+        "container-verify": ["container-verify", container, "--model", model],
+        "container-read": ["container-read", container, "--layer", 1, "--expert", 3],
+        "cold-twin": ["cold-twin", hot, cold],
+        "trace-tail": ["trace-tail", trace, "--model", model, "--curve"],
+        "build-env": ["build-env", "--check", "--no-default-search", "--search-path", tmp_path],
+    }
+
+
+@pytest.fixture(scope="module")
+def table_commands(tmp_path_factory, tiny_models):
+    return _table_commands(tmp_path_factory.mktemp("tables"), tiny_models)
+
+
+@pytest.mark.parametrize("name", ["inspect", "device-fit", "device-fit-llama", "quantize", "container-verify",
+                                  "container-read", "cold-twin", "trace-tail", "build-env"])
+def test_every_table_fits_80_columns_with_the_same_content_as_at_200(name, table_commands, monkeypatch):
+    narrow = _table_text(monkeypatch, table_commands[name], 80)
+    wide = _table_text(monkeypatch, table_commands[name], 200)
+    assert narrow.exit_code == wide.exit_code and narrow.exit_code in (0, 1), narrow.output
+    # a note (a launch command, a caption line) is printed whole for the terminal to wrap: the same line
+    # at both widths; a table line must fit
+    wide_lines = set(wide.stdout.splitlines())
+    too_long = [line for line in narrow.stdout.splitlines() if len(line) > 80 and line not in wide_lines]
+    assert not too_long, "\n" + "\n".join(too_long)
+    import re
+
+    # nothing cut to `resid…`; a name folded from the left on purpose (`…/tiny-gptoss.gguf`) keeps its end
+    assert not re.search(r"\S\u2026", narrow.stdout), narrow.stdout
+    if "\u2026" not in narrow.stdout + wide.stdout:
+        assert _content(narrow.stdout) == _content(wide.stdout), narrow.stdout
