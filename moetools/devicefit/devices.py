@@ -19,7 +19,8 @@ import sys
 
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import UsageError
-from moetools.sizes import parse_size
+from moetools.sizes import parse_capacity, parse_size
+from moetools.sizes import parse_rate as parse_bandwidth
 
 GIB = 1024**3
 GB = 1e9
@@ -93,6 +94,7 @@ def parse_size_list(text, option):
             raise UsageError(f"{option}: {err}") from None
         if value <= 0:
             raise UsageError(f"{option} {part.strip()!r} must be a positive size")
+        value = parse_capacity(part.strip(), option)
         sizes.append(value)
     return sizes
 
@@ -105,7 +107,7 @@ def parse_rate(text, option):
         raise UsageError(f"{option}: {err}") from None
     if value <= 0:
         raise UsageError(f"{option} {text!r} must be a positive rate (a bandwidth of 0 moves nothing)")
-    return float(value)
+    return float(parse_bandwidth(text, option))
 
 
 def parse_rate_list(text, option):
@@ -121,7 +123,7 @@ def parse_rpc(spec):
     if not 0 < port < 65536:
         raise UsageError(f"--rpc {spec!r}: port {port} is not in 1..65535")
     try:
-        size = parse_size(match["size"])
+        size = parse_capacity(match["size"], "--rpc SIZE")
     except UsageError as err:
         raise UsageError(f"--rpc {spec!r}: {err}") from None
     if size <= 0:
