@@ -23,7 +23,7 @@ $(EXAMPLE_MODEL): | $(STAMP)
 example: $(EXAMPLE_MODEL)
 
 run: $(STAMP) $(EXAMPLE_MODEL)
-	$(BIN)/moetools device-fit $(EXAMPLE_MODEL) --vram 32G
+	$(BIN)/moetools device-fit $(EXAMPLE_MODEL) --vram 32G --coverage examples/k3-coverage.json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -94,8 +94,8 @@ def test_k3_on_32g_by_hand(k3):
         assert division[key] == doc[key], key
 
 
-def test_default_context_is_squeezed_in_steps_of_256(k3):
-    doc = run_json(k3, "--vram", "32G")
+def test_context_is_squeezed_in_steps_of_256(k3):
+    doc = run_json(k3, "--vram", "32G", "--ctx", 262144)
     room = 32 * GIB - 32 * GIB // 10 - K3_RESIDENT - K3_STATE
     context = doc["context"]
     assert context % 256 == 0 and context < 262144
@@ -509,3 +509,19 @@ def test_non_finite_observations_are_refused(tiny_models):
     line = '{"tier": "native", "tok_s": Infinity, "tokens": 100}\n'
     result = run(tiny_models["qwen3moe"], "--vram", "8G", "--observations", "-", input=line)
     assert result.exit_code == 2 and "Infinity is not a JSON number" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_fork_context_trade_off_with_the_k3_curve(k3):
+    curve = os.path.join(os.path.dirname(__file__), "..", "examples", "k3-coverage.json")
+    doc = run_json(k3, "--vram", "32G", "--coverage", curve)
+    rows = doc["contexts"]
+    assert [row["context_asked"] for row in rows] == [4096, 8192, 16384, 32768, 65536, 131072, 262144]
+    fitting = [row for row in rows if row["feasible"]]
+    best = max(row["tok_s"] for row in fitting)
+    chosen = max(row["context_asked"] for row in fitting if row["tok_s"] >= 0.95 * best)
+    assert [row["context_asked"] for row in rows if row.get("chosen")] == [chosen] and doc["context"] == chosen
+    assert any("at most 5% of the best speed" in note for note in doc["notes"])
+    assert "the serving fork's authors" in doc["coverage_source"]
+    # the curve the fork's authors measured, as shipped
+    shipped = json.loads(open(curve).read())
+    assert shipped["slots"] == [250, 2000, 4024] and shipped["hit"]["decay_bandit"] == [0.138, 0.513, 0.657]

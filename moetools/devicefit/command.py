@@ -97,6 +97,12 @@ def tables(doc):
     divisions = Table("Divisions (* = chosen)", ["tier", "resident", "context", "KV", "expert budget", "slots", "coverage", "tok/s", "note"],
                       division_rows, right_align=(1, 2, 3, 4, 5, 6, 7))
     result = [ledger, divisions]
+    if doc.get("contexts"):
+        result.append(Table("Contexts (* = chosen: the largest within 5% of the best speed)",
+                            ["context", "fits as", "tier", "slots", "coverage", "tok/s"], [
+            [("* " if row.get("chosen") else "  ") + str(row["context_asked"]), row["context"] if row["feasible"] else "-",
+             row["tier"] or "-", row["slots"], f"{row['coverage']:.3f}", f"{row['tok_s']:.2f}"]
+            for row in doc["contexts"]], right_align=(1, 3, 4, 5)))
     if doc.get("host"):
         host = doc["host"]
         result.append(Table("Host RAM", ["", "bytes"], [
@@ -270,7 +276,7 @@ def llama_tables(doc):
               help="Which policy's curve predicts the hit ratio (default: the curve's best online demand policy).")
 @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
 @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
-@click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 4ms).")
+@click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 2ms).")
 @click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
 @click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
 @click.option("--disk-bw", default="3GB/s", show_default=True, help="llama: drive read rate for page-cache misses of mapped CPU experts.")
@@ -355,10 +361,11 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         from moetools.formats.jsonio import display_name, read_text
 
         observations = core.parse_observations(read_text(observations_path, "observations"), display_name(observations_path))
-    result = core.fit(facts, tiers, options, coverage, observations)
+    result, context_rows = core.fit_trade_off(facts, tiers, options, coverage, observations)
     launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, plan_path or "", capture_path or "")}
     doc = core.to_doc(result, launch)
     doc["runtime"] = "fork"
+    doc["contexts"] = context_rows
     doc["devices"] = core.fork_ledger(result, gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
     doc["notes"] = doc["notes"] + fork_notes

@@ -7,6 +7,7 @@ is given through moetools.formats. Sizes are bytes, speeds tokens/s, times secon
 
 import os
 
+from moetools.devicefit import context as contextmod
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit import layers as layersmod
 from moetools.devicefit.speed import fork_tok_s
@@ -198,7 +199,10 @@ class Coverage(Record):
 
     @property
     def label(self):
-        return f"curve ({self.policy})" if self.source == "curve" else "uniform floor (slots / total slots)"
+        if self.source != "curve":
+            return "uniform floor (slots / total slots)"
+        origin = self.curve.extra.get("source") if self.curve is not None else None
+        return f"curve ({self.policy}; {origin})" if isinstance(origin, str) and origin else f"curve ({self.policy})"
 
 
 def coverage_model(curve, policy, facts, path="<curve>"):
@@ -475,6 +479,38 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     if options.ram is not None:
         result.host = host_budget(facts, chosen, options, warnings)
     return result
+
+
+def fit_trade_off(facts, tiers, options, coverage=None, observations=()):
+    """Without `options.ctx`: fit at 4k, 8k, ... 128k and the training context and keep the largest
+    context whose speed is within 5% of the best (contexts below --min-ctx are not tried; those that do
+    not fit are squeezed, as fit() does).
+    With `options.ctx`: fit() as asked. Returns (Fit, rows) — one row per context tried."""
+    if options.ctx is not None:
+        return fit(facts, tiers, options, coverage, observations), []
+    train = facts.shape.context_train
+    if train < 1:
+        raise UsageError("the model's training context is 0; give --ctx")
+    results, rows = {}, []
+    for asked in [c for c in contextmod.contexts_to_try(train) if c >= min(options.min_ctx, train)]:
+        trial = FitOptions(**{name: getattr(options, name) for name, _ in FitOptions.FIELDS})
+        trial.ctx = asked
+        result = fit(facts, tiers, trial, coverage, observations)
+        chosen = result.chosen
+        results[asked] = result
+        rows.append({"context_asked": asked, "context": chosen.context if chosen else 0, "feasible": chosen is not None,
+                     "tier": chosen.tier.label if chosen else "", "slots": chosen.slots if chosen else 0,
+                     "coverage": round(chosen.coverage, 6) if chosen else 0.0, "tok_s": round(chosen.tok_s, 4) if chosen else 0.0})
+    picked = contextmod.choose([(row["context_asked"], row["tok_s"]) for row in rows if row["feasible"]])
+    if picked is None:
+        return results[rows[-1]["context_asked"]], rows
+    asked, best = picked
+    result = results[asked]
+    result.notes.append(f"context {result.chosen.context}: the largest of {', '.join(str(r['context_asked']) for r in rows)} "
+                        f"costing at most 5% of the best speed ({result.chosen.tok_s:.2f} vs {best:.2f} tok/s); give --ctx to choose")
+    for row in rows:
+        row["chosen"] = row["context_asked"] == asked
+    return result, rows
 
 
 def host_budget(facts, chosen, options, warnings):

@@ -346,36 +346,51 @@ def _ranges_text(indices):
     return ",".join(parts)
 
 
+def _block_sizes(block, kind):
+    """(aligned dense bytes, {part: aligned bytes}) of a block on a device of `kind`, memoised."""
+    memo = block.__dict__.setdefault("_aligned", {})
+    if kind not in memo:
+        memo[kind] = (_aligned(block.dense_tensors, kind),
+                      {part: _aligned(entries, kind) for part, entries in block.expert_tensors.items()})
+    return memo[kind]
+
+
 def ledger(layers, placement, devices, cpu, kv_per_layer, compute, margins):
     """[Share] for each offload device in order, then the CPU.
 
     kv_per_layer: bytes of each block's KV (and recurrent state); compute: callable(index or CPU,
     layers, holds_output) -> bytes; margins: {index or CPU: bytes}."""
+    keys = [*range(len(devices)), CPU]
+    kinds = {key: device.kind for key, device in zip(keys, [*devices, cpu])}
+    mine = {key: [] for key in keys}
+    resident = {key: 0 for key in keys}
+    experts = {key: 0 for key in keys}
+    active = {key: 0.0 for key in keys}
+    parts_here = {key: {} for key in keys}
+    for il, home in enumerate(placement.layer_device[:-1]):
+        mine[home].append(il)
+        block = layers.blocks[il]
+        resident[home] += _block_sizes(block, kinds[home])[0]
+        active[home] += block.dense_bytes
+    out = placement.layer_device[-1]
+    resident[out] += _aligned(layers.output_tensors, kinds[out])
+    active[out] += layers.output_bytes
+    resident[CPU] += _aligned(layers.input_tensors, "cpu")
+    for block_index, homes in placement.expert_device.items():
+        block = layers.blocks[block_index]
+        fraction = block.active_fraction
+        for part, home in homes.items():
+            experts[home] += _block_sizes(block, kinds[home])[1][part]
+            parts_here[home].setdefault(block_index, []).append(part)
+            active[home] += block.experts[part] * fraction
     shares = []
-    for index, device in enumerate([*devices, cpu]):
-        key = CPU if index == len(devices) else index
-        kind = device.kind
-        mine = [il for il, home in enumerate(placement.layer_device[:-1]) if home == key]
-        holds_output = placement.layer_device[-1] == key
-        resident = [entry for il in mine for entry in layers.blocks[il].dense_tensors]
-        if holds_output:
-            resident += layers.output_tensors
-        if key == CPU:
-            resident += layers.input_tensors
-        expert_entries, parts_here, active = [], {}, 0.0
-        for block_index, homes in placement.expert_device.items():
-            block = layers.blocks[block_index]
-            for part, home in homes.items():
-                if home == key:
-                    expert_entries += block.expert_tensors[part]
-                    parts_here.setdefault(block_index, []).append(part)
-                    active += block.experts[part] * block.active_fraction
-        active += sum(layers.blocks[il].dense_bytes for il in mine) + (layers.output_bytes if holds_output else 0)
+    for key, device in zip(keys, [*devices, cpu]):
+        holds_output = out == key
         shares.append(Share(
-            device=device, layers=mine, holds_output=holds_output,
-            resident_bytes=_aligned(resident, kind), expert_bytes=_aligned(expert_entries, kind),
-            kv_bytes=sum(kv_per_layer[il] for il in mine), compute_bytes=compute(key, mine, holds_output),
-            margin_bytes=margins.get(key, 0), active_bytes=active, expert_parts=parts_here))
+            device=device, layers=mine[key], holds_output=holds_output, resident_bytes=resident[key],
+            expert_bytes=experts[key], kv_bytes=sum(kv_per_layer[il] for il in mine[key]),
+            compute_bytes=compute(key, mine[key], holds_output), margin_bytes=margins.get(key, 0),
+            active_bytes=active[key], expert_parts=parts_here[key]))
     return shares
 
 

@@ -23,8 +23,8 @@ class SpeedSettings(Record):
     """Defaults calibrated against published llama-bench/llama-server figures (README: Speed model)."""
 
     FIELDS = (
-        ("gpu_efficiency", 0.60),  # share of a GPU's peak bandwidth decode reaches
-        ("cpu_efficiency", 0.60),  # share of the host's RAM bandwidth the CPU experts reach
+        ("gpu_efficiency", 0.70),  # share of a GPU's peak bandwidth decode reaches
+        ("cpu_efficiency", 0.45),  # share of the host's RAM bandwidth the CPU experts reach
         ("ram_bw", 60e9),  # bytes/s (dual-channel DDR5-4800 peak is 76.8 GB/s)
         ("ram_bw_source", "default (dual-channel DDR5; give --ram-bw or --ram-bw auto)"),
         ("disk_bw", 3e9),  # bytes/s, an NVMe drive's sequential read
@@ -32,7 +32,7 @@ class SpeedSettings(Record):
         ("thread_bw", 12e9),  # bytes/s one CPU thread streams through a quantized matmul
         ("hop_local_s", 30e-6),  # one device switch on this host (a sync and a small copy)
         ("hop_rpc_s", 400e-6),  # one switch to or from an RPC server (a network round trip)
-        ("floor_s", 0.004),
+        ("floor_s", 0.002),
         ("mmap", True),
     )
 

@@ -5,6 +5,7 @@ answer with numbers when nothing fits, and the llama-server command.
 Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOptions.
 """
 
+from moetools.devicefit import context
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit import placement as placemod
 from moetools.devicefit import speed as speedmod
@@ -15,8 +16,6 @@ from moetools.errors import UsageError
 
 GIB = 1024**3
 MIN_RESERVE = 2 * GIB
-CONTEXT_STEPS = (4096, 8192, 16384, 32768, 65536, 131072)
-TRADE_OFF = 0.05  # the largest context costing at most 5% of the best speed
 
 
 def default_reserve(capacity):
@@ -126,12 +125,6 @@ def plan_at(facts, devices, cpu, options, ctx):
     return DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes)
 
 
-def contexts_to_try(train):
-    """4k .. 128k and the training context, up to the training context."""
-    steps = sorted({step for step in CONTEXT_STEPS if step <= train} | {train})
-    return [step for step in steps if step >= 1]
-
-
 class UpstreamResult(Record):
 
     FIELDS = (
@@ -164,7 +157,7 @@ def plan(facts, devices, cpu, options):
     else:
         if train < 1:
             raise UsageError("the model's training context is 0; give --ctx")
-        candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in contexts_to_try(train)]
+        candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in context.contexts_to_try(train)]
     feasible = [candidate for candidate in candidates if candidate.fits]
     result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings)
     if not feasible:
@@ -174,9 +167,8 @@ def plan(facts, devices, cpu, options):
     if options.ctx is not None:
         chosen = feasible[0]
     else:
-        best = max(candidate.tok_s for candidate in feasible)
-        within = [c for c in feasible if c.tok_s >= (1 - TRADE_OFF) * best]
-        chosen = max(within, key=lambda c: c.context)
+        picked, best = context.choose([(c.context, c.tok_s) for c in feasible])
+        chosen = next(c for c in feasible if c.context == picked)
         notes.append(f"context {chosen.context}: the largest of {', '.join(str(c.context) for c in candidates)} "
                      f"costing at most 5% of the best speed ({chosen.tok_s:.2f} vs {best:.2f} tok/s); give --ctx to choose")
     result.chosen = chosen
