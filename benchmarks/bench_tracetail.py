@@ -1,4 +1,5 @@
-"""Benchmark: one-pass LRU and Belady (MIN) curves vs a straightforward per-budget replay.
+"""Benchmark: one-pass LRU and Belady (MIN) curves vs a straightforward per-budget replay, and the
+demand-cache curves (predictive beside LRU) on the same trace.
 
 A synthetic decode trace shaped like Qwen3-30B-A3B routing (48 MoE layers x 128 experts, top-6,
 so 288 requests per token), with Zipf-skewed expert popularity per layer and token-to-token
@@ -8,7 +9,12 @@ budget for 20 log-spaced budgets. Both must agree at those budgets. Prints each 
 ratio against the baseline measured in the same run. The MIN pass runs on the numba-compiled
 priority stack when numba imports (MOETOOLS_NO_JIT=1 times the numpy engine instead).
 
-    .venv/bin/python benchmarks/bench_tracetail.py [--requests N] [--lru-only]
+Demand curves: the token-granular demand caches of trace-tail's curve (demand.DemandPolicies) at the
+same budgets, `predictive` (its budget-independent feature pass once, then one cache per budget) and
+`lru` run alone, each in requests/s of trace (every budget's curve point included), with the
+predictive curve as a ratio against LRU's demand replay in the same run, and both hit ratios.
+
+    .venv/bin/python benchmarks/bench_tracetail.py [--requests N] [--lru-only] [--no-demand]
 """
 
 import argparse
@@ -16,7 +22,8 @@ import time
 
 import numpy as np
 
-from moetools.tracetail import curves
+from moetools.tracetail import curves, demand
+from moetools.tracetail.reader import make_ids
 
 LAYERS, EXPERTS, TOP_K = 48, 128, 6
 
@@ -49,7 +56,27 @@ def synthetic_trace(n_requests, seed=0, zipf=1.1, persist=0.35):
         prev = tokens[t]
     seq = (np.arange(LAYERS)[None, :, None] * EXPERTS + tokens).reshape(-1)
     ids, distinct = curves.dense_ids(seq)
-    return ids, np.arange(n_tokens, dtype=np.int64) * LAYERS * TOP_K, distinct
+    return ids, np.arange(n_tokens, dtype=np.int64) * LAYERS * TOP_K, distinct, tokens
+
+
+def token_ids(tokens):
+    """The routing array [tokens, layers, top_k] as trace-tail's sorted request-id arrays."""
+    layers = np.repeat(np.arange(LAYERS), TOP_K)
+    return [np.sort(make_ids(layers, token.reshape(-1))) for token in tokens]
+
+
+def demand_curves(tokens, budgets):
+    """{policy: (seconds, hits per budget)} of the demand-cache curves, predictive and LRU apart."""
+    space = demand.ItemSpace(range(LAYERS), EXPERTS)
+    warm = demand.DemandPolicies(space, budgets[:2], names=("lru", "predictive"))
+    _, warm_up = timed(warm.decode, tokens[:8])  # numba import and compile or cache load, once per process
+    print(f"demand-cache kernels: {curves.stack_engine()} (import and compile or cache load: {warm_up:.2f} s, once per process)")
+    out = {}
+    for name in ("lru", "predictive"):
+        policies = demand.DemandPolicies(space, budgets, names=(name,))
+        hits, seconds = timed(policies.decode, tokens)
+        out[name] = (seconds, hits[name].sum(axis=0))
+    return out
 
 
 def timed(function, *args):
@@ -63,8 +90,9 @@ def main():
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--budgets", type=int, default=20)
     parser.add_argument("--lru-only", action="store_true", help="skip Belady (a quicker run)")
+    parser.add_argument("--no-demand", action="store_true", help="skip the demand-cache curves")
     args = parser.parse_args()
-    ids, starts, distinct = synthetic_trace(args.requests)
+    ids, starts, distinct, routing = synthetic_trace(args.requests)
     n = len(ids)
     budgets = np.unique(np.round(np.geomspace(LAYERS, distinct, args.budgets)).astype(np.int64))
     print(f"trace: {n:,} requests, {len(starts):,} tokens, {distinct:,} distinct experts; {len(budgets)} replay budgets")
@@ -96,6 +124,16 @@ def main():
     middle = len(budgets) // 2
     belady = "" if args.lru_only else f", belady {opt_curve[middle] / n:.4f}"
     print(f"hit @ {budgets[middle]} slots: lru {lru_curve[middle] / n:.4f}{belady}")
+    if args.no_demand:
+        return
+    tokens = token_ids(routing)
+    runs = demand_curves(tokens, budgets)
+    assert runs["lru"][1].tolist() == lru_curve.tolist(), "LRU demand replay disagrees with the one-pass curve"
+    lru_s, pred_s = runs["lru"][0], runs["predictive"][0]
+    print(f"demand curves over {len(budgets)} budgets: lru {lru_s:.2f} s ({n / lru_s:,.0f} req/s), "
+          f"predictive {pred_s:.2f} s ({n / pred_s:,.0f} req/s): predictive costs {pred_s / lru_s:.2f}x LRU's demand replay")
+    pred = runs["predictive"][1]
+    print(f"hit @ {budgets[middle]} slots: predictive {pred[middle] / n:.4f} (lru {lru_curve[middle] / n:.4f})")
 
 
 if __name__ == "__main__":

@@ -309,3 +309,33 @@ def test_expert_id_out_of_range_exits_2(tmp_path, tiny_models):
     jsonl.write_text('{"token": 0, "layer": 0, "experts": [1, 5000]}\n')
     code, err = error_of([str(jsonl)])
     assert code == 2 and "expert id 5000 is out of range" in err
+
+
+@pytest.mark.parametrize("policy", ["belady", "recency", "nope"])
+def test_pin_policy_not_run_exits_2(tmp_path, policy):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(5))
+    result = run([str(binary), "--synth-layers", "4", "--experts", "16", "--expert-bytes", "2KiB", "--plan",
+                  str(tmp_path / "plan.json"), "--pin-policy", policy])
+    assert result.exit_code == 2 and f"--pin-policy {policy}: not a policy" in result.stderr
+    assert not (tmp_path / "plan.json").exists()
+
+
+@pytest.mark.parametrize("policy", ["predictive", "decay_bandit", "lfu", "lru"])
+def test_pin_policy_ranks_the_pins(tmp_path, policy):
+    """Experts 0 and 1 of every layer are used by every token, the rest in turn. The ceiling is 8 pins.
+    predictive and lfu pin the ever-present experts; lru the 8 most recent requests; the bandit the
+    top of its served arm, experts the last token used."""
+    routing = [[[0, 1, 2 + (t + layer) % 14] for layer in range(4)] for t in range(30)]
+    tokens = [np.unique(make_ids(np.repeat(np.arange(4), 3), np.array(token).reshape(-1))) for token in routing]
+    binary = write_tokens(tmp_path / "t.trace", tokens)
+    plan = tmp_path / "plan.json"
+    ok_json([str(binary), "--synth-layers", "4", "--experts", "16", "--budget-slots", "16", "--expert-bytes", "1000",
+             "--plan", str(plan), "--pin-policy", policy])
+    pins = read_plan(str(plan)).pin_list
+    last = [(layer, e) for layer in range(4) for e in routing[-1][layer]]  # request order
+    if policy in ("predictive", "lfu"):
+        assert pins == sorted((layer, e) for layer in range(4) for e in (0, 1))
+    elif policy == "lru":
+        assert pins == sorted(last[-8:])
+    else:
+        assert len(pins) == 8 and set(pins) <= set(last)

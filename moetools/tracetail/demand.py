@@ -103,9 +103,8 @@ class Batch:
     """Decode tokens ready for the kernels: items, visit numbers, table rows, token bounds."""
 
     def __init__(self, space, tokens, first_token, first_request):
-        items = [space.items(ids) for ids in tokens]
-        lengths = np.asarray([len(x) for x in items], dtype=np.int64)
-        self.items = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
+        lengths = np.asarray([len(ids) for ids in tokens], dtype=np.int64)
+        self.items = space.items(np.concatenate(tokens)) if tokens else np.zeros(0, dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self.rows = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
         self.tokens = len(tokens)

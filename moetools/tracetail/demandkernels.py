@@ -32,8 +32,9 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
     those the current visit has not requested (a token's experts already requested in the
     current layer are not evicted for that layer); only when every cached item is protected (a
     cache smaller than one layer's requests) is the lowest-keyed protected one evicted.
-    Per-layer minima are kept and recomputed only for layers whose members, keys or protection
-    changed, so a miss costs O(layers + one layer's members), not O(capacity).
+    Per-layer minima are kept and recomputed only for layers whose minimum may have changed (the
+    victim's layer, a layer whose minimum got requested, a layer whose visit ended or whose keys
+    were refreshed), so a miss costs O(layers + one layer's members), not O(capacity).
 
     Keys: KEYS_PER_REQUEST sets (req_a[r], req_b[r]) on request r; the table modes read
     tab_a/tab_b[rows[r], item] (rows[r] = the table row of request r's token). A call holds whole
@@ -124,8 +125,11 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
             if mode != KEYS_PER_REQUEST:
                 key_a[x] = tab_a[row, x]
                 key_b[x] = tab_b[row, x]
+        # x is protected from now on: the layer's minimum changes only if x was it (a new key of a
+        # protected item counts once the visit ends, when the layer is marked dirty)
+        if lmin_item[layer] == x:
+            dirty[layer] = 1
         prot[x] = v
-        dirty[layer] = 1
         if mode == KEYS_PER_REQUEST:
             key_a[x] = req_a[r]
             key_b[x] = req_b[r]
@@ -149,8 +153,8 @@ N_FEATURES = 16
 HALF_LIVES = (1.0, 4.0, 16.0, 64.0)  # tokens; decayed use counts, one per half-life
 
 
-def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, prev_use, counts, count_at, hist,
-            hist_token, sim, mark, vote, group, misc, out_a, out_b, features):
+def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, prev_use, counts, layer_at, hist,
+            hist_count, hist_token, sim, mark, vote, group, misc, out_a, out_b, features):
     """The predictive policy's keys, budget-independent: after each visit (token t, layer l) every
     expert e of layer l gets out_a[rows, l x E + e] = -n_layers x (1 - p) / p, the expected layer
     steps until its next use beyond the one coming up when p is the logistic probability that
@@ -163,7 +167,9 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
     vote: the past tokens j of the history ring whose routing of layers 0..l overlaps token t's
     (overlap share s_j over the experts so far) vote for the experts token j + 1 used in layer l,
     with weight s_j ** gamma; the vote is the weighted share (and whether it is above 0).
-    `features`, when it has rows, receives f (fitting and tests)."""
+    `features`, when it has rows, receives f (fitting and tests). The history ring keeps each past
+    token's experts per layer (hist, hist_count); a layer's counts are decayed together when it is
+    visited (layer_at: the token they are decayed to)."""
     ring = hist.shape[0]
     kmax = hist.shape[2]
     n_group = misc[P_GROUP]
@@ -182,8 +188,10 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
                 misc[P_SIM_TOKEN] = t
                 misc[P_SO_FAR] = 0
             slot = t % ring
-            for k in range(kmax):
-                hist[slot, lay, k] = group[k] if k < n_group else -1
+            kept = min(n_group, kmax)
+            for k in range(kept):
+                hist[slot, lay, k] = group[k]
+            hist_count[slot, lay] = kept
             hist_token[slot] = t
             stamp = last_visit + 1
             for k in range(n_group):
@@ -193,9 +201,8 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
                 if j < 0 or j >= t or j <= t - ring:
                     continue
                 overlap = 0
-                for k in range(kmax):
-                    e = hist[s, lay, k]
-                    if e >= 0 and mark[e] == stamp:
+                for k in range(hist_count[s, lay]):
+                    if mark[hist[s, lay, k]] == stamp:
                         overlap += 1
                 sim[s] += overlap
             misc[P_SO_FAR] += n_group
@@ -212,20 +219,21 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
                     continue
                 total += w
                 nxt = (j + 1) % ring
-                for k in range(kmax):
-                    e = hist[nxt, lay, k]
-                    if e >= 0:
-                        vote[e] += w
+                for k in range(hist_count[nxt, lay]):
+                    vote[hist[nxt, lay, k]] += w
             if total > 0.0:
                 for e in range(n_experts):
                     vote[e] /= total
+            if layer_at[lay] >= 0 and layer_at[lay] != t:
+                for h in range(len(HALF_LIVES)):
+                    factor = 0.5 ** ((t - layer_at[lay]) / HALF_LIVES[h])
+                    for e in range(n_experts):
+                        counts[h, lay * n_experts + e] *= factor
+            layer_at[lay] = t
             for k in range(n_group):
                 y = lay * n_experts + group[k]
                 for h in range(len(HALF_LIVES)):
-                    if count_at[y] >= 0:
-                        counts[h, y] *= 0.5 ** ((t - count_at[y]) / HALF_LIVES[h])
                     counts[h, y] += 1.0
-                count_at[y] = t
                 prev_use[y] = last_use[y]
                 last_use[y] = t
             for e in range(n_experts):
@@ -256,10 +264,7 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
                         features[row, y, b] = 1.0 if b == bucket else 0.0
                 f = 8
                 for h in range(len(HALF_LIVES)):
-                    c = 0.0
-                    if count_at[y] >= 0:
-                        c = counts[h, y] * 0.5 ** ((t - count_at[y]) / HALF_LIVES[h])
-                    value = math.log1p(c)
+                    value = math.log1p(counts[h, y])
                     z += weights[f] * value
                     if features.shape[0] > 0:
                         features[row, y, f] = value

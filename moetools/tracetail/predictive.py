@@ -14,7 +14,7 @@ import numpy as np
 
 from moetools.tracetail import curves, demandkernels
 
-HISTORY_TOKENS = 256  # the sequence term looks this many tokens back
+HISTORY_TOKENS = 128  # the sequence term looks this many tokens back (the shared traces are shorter)
 SEQUENCE_GAMMA = 4.0  # a past token's vote weight = (overlap share so far) ** gamma
 MAX_TOP_K = 64  # experts per layer per token kept in the history ring
 
@@ -50,8 +50,9 @@ class Predictor:
         self.last_use = np.full(d, -1, dtype=np.int64)
         self.prev_use = np.full(d, -1, dtype=np.int64)
         self.counts = np.zeros((len(demandkernels.HALF_LIVES), d))
-        self.count_at = np.full(d, -1, dtype=np.int64)
+        self.layer_at = np.full(n_layers, -1, dtype=np.int64)
         self.hist = np.full((int(history), n_layers, int(top_k)), -1, dtype=np.int64)
+        self.hist_count = np.zeros((int(history), n_layers), dtype=np.int64)
         self.hist_token = np.full(int(history), -1, dtype=np.int64)
         self.sim = np.zeros(int(history))
         self.mark = np.zeros(n_experts, dtype=np.int64)
@@ -68,7 +69,7 @@ class Predictor:
         tab_b = np.full(shape, -1, dtype=np.int64)
         feats = np.zeros(shape + (demandkernels.N_FEATURES,) if features else (0, 0, 0))
         predict_function()(batch.items, batch.visits, batch.rows, self.space.n_layers, self.space.n_experts, self.weights,
-                           self.gamma, self.last_use, self.prev_use, self.counts, self.count_at, self.hist, self.hist_token,
+                           self.gamma, self.last_use, self.prev_use, self.counts, self.layer_at, self.hist, self.hist_count, self.hist_token,
                            self.sim, self.mark, self.vote, self.group, self.misc, tab_a, tab_b, feats)
         if batch.tokens:
             visited_row = np.full(self.space.n_layers, -1, dtype=np.int64)

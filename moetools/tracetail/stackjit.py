@@ -72,5 +72,5 @@ def priority_stack_distances(seq, rank, n_items, cold, tick=None, chunk=1 << 18)
 # compiled (the same source is the numpy-path engine when numba is absent).
 from moetools.tracetail import demandkernels as _kernels  # noqa: E402
 
-replay = numba.njit(cache=True, nogil=True)(_kernels.replay)
-predict = numba.njit(cache=True, nogil=True)(_kernels.predict)
+replay = numba.njit(cache=True, nogil=True, error_model="numpy")(_kernels.replay)
+predict = numba.njit(cache=True, nogil=True, error_model="numpy")(_kernels.predict)
