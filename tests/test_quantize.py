@@ -93,17 +93,35 @@ def test_fallback(row, target, expected):
 
 def test_parse_types():
     assert core.parse_types("Q8_0,q4_k, q6_K,q8_0") == ["q8_0", "q4_K", "q6_K"]
-    with pytest.raises(UsageError, match=r"unsupported --type 'q7_0'; supported: bf16, f16, q8_0, q6_K, q5_K"):
+    assert core.parse_types("Q4_K_M,q4_K_S") == ["q4_K"]  # --pure: a mix name means its main type
+    with pytest.raises(UsageError, match=r"unknown --type 'q7_0'; llama-quantize's names moetools writes: Q4_0, Q4_1,"):
         core.parse_types("q8_0,q7_0")
     with pytest.raises(UsageError, match="empty"):
         core.parse_types(" , ")
+
+
+def test_parse_mixes():
+    mixes = core.parse_mixes("q4_k,Q4_K_M,Q5_K,q3_k_s,iq4_xs,Q8_0")
+    assert [mix.label for mix in mixes] == ["Q4_K_M", "Q5_K_M", "Q3_K_S", "IQ4_XS", "Q8_0"]  # Q4_K is Q4_K_M
+    assert [mix.ftype for mix in mixes] == [15, 17, 11, 30, 7]
+    assert [mix.label for mix in core.parse_mixes("Q4_K_M,q4_K", pure=True)] == ["q4_K"]
+    with pytest.raises(UsageError, match=r"unsupported --type 'IQ2_XS': llama-quantize's IQ2_XS needs quantizers"):
+        core.parse_mixes("IQ2_XS")
+    with pytest.raises(UsageError, match=r"unknown --type 'Q4_K_X'; llama-quantize's names moetools writes: .*Q4_K_M.*"
+                                         r"Q4_K \(= Q4_K_M\)"):
+        core.parse_mixes("Q4_K_X")
+    assert core.parse_tensor_types(["ATTN_V=Q8_0", "ffn_down_exps=q4_k"]) == (("attn_v", "q8_0"), ("ffn_down_exps", "q4_K"))
+    for bad, message in (("attn_v", "expected NAME=TYPE"), ("attn_v=", "missing quantization type"),
+                         ("attn_v=q9_9", "unsupported type 'q9_9'"), ("(=q8_0", "bad pattern")):
+        with pytest.raises(UsageError, match=message):
+            core.parse_tensor_types([bad])
 
 
 # --- resident-only tiers ----------------------------------------------------------------------
 
 def test_resident_tiers_with_manifests(tmp_path):
     source = small(tmp_path)
-    result = invoke(source, "--type", "q8_0,q4_K", "--json")
+    result = invoke(source, "--pure", "--type", "q8_0,q4_K", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     folder = tmp_path / "device-fit" / "qwen3moe"
@@ -153,7 +171,7 @@ def test_resident_tiers_with_manifests(tmp_path):
 
 def test_q8_0_tier_equals_gguf_quantize_and_error_is_measured(tmp_path):
     source = small(tmp_path)
-    result = invoke(source, "--type", "q8_0", "-o", tmp_path / "tiers", "--json", "--worst", "100")
+    result = invoke(source, "--pure", "--type", "q8_0", "-o", tmp_path / "tiers", "--json", "--worst", "100")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     sse = count = 0
@@ -175,7 +193,7 @@ def test_q8_0_tier_equals_gguf_quantize_and_error_is_measured(tmp_path):
 
 def test_tensor_already_in_the_tier_is_copied(tmp_path):
     source = small(tmp_path, types=synth.Types())  # resident tensors already Q8_0
-    result = invoke(source, "--type", "q8_0", "--json")
+    result = invoke(source, "--pure", "--type", "q8_0", "--json")
     tier = json.loads(result.stdout)["tiers"][0]
     assert tier["quantized"] == 0 and tier["copied"] > 0 and tier["rmse"] == 0
     with open_model(source) as src, open_model(tier["gguf"]) as out:
@@ -185,7 +203,7 @@ def test_tensor_already_in_the_tier_is_copied(tmp_path):
 
 def test_fallbacks_are_reported(tmp_path):
     source = small(tmp_path, "deepseek2")  # MLA: rows of 32, 64 and 128 values
-    result = invoke(source, "--type", "q4_K", "--json")
+    result = invoke(source, "--pure", "--type", "q4_K", "--json")
     tier = json.loads(result.stdout)["tiers"][0]
     fallbacks = {entry["tensor"]: entry for entry in tier["fallbacks"]}
     assert fallbacks["blk.0.attn_k_b.weight"] == {"tensor": "blk.0.attn_k_b.weight", "type": "q5_0",
@@ -199,7 +217,7 @@ def test_fallbacks_are_reported(tmp_path):
 def test_split_source(tmp_path):
     source = small(tmp_path, shards=3)
     assert source.name == "qwen3moe-00001-of-00003.gguf"
-    result = invoke(tmp_path / "qwen3moe-00002-of-00003.gguf", "--type", "q4_0", "--json")
+    result = invoke(tmp_path / "qwen3moe-00002-of-00003.gguf", "--pure", "--type", "q4_0", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     assert tier["gguf"] == str(tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.gguf")
@@ -211,7 +229,7 @@ def test_split_source(tmp_path):
 
 def test_dense_model_is_all_resident(tmp_path):
     source = small(tmp_path, "dense")
-    result = invoke(source, "--type", "q8_0", "--json")
+    result = invoke(source, "--pure", "--type", "q8_0", "--json")
     assert result.exit_code == 0, result.output
     assert "note: the model has no routed experts: every tensor is resident" in result.stderr
     doc = json.loads(result.stdout)
@@ -222,7 +240,7 @@ def test_dense_model_is_all_resident(tmp_path):
 
 def test_full_model(tmp_path):
     source = small(tmp_path, "gpt-oss", types=synth.Types(expert=synth.MXFP4, resident=synth.BF16, embed=synth.F16, output=synth.F16))
-    result = invoke(source, "--full", "--type", "q5_K", "--json")
+    result = invoke(source, "--full", "--pure", "--type", "q5_K", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     assert tier["gguf"] == str(tmp_path / "gpt-oss-q5_K-full.gguf") and tier["manifest"] is None
@@ -243,7 +261,7 @@ def test_full_model(tmp_path):
 
 def test_table_output(tmp_path):
     source = small(tmp_path)
-    doc = json.loads(invoke(source, "--type", "q6_K", "--json").stdout)
+    doc = json.loads(invoke(source, "--pure", "--type", "q6_K", "--json").stdout)
     tables = command._tables(doc)
     assert tables[0].columns == ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"]
     assert tables[0].rows[0][0] == "q6_K" and tables[0].rows[0][-1] == "qwen3moe-q6_K.gguf"
@@ -253,16 +271,21 @@ def test_table_output(tmp_path):
 
 def test_unknown_type(tmp_path):
     source = small(tmp_path)
-    result = invoke(source, "--type", "q4_0,iq2_xs")
+    result = invoke(source, "--type", "Q4_0,Q4_K_Q")
     assert result.exit_code == 2
-    assert result.output == ("error: unsupported --type 'iq2_xs'; supported: bf16, f16, q8_0, q6_K, q5_K, q5_1, q5_0, "
-                             "q4_K, q4_1, q4_0, iq4_nl, iq4_xs, q3_K, q2_K\n")
+    assert result.output.startswith("error: unknown --type 'Q4_K_Q'; llama-quantize's names moetools writes: Q4_0, Q4_1, Q5_0, "
+                                    "Q5_1, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L, IQ4_NL, IQ4_XS, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, "
+                                    "Q6_K, Q8_0, F16, BF16, Q3_K (= Q3_K_M), Q4_K (= Q4_K_M), Q5_K (= Q5_K_M)")
+    pure = invoke(source, "--pure", "--type", "q4_0,iq2_xs")
+    assert pure.exit_code == 2
+    assert "with --pure also the ggml types bf16, f16, q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, q4_0, iq4_nl, iq4_xs, q3_K, q2_K" \
+        in pure.output
     assert not (tmp_path / "device-fit").exists()
 
 
 def test_source_type_that_cannot_be_dequantized(tmp_path):
     source = small(tmp_path, types=synth.Types(resident=15))  # q8_K: gguf has no dequantizer
-    result = invoke(source, "--type", "q4_0")
+    result = invoke(source, "--pure", "--type", "q4_0")
     assert result.exit_code == 2
     assert "tensor 'blk.0.attn_q.weight' is q8_K, which cannot be dequantized to re-quantize it to q4_0" in result.output
     assert not (tmp_path / "device-fit").exists()
@@ -275,7 +298,7 @@ def test_non_finite_source_values(tmp_path):
     with open(source, "r+b") as handle:
         handle.seek(tensor.offset + 4 * 256 * 3)
         handle.write(np.array([np.nan], dtype=np.float32).tobytes())
-    result = invoke(source, "--type", "q8_0")
+    result = invoke(source, "--pure", "--type", "q8_0")
     assert result.exit_code == 2
     assert "tensor 'blk.1.attn_k.weight' holds NaN or infinite values (row 3)" in result.output
     assert os.listdir(tmp_path / "device-fit" / "qwen3moe") == []
@@ -285,7 +308,7 @@ def test_output_folder_not_writable(tmp_path):
     source = small(tmp_path)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    result = invoke(source, "--type", "q8_0", "-o", blocker / "tiers")
+    result = invoke(source, "--pure", "--type", "q8_0", "-o", blocker / "tiers")
     assert result.exit_code == 2
     assert result.output.startswith(f"error: {blocker / 'tiers'}: cannot create the output folder")
 
@@ -297,7 +320,7 @@ def test_output_folder_read_only(tmp_path):
     folder.mkdir()
     folder.chmod(0o555)
     try:
-        result = invoke(source, "--type", "q8_0", "-o", folder)
+        result = invoke(source, "--pure", "--type", "q8_0", "-o", folder)
     finally:
         folder.chmod(0o755)
     assert result.exit_code == 2 and "not writable" in result.output
@@ -315,7 +338,7 @@ def test_disk_full_leaves_no_files(tmp_path, monkeypatch):
         real_write(handle, data)
 
     monkeypatch.setattr(core, "_write", failing_write)
-    result = invoke(source, "--type", "q8_0,q4_K")
+    result = invoke(source, "--pure", "--type", "q8_0,q4_K")
     assert result.exit_code == 2
     assert "No space left on device" in result.output and "qwen3moe-q" in result.output
     assert os.listdir(tmp_path / "device-fit" / "qwen3moe") == []
@@ -329,29 +352,29 @@ def test_manifest_write_failure_removes_the_tier(tmp_path, monkeypatch):
         raise OutputError(f"{path}: write failed: No space left on device")
 
     monkeypatch.setattr(resident_manifest, "write_manifest", failing)
-    result = invoke(source, "--type", "q8_0")
+    result = invoke(source, "--pure", "--type", "q8_0")
     assert result.exit_code == 2
     assert os.listdir(tmp_path / "device-fit" / "qwen3moe") == []
 
 
 def test_existing_output_needs_force(tmp_path):
     source = small(tmp_path)
-    assert invoke(source, "--type", "q4_0").exit_code == 0
+    assert invoke(source, "--pure", "--type", "q4_0").exit_code == 0
     manifest = tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.gguf.resident.json"
     before = manifest.stat().st_mtime_ns
-    result = invoke(source, "--type", "q8_0,q4_0")
+    result = invoke(source, "--pure", "--type", "q8_0,q4_0")
     assert result.exit_code == 2
     gguf_path = tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q4_0.gguf"
     assert result.output == f"error: {gguf_path}: already exists (use --force to replace it)\n"
     assert not (tmp_path / "device-fit" / "qwen3moe" / "qwen3moe-q8_0.gguf").exists()  # refused before writing anything
-    assert invoke(source, "--type", "q8_0,q4_0", "--force").exit_code == 0
+    assert invoke(source, "--pure", "--type", "q8_0,q4_0", "--force").exit_code == 0
     assert manifest.stat().st_mtime_ns >= before
     assert sorted(p.name for p in (tmp_path / "device-fit" / "qwen3moe").iterdir()) == [
         "qwen3moe-q4_0.gguf", "qwen3moe-q4_0.gguf.resident.json", "qwen3moe-q8_0.gguf", "qwen3moe-q8_0.gguf.resident.json"]
 
 
 def test_missing_model(tmp_path):
-    result = invoke(tmp_path / "nope.gguf", "--type", "q8_0")
+    result = invoke(tmp_path / "nope.gguf", "--pure", "--type", "q8_0")
     assert result.exit_code == 2 and "nope.gguf" in result.output
 
 
@@ -368,7 +391,7 @@ def test_shared_models_requantize(tmp_path, shared_models):
     """Real converter-written Q8_0 files: a q8_0 tier copies every tensor, a q4_0 tier re-quantizes."""
     for path in shared_models:
         out = tmp_path / path.stem
-        result = invoke(path, "--type", "q8_0,q4_0", "-o", out, "--json")
+        result = invoke(path, "--pure", "--type", "q8_0,q4_0", "-o", out, "--json")
         assert result.exit_code == 0, result.output
         q8, q4 = json.loads(result.stdout)["tiers"]
         assert q8["quantized"] == 0 and q8["rmse"] == 0
@@ -394,12 +417,12 @@ def test_shared_models_requantize(tmp_path, shared_models):
 def test_quantized_sources_and_thread_counts(tmp_path):
     """K-quant and legacy sources are dequantized with gguf; the thread count never changes a byte."""
     source = small(tmp_path)
-    first = json.loads(invoke(source, "--type", "q4_K,q5_1", "-o", tmp_path / "a", "--threads", "1", "--json").stdout)["tiers"]
-    again = json.loads(invoke(source, "--type", "q4_K,q5_1", "-o", tmp_path / "b", "--threads", "2", "--json").stdout)["tiers"]
+    first = json.loads(invoke(source, "--pure", "--type", "q4_K,q5_1", "-o", tmp_path / "a", "--threads", "1", "--json").stdout)["tiers"]
+    again = json.loads(invoke(source, "--pure", "--type", "q4_K,q5_1", "-o", tmp_path / "b", "--threads", "2", "--json").stdout)["tiers"]
     for one, two in zip(first, again):
         assert Path(one["gguf"]).read_bytes() == Path(two["gguf"]).read_bytes()
     # a resident-only q4_K tier is itself a model (no experts): re-quantize it to q8_0
-    result = invoke(first[0]["gguf"], "--type", "q8_0", "-o", tmp_path / "c", "--json")
+    result = invoke(first[0]["gguf"], "--pure", "--type", "q8_0", "-o", tmp_path / "c", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     assert tier["quantized"] > 0
@@ -411,7 +434,7 @@ def test_quantized_sources_and_thread_counts(tmp_path):
 def test_custom_alignment_is_kept(tmp_path):
     spec = synth.tiny("qwen3moe", synth.Types(resident=synth.F16), **SMALL)
     source = synth.write_model(spec, tmp_path / "aligned.gguf", alignment=256)[0]
-    result = invoke(source, "--type", "q4_0", "--json")
+    result = invoke(source, "--pure", "--type", "q4_0", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     with open_model(source) as src, open_model(tier["gguf"]) as out:
@@ -443,7 +466,7 @@ def test_tiers_equal_llama_quantize(tmp_path, shared_models, model_name):
 
     digests = json.loads((Path(__file__).parent / "data" / "quantize_llama_quantize_sha256.json").read_text())["models"][model_name]
     path = next(path for path in shared_models if path.name == model_name)
-    result = invoke(path, "--type", ",".join(digests), "-o", tmp_path, "--json")
+    result = invoke(path, "--pure", "--type", ",".join(digests), "-o", tmp_path, "--json")
     assert result.exit_code == 0, result.output
     for tier in json.loads(result.stdout)["tiers"]:
         with open_model(tier["gguf"]) as out:
@@ -458,7 +481,7 @@ def test_tiers_equal_llama_quantize(tmp_path, shared_models, model_name):
 
 def test_mxfp4_and_bf16_sources(tmp_path):
     source = small(tmp_path, types=synth.Types(resident=synth.MXFP4, embed=synth.BF16, output=synth.F16))
-    result = invoke(source, "--type", "q6_K", "--json")
+    result = invoke(source, "--pure", "--type", "q6_K", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     with open_model(source) as src, open_model(tier["gguf"]) as out:
@@ -470,7 +493,7 @@ def test_mxfp4_and_bf16_sources(tmp_path):
 
 def test_full_keep_split(tmp_path):
     source = small(tmp_path, "deepseek2", shards=3)
-    result = invoke(source, "--full", "--keep-split", "--type", "q4_K", "--json")
+    result = invoke(source, "--full", "--keep-split", "--pure", "--type", "q4_K", "--json")
     assert result.exit_code == 0, result.output
     tier = json.loads(result.stdout)["tiers"][0]
     names = [os.path.basename(path) for path in tier["gguf_files"]]
@@ -486,22 +509,22 @@ def test_full_keep_split(tmp_path):
             assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
     for path in tier["gguf_files"]:
         assert len(GGUFReader(path).tensors) > 0
-    usage = invoke(source, "--keep-split", "--type", "q4_K")
+    usage = invoke(source, "--keep-split", "--pure", "--type", "q4_K")
     assert usage.exit_code == 2 and usage.output == "error: --keep-split applies to --full (a resident-only tier is always one file)\n"
 
 
 def test_dry_run_writes_nothing(tmp_path):
     source = small(tmp_path, "deepseek2")
-    dry = invoke(source, "--type", "q8_0,q4_K", "--dry-run", "--json")
+    dry = invoke(source, "--pure", "--type", "q8_0,q4_K", "--dry-run", "--json")
     assert dry.exit_code == 0, dry.output
     assert not (tmp_path / "device-fit").exists()
     planned = json.loads(dry.stdout)
     assert planned["notes"] == ["dry run: nothing written; error figures need a real run"]
     assert all(t["rmse"] is None and t["file_bytes"] is None and t["worst_tensors"] == [] for t in planned["tiers"])
-    real = json.loads(invoke(source, "--type", "q8_0,q4_K", "--json").stdout)
+    real = json.loads(invoke(source, "--pure", "--type", "q8_0,q4_K", "--json").stdout)
     for guess, done in zip(planned["tiers"], real["tiers"]):
         for key in ("resident_bytes", "bits_per_weight", "tensor_count", "fallbacks", "quantized", "kept", "copied", "gguf"):
             assert guess[key] == done[key], key
     # a dry run does not mind existing outputs
-    assert invoke(source, "--type", "q8_0", "--dry-run", "--json").exit_code == 0
+    assert invoke(source, "--pure", "--type", "q8_0", "--dry-run", "--json").exit_code == 0
     assert command._tables(planned)[0].rows[0][3:6] == ["-", "-", "-"]

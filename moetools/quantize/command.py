@@ -13,7 +13,7 @@ import click
 
 from moetools.errors import OutputError, UsageError
 from moetools.output import Table, info, render, warn
-from moetools.quantize.rules import TARGETS
+from moetools.quantize.rules import MIX_ALIASES, MIXES, TARGETS
 from moetools.sizes import format_size
 
 
@@ -77,7 +77,18 @@ def _install_override(folder, results):
 @click.command("quantize")
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("-t", "--type", "types", required=True, metavar="TYPES",
-              help=f"Comma-separated target types, one tier each: {', '.join(TARGETS)}.")
+              help=f"Comma-separated llama-quantize types, one tier each, meaning llama-quantize's per-tensor mix: "
+                   f"{', '.join(MIXES)} (aliases {', '.join(f'{a}={b}' for a, b in MIX_ALIASES.items())}). With --pure: "
+                   f"ggml types given to every tensor: {', '.join(TARGETS)}.")
+@click.option("--pure", is_flag=True,
+              help="Quantize every quantizable tensor to the one type (llama-quantize --pure) instead of the mix.")
+@click.option("--imatrix", "imatrix_path", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Importance matrix from llama-imatrix (GGUF or legacy .dat), used as llama-quantize uses it.")
+@click.option("--output-tensor-type", metavar="TYPE", help="ggml type for output.weight (llama-quantize's option).")
+@click.option("--token-embedding-type", metavar="TYPE", help="ggml type for token_embd.weight (llama-quantize's option).")
+@click.option("--tensor-type", "tensor_types", metavar="NAME=TYPE", multiple=True,
+              help="ggml type for tensors whose name matches the regular expression NAME (repeatable; first match wins), "
+                   "as llama-quantize's --tensor-type.")
 @click.option("--resident-only/--full", default=True, show_default=True,
               help="Write only the resident tensors (a tier for LLAMA_RESIDENT_OVERRIDE, with its manifest), or a complete "
                    "model with the routed experts copied byte for byte.")
@@ -99,16 +110,19 @@ def _install_override(folder, results):
 @click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
-def quantize_command(model_path, types, resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run,
-                     threads, worst, json_flag):
+def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, token_embedding_type, tensor_types,
+                     resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run, threads, worst,
+                     json_flag):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
-    Tensors llama-quantize keeps stay as they are (1-D tensors, norms, the router ffn_gate_inp,
-    exp_probs_b, anything not ending in `weight`); a tensor whose rows do not divide into the type's
-    blocks falls back to the type llama-quantize picks; a tensor already in the type is copied byte
-    for byte. Quantized bytes are identical to ggml's reference quantizers (no importance matrix).
-    MODEL is a .gguf file or any shard of a split model.
+    Each tensor gets the type llama-quantize gives it for the named mix (Q4_K_M: attn_v, ffn_down and
+    output get more bits by layer position and expert count), or with --pure the one type; tensors
+    llama-quantize keeps stay as they are (1-D tensors, norms, the router ffn_gate_inp, exp_probs_b,
+    anything not ending in `weight`); a tensor whose rows do not divide into the type's blocks falls
+    back to the type llama-quantize picks; a tensor already in the type is copied byte for byte.
+    --imatrix weighs the scale searches as llama-quantize does. Quantized bytes are identical to
+    llama-quantize's. MODEL is a .gguf file or any shard of a split model.
 
     Exit codes: 0 written; 2 bad input or options, or an output that cannot be written (nothing is
     left behind).
@@ -117,7 +131,16 @@ def quantize_command(model_path, types, resident_only, output_dir, install, stor
     from moetools.progress import progress
     from moetools.quantize import core
 
-    tiers = core.parse_types(types)
+    imatrix = None
+    if imatrix_path:
+        from moetools.formats.imatrix import read_imatrix
+
+        imatrix = read_imatrix(imatrix_path)
+    tiers = core.parse_mixes(
+        types, pure=pure,
+        output_type=core.parse_ggml_type(output_tensor_type, "--output-tensor-type") if output_tensor_type else None,
+        token_embd_type=core.parse_ggml_type(token_embedding_type, "--token-embedding-type") if token_embedding_type else None,
+        tensor_types=core.parse_tensor_types(tensor_types), has_imatrix=imatrix is not None and bool(imatrix.entries))
     full = not resident_only
     if keep_split and not full:
         raise UsageError("--keep-split applies to --full (a resident-only tier is always one file)")
@@ -143,7 +166,8 @@ def quantize_command(model_path, types, resident_only, output_dir, install, stor
         if not model.expert_tensors:
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
                          else "the model has no routed experts: the full model is every tensor re-quantized")
-        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force or dry_run, keep_split=keep_split)
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force or dry_run, keep_split=keep_split,
+                                imatrix=imatrix)
         for note in notes:
             info(f"note: {note}")
         if dry_run:

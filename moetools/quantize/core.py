@@ -35,22 +35,84 @@ QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
 TIER_KEYS = ("moetools.tier", "moetools.resident_only", "moetools.source_model", "moetools.source_fingerprint")
 
 
-def parse_types(text):
-    """`"q8_0,q4_K"` -> ["q8_0", "q4_K"] (ggml spelling, order kept, duplicates dropped).
+def _supported_list():
+    return ", ".join(rules.mix_names())
 
-    Raises UsageError naming the unknown type and listing the supported ones."""
-    names = []
+
+def parse_mixes(text, pure=False, output_type=None, token_embd_type=None, tensor_types=(), has_imatrix=False):
+    """`"Q4_K_M,q6_K"` -> [rules.Mix], order kept, duplicate tiers dropped.
+
+    Without `pure` each name is one of llama-quantize's types (any case; Q4_K = Q4_K_M, Q3_K =
+    Q3_K_M, Q5_K = Q5_K_M) meaning its per-tensor mix; with `pure` a name is a ggml type (or a mix
+    name, meaning its main type) given to every quantizable tensor, as llama-quantize --pure does.
+    Raises UsageError naming an unknown type and listing the names."""
+    mixes, labels = [], set()
     for part in str(text).split(","):
         if not part.strip():
             continue
-        name = rules.canonical_type(part)
+        name = rules.canonical_mix(part)
+        if pure and name is None and rules.canonical_type(part):
+            ggml = rules.canonical_type(part)
+            name = next(mix for mix, (ftype, _) in rules.MIXES.items() if ftype == rules.TARGETS[ggml])
         if name is None:
-            raise UsageError(f"unsupported --type {part.strip()!r}; supported: {', '.join(rules.TARGETS)}")
-        if name not in names:
-            names.append(name)
-    if not names:
-        raise UsageError(f"--type is empty; supported: {', '.join(rules.TARGETS)}")
-    return names
+            word = part.strip()
+            also = f"; with --pure also the ggml types {', '.join(rules.TARGETS)}" if pure else ""
+            if word.upper() in rules.UNSUPPORTED_MIXES:
+                raise UsageError(f"unsupported --type {word!r}: llama-quantize's {word.upper()} needs quantizers moetools does "
+                                 f"not have; supported: {_supported_list()}{also}")
+            raise UsageError(f"unknown --type {word!r}; llama-quantize's names moetools writes: {_supported_list()}{also}")
+        mix = rules.Mix(name, pure=pure, output_type=output_type, token_embd_type=token_embd_type,
+                        tensor_types=tensor_types, has_imatrix=has_imatrix)
+        if mix.label not in labels:
+            labels.add(mix.label)
+            mixes.append(mix)
+    if not mixes:
+        raise UsageError(f"--type is empty; llama-quantize's names moetools writes: {_supported_list()}")
+    return mixes
+
+
+def parse_types(text):
+    """`"q8_0,q4_K"` -> ["q8_0", "q4_K"]: the --pure tier labels (ggml spelling) of `text`."""
+    return [mix.label for mix in parse_mixes(text, pure=True)]
+
+
+def parse_ggml_type(text, option):
+    """A ggml type name for --output-tensor-type/--token-embedding-type/--tensor-type (any case)."""
+    name = rules.canonical_type(text)
+    if name is None:
+        raise UsageError(f"{option}: unsupported type {text.strip()!r}; supported: {', '.join(rules.TARGETS)}")
+    return name
+
+
+def parse_tensor_types(values):
+    """--tensor-type NAME=TYPE (repeatable; NAME a regular expression searched in tensor names,
+    lower-cased as llama-quantize does) -> ((pattern, ggml type), ...)."""
+    import re
+
+    pairs = []
+    for value in values:
+        pattern, sep, type_text = value.partition("=")
+        if not sep or not pattern:
+            raise UsageError(f"--tensor-type {value!r}: expected NAME=TYPE (e.g. attn_v=q8_0)")
+        if not type_text:
+            raise UsageError(f"--tensor-type {value!r}: missing quantization type")
+        try:
+            re.compile(pattern.lower())
+        except re.error as err:
+            raise UsageError(f"--tensor-type {value!r}: bad pattern: {err}") from None
+        pairs.append((pattern.lower(), parse_ggml_type(type_text, "--tensor-type")))
+    return tuple(pairs)
+
+
+def model_facts(model):
+    """What llama-quantize's mix rules read from a model (rules.ModelFacts)."""
+    from moetools.gguf.constants import Keys
+
+    heads = model.layer_values(Keys.HEAD_COUNT, 0) or [0]
+    kv_heads = model.layer_values(Keys.HEAD_COUNT_KV, None) or [None]
+    n_head = heads[0] or 0
+    n_head_kv = n_head if kv_heads[0] is None else kv_heads[0]
+    return rules.ModelFacts(model.architecture, model.expert_count or 0, model.block_count or 0, n_head, n_head_kv)
 
 
 def default_output_dir(model_path, full=False):
@@ -84,6 +146,7 @@ class TensorPlan:
     fallback: bool = False
     expert: bool = False  # a routed-expert tensor (only in --full tiers)
     out_shard: int = 0  # index of the output file holding it (--keep-split)
+    imatrix: object = None  # float32 importance weights (ne0 * matrices), or None
 
     @property
     def out_bytes(self):
@@ -131,13 +194,14 @@ class TensorError:
 
 @dataclass
 class TierPlan:
-    tier: str  # ggml type name
-    type_id: int
+    tier: str  # tier label: the mix name (Q4_K_M), or the ggml type with --pure
+    file_type: int  # llama_ftype written as general.file_type
     gguf_paths: list  # one output file, or one per source shard with --keep-split
     manifest_path: str  # "" for --full
     tensors: list  # TensorPlan, in output order
     full: bool = False
     errors: dict = field(default_factory=dict)  # name -> TensorError, filled by run()
+    imatrix: object = None  # formats.imatrix.Imatrix used for this tier, or None
 
     @property
     def gguf_path(self):
@@ -176,55 +240,103 @@ class TierResult:
         return doc
 
 
-def plan_tiers(model, tiers, out_dir, full=False, force=False, keep_split=False):
+def plan_tiers(model, mixes, out_dir, full=False, force=False, keep_split=False, imatrix=None):
     """Plan every tier before anything is written: output paths, per-tensor type and action.
 
+    `mixes`: [rules.Mix] (parse_mixes). Each tensor's type is llama-quantize's choice for the mix
+    (rules.choose_types over every tensor of the model, in llama-quantize's order, so the layer
+    rules see the same counters); routed experts are left out (resident-only) or copied (--full).
+    `imatrix`: a formats.imatrix.Imatrix whose entries weigh the quantized tensors, or None.
     With `full` and `keep_split`, a tier is written as many files as the source has shards, each
     holding the tensors of its source shard (as llama-quantize --keep-split does).
 
     Raises OutputError for an existing output without `force`, InputError for a tensor that must be
-    re-quantized but whose source type cannot be dequantized."""
+    re-quantized but whose source type cannot be dequantized, or an imatrix that does not belong to
+    the model, UsageError for a mix that needs an imatrix without one."""
     from moetools.quantize import kernels
 
     expert_names = {tensor.name for tensor in model.expert_tensors}
     n_files = len(model.shards) if full and keep_split else 1
+    facts = model_facts(model)
+    if imatrix is not None:
+        _check_imatrix_names(model, imatrix)
     plans = []
-    for tier in tiers:
-        type_id = GGML_TYPE_IDS[tier]
-        gguf_names, manifest_name = output_names(model.path, tier, full, n_files)
+    for mix in mixes:
+        try:
+            choices = rules.choose_types(mix, facts, [(tensor.name, tensor.shape) for tensor in model.tensors])
+        except ValueError as err:
+            raise InputError(model.path, f"{mix.label}: {err}") from None
+        if imatrix is None:
+            for name, choice in choices.items():
+                if choice.requires_imatrix:
+                    raise UsageError(f"{mix.label} requires an importance matrix (tensor {name!r} is {choice.type} in a "
+                                     "very low-bit mix, as llama-quantize refuses it without one): pass --imatrix FILE")
+        gguf_names, manifest_name = output_names(model.path, mix.label, full, n_files)
         tensors = []
         for tensor in model.tensors:
             if tensor.name in expert_names:
                 if full:
                     tensors.append(TensorPlan(tensor, tensor.type_id, "copy", "routed expert", expert=True))
                 continue
-            reason = rules.keep_reason(tensor.name, tensor.shape, model.architecture)
-            if reason:
-                tensors.append(TensorPlan(tensor, tensor.type_id, "keep", reason))
+            choice = choices[tensor.name]
+            if choice.type is None:
+                tensors.append(TensorPlan(tensor, tensor.type_id, "keep", choice.keep_reason))
                 continue
-            chosen, fallback = rules.target_for(tensor.shape[0], tier)
+            chosen, fallback = choice.type, choice.fallback_reason
             chosen_id = GGML_TYPE_IDS[chosen]
             if chosen_id == tensor.type_id:
                 tensors.append(TensorPlan(tensor, chosen_id, "copy", fallback or "already " + chosen, bool(fallback)))
                 continue
-            if kernels.needs_compiled(chosen_id) and kernels.engine() == "numpy":
-                raise UsageError(f"{chosen} needs the compiled kernels (numba), which are not available here "
-                                 f"(numba missing, or ${kernels.NO_JIT_ENV} set)")
+            weights = _imatrix_for(model, tensor, imatrix, choice) if imatrix is not None else None
+            if kernels.needs_compiled(chosen_id, weights is not None) and kernels.engine() == "numpy":
+                raise UsageError(f"{chosen}{' with an importance matrix' if weights is not None else ''} needs the compiled "
+                                 f"kernels (numba), which are not available here (numba missing, or ${kernels.NO_JIT_ENV} set)")
             if not kernels.can_dequantize(tensor.type_id):
                 raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} is {tensor.type_name}, which cannot be "
                                  f"dequantized to re-quantize it to {chosen}", offset=tensor.offset)
-            tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback)))
+            tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback), imatrix=weights))
         if n_files > 1:
             for tensor_plan in tensors:
                 tensor_plan.out_shard = tensor_plan.tensor.shard
-        plans.append(TierPlan(tier, type_id, [os.path.join(out_dir, name) for name in gguf_names],
-                              os.path.join(out_dir, manifest_name) if manifest_name else "", tensors, full))
+        plans.append(TierPlan(mix.label, mix.ftype, [os.path.join(out_dir, name) for name in gguf_names],
+                              os.path.join(out_dir, manifest_name) if manifest_name else "", tensors, full,
+                              imatrix=imatrix))
     if not force:
         for plan in plans:
             for path in (*plan.gguf_paths, plan.manifest_path):
                 if path and os.path.lexists(path):
                     raise OutputError(f"{path}: already exists (use --force to replace it)")
     return plans
+
+
+def _check_imatrix_names(model, imatrix):
+    """An imatrix made on another model names tensors this one does not have: refuse it (exit 2)."""
+    names = {tensor.name for tensor in model.tensors}
+    unknown = sorted(name for name in imatrix.entries if name not in names)
+    if unknown:
+        raise InputError(imatrix.path, f"imatrix entry {unknown[0]!r} is not a tensor of {os.path.basename(model.path)}"
+                         f"{f' (nor are {len(unknown) - 1} more)' if len(unknown) > 1 else ''}: "
+                         "an importance matrix of another model", key=unknown[0])
+    if not imatrix.entries:
+        raise InputError(imatrix.path, "imatrix holds no entries")
+
+
+def _imatrix_for(model, tensor, imatrix, choice):
+    """The imatrix weights llama-quantize uses for `tensor` (ne0 values per matrix), or None where it
+    has none; InputError for weights of another size, UsageError where the mix needs them."""
+    weights = imatrix.entries.get(tensor.name)
+    ne0 = tensor.shape[0]
+    matrices = tensor.shape[2] if len(tensor.shape) > 2 else 1
+    if weights is not None and weights.size != ne0 * matrices:
+        if tensor.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
+            raise InputError(imatrix.path, f"imatrix entry {tensor.name!r} holds {weights.size} values, the tensor needs "
+                             f"{ne0 * matrices} ({ne0} per row x {matrices}): an importance matrix of another model",
+                             key=tensor.name)
+        weights = None  # llama-quantize ignores a token embedding's (it is not a matmul weight)
+    if weights is None and choice.requires_imatrix:
+        raise InputError(imatrix.path, f"imatrix has no entry for {tensor.name!r}, which the mix quantizes to {choice.type} "
+                         "(a very low-bit quantization llama-quantize refuses without one)", key=tensor.name)
+    return weights
 
 
 def prepare_output_dir(out_dir):
@@ -256,44 +368,63 @@ def _metadata_items(model):
             yield key, value, kind, None
 
 
+IMATRIX_KEYS = ("quantize.imatrix.file", "quantize.imatrix.dataset", "quantize.imatrix.entries_count",
+                "quantize.imatrix.chunks_count")
+
+
 def _open_writer(model, plan, handle, file_index=0):
-    """A gguf.GGUFWriter writing the header (metadata and tensor infos) of `plan`'s output file
-    `file_index` into `handle`. Split outputs carry the metadata in the first file only, and the
-    split keys in every file, as llama.cpp writes them."""
+    """Write the header (metadata and tensor infos) of `plan`'s output file `file_index` into
+    `handle`. Split outputs carry the metadata in the first file only, and the split keys in every
+    file, as llama.cpp writes them; a tier made with an imatrix carries llama-quantize's
+    quantize.imatrix.* keys. The header is made by gguf.GGUFWriter through its public API only
+    (it writes to a path: a private temporary folder, whose bytes are copied into `handle`)."""
+    import shutil
+    import tempfile
+
     import numpy as np
     from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
-    from gguf.gguf_writer import WriterState
 
-    writer = GGUFWriter(None, model.architecture)
-    alignment = model.headers[0].alignment
-    if alignment != writer.data_alignment:
-        writer.add_custom_alignment(alignment)
-    if file_index == 0:
-        for key, value, kind, sub_type in _metadata_items(model):
-            writer.add_key_value(key, value, GGUFValueType(kind), sub_type=GGUFValueType(sub_type) if sub_type is not None else None)
-        writer.add_uint32(Keys.FILE_TYPE, rules.TARGETS[plan.tier])
-        writer.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
-        writer.add_string("moetools.tier", plan.tier)
-        writer.add_bool("moetools.resident_only", not plan.full)
-        writer.add_string("moetools.source_model", os.path.basename(model.path))
-        writer.add_string("moetools.source_fingerprint", model.fingerprint)
-    if len(plan.gguf_paths) > 1:
-        writer.add_uint16(Keys.SPLIT_NO, file_index)
-        writer.add_uint16(Keys.SPLIT_COUNT, len(plan.gguf_paths))
-        writer.add_int32(Keys.SPLIT_TENSORS_COUNT, len(plan.tensors))
-    for tensor_plan in plan.tensors:
-        if tensor_plan.out_shard != file_index:
-            continue
-        tensor = tensor_plan.tensor
-        writer.add_tensor_info(tensor.name, tuple(reversed(tensor.shape)), np.dtype(np.float32), tensor_plan.out_bytes,
-                               raw_dtype=GGMLQuantizationType(tensor_plan.out_type))
-    # The handle is atomic_write's temporary file: hand it to the writer instead of a path.
-    writer.fout = [handle]
-    writer.state = WriterState.EMPTY
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    return writer
+    with tempfile.TemporaryDirectory(prefix="moetools-header-") as folder:
+        header_path = os.path.join(folder, "header.gguf")
+        writer = GGUFWriter(header_path, model.architecture)
+        alignment = model.headers[0].alignment
+        if alignment != writer.data_alignment:
+            writer.add_custom_alignment(alignment)
+        if file_index == 0:
+            for key, value, kind, sub_type in _metadata_items(model):
+                if key in IMATRIX_KEYS and plan.imatrix is not None:
+                    continue
+                writer.add_key_value(key, value, GGUFValueType(kind),
+                                     sub_type=GGUFValueType(sub_type) if sub_type is not None else None)
+            writer.add_uint32(Keys.FILE_TYPE, plan.file_type)
+            writer.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
+            if plan.imatrix is not None:  # as llama-quantize records it (its kv overrides)
+                writer.add_string(IMATRIX_KEYS[0], str(plan.imatrix.path)[:127])
+                if plan.imatrix.datasets:
+                    writer.add_string(IMATRIX_KEYS[1], plan.imatrix.datasets[0][:127])
+                writer.add_uint32(IMATRIX_KEYS[2], len(plan.imatrix.entries))
+                if plan.imatrix.chunk_count > 0:
+                    writer.add_uint32(IMATRIX_KEYS[3], plan.imatrix.chunk_count)
+            writer.add_string("moetools.tier", plan.tier)
+            writer.add_bool("moetools.resident_only", not plan.full)
+            writer.add_string("moetools.source_model", os.path.basename(model.path))
+            writer.add_string("moetools.source_fingerprint", model.fingerprint)
+        if len(plan.gguf_paths) > 1:
+            writer.add_uint16(Keys.SPLIT_NO, file_index)
+            writer.add_uint16(Keys.SPLIT_COUNT, len(plan.gguf_paths))
+            writer.add_int32(Keys.SPLIT_TENSORS_COUNT, len(plan.tensors))
+        for tensor_plan in plan.tensors:
+            if tensor_plan.out_shard != file_index:
+                continue
+            tensor = tensor_plan.tensor
+            writer.add_tensor_info(tensor.name, tuple(reversed(tensor.shape)), np.dtype(np.float32), tensor_plan.out_bytes,
+                                   raw_dtype=GGMLQuantizationType(tensor_plan.out_type))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        writer.close()
+        with open(header_path, "rb") as header:
+            shutil.copyfileobj(header, handle, COPY_BYTES)
 
 
 def _write(handle, data):
@@ -326,8 +457,30 @@ def _squares_and_peak(values):
     return float(np.add.reduce(np.square(flat), dtype=np.float64)), float(np.maximum(flat.max(), -flat.min()))
 
 
+def _quantize_rows(source, out_type, first_row, rows_per_matrix, weights):
+    """Quantize rows first_row.. of a tensor (source (n, ne0)) with its imatrix `weights` (ne0 per
+    matrix of `rows_per_matrix` rows) or none, splitting where a matrix ends, as llama-quantize
+    gives each expert matrix its own slice."""
+    import numpy as np
+
+    from moetools.quantize import kernels
+
+    if weights is None:
+        return kernels.quantize(source, out_type, threads=1)
+    ne0 = source.shape[1]
+    parts = []
+    row = 0
+    while row < source.shape[0]:
+        matrix = (first_row + row) // rows_per_matrix
+        count = min(source.shape[0] - row, (matrix + 1) * rows_per_matrix - (first_row + row))
+        parts.append(kernels.quantize(source[row:row + count], out_type, threads=1, imatrix=weights[matrix * ne0:(matrix + 1) * ne0]))
+        row += count
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
 def _quantize_task(model, tensor, first_row, n_rows, out_types):
-    """Dequantize rows of `tensor`, quantize them to each type in `out_types`, measure the errors.
+    """Dequantize rows of `tensor`, quantize them to each (type, imatrix weights or None) in
+    `out_types`, measure the errors.
 
     Returns [(bytes (uint8 array), sse, ss_source, max_abs_error, max_abs_source)] per type."""
     import numpy as np
@@ -345,8 +498,9 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types):
         raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} holds NaN or infinite values (row {bad_row}); "
                          "it cannot be quantized", offset=tensor.offset + bad_row * row_bytes)
     results = []
-    for out_type in out_types:
-        data = kernels.quantize(source, out_type, threads=1)
+    rows_per_matrix = tensor.shape[1] if len(tensor.shape) > 1 else 1
+    for out_type, weights in out_types:
+        data = _quantize_rows(source, out_type, first_row, rows_per_matrix, weights)
         sse, peak_error = _squares_and_peak(kernels.dequantize(data, out_type, source.shape) - source)
         results.append((data, sse, ss_source, peak_error, peak_source))
     return results
@@ -414,7 +568,7 @@ def run(model, plans, threads=None, progress=None):
 def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
     """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)],
     writing to `outputs` {tier index: file handle}."""
-    out_types = [plan.out_type for _, plan in quantize]
+    out_types = [(plan.out_type, plan.imatrix) for _, plan in quantize]
     for index, plan in quantize:
         plans[index].errors[tensor.name] = TensorError(tensor.name, tensor.type_name, type_name(plan.out_type), tensor.n_elements)
     row_length = tensor.shape[0]
@@ -482,7 +636,7 @@ def _manifest(model, tier, result):
         rmse=result.rmse,
         max_rel_error=result.max_rel_error,
         fallbacks=result.fallbacks,
-        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "file_type": rules.TARGETS[tier.tier]},
+        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "file_type": tier.file_type},
     )
 
 

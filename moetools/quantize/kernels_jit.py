@@ -23,20 +23,25 @@ import numpy as np
 
 F32 = np.float32
 F64 = np.float64
-_JIT = {"nogil": True, "cache": True}
+_JIT = {"nogil": True, "cache": True, "error_model": "numpy"}  # C division: inf/nan, never an exception
 GROUP_MAX_EPS = 1e-15
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 
 
 # --- scalar helpers ------------------------------------------------------------------------------
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def nearest_int(fval):
     """ggml's nearest_int: the mantissa bits of fval + 1.5*2^23 (round half to even below 2^22; the
-    same bits, C wrap-around included, above)."""
-    val = F32(fval + F32(12582912.0))
+    same bits, C wrap-around included, above). Inlined: it runs in every inner loop."""
     if abs(fval) <= F32(4194303.0):
-        return int(F32(val - F32(12582912.0)))
+        return int(F32(F32(fval + F32(12582912.0)) - F32(12582912.0)))
+    return _nearest_wide(F32(fval + F32(12582912.0)))
+
+
+@numba.njit(**_JIT)
+def _nearest_wide(val):
+    """nearest_int's bits for an argument beyond 2^22 (val = argument + 1.5*2^23, float32)."""
     if val != val:
         return 0  # a NaN's mantissa 0x400000
     if math.isinf(val) or val == 0:
@@ -94,13 +99,13 @@ def put_half(y, offset, f):
     return half_value(h)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _sqrt(v):
     """sqrtf: float64 sqrt rounded to float32 is the correctly rounded float32 sqrt."""
     return F32(math.sqrt(F64(v)))
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _round_away(v):
     """roundf: half away from zero."""
     t = F32(math.trunc(F64(v)))
@@ -109,14 +114,14 @@ def _round_away(v):
     return t
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _c_int8(v):
     """C's (int8_t) of a float: truncation toward zero, then the low byte as signed."""
     i = int(math.trunc(F64(v))) & 0xFF
     return i - 256 if i > 127 else i
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def best_index_int8(n, values, x):
     """Index of the entry of the sorted `values` nearest to x (ggml's best_index_int8)."""
     if x <= F32(values[0]):
