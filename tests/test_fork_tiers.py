@@ -27,7 +27,7 @@ def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("install")
     source = small(base)
     root = base / "storage"
-    result = invoke("quantize", source, "--type", "q8_0,q4_0", "--install", "--storage-root", root,
+    result = invoke("quantize", source, "--pure", "--type", "q8_0,q4_0", "--install", "--storage-root", root,
                     "--model-id", MODEL_ID, "--json")
     assert result.exit_code == 0, result.output
     return root, source, json.loads(result.stdout)
@@ -84,7 +84,7 @@ def test_storage_root_follows_the_daemons_environment_rules(tmp_path):
 def test_install_default_root_is_the_environment(tmp_path):
     source = small(tmp_path)
     root = tmp_path / "from-env"
-    result = invoke("quantize", source, "--type", "q4_0", "--install", "--json", env={"CONTINUUM_STORAGE_PATH": str(root)})
+    result = invoke("quantize", source, "--pure", "--type", "q4_0", "--install", "--json", env={"CONTINUUM_STORAGE_PATH": str(root)})
     assert result.exit_code == 0, result.output
     folder = root / "device-fit" / "qwen3moe"
     assert fork_rules.discover_resident_tiers(str(folder))[0][0] == "q4_0"
@@ -95,16 +95,16 @@ def test_unwritable_storage_root_is_exit_2_and_nothing_is_written(tmp_path):
     source = small(tmp_path)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    result = invoke("quantize", source, "--type", "q4_0", "--install", "--storage-root", blocker / "root")
+    result = invoke("quantize", source, "--pure", "--type", "q4_0", "--install", "--storage-root", blocker / "root")
     assert result.exit_code == 2 and "cannot create the output folder" in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["a-file", "qwen3moe.gguf"]
 
 
 def test_install_refuses_full_and_output_dir(tmp_path):
     source = small(tmp_path)
-    assert invoke("quantize", source, "--type", "q4_0", "--install", "--full").exit_code == 2
-    assert invoke("quantize", source, "--type", "q4_0", "--install", "-o", tmp_path / "o").exit_code == 2
-    assert invoke("quantize", source, "--type", "q4_0", "--model-id", "x").exit_code == 2
+    assert invoke("quantize", source, "--pure", "--type", "q4_0", "--install", "--full").exit_code == 2
+    assert invoke("quantize", source, "--pure", "--type", "q4_0", "--install", "-o", tmp_path / "o").exit_code == 2
+    assert invoke("quantize", source, "--pure", "--type", "q4_0", "--model-id", "x").exit_code == 2
 
 
 def test_old_stem_tier_manifests_and_manifests_beside_the_model_are_still_read(installed, tmp_path):
