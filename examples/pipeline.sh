@@ -8,8 +8,9 @@
 #
 # Usage: examples/pipeline.sh [MODEL] [TRACE]
 #   MODEL  any shard of a GGUF model (default: the built-in K3-class example, `make example`)
-#   TRACE  an expert trace written by the fork (GGML_MOE_TRACE_FILE); without one, device-fit uses the
-#          uniform coverage floor.
+#   TRACE  an expert trace written by the fork (GGML_MOE_TRACE_FILE, 12-byte records; its keys are
+#          mapped to layers with MODEL) or a route_trace CSV of the same model; without one,
+#          device-fit uses the uniform coverage floor.
 # Environment: VRAM (default 32G), CTX (default: the model's training context), RAM (optional host RAM),
 #              MOETOOLS (default: moetools), OUT (default: the model's folder).
 #
@@ -56,8 +57,10 @@ fi
 
 if [ -n "$TRACE" ]; then
     if has trace-tail; then
-        say "coverage curve: $MOETOOLS trace-tail $TRACE --curve --json > $CURVE"
-        $MOETOOLS trace-tail "$TRACE" --curve --json > "$CURVE"
+        # --model maps the fork's tensor keys to layers (and checks a CSV is of this model); -o writes
+        # the curve atomically, so a failed step leaves no empty or partial curve file behind.
+        say "coverage curve: $MOETOOLS trace-tail $TRACE --model $MODEL --curve -o $CURVE"
+        $MOETOOLS trace-tail "$TRACE" --model "$MODEL" --curve --json -o "$CURVE" > /dev/null
         set -- "$@" --coverage "$CURVE"
     else
         say "skipped the coverage curve: '$MOETOOLS trace-tail' is not installed (uniform floor instead)"
