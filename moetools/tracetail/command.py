@@ -45,6 +45,7 @@ class _Inputs:
         self.tokeniser = None
         self.n_layers = self.n_expert = self.top_k = 0
         self.expert_bytes_by_layer = {}
+        self.open_last = False
 
 
 def _layer_map(model, synth_layers, experts, top_k):
@@ -77,6 +78,7 @@ def _read_inputs(trace, fmt, layer_map):
         last = tok.flush()
         if last is not None:
             tokens.append(last)
+            got.open_last = True  # the daemon never counts it (no next token began)
         if tok.tail:
             output.warn(f"{name}: the last {len(tok.tail)} bytes are a torn record (size not a multiple of 12); ignored")
         tok.check_model(name)
@@ -176,6 +178,10 @@ def _summary_tables(doc):
     for key in ("records", "unknown_records", "torn_bytes", "fnv_basis"):
         if key in doc:
             facts.append([key.replace("_", " "), str(doc[key])])
+    probe = doc.get("daemon_probe")
+    if probe:
+        for key, value in probe.items():
+            facts.append([f"daemon: {key.replace('_', ' ')}", "-" if value is None else str(value)])
     for key, value in doc["instruments"].items():
         facts.append([key.replace("_", " "), "-" if value is None else f"{value:.4f}"])
     for key, value in doc.get("topk_hit", {}).items():
@@ -249,13 +255,15 @@ def _write_plan(path, budget_bytes, pins):
               help="Whose scores rank the plan's pins: predictive, decay_bandit, lfu or lru.")
 @click.option("--write-table", "table_path", metavar="FILE",
               help="Write the tkey-to-layer-matrix.json the fork's pager driver reads, for --model or --synth-layers.")
+@click.option("--daemon-probe", is_flag=True,
+              help="Also the figures the serving daemon's trace tail computes (its segments, budget rule, tie-break, predictor, integer percents).")
 @click.option("-o", "--output", "output_path", metavar="FILE", help="Also write the JSON document (summary or curve) to FILE.")
 @click.option("--poll", type=click.FloatRange(min=0.01, max=5), default=0.2, show_default=True, help="--follow: seconds between polls.")
 @click.option("--max-idle", type=click.FloatRange(min=0), metavar="SECONDS", help="--follow: stop after this long without new records.")
 @click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="--follow: stop after N decode tokens.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
-                       window, curve, plot, write_trace, plan_path, pin_policy, table_path, output_path, poll, max_idle, max_tokens,
+                       window, curve, plot, write_trace, plan_path, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
                        json_flag):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
@@ -290,11 +298,12 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
         atomic.write_json(table_path, tkey_table_doc(layer_map.names))
         output.info(f"wrote {len(layer_map.names)} tensor keys to {table_path}")
     if not once:
-        if curve is not None or write_trace:
-            raise UsageError("--curve, --plot and --write-trace work on a whole trace (--once)")
+        if curve is not None or write_trace or daemon_probe:
+            raise UsageError("--curve, --plot, --write-trace and --daemon-probe work on a whole trace (--once)")
         return _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, plan_path, poll, max_idle, max_tokens)
     if max_idle is not None or max_tokens is not None:
         raise UsageError("--max-idle and --max-tokens apply to --follow")
+    options["daemon_probe"] = daemon_probe
     _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, curve, plot, write_trace, plan_path,
           output_path, json_flag)
 
@@ -331,6 +340,11 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         result = analyse(got.tokens, got.phases, settings, tick=bar.update)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)
+    if options.get("daemon_probe"):
+        from moetools.tracetail.daemon_probe import daemon_probe
+
+        folded = got.tokens[:-1] if got.open_last else got.tokens
+        summary["daemon_probe"] = daemon_probe(folded)
     summary["budget_bytes"] = int(budget_bytes) if budget_bytes is not None else int(settings.budget * expert_bytes)
     if plan_path:
         from moetools.tracetail.core import plan_pins
