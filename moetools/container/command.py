@@ -89,8 +89,11 @@ def encode_tables(doc):
 @click.option("--force", is_flag=True, help="Replace a container of another model (or an unreadable one) in the folder.")
 @click.option("--batch", "batch", default="16MiB", show_default=True, callback=lambda c, p, v: _size_option(v),
               help="Bytes of records built per write (memory used is about this, at least one record).")
+@click.option("--banks", "banks_numbering", type=click.Choice(["block", "ordinal"]), default="block", show_default=True,
+              help="Number banks (experts-L{N}.bin and each header's layer) by GGUF block, as the fork's server opens "
+                   "them, or by MoE-layer ordinal (L0 = first routed layer), as the daemon's reader expects.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
-def encode_command(model, folder, force, batch, json_flag):
+def encode_command(model, folder, force, batch, banks_numbering, json_flag):
     """Rewrite MODEL's routed experts into the -o folder as the serving fork's expert container:
     manifest.json and one experts-L{N}.bin bank per MoE layer, each expert one 4 KiB-aligned record
     (header, gate | up | down, zero padding), plus xxh3 sidecars.
@@ -102,7 +105,7 @@ def encode_command(model, folder, force, batch, json_flag):
     from moetools.progress import progress
 
     with _open_model(model) as source:
-        plan = core.plan_container(source)
+        plan = core.plan_container(source, banks_numbering)
         total = plan.manifest.bank_bytes * plan.manifest.n_layers
         with progress(total, desc="container-encode") as bar:
             result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
@@ -229,7 +232,7 @@ def read_tables(doc):
 
 @click.command("container-read")
 @click.argument("folder", type=click.Path(file_okay=False))
-@click.option("--layer", required=True, type=click.IntRange(0), help="GGUF block number of the MoE layer (bank experts-L{N}.bin).")
+@click.option("--layer", required=True, type=click.IntRange(0), help="Bank number N of experts-L{N}.bin: the GGUF block, or the MoE-layer ordinal in a --banks ordinal container.")
 @click.option("--expert", required=True, type=click.IntRange(0), help="Expert id within the layer.")
 @click.option("--matrix", type=click.Choice(["gate", "up", "down", "gate_bias", "up_bias", "down_bias", "record"]),
               help="Write this slice's raw bytes (or the whole record) instead of describing the record.")

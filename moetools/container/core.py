@@ -159,12 +159,13 @@ def _bank_sources(model, block, tensors, n_expert):
     return sources
 
 
-def plan_container(model):
+def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
     """The container a model encodes to: manifest and, per MoE layer, where each slice comes from.
 
     record_bytes = align_up(32 + max gate + max up + max down slice over all layers (+ max expert
     bias bytes, gpt-oss), 16 KiB). Raises InputError for a model without routed experts, with
-    inconsistent expert counts, or with a layer missing a matrix.
+    inconsistent expert counts, or with a layer missing a matrix. `banks_numbering` ("block" or
+    "ordinal", formats.container.BANK_NUMBERINGS) numbers the bank files and record headers.
     """
     groups = _collect_expert_tensors(model)
     if not groups:
@@ -172,11 +173,12 @@ def plan_container(model):
                                      "a dense model has nothing to put in an expert container")
     n_expert = _check_counts(model, groups)
     banks = []
-    for block in sorted(groups):
+    numbers = fmt.bank_numbers(sorted(groups), banks_numbering)
+    for number, block in zip(numbers, sorted(groups)):
         if block > MAX_U16:
             raise InputError(model.path, f"block {block}: the record header's layer field is 16-bit")
         sources = _bank_sources(model, block, groups[block], n_expert)
-        layout = fmt.layout_slices(block, [(s.name, s.tensor.type_name, s.n_bytes) for s in sources])
+        layout = fmt.layout_slices(number, [(s.name, s.tensor.type_name, s.n_bytes) for s in sources], block=block)
         banks.append(BankPlan(layout, tuple(sources)))
 
     max_of = {name: max(bank.layout.slice(name).n_bytes for bank in banks) for name in fmt.MATRICES}
@@ -207,6 +209,7 @@ def plan_container(model):
         banks=[bank.layout for bank in banks],
         matrix_types=matrix_types,
         top_k=top_k,
+        bank_numbering=banks_numbering,
         source={
             "file": os.path.basename(model.path),
             "shards": len(model.shards),
@@ -471,7 +474,7 @@ def scan_bank(folder, manifest, layout, *, checksums=None, model=None, sources=N
         reader = ContainerReader(folder, manifest=manifest)
         n_full = reader.bank_records(layer)
     except FileNotFoundError:
-        problems.add(Problem(layer, None, "bank", f"{fmt.bank_name(layer)} is missing"))
+        problems.add(Problem(layer, None, "bank", f"{fmt.bank_name(layer)} is missing" + _other_convention_hint(folder, manifest)))
         return problems
     size = os.path.getsize(reader.bank_path(layer))
     if size != manifest.bank_bytes:
@@ -553,6 +556,17 @@ def _compare_plan(plan, manifest, problems):
     return matching
 
 
+def _other_convention_hint(folder, manifest):
+    """When the bank files follow the other numbering than the manifest states, say which and the flag."""
+    blocks = [bank.block for bank in manifest.banks]
+    other = fmt.other_numbering(manifest.bank_numbering)
+    names = [fmt.bank_name(number) for number in fmt.bank_numbers(blocks, other)]
+    if names and all(os.path.exists(os.path.join(folder, name)) for name in names):
+        return (f"; the folder's banks follow the other convention ({other}: {names[0]}..{names[-1]}), the manifest "
+                f"says {manifest.bank_numbering!r}: re-encode with --banks {manifest.bank_numbering} (or {other} to keep them)")
+    return ""
+
+
 def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, keep=100, manifest=None):
     """Check a container: manifest geometry, bank sizes, every record header, the xxh3 sidecars and,
     given the source `model`, every slice against the GGUF bytes. Raises FormatError when the
@@ -563,7 +577,7 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
     problems = Problems(keep=keep)
     comparable, plan_banks = set(), {}
     if model is not None:
-        plan = plan_container(model)
+        plan = plan_container(model, manifest.bank_numbering)
         comparable = _compare_plan(plan, manifest, problems)
         plan_banks = {bank.layout.layer: bank for bank in plan.banks}
     records = checked_bytes = 0

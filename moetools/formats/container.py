@@ -128,8 +128,9 @@ class Slice:
 class BankLayout:
     """Where each slice sits in every record of one bank (all records of a bank share it)."""
 
-    layer: int  # GGUF block number
+    layer: int  # the bank's number: in its file name experts-L{layer}.bin and in every header's `layer`
     slices: tuple  # Slice: gate, up, down, then any biases, back to back from HEADER_BYTES
+    block: int = None  # GGUF block number of the bank's experts (= layer with --banks block)
 
     def slice(self, name):
         for piece in self.slices:
@@ -171,13 +172,30 @@ class BankLayout:
         return doc
 
 
-def layout_slices(layer, pieces):
+def layout_slices(layer, pieces, block=None):
     """A BankLayout from [(name, ggml type name, bytes)] in record order (gate, up, down, biases)."""
     slices, offset = [], HEADER_BYTES
     for name, type_name, n_bytes in pieces:
         slices.append(Slice(name, type_name, offset, n_bytes))
         offset += n_bytes
-    return BankLayout(layer, tuple(slices))
+    return BankLayout(layer, tuple(slices), layer if block is None else block)
+
+
+# How banks are numbered (file name experts-L{N}.bin and each record header's `layer`):
+# "block" = the GGUF block number, what the fork's server opens (and its packer writes: block =
+# layer_base + L); "ordinal" = the MoE-layer ordinal, L0 = the first routed layer, what the daemon's
+# reader (continuum expert_container.rs ExpertBank::open / verify_identity) expects and checks.
+BANK_NUMBERINGS = ("block", "ordinal")
+DEFAULT_BANK_NUMBERING = "block"
+
+
+def other_numbering(numbering):
+    return "ordinal" if numbering == "block" else "block"
+
+
+def bank_numbers(blocks, numbering):
+    """Bank numbers for the ascending GGUF `blocks` of the MoE layers under `numbering`."""
+    return list(blocks) if numbering == "block" else list(range(len(blocks)))
 
 
 # --- manifest ----------------------------------------------------------------------------------
@@ -195,6 +213,7 @@ class ContainerManifest:
     top_k: int = 0
     source: dict = field(default_factory=dict)  # file, shards, architecture, fingerprint, expert_bytes
     version: int = VERSION
+    bank_numbering: str = DEFAULT_BANK_NUMBERING  # see BANK_NUMBERINGS
     extra: dict = field(default_factory=dict)  # unknown keys, kept
     path: str = ""  # where it was read from (not written)
 
@@ -230,7 +249,10 @@ class ContainerManifest:
             "experts_per_layer": self.experts_per_layer,
             "activated_per_token": self.activated_per_token,
             "layers": self.layers,
+            "bank_numbering": self.bank_numbering,
+            "blocks": [bank.block for bank in self.banks],
             "top_k": self.top_k,
+            "top_k_per_layer": self.top_k,
         }
         if self.matrix_types:
             doc["matrix_types"] = self.matrix_types
@@ -305,8 +327,20 @@ def read_manifest(folder_or_file):
         if bank.payload_bytes > record_bytes:
             raise FormatError(path, f"layer {bank.layer}'s record payload ({bank.payload_bytes} bytes) exceeds record_bytes {record_bytes}",
                               key="record_bytes")
+    numbering = doc.get("bank_numbering", DEFAULT_BANK_NUMBERING)
+    if numbering not in BANK_NUMBERINGS:
+        raise FormatError(path, f"bank_numbering {numbering!r} is neither 'block' nor 'ordinal'", key="bank_numbering")
+    blocks = doc.get("blocks")
+    if blocks is not None:
+        if not isinstance(blocks, list) or len(blocks) != len(banks) or not all(isinstance(b, int) for b in blocks):
+            raise FormatError(path, "blocks must list one GGUF block number per bank", key="blocks")
+        banks = [BankLayout(bank.layer, bank.slices, block) for bank, block in zip(banks, blocks)]
+    if numbering == "ordinal" and [bank.layer for bank in banks] != list(range(len(banks))):
+        raise FormatError(path, "bank_numbering 'ordinal' needs banks numbered 0..n_layers-1", key="banks")
+    top_k = doc.get("top_k", doc.get("top_k_per_layer", 0))
     known = {"version", "model", "fmt", "record_bytes", "n_layers", "experts_per_layer", "activated_per_token",
-             "layers", "top_k", "matrix_types", "header_bytes", "checksums", "source", "banks"}
+             "layers", "top_k", "matrix_types", "header_bytes", "checksums", "source", "banks", "bank_numbering",
+             "blocks", "top_k_per_layer"}
     source = doc.get("source") or {}
     if not isinstance(source, dict):
         raise FormatError(path, "source must be an object", key="source")
@@ -318,7 +352,8 @@ def read_manifest(folder_or_file):
         activated_per_token=_int(doc, "activated_per_token", path, what),
         banks=banks,
         matrix_types=doc.get("matrix_types"),
-        top_k=doc.get("top_k", 0) if isinstance(doc.get("top_k", 0), int) else 0,
+        top_k=top_k if isinstance(top_k, int) and not isinstance(top_k, bool) else 0,
+        bank_numbering=numbering,
         source=source,
         version=version,
         extra={key: value for key, value in doc.items() if key not in known},

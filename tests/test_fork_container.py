@@ -1,0 +1,89 @@
+"""Container banks in both conventions, checked with the readers' rules: the daemon's
+CambrianTech/continuum core/continuum-core/src/capacity/expert_container.rs (`ContainerManifest`:
+`top_k_per_layer`, `activated_per_token` total; `ExpertBank::open`: experts-L{n}.bin for the MoE-layer
+ordinal n, size = record_bytes x experts_per_layer; `verify_identity`: magic WEXP, header layer == n,
+expert == record index) and the fork's server, which opens experts-L{block}."""
+
+import json
+import os
+import struct
+
+from click.testing import CliRunner
+
+from moetools.cli import cli
+from moetools.gguf import open_model
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(arg) for arg in args], catch_exceptions=False)
+
+
+def daemon_reads(folder):
+    """expert_container.rs open + every bank's ExpertBank::open + verify_identity of every record.
+    Returns None when the daemon accepts the container, else the first error it would raise."""
+    doc = json.loads(open(os.path.join(folder, "manifest.json")).read())
+    if doc["record_bytes"] % 4096:
+        return "RecordMisaligned"
+    if doc.get("top_k_per_layer") is not None and doc["top_k_per_layer"] * doc["n_layers"] != doc["activated_per_token"]:
+        return "top_k_per_layer x MoE layers != activated_per_token"
+    for n in range(doc["n_layers"]):
+        path = os.path.join(folder, f"experts-L{n}.bin")
+        if not os.path.exists(path):
+            return f"BankIo {path}"
+        if os.path.getsize(path) != doc["record_bytes"] * doc["experts_per_layer"]:
+            return "BankGeometry"
+        with open(path, "rb") as handle:
+            for expert in range(doc["experts_per_layer"]):
+                handle.seek(expert * doc["record_bytes"])
+                magic, layer, found = struct.unpack("<4sHH", handle.read(8))
+                if (magic, layer, found) != (b"WEXP", n, expert):
+                    return f"RecordIdentity layer {layer} != {n}"
+    return None
+
+
+def server_opens(folder, model):
+    """The fork's server: experts-L{block} for every routed block, header layer = block."""
+    with open_model(model) as source:
+        blocks = sorted({int(t.name.split(".")[1]) for t in source.expert_tensors})
+    doc = json.loads(open(os.path.join(folder, "manifest.json")).read())
+    for block in blocks:
+        path = os.path.join(folder, f"experts-L{block}.bin")
+        if not os.path.exists(path):
+            return f"missing {path}"
+        with open(path, "rb") as handle:
+            handle.seek(doc["record_bytes"])
+            if struct.unpack("<4sHH", handle.read(8)) != (b"WEXP", block, 1):
+                return "header layer is not the block"
+    return None
+
+
+def test_default_is_the_servers_block_numbering_and_ordinal_is_the_daemons(tiny_models, tmp_path):
+    model = tiny_models["deepseek2"]  # block 0 is dense: block and ordinal differ
+    block_dir, ordinal_dir = tmp_path / "block", tmp_path / "ordinal"
+    assert run("container-encode", model, "-o", block_dir, "--json").exit_code == 0
+    assert run("container-encode", model, "-o", ordinal_dir, "--banks", "ordinal", "--json").exit_code == 0
+    assert server_opens(block_dir, model) is None
+    assert daemon_reads(block_dir).startswith("BankIo")  # the daemon cannot read the server's numbering
+    assert daemon_reads(ordinal_dir) is None
+    for folder, numbering in ((block_dir, "block"), (ordinal_dir, "ordinal")):
+        doc = json.loads((folder / "manifest.json").read_text())
+        assert doc["bank_numbering"] == numbering and doc["blocks"][0] == 1
+        assert doc["top_k_per_layer"] * doc["n_layers"] == doc["activated_per_token"]
+        result = run("container-verify", folder, "--model", model, "--json")
+        assert result.exit_code == 0, result.output
+    read = run("container-read", ordinal_dir, "--layer", 0, "--expert", 1, "--json")
+    assert read.exit_code == 0, read.output
+
+
+def test_banks_of_the_other_convention_are_named_with_the_flag(tiny_models, tmp_path):
+    model = tiny_models["deepseek2"]
+    folder = tmp_path / "c"
+    run("container-encode", model, "-o", folder, "--banks", "ordinal", "--json")
+    doc = json.loads((folder / "manifest.json").read_text())
+    doc["bank_numbering"], doc["layers"] = "block", doc["blocks"]  # a manifest claiming the server's numbering
+    for bank, block in zip(doc["banks"], doc["blocks"]):
+        bank["layer"], bank["file"] = block, f"experts-L{block}.bin"
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    result = run("container-verify", folder, "--json")
+    assert result.exit_code != 0
+    assert "other convention (ordinal" in result.output and "--banks" in result.output
