@@ -54,7 +54,12 @@ def parse_capacity(text, what="size"):
 
     `what` names the option in the message: `--vram 32` -> "--vram 32 means 32 bytes: did you mean 32G?".
     """
-    value = parse_size(text)
+    try:
+        value = parse_size(text)
+    except UsageError as err:
+        raise UsageError(f"{what}: {err}") from None
+    if value == 0:
+        raise UsageError(f"{what} {str(text).strip()!r} must be a positive size")
     if _is_bare_number(text) and value < IMPLAUSIBLE_BELOW:
         raise UsageError(f"{what} {str(text).strip()} means {value} bytes: did you mean {str(text).strip()}G?")
     return value
@@ -67,9 +72,12 @@ def parse_rate(text, what="bandwidth"):
     because nothing could be read at all.
     """
     bare = re.sub(r"/s\s*$", "", str(text).strip(), flags=re.IGNORECASE)
-    value = parse_size(bare)
+    try:
+        value = parse_size(bare)
+    except UsageError as err:
+        raise UsageError(f"{what}: {err}") from None
     if value <= 0:
-        raise UsageError(f"{what} must be more than 0 bytes/s, not {str(text).strip()!r}")
+        raise UsageError(f"{what} must be more than 0 bytes/s, not {str(text).strip()!r} (a bandwidth of 0 moves nothing)")
     if _is_bare_number(bare) and value < IMPLAUSIBLE_BELOW:
         raise UsageError(f"{what} {str(text).strip()} means {value} bytes/s: did you mean {bare}GB/s?")
     return value

@@ -33,7 +33,7 @@ def test_rate_parses(text, expected):
 
 
 def test_rate_refuses_zero_and_a_missing_unit():
-    with pytest.raises(UsageError, match=r"--h2d must be more than 0 bytes/s, not '0'"):
+    with pytest.raises(UsageError, match=r"--h2d must be more than 0 bytes/s, not '0' \(a bandwidth of 0 moves nothing\)"):
         parse_rate("0", "--h2d")
     with pytest.raises(UsageError, match=r"--h2d 25 means 25 bytes/s: did you mean 25GB/s\?"):
         parse_rate("25", "--h2d")
@@ -279,3 +279,34 @@ def test_every_table_fits_80_columns_with_the_same_content_as_at_200(name, table
     assert not re.search(r"\S\u2026", narrow.stdout), narrow.stdout
     if "\u2026" not in narrow.stdout + wide.stdout:
         assert _content(narrow.stdout) == _content(wide.stdout), narrow.stdout
+
+
+# --- sizes in messages ---------------------------------------------------------------------------
+
+RAW_BYTES = r"\d{5,} bytes"  # `4781777049 bytes short`: a size a person must count digits of
+
+
+def test_device_fit_messages_give_sizes_not_raw_byte_counts(tmp_path):
+    import json
+    import re
+
+    from tests import factory
+
+    k2 = factory.write_preset(tmp_path, "kimi-k2")
+    unfittable = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "8G", "--json"])
+    assert unfittable.exit_code == 1, unfittable.output
+    notes = " ".join(json.loads(unfittable.stdout)["notes"])
+    assert "short for the smallest division" in notes and not re.search(RAW_BYTES, notes), notes
+    below = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "1G", "--reserve", "2G", "--json"])
+    assert below.exit_code == 2
+    assert "1.00 GiB is at or below" in below.output and not re.search(RAW_BYTES, below.output), below.output
+
+
+def test_min_ctx_note_does_not_claim_the_user_asked(tiny_models):
+    import json
+
+    result = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "4G", "--json"],
+                                catch_exceptions=False)
+    notes = json.loads(result.stdout)["notes"]
+    assert "context 2048 (the model's training context) is below --min-ctx 4096" in notes, notes
+    assert not any("as asked" in note for note in notes)

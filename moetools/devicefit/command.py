@@ -25,11 +25,9 @@ _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
 
 
 def parse_rate(text):
-    """`25GB/s` (decimal), `25G` (GiB), raw bytes per second -> bytes/s (> 0)."""
-    value = parse_size(re.sub(r"/s\s*$", "", str(text), flags=re.IGNORECASE))
-    if value <= 0:
-        raise UsageError(f"--h2d {text!r} must be a positive rate")
-    return float(value)
+    """`25GB/s` (decimal), `25G` (GiB), raw bytes per second -> bytes/s (> 0; a bare number under
+    1 MiB/s is a missing unit)."""
+    return float(devices.parse_rate(text, "--h2d"))
 
 
 def parse_floor(text):
@@ -70,7 +68,7 @@ def tables(doc):
         ["KV cache", gib(doc["kv_bytes"]), f"context {doc['context']}: {_cell_summary(doc)} ({doc['ctk']}/{doc['ctv']})"],
     ]
     if doc["verdict"] == "unfittable":
-        rows.append(["shortfall", gib(doc["shortfall_bytes"]), f"{doc['shortfall_bytes']} bytes short for the smallest division"])
+        rows.append(["shortfall", gib(doc["shortfall_bytes"]), "short for the smallest division"])
     elif doc["experts_per_token"]:
         rows.append(["hot-expert budget", gib(doc["expert_budget_bytes"]),
                      f"{doc['slots']} of {doc['total_slots']} slots x {gib(doc['expert_bytes'])}"])
@@ -157,7 +155,9 @@ def _ram_option(text):
         if not found:
             raise UsageError("--ram auto: this machine's RAM cannot be read; give --ram SIZE")
         return found
-    return _size_option("--ram", text)
+    from moetools.sizes import parse_capacity
+
+    return parse_capacity(text, "--ram")
 
 
 def _llama_options(settings, *, ctx, reserve, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,

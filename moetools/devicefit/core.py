@@ -14,6 +14,7 @@ from moetools.devicefit.speed import fork_tok_s
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import FormatError, GGUFError, UsageError
 from moetools.formats.jsonio import loads
+from moetools.sizes import format_size
 from moetools.gguf.constants import Keys
 from moetools.gguf.model import expert_tensor_kind, model_stem
 
@@ -426,7 +427,7 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     """
     reserve = default_reserve(options.vram) if options.reserve is None else options.reserve
     if options.vram <= reserve:
-        raise UsageError(f"VRAM {options.vram} bytes is at or below the compute reserve {reserve} bytes")
+        raise UsageError(f"VRAM {format_size(options.vram)} is at or below the compute reserve {format_size(reserve)}")
     wanted = facts.shape.context_train if options.ctx is None else options.ctx
     if wanted < 1:
         raise UsageError("the context must be at least 1 token" if options.ctx is not None
@@ -459,11 +460,12 @@ def fit(facts, tiers, options, coverage=None, observations=()):
         chosen = max(feasible, key=lambda d: (round(d.tok_s, 9), d.tier.resident_bytes))
     result = Fit(facts, options, reserve, usable, wanted, floor, coverage, divisions, chosen, warnings=warnings, notes=notes)
     if chosen is None:
-        notes.append(f"unfittable: {result.shortfall_bytes} bytes short for the smallest division "
-                     f"(resident weights + KV for {floor} tokens in {usable} usable bytes)")
+        notes.append(f"unfittable: {format_size(result.shortfall_bytes)} short for the smallest division "
+                     f"(resident weights + KV for {floor} tokens in {format_size(usable)} usable)")
     else:
         if chosen.context < options.min_ctx:
-            notes.append(f"context {chosen.context} (as asked) is below --min-ctx {options.min_ctx}")
+            why = "as asked" if options.ctx is not None else "the model's training context"
+            notes.append(f"context {chosen.context} ({why}) is below --min-ctx {options.min_ctx}")
         if facts.dense:
             notes.append("dense model: every weight is resident; no expert budget")
         elif not divisions[0].feasible:
@@ -473,7 +475,7 @@ def fit(facts, tiers, options, coverage=None, observations=()):
             notes.append(f"native fits too; tier {chosen.tier.label} is {chosen.tok_s / native_division.tok_s:.2f}x its speed")
         if not facts.dense and chosen.slots >= facts.total_slots:
             spare = chosen.expert_budget_bytes - facts.total_slots * facts.expert_bytes
-            notes.append(f"every expert fits in VRAM ({facts.total_slots} slots); {max(0, spare)} bytes of the budget are spare")
+            notes.append(f"every expert fits in VRAM ({facts.total_slots} slots); {format_size(max(0, spare))} of the budget is spare")
         elif not facts.dense and coverage.source == "uniform":
             notes.append("coverage is the uniform floor (slots / total slots); give --coverage for a measured curve")
     if options.ram is not None:
@@ -523,7 +525,7 @@ def host_budget(facts, chosen, options, warnings):
     footprint = resident if options.container else facts.file_bytes
     budget = max(0, options.ram - options.os_reserve - footprint)
     if budget + footprint + options.os_reserve > options.ram:
-        warnings.append(f"pinned host cache + mapped model ({footprint} bytes) + OS reserve exceed RAM ({options.ram} bytes): "
+        warnings.append(f"pinned host cache + mapped model ({format_size(footprint)}) + OS reserve exceed RAM ({format_size(options.ram)}): "
                         "no host expert cache; the page cache will thrash")
     return {"ram_bytes": options.ram, "os_reserve_bytes": options.os_reserve, "mmap_bytes": footprint,
             "host_cache_bytes": budget, "host_slots": min(fork_slots(facts, budget), facts.total_slots)}

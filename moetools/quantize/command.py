@@ -70,7 +70,7 @@ def _install_override(folder, results):
         raise OutputError(f"{folder}: could not make {os.path.basename(smallest.gguf)} the daemon's override "
                          f"(it picks {chosen})")
     path = storage.write_resident_bytes(folder, smallest.resident_bytes)
-    info(f"installed in {folder}; the daemon's override: {os.path.basename(chosen)} ({smallest.resident_bytes} bytes in {path})")
+    info(f"installed in {folder}; the daemon's override: {os.path.basename(chosen)} ({format_size(smallest.resident_bytes)}, {smallest.resident_bytes} bytes written to {path})")
     return {"override": chosen, "resident_bytes_file": path, "override_resident_bytes": smallest.resident_bytes}
 
 
