@@ -275,6 +275,7 @@ class FitOptions(Record):
         ("vram", REQUIRED),
         ("reserve", None),  # default max(2 GiB, VRAM / 10)
         ("ctx", None),  # default: the training context
+        ("ctx_reason", "as asked"),  # why ctx is what it is, for the notes
         ("min_ctx", 4096),
         ("kv", kvmod.KVSettings),
         ("h2d_bytes_per_s", 25e9),
@@ -464,7 +465,7 @@ def fit(facts, tiers, options, coverage=None, observations=()):
                      f"(resident weights + KV for {floor} tokens in {format_size(usable)} usable)")
     else:
         if chosen.context < options.min_ctx:
-            why = "as asked" if options.ctx is not None else "the model's training context"
+            why = options.ctx_reason if options.ctx is not None else "the model's training context"
             notes.append(f"context {chosen.context} ({why}) is below --min-ctx {options.min_ctx}")
         if facts.dense:
             notes.append("dense model: every weight is resident; no expert budget")
@@ -497,6 +498,7 @@ def fit_trade_off(facts, tiers, options, coverage=None, observations=()):
     for asked in [c for c in contextmod.contexts_to_try(train) if c >= min(options.min_ctx, train)]:
         trial = FitOptions(**{name: getattr(options, name) for name, _ in FitOptions.FIELDS})
         trial.ctx = asked
+        trial.ctx_reason = "the model's training context" if asked == train else "tried for the trade-off"
         result = fit(facts, tiers, trial, coverage, observations)
         chosen = result.chosen
         results[asked] = result
