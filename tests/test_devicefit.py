@@ -525,3 +525,15 @@ def test_fork_context_trade_off_with_the_k3_curve(k3):
     # the curve the fork's authors measured, as shipped
     shipped = json.loads(open(curve).read())
     assert shipped["slots"] == [250, 2000, 4024] and shipped["hit"]["decay_bandit"] == [0.138, 0.513, 0.657]
+
+
+def test_fork_unfittable_answers_with_numbers(k3):
+    doc = run_json(k3, "--vram", "24G", "--ram", "1T", "--ctx", 8192, code=1)
+    answer = doc["unfittable"]
+    assert answer["shortfall_bytes"]["CUDA0"] == doc["shortfall_bytes"] > 0
+    smallest = answer["smallest_vram_bytes"]
+    assert smallest > 24 * GIB
+    assert run_json(k3, "--vram", smallest, "--ram", "1T", "--ctx", 8192)["verdict"] == "native"
+    assert run_json(k3, "--vram", smallest - 64 * 1024 * 1024, "--ram", "1T", "--ctx", 8192, code=1)["verdict"] == "unfittable"
+    assert answer["upstream_tok_s"] > 0 and "--fit" in answer["upstream_args"]
+    assert "upstream llama.cpp fits this card" in answer["summary"] and answer["summary"] in doc["notes"]

@@ -215,6 +215,33 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
         click.get_current_context().exit(1)
 
 
+def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
+    """Numbers for a card no division fits: the shortfall, the smallest VRAM that fits, and what
+    upstream llama.cpp (CPU experts, no streaming) would do on the same card."""
+    shortfall = core.Fit.shortfall_bytes.fget(core.fit(facts, tiers, options, coverage))
+    answer = {"shortfall_bytes": {gpus[0].name: shortfall}, "smallest_vram_bytes": core.smallest_vram(facts, tiers, options, coverage)}
+    parts = [f"{gpus[0].name} short by {shortfall / 1024**3:.2f} GiB"]
+    if answer["smallest_vram_bytes"]:
+        parts.append(f"the fork fits from {answer['smallest_vram_bytes'] / 1024**3:.2f} GiB of VRAM")
+    if not tiers:
+        parts.append("a smaller resident tier (quantize --resident-only, --tiers) would lower the resident weights")
+    cpu = devices.cpu_device(ram_bytes or 0, SpeedSettings().ram_bw, SpeedSettings().ram_bw_source)
+    try:
+        fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv))
+    except UsageError:
+        fallback = None
+    if fallback is not None and fallback.chosen is not None:
+        chosen = fallback.chosen
+        answer["upstream_tok_s"] = round(chosen.tok_s, 4)
+        answer["upstream_args"] = upstream.server_args(facts.path, fallback, core.kv_flags(options.kv))
+        parts.append(f"upstream llama.cpp fits this card with CPU experts (-ngl {chosen.placement.ngl}"
+                     + (f" --n-cpu-moe {chosen.placement.n_cpu_moe}" if chosen.placement.n_cpu_moe else "")
+                     + f", context {chosen.context}): {chosen.tok_s:.2f} tok/s with --runtime llama"
+                     + ("" if ram_bytes else " (give --ram: RAM was not checked)"))
+    answer["summary"] = "unfittable: " + "; ".join(parts)
+    return answer
+
+
 def llama_tables(doc):
     """The terminal view of a --runtime llama document."""
     gib = format_size
@@ -369,6 +396,9 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     doc["devices"] = core.fork_ledger(result, gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
     doc["notes"] = doc["notes"] + fork_notes
+    if result.chosen is None:
+        doc["unfittable"] = _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes)
+        doc["notes"].append(doc["unfittable"]["summary"])
     for message in doc["warnings"]:
         warn(message)
     if plan_path:

@@ -484,6 +484,30 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     return result
 
 
+def smallest_vram(facts, tiers, options, coverage=None, limit=1 << 44):
+    """The smallest VRAM (to 64 MiB, the reserve rule and settings unchanged) on which some division
+    fits at the minimum context, or None past `limit` bytes."""
+    def fits(vram):
+        trial = FitOptions(**{name: getattr(options, name) for name, _ in FitOptions.FIELDS})
+        trial.vram = vram
+        trial.ctx = options.ctx if options.ctx is not None else min(options.min_ctx, facts.shape.context_train or options.min_ctx)
+        try:
+            return fit(facts, tiers, trial, coverage).chosen is not None
+        except UsageError:  # at or below the reserve
+            return False
+    low, high = options.vram, limit
+    if not fits(high):
+        return None
+    step = 64 * 1024 * 1024
+    while high - low > step:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
 def fit_trade_off(facts, tiers, options, coverage=None, observations=()):
     """Without `options.ctx`: fit at 4k, 8k, ... 128k and the training context and keep the largest
     context whose speed is within 5% of the best (contexts below --min-ctx are not tried; those that do
