@@ -330,3 +330,13 @@ def test_llama_table(preset_model):
     assert [row[0] for row in ledger.rows] == ["CUDA0", "CPU"]
     assert ledger.title.startswith("device-fit (llama.cpp)") and ledger.caption.startswith("llama-server -m ")
     assert contexts.rows[0][0] == "* 8192"
+
+
+def test_ram_and_ram_bw_auto(tiny_models):
+    ram = devices.host_ram_bytes()
+    if not ram:
+        pytest.skip("this machine's RAM cannot be read")
+    doc = run_json(tiny_models["qwen3moe"], "--runtime", "llama", "--vram", "8G", "--ram", "auto", "--ram-bw", "auto", "-c", 4096)
+    cpu = doc["devices"][-1]
+    assert cpu["name"] == "CPU" and cpu["capacity_bytes"] == ram
+    assert cpu["bandwidth_bytes_per_s"] > 0 and "measured" in cpu["bandwidth_source"]

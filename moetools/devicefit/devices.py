@@ -240,7 +240,7 @@ def host_ram_bytes():
         return None
 
 
-def measure_copy_bandwidth(megabytes=256, repeats=3):
+def measure_copy_bandwidth(megabytes=64, repeats=3):
     """A short measured copy bandwidth of this host in bytes/s (read + write counted, best of `repeats`)."""
     import time
 
