@@ -217,3 +217,17 @@ def parse_tkey_table(text):
             raise ValueError(f"layer {layer!r} not u32")
         table[int(key)] = layer
     return table
+
+
+def dir_container_record_bytes(folder):
+    """ggml-moe-container-fetcher.h `dir_container_record_bytes`: the first "record_bytes" in the first
+    4095 bytes of manifest.json, accepted only as a non-zero multiple of 4096 (else 0: no container)."""
+    with open(os.path.join(folder, "manifest.json"), "rb") as handle:
+        head = handle.read(4095).decode("utf-8", errors="replace")
+    at = head.find('"record_bytes"')
+    if at < 0:
+        return 0
+    colon = head.find(":", at)
+    match = _INT.match(head[colon + 1:].lstrip()) if colon >= 0 else None
+    value = int(match.group()) if match else 0
+    return value if value > 0 and value % 4096 == 0 else 0

@@ -87,3 +87,15 @@ def test_banks_of_the_other_convention_are_named_with_the_flag(tiny_models, tmp_
     result = run("container-verify", folder, "--json")
     assert result.exit_code != 0
     assert "other convention (ordinal" in result.output and "--banks" in result.output
+
+
+def test_the_fork_finds_the_record_stride_in_the_manifest(tiny_models, tmp_path):
+    """ggml-moe-container-fetcher.h dir_container_record_bytes scans only the first 4 KiB of
+    manifest.json for the first "record_bytes": moetools must write it there, once, at top level."""
+    from tests import fork_rules
+
+    for arch in ("deepseek2", "gpt-oss"):
+        folder = tmp_path / arch
+        assert run("container-encode", tiny_models[arch], "-o", folder, "--json").exit_code == 0
+        doc = json.loads((folder / "manifest.json").read_text())
+        assert fork_rules.dir_container_record_bytes(folder) == doc["record_bytes"] > 0
