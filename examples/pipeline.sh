@@ -12,7 +12,8 @@
 #          mapped to layers with MODEL) or a route_trace CSV of the same model; without one,
 #          device-fit uses the uniform coverage floor.
 # Environment: VRAM (default 32G), CTX (default: the model's training context), RAM (optional host RAM),
-#              MOETOOLS (default: moetools), OUT (default: the model's folder).
+#              MOETOOLS (default: moetools), OUT (default: the model's folder),
+#              TIER_TYPES (default q4_0,q8_0; `none` plans the native resident weights only, skipping step 1).
 #
 # Rerunnable: tiers already in device-fit/<stem>/ are reused (delete the folder to rebuild them).
 # Note: on the built-in example, which is a header-only sparse file, quantize reads holes and writes
@@ -23,6 +24,7 @@ set -eu
 MODEL=${1:-examples/out/kimi-k3/kimi-k3-00001-of-00014.gguf}
 TRACE=${2:-}
 VRAM=${VRAM:-32G}
+TIER_TYPES=${TIER_TYPES:-q4_0,q8_0}
 MOETOOLS=${MOETOOLS:-moetools}
 DIR=$(dirname "$MODEL")
 OUT=${OUT:-$DIR}
@@ -43,15 +45,17 @@ set -- --vram "$VRAM"
 [ -n "${CTX:-}" ] && set -- "$@" --ctx "$CTX"
 [ -n "${RAM:-}" ] && set -- "$@" --ram "$RAM"
 
-if ls "$TIERS"/*.resident.json >/dev/null 2>&1; then
+if [ "$TIER_TYPES" = none ]; then
+    say "skipped resident tiers (TIER_TYPES=none): native resident weights only"
+elif ls "$TIERS"/*.resident.json >/dev/null 2>&1; then
     say "resident tiers: reusing $TIERS"
 elif has quantize; then
-    say "resident tiers: $MOETOOLS quantize $MODEL --resident-only --type q4_0,q8_0"
-    $MOETOOLS quantize "$MODEL" --resident-only --type q4_0,q8_0 --json > /dev/null
+    say "resident tiers: $MOETOOLS quantize $MODEL --resident-only --type $TIER_TYPES"
+    $MOETOOLS quantize "$MODEL" --resident-only --type "$TIER_TYPES" --json > /dev/null
 else
     say "skipped resident tiers: '$MOETOOLS quantize' is not installed"
 fi
-if [ -d "$TIERS" ]; then
+if [ "$TIER_TYPES" != none ] && [ -d "$TIERS" ]; then
     set -- "$@" --tiers "$TIERS"
 fi
 

@@ -55,3 +55,26 @@ def test_a_failing_step_leaves_no_curve_file(tiny_models, tmp_path):
     assert result.returncode == 2 and "different model" in result.stderr
     assert not (tmp_path / "qwen3moe.curve.json").exists()
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+
+
+def test_pipeline_runs_end_to_end_on_the_real_qwen_trace(tmp_path):
+    """The real routing of Qwen3-30B-A3B (../shared/traces) on the header-only preset of that model:
+    curve, division, plan and both launch texts. TIER_TYPES=none skips step 1: quantizing the preset's
+    945 MiB of resident holes takes about a minute of CPU, which the suite does not spend."""
+    from tests import factory
+
+    trace = factory.SHARED_TRACES / "qwen.route.csv"
+    if not trace.exists():
+        pytest.skip(f"real trace absent: {trace}")
+    model = factory.write_preset(tmp_path, "qwen3-30b-a3b")
+    if shutil.which("sh") is None:
+        pytest.skip("no POSIX sh here (the example is a shell script)")
+    env = {**os.environ, "MOETOOLS": f"{sys.executable} -m moetools", "VRAM": "16G", "OUT": str(tmp_path),
+           "TIER_TYPES": "none"}
+    result = subprocess.run(["sh", SCRIPT, str(model), str(trace)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    curve = json.loads((tmp_path / "qwen3-30b-a3b.curve.json").read_text())
+    assert curve["slots"][-1] == 3059  # the real trace's distinct (layer, expert) pairs
+    plan = json.loads((tmp_path / "qwen3-30b-a3b.plan.json").read_text())
+    assert plan["version"] == 1 and plan["device_budget_bytes"] > 0
+    assert "export GGML_MOE_PLAN_FILE=" in result.stdout and "llama-server" in result.stdout
