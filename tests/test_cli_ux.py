@@ -310,3 +310,29 @@ def test_min_ctx_note_does_not_claim_the_user_asked(tiny_models):
     notes = json.loads(result.stdout)["notes"]
     assert "context 2048 (the model's training context) is below --min-ctx 4096" in notes, notes
     assert not any("as asked" in note for note in notes)
+
+
+@pytest.mark.parametrize("runtime", ["fork", "llama"])
+def test_emit_llama_with_json_gives_the_command_as_a_list(tiny_models, runtime):
+    import json
+    import shlex
+
+    model = str(tiny_models["qwen3moe"])
+    base = ["device-fit", model, "--vram", "4G", "--ram", "16G", "--runtime", runtime, "--emit", "llama"]
+    text = CliRunner().invoke(cli, base, catch_exceptions=False)
+    doc = CliRunner().invoke(cli, base + ["--json"], catch_exceptions=False)
+    assert doc.exit_code == 0, doc.output
+    command = json.loads(doc.stdout)["command"]
+    assert command[:3] == ["llama-server", "-m", model]
+    shell_line = [line for line in text.stdout.splitlines() if line.startswith("llama-server ")][0]
+    assert shlex.split(shell_line) == command
+
+
+def test_emit_env_with_json_gives_the_variables_and_the_command(tiny_models):
+    import json
+
+    model = str(tiny_models["qwen3moe"])
+    doc = CliRunner().invoke(cli, ["device-fit", model, "--vram", "4G", "--emit", "env", "--json"],
+                             catch_exceptions=False)
+    env_doc = json.loads(doc.stdout)
+    assert "GGML_MOE_VRAM_CACHE_GB" in env_doc["env"] and env_doc["command"][:3] == ["llama-server", "-m", model]

@@ -18,7 +18,7 @@ from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import CACHE_TYPES, KVSettings
 from moetools.errors import UsageError
-from moetools.output import Table, render, warn
+from moetools.output import Table, print_json, render, warn
 from moetools.sizes import format_size, parse_size
 
 _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
@@ -133,6 +133,20 @@ def emit_text(kind, doc, launch, settings):
     return "\n".join(lines) + "\n"
 
 
+def emit_doc(kind, doc, launch, settings):
+    """The launch settings as JSON (`--emit llama|env --json`): the command as an argv list, so a script can
+    run it without re-parsing shell text; `env` adds the fork's variables (null = unset)."""
+    upstream = launch["llama"]
+    if kind == "llama":
+        return {"command": ["llama-server"] + list(upstream["args"]) if upstream["args"] else [],
+                "override_tensor": upstream.get("override_tensor") or "", "note": upstream.get("note") or ""}
+    env = launch["env"]
+    if not env:
+        return {"env": {}, "command": [], "note": "unfittable: no division of this card holds the model"}
+    return {"env": dict(env), "command": ["llama-server"] + core.server_args(doc["model"], doc["context"], settings),
+            "note": ""}
+
+
 def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
     """(local GPUs, RPC devices) from the device options."""
     names = devices.parse_gpu_list(gpu_text) if gpu_text else None
@@ -204,7 +218,10 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
     for message in doc["warnings"]:
         warn(message)
-    if emit:
+    if emit and json_flag:
+        command = ["llama-server"] + list(doc["launch"]["llama"]["args"]) if result.chosen is not None else []
+        print_json({"command": command, "note": "" if command else "unfittable: " + result.unfittable["summary"]})
+    elif emit:
         if result.chosen is None:
             click.echo("# unfittable: " + result.unfittable["summary"])
         else:
@@ -311,7 +328,7 @@ def llama_tables(doc):
 @click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS.")
 @click.option("--container", type=click.Path(file_okay=False), help="Expert container folder (GGML_MOE_CONTAINER) the fork streams from.")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
-@click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports.")
+@click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports (with --json: the command as an argv list).")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
@@ -415,7 +432,9 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             update_plan(plan_path, "device-fit", {"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
                                                   "cache_device": core.plan_cache_device(result)})
             doc["plan"] = os.path.abspath(plan_path)
-    if emit:
+    if emit and json_flag:
+        print_json(emit_doc(emit, doc, launch, options.kv))
+    elif emit:
         click.echo(emit_text(emit, doc, launch, options.kv), nl=False)
     else:
         render(doc, lambda: tables(doc), json_flag, notes=doc["notes"])
