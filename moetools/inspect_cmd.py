@@ -10,6 +10,7 @@ import click
 
 from moetools.gguf import open_model
 from moetools.output import Table, render, warn
+from moetools.formats.tier_gguf import tier_identity
 from moetools.sizes import format_size
 
 
@@ -83,6 +84,7 @@ def describe(model, with_tensors=False):
         "expert_tensor_count": len(model.expert_tensors),
         "expert_bytes_per_layer": [{"layer": layer, "bytes": value} for layer, value in model.expert_bytes_by_layer.items()],
         "types": sorted(types.values(), key=lambda entry: -entry["bytes"]),
+        "resident_tier": tier_identity(model.metadata),
         "warnings": list(model.warnings),
     }
     if with_tensors:
@@ -101,21 +103,39 @@ def describe(model, with_tensors=False):
     return doc
 
 
+def _experts_cell(doc):
+    tier = doc.get("resident_tier")
+    if tier:
+        return (f"none here: resident-only tier {tier['tier']} of {tier['source_model']} (moetools quantize); "
+                f"its {doc['expert_count']} routed experts per layer stay in the source model")
+    if not doc["expert_count"]:
+        return "dense (no routed experts)"
+    return f"{doc['expert_count']} routed, top-{doc['expert_used_count']}, {doc['expert_shared_count']} shared"
+
+
+def _sliding_window_cell(doc):
+    if not doc["sliding_window"]:
+        return "-"
+    pattern = doc["sliding_window_pattern"]
+    if pattern is None:
+        return f"{doc['sliding_window']} on every layer"
+    return f"{doc['sliding_window']} (pattern {describe_per_layer(pattern) if isinstance(pattern, list) else pattern})"
+
+
 def tables(doc):
     """The terminal view of an inspect document."""
     overview = Table("Model", ["field", "value"], [
         ["architecture", doc["architecture"]],
         ["name", doc["name"] or "-"],
         ["blocks", doc["block_count"]],
-        ["experts", f"{doc['expert_count']} routed, top-{doc['expert_used_count']}, {doc['expert_shared_count']} shared"
-         if doc["expert_count"] else "dense (no routed experts)"],
+        ["experts", _experts_cell(doc)],
         ["MoE layers", f"{doc['moe_layer_count']} ({doc['leading_dense_block_count']} leading dense); "
          f"{doc['experts_per_token']} experts per token"],
         ["heads", describe_per_layer(doc["head_count"])],
         ["KV heads", describe_per_layer(doc["head_count_kv"])],
         ["K / V width", f"{doc['key_length']} / {doc['value_length']}"
          + (f"  (MLA kv_lora_rank {doc['kv_lora_rank']}, rope {doc['rope_dimension_count']})" if doc["kv_lora_rank"] else "")],
-        ["sliding window", f"{doc['sliding_window']} (pattern {doc['sliding_window_pattern']})" if doc["sliding_window"] else "-"],
+        ["sliding window", _sliding_window_cell(doc)],
         ["training context", doc["context_length"]],
         ["vocabulary", doc["vocab_size"]],
         ["tensors", doc["tensor_count"]],

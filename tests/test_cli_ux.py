@@ -336,3 +336,47 @@ def test_emit_env_with_json_gives_the_variables_and_the_command(tiny_models):
                              catch_exceptions=False)
     env_doc = json.loads(doc.stdout)
     assert "GGML_MOE_VRAM_CACHE_GB" in env_doc["env"] and env_doc["command"][:3] == ["llama-server", "-m", model]
+
+
+# --- what a file is ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tier_file(tmp_path_factory, tiny_models):
+    import json
+
+    out = tmp_path_factory.mktemp("tier")
+    result = CliRunner().invoke(cli, ["quantize", str(tiny_models["qwen3moe"]), "--resident-only", "--type", "q8_0",
+                                      "--pure", "-o", str(out), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["tiers"][0]["gguf"]
+
+
+def test_inspect_says_a_tier_file_is_a_tier_of_its_model(tier_file, monkeypatch):
+    import json
+
+    doc = json.loads(CliRunner().invoke(cli, ["inspect", tier_file, "--json"], catch_exceptions=False).stdout)
+    assert doc["resident_tier"]["source_model"] == "qwen3moe.gguf" and doc["resident_tier"]["tier"]
+    table = _table_text(monkeypatch, ["inspect", tier_file], 200).stdout
+    assert "resident-only tier" in table and "of qwen3moe.gguf" in table and "dense (no routed experts)" not in table
+
+
+def test_inspect_of_a_model_has_no_tier(tiny_models):
+    import json
+
+    doc = json.loads(CliRunner().invoke(cli, ["inspect", str(tiny_models["qwen3moe"]), "--json"]).stdout)
+    assert doc["resident_tier"] is None
+
+
+def test_device_fit_refuses_to_plan_a_tier_file_and_names_its_model(tier_file):
+    result = CliRunner().invoke(cli, ["device-fit", tier_file, "--vram", "4G"])
+    assert result.exit_code == 2
+    assert "a resident-only tier" in result.output and "plan qwen3moe.gguf" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_sliding_window_row_has_no_raw_none(tmp_path, monkeypatch):
+    from tests import factory
+
+    model = factory.write_tiny(tmp_path, "gpt-oss")
+    table = _table_text(monkeypatch, ["inspect", model], 200).stdout
+    assert "None" not in table

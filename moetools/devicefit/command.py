@@ -161,6 +161,17 @@ def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
     return gpus, rpcs
 
 
+def _refuse_a_tier(model_path, metadata):
+    """A resident-only tier holds no routed experts: planning it as a dense model would be wrong."""
+    from moetools.formats.tier_gguf import tier_identity
+
+    tier = tier_identity(metadata)
+    if tier:
+        raise UsageError(f"{model_path}: a resident-only tier ({tier['tier']}) of {tier['source_model']} written by "
+                         f"moetools quantize, not a model to plan: plan {tier['source_model']} (device-fit finds its "
+                         f"tiers beside it, or give --tiers {os.path.dirname(os.path.abspath(model_path))})")
+
+
 def _ram_option(text):
     if text is None:
         return None
@@ -351,6 +362,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     from moetools.gguf import open_model
 
     with open_model(model_path) as model:
+        _refuse_a_tier(model_path, model.metadata)
         facts = core.model_facts(model)
     if runtime == "llama":
         options = _llama_options(settings, ctx=ctx, reserve=reserve, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from moetools import atomic
 from moetools.errors import FormatError
 from moetools.formats.jsonio import load_json, require
+from moetools.formats.tier_gguf import (  # noqa: F401  (the tier GGUF's keys, re-exported with the manifest)
+    RESIDENT_ONLY_KEY, SOURCE_FINGERPRINT_KEY, SOURCE_MODEL_KEY, TIER_KEY, tier_identity)
 
 SUFFIX = ".resident.json"
 

@@ -32,7 +32,8 @@ WORK_VALUES = 1 << 20  # values per worker task inside a slab
 _SKIPPED_KEYS = {Keys.ARCHITECTURE, Keys.ALIGNMENT, Keys.FILE_TYPE, "general.quantization_version",
                  Keys.SPLIT_NO, Keys.SPLIT_COUNT, Keys.SPLIT_TENSORS_COUNT}
 QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
-TIER_KEYS = ("moetools.tier", "moetools.resident_only", "moetools.source_model", "moetools.source_fingerprint")
+TIER_KEYS = (resident_manifest.TIER_KEY, resident_manifest.RESIDENT_ONLY_KEY, resident_manifest.SOURCE_MODEL_KEY,
+             resident_manifest.SOURCE_FINGERPRINT_KEY)
 
 
 def _supported_list():
@@ -405,10 +406,10 @@ def _open_writer(model, plan, handle, file_index=0):
                 writer.add_uint32(IMATRIX_KEYS[2], len(plan.imatrix.entries))
                 if plan.imatrix.chunk_count > 0:
                     writer.add_uint32(IMATRIX_KEYS[3], plan.imatrix.chunk_count)
-            writer.add_string("moetools.tier", plan.tier)
-            writer.add_bool("moetools.resident_only", not plan.full)
-            writer.add_string("moetools.source_model", os.path.basename(model.path))
-            writer.add_string("moetools.source_fingerprint", model.fingerprint)
+            writer.add_string(resident_manifest.TIER_KEY, plan.tier)
+            writer.add_bool(resident_manifest.RESIDENT_ONLY_KEY, not plan.full)
+            writer.add_string(resident_manifest.SOURCE_MODEL_KEY, os.path.basename(model.path))
+            writer.add_string(resident_manifest.SOURCE_FINGERPRINT_KEY, model.fingerprint)
         if len(plan.gguf_paths) > 1:
             writer.add_uint16(Keys.SPLIT_NO, file_index)
             writer.add_uint16(Keys.SPLIT_COUNT, len(plan.gguf_paths))
