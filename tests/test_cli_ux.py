@@ -380,3 +380,50 @@ def test_sliding_window_row_has_no_raw_none(tmp_path, monkeypatch):
     model = factory.write_tiny(tmp_path, "gpt-oss")
     table = _table_text(monkeypatch, ["inspect", model], 200).stdout
     assert "None" not in table
+
+
+# --- signals -------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGTERM") or __import__("os").name == "nt",
+                    reason="POSIX signals to a child process")
+@pytest.mark.parametrize("signame,code,word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_follow_stops_on_a_signal_with_its_summary_and_a_valid_plan(tmp_path, signame, code, word):
+    """A real `trace-tail --follow --plan` process, stopped mid-run: it prints its summary, leaves the plan
+    file whole (read back as JSON with its pins) and exits 128 + the signal's number."""
+    import json
+    import os
+    import signal
+    import sys
+    import time
+
+    import numpy as np
+
+    from moetools.formats import trace as trace_format
+    from moetools.formats.plan import read_plan
+    from moetools.tracetail.importers import tokens_to_records
+    from moetools.tracetail.reader import make_ids
+
+    rng = np.random.default_rng(7)
+    tokens = [np.unique(np.concatenate([make_ids([layer] * 3, rng.choice(16, 3, replace=False)) for layer in range(4)]))
+              for _ in range(30)]
+    path = tmp_path / "live.trace"
+    path.write_bytes(trace_format.encode_records(*tokens_to_records(tokens, ["decode"] * len(tokens))))
+    plan = tmp_path / "plan.json"
+    process = subprocess.Popen([sys.executable, "-m", "moetools", "trace-tail", str(path), "--follow", "--synth-layers",
+                                "4", "--experts", "16", "--budget-slots", "12", "--expert-bytes", "1000", "--plan",
+                                str(plan), "--poll", "0.05", "--max-idle", "120"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()  # the follower is running and has written a token
+    assert json.loads(first)["decode_token"] == 0
+    deadline = time.monotonic() + 60
+    while not plan.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(getattr(signal, signame))
+    rest, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    lines = stderr.strip().splitlines()
+    assert lines[-1] == word and lines[-2].endswith("decode tokens"), stderr
+    assert int(lines[-2].split()[0]) >= 1
+    written = read_plan(str(plan))
+    assert written.budget_bytes == 12000 and written.pin_list
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]

@@ -223,6 +223,64 @@ def _budget_from_plan(budget_bytes, expert_bytes, total_slots, plan_path):
     return slots
 
 
+class _Stopped(Exception):
+    """--follow was asked to stop by SIGINT or SIGTERM."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopSignals:
+    """While following, SIGINT and SIGTERM stop the loop cleanly (summary printed, plan left valid).
+
+    A signal that arrives while the plan file is being replaced waits until the write is done
+    (`with stops.held():`), so the plan is always the old one or the new one, never neither."""
+
+    def __init__(self):
+        self.signum = None
+        self.holding = False
+        self.previous = {}
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+        if not self.holding:
+            raise _Stopped(signum)
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in ("SIGINT", "SIGTERM"):
+                number = getattr(signal, name, None)
+                if number is not None:
+                    self.previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        return False
+
+    def held(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def holding():
+            self.holding = True
+            try:
+                yield
+            finally:
+                self.holding = False
+            if self.signum is not None:
+                raise _Stopped(self.signum)
+
+        return holding()
+
+
 def _write_plan(path, budget_bytes, pins):
     """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run); keeps every
     other key. Returns the new mtime in whole seconds."""
@@ -411,26 +469,39 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
     last_plan = pending = None
     last_mtime = None
     count = 0
-    for kind, payload in core.follow_session(events, tokeniser, engine, trace, max_tokens=max_tokens):
-        if kind == "notice":
-            output.info(payload)
-            continue
-        if plan_path:
-            pins = tuple(core.plan_pins(engine, pin_budget, expert_bytes, options["pin_policy"]))
-            pending = pins if pins != last_plan else None
-            # The fork reloads on a change of st_mtime's whole seconds: a second write within the
-            # same second would be invisible, so changes are coalesced until the clock moves on.
-            due = pending is not None and (last_mtime is None or int(time.time()) > last_mtime)
-            payload["plan_written"] = due
-            if due:
-                last_mtime = _write_plan(plan_path, written_budget, list(pins))
-                last_plan, pending = pins, None
-        output.print_json_line(payload)
-        count += 1
-    if plan_path and pending is not None:
-        _write_plan(plan_path, written_budget, list(pending))
+    stopped = None
+    with _StopSignals() as stops:
+        try:
+            for kind, payload in core.follow_session(events, tokeniser, engine, trace, max_tokens=max_tokens):
+                if kind == "notice":
+                    output.info(payload)
+                    continue
+                if plan_path:
+                    pins = tuple(core.plan_pins(engine, pin_budget, expert_bytes, options["pin_policy"]))
+                    pending = pins if pins != last_plan else None
+                    # The fork reloads on a change of st_mtime's whole seconds: a second write within the
+                    # same second would be invisible, so changes are coalesced until the clock moves on.
+                    due = pending is not None and (last_mtime is None or int(time.time()) > last_mtime)
+                    payload["plan_written"] = due
+                    if due:
+                        with stops.held():
+                            last_mtime = _write_plan(plan_path, written_budget, list(pins))
+                            last_plan, pending = pins, None
+                output.print_json_line(payload)
+                count += 1
+        except _Stopped as stop:
+            stopped = stop.signum
+        stops.holding = True  # the summary and the last plan write are not interrupted again
+        if plan_path and pending is not None:
+            _write_plan(plan_path, written_budget, list(pending))
     if tokeniser.unknown:
         output.warn(f"{trace}: {tokeniser.unknown} of {tokeniser.records} records match no expert tensor of {layer_map.source}; skipped")
     if tokeniser.tail:
         output.warn(f"{trace}: {len(tokeniser.tail)} bytes of a torn record were left unread at the end")
     output.info(f"{count} decode tokens")
+    if stopped is not None:
+        import signal
+
+        output.info("interrupted" if stopped == getattr(signal, "SIGINT", None) else "terminated")
+        # 128 + the signal's number, as a shell reports a process stopped by it (130 for Ctrl-C)
+        click.get_current_context().exit(128 + int(stopped))
