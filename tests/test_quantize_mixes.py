@@ -332,3 +332,13 @@ def test_mixes_equal_llama_quantize(tmp_path, shared_models, model_name):
         assert set(mine) == set(golden[label]), label
         differ = [name for name in mine if mine[name] != golden[label][name]]
         assert not differ, f"{model_name} {label}: {len(differ)} tensors differ from llama-quantize, e.g. {differ[:3]}"
+
+
+def test_estimate_and_type_counts(tmp_path):
+    source = small(tmp_path)
+    doc = json.loads(invoke(source, "--type", "Q4_K_M,Q8_0", "--dry-run", "--json").stdout)
+    q4, q8 = doc["tiers"]
+    assert q4["types"]["q4_K"] > 0 and q4["types"]["q6_K"] > 0 and set(q8["types"]) == {"q8_0"}
+    assert q4["estimated_seconds"] > q8["estimated_seconds"] >= 0  # K-quant searches cost more than Q8_0's rounding
+    result = invoke(source, "--type", "Q4_K_M", "--json")
+    assert result.exit_code == 0 and "quantize: about 1 s for 1 tier" in result.stderr

@@ -31,6 +31,14 @@ def _doc(model, mode, out_dir, results, notes, worst):
     }
 
 
+def _duration(seconds):
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _figure(value, fmt):
     return "-" if value is None else fmt.format(value)
 
@@ -171,10 +179,13 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
         for note in notes:
             info(f"note: {note}")
         if dry_run:
-            results = core.estimate(model, plans)
+            results = core.estimate(model, plans, threads=threads)
             notes.append("dry run: nothing written; error figures need a real run")
         else:
             core.prepare_output_dir(out_dir)
+            seconds = sum(core.tier_seconds(plan, threads) for plan in plans)
+            info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "
+                 "(from the kernels' measured speed on this engine and thread count)")
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
                 results = core.run(model, plans, threads=threads, progress=bar)
         doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)

@@ -234,6 +234,8 @@ class TierResult:
     copied: int
     fallbacks: list
     tensors: list  # TensorError docs of the re-quantized tensors, worst (rel_rmse) first
+    types: dict = field(default_factory=dict)  # ggml type -> tensors written in it (resident)
+    estimated_seconds: float = 0.0  # from the measured kernel speeds (kernels.MEASURED_MB_PER_S)
 
     def to_doc(self, worst=5):
         doc = {key: value for key, value in self.__dict__.items() if key != "tensors"}
@@ -550,7 +552,7 @@ def run(model, plans, threads=None, progress=None):
             for handle in files:
                 _pad(handle, alignment)
         # all GGUFs complete: they are renamed into place as the stack closes
-    results = [_result(model, tier) for tier in plans]
+    results = [_result(model, tier, threads=threads) for tier in plans]
     written = []
     try:
         for tier, result in zip(plans, results):
@@ -588,13 +590,22 @@ def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
             progress.update(n_rows * row_bytes)
 
 
-def estimate(model, tiers):
+def estimate(model, tiers, threads=None):
     """TierResults of planned tiers without writing or measuring anything (a dry run): bytes, bits
     per weight and fallbacks are exact; file sizes and error figures are None."""
-    return [_result(model, tier, written=False) for tier in tiers]
+    return [_result(model, tier, written=False, threads=threads) for tier in tiers]
 
 
-def _result(model, tier, written=True):
+def tier_seconds(tier, threads=None):
+    """Estimated seconds to quantize `tier` on `threads` cores, from the measured kernel speeds."""
+    from moetools.quantize import kernels
+
+    threads = threads or kernels.default_threads()
+    return sum(kernels.estimated_seconds(plan.out_type, plan.tensor.n_elements, threads, plan.imatrix is not None)
+               for plan in tier.tensors if plan.action == "quantize")
+
+
+def _result(model, tier, written=True, threads=None):
     resident = [plan for plan in tier.tensors if not plan.expert]
     resident_bytes = sum(plan.out_bytes for plan in resident)
     resident_values = sum(plan.tensor.n_elements for plan in resident)
@@ -622,7 +633,17 @@ def _result(model, tier, written=True):
         copied=sum(1 for plan in resident if plan.action == "copy"),
         fallbacks=tier.fallbacks(),
         tensors=[error.to_doc() for error in errors],
+        types=_type_counts(resident),
+        estimated_seconds=round(tier_seconds(tier, threads), 1),
     )
+
+
+def _type_counts(resident):
+    counts = {}
+    for plan in resident:
+        if plan.action != "keep":
+            counts[type_name(plan.out_type)] = counts.get(type_name(plan.out_type), 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
 def _manifest(model, tier, result):

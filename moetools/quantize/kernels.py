@@ -592,6 +592,26 @@ def engine():
 IGNORES_IMATRIX = {Q8_0, F16, BF16, 0}
 
 
+# Per-core speed of each engine, MB of float32 input per second, measured by
+# benchmarks/bench_quantize.py on the 2-core development machine (shared: load average ~9 while
+# measured, so these are what a busy machine gives; README has the figures). quantize's ETA uses
+# them; unknown types count at the slowest figure.
+MEASURED_MB_PER_S = {
+    "numba": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 14.0, "q5_K": 12.0,
+              "q4_K": 10.0, "q3_K": 45.0, "q2_K": 9.0, "iq4_xs": 3.5, "iq4_nl": 3.5, "f16": 500.0, "bf16": 300.0},
+    "numpy": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 12.0, "q5_K": 9.0,
+              "q4_K": 7.0, "q3_K": 9.0, "q2_K": 7.0, "f16": 500.0, "bf16": 300.0},
+}
+
+
+def estimated_seconds(type_id, n_values, threads=1, imatrix=False):
+    """How long quantizing `n_values` float32 values to `type_id` takes with this engine on
+    `threads` cores, from MEASURED_MB_PER_S (an imatrix search costs about the same)."""
+    rates = MEASURED_MB_PER_S[engine()]
+    rate = rates.get(GGML_TYPES[type_id][0], min(rates.values()))
+    return n_values * 4 / 1e6 / rate / max(1, threads)
+
+
 def needs_compiled(type_id, imatrix=False):
     """Whether quantizing to `type_id` (with an importance matrix or not) needs the compiled engine."""
     if type_id in (F16, BF16):
