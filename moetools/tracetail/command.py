@@ -487,8 +487,8 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
                         with stops.held():
                             last_mtime = _write_plan(plan_path, written_budget, list(pins))
                             last_plan, pending = pins, None
+                count += 1  # before the line goes out: a signal between the two must not lose a printed token
                 output.print_json_line(payload)
-                count += 1
         except _Stopped as stop:
             stopped = stop.signum
         stops.holding = True  # the summary and the last plan write are not interrupted again
