@@ -427,3 +427,17 @@ def test_follow_stops_on_a_signal_with_its_summary_and_a_valid_plan(tmp_path, si
     written = read_plan(str(plan))
     assert written.budget_bytes == 12000 and written.pin_list
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+
+
+def test_coverage_policy_without_a_curve_is_refused(tiny_models):
+    result = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "4G",
+                                      "--coverage-policy", "foo"])
+    assert result.exit_code == 2
+    assert "--coverage-policy foo needs --coverage FILE" in result.output
+
+
+def test_help_names_the_defaults_users_ask_about():
+    trace_help = CliRunner().invoke(cli, ["trace-tail", "--help"], terminal_width=200).output
+    assert "Default: a quarter of the model's slots" in trace_help
+    fit_help = CliRunner().invoke(cli, ["device-fit", "--help"], terminal_width=200).output
+    assert "belady is a ceiling" in fit_help and "decay_bandit" in fit_help

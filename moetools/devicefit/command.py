@@ -327,8 +327,10 @@ def llama_tables(doc):
 @click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
 @click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
 @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
-@click.option("--coverage-policy", default=None,
-              help="Which policy's curve predicts the hit ratio (default: the curve's best online demand policy).")
+@click.option("--coverage-policy", default=None, metavar="POLICY",
+              help="Which policy's curve in --coverage predicts the hit ratio: one the curve holds (trace-tail "
+                   "writes lru, lfu, decay_bandit, predictive, ...; belady is a ceiling, refused). "
+                   "Default: the curve's best online demand policy.")
 @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
 @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
 @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 2ms).")
@@ -351,6 +353,8 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     MODEL is a .gguf file or any shard of a split model. Exit 0 when a plan fits, 1 when it does not (the
     shortfall is reported), 2 for bad input.
     """
+    if coverage_policy is not None and not coverage_path:
+        raise UsageError(f"--coverage-policy {coverage_policy} needs --coverage FILE (a curve from trace-tail --curve)")
     if coverage_path == "-" and observations_path == "-":
         raise UsageError("--coverage and --observations cannot both read stdin")
     if fa_text is not None:

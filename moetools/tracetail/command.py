@@ -300,7 +300,9 @@ def _write_plan(path, budget_bytes, pins):
               help="Input format: 12-byte trace, route_trace v1 CSV, JSON lines or numpy [tokens, layers, top_k].")
 @click.option("--once/--follow", default=True, help="Stop at end of file with a summary (default), or keep reading as the file grows.")
 @click.option("--prefill", type=click.IntRange(min=0), metavar="N", help="The first N tokens are prefill (default: the size rule).")
-@click.option("--budget-slots", type=int, metavar="N", help="Cache budget in slots (one slot = one (layer, expert)).")
+@click.option("--budget-slots", type=int, metavar="N",
+              help="Cache budget in slots (one slot = one (layer, expert)). Default: a quarter of the model's slots "
+                   "(layers x experts), or of the trace's distinct experts without a model.")
 @click.option("--budget-bytes", metavar="SIZE", help="Cache budget in bytes (32G, 32GB, 32GiB or raw bytes).")
 @click.option("--expert-bytes", metavar="SIZE", help="Bytes of one (layer, expert) when there is no model.")
 @click.option("--window", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens of the recency policy and instrument.")
