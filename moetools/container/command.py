@@ -93,7 +93,8 @@ def encode_tables(doc):
               help="Number banks (experts-L{N}.bin and each header's layer) by GGUF block, as the fork's server opens "
                    "them, or by MoE-layer ordinal (L0 = first routed layer), as the daemon's reader expects.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
-def encode_command(model, folder, force, batch, banks_numbering, json_flag):
+@click.option("--wait", is_flag=True, help="If another run is writing into the folder, wait for it instead of stopping.")
+def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait):
     """Rewrite MODEL's routed experts into the -o folder as the serving fork's expert container:
     manifest.json and one experts-L{N}.bin bank per MoE layer, each expert one 4 KiB-aligned record
     (header, gate | up | down, zero padding), plus xxh3 sidecars.
@@ -102,12 +103,15 @@ def encode_command(model, folder, force, batch, banks_numbering, json_flag):
     complete, so a rerun after an interruption keeps the verified banks and finishes the rest.
     """
     from moetools.container import core
+    from moetools.locking import folder_lock
     from moetools.progress import progress
 
     with _open_model(model) as source:
         plan = core.plan_container(source, banks_numbering)
         total = plan.manifest.bank_bytes * plan.manifest.n_layers
-        with progress(total, desc="container-encode") as bar:
+        # one run at a time per container folder: two runs would mix banks and delete each other's temps
+        lock = folder_lock(folder, tool="container-encode", wait=wait, on_wait=warn)
+        with lock, progress(total, desc="container-encode") as bar:
             result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
     for note in result.notes:
         warn(note)

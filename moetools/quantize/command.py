@@ -7,11 +7,13 @@
     moetools quantize model.gguf --type q6_K,q4_K,q3_K --dry-run   # bytes per tier from the headers only
 """
 
+import contextlib
 import os
 
 import click
 
 from moetools.errors import OutputError, UsageError
+from moetools.locking import folder_lock, remove_stale_temps
 from moetools.output import Table, info, render, warn
 from moetools.quantize.rules import MIX_ALIASES, MIXES, TARGETS
 from moetools.sizes import format_size
@@ -118,9 +120,10 @@ def _install_override(folder, results):
 @click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
+@click.option("--wait", is_flag=True, help="If another run is writing into the output folder, wait for it instead of stopping.")
 def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, token_embedding_type, tensor_types,
                      resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run, threads, worst,
-                     json_flag):
+                     json_flag, wait):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
@@ -156,7 +159,7 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
         raise UsageError("--install places resident-only tiers in the daemon's folder: not with --full or -o")
     if (storage_root or model_id) and not install:
         raise UsageError("--storage-root and --model-id apply to --install")
-    with open_model(model_path) as model:
+    with open_model(model_path) as model, contextlib.ExitStack() as holding:
         for message in model.warnings:
             warn(message)
         installed = None
@@ -170,6 +173,10 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
             out_dir = storage.device_fit_dir(model_id, installed["storage_root"])
         else:
             out_dir = output_dir or core.default_output_dir(model.path, full)
+        if not dry_run:  # one run at a time per tier folder; what a killed run left is cleared under the lock
+            holding.enter_context(folder_lock(out_dir, tool="quantize", wait=wait, on_wait=warn))
+            for name in remove_stale_temps(out_dir):
+                info(f"removed {os.path.join(out_dir, name)}: a temporary file of a run that was killed")
         notes = []
         if not model.expert_tensors:
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
