@@ -1,24 +1,58 @@
-"""A quick mutation fuzz of the header reader (the long run is benchmarks/fuzz_reader.py)."""
+"""A quick mutation fuzz of the reader through inspect and device-fit (the long run, 10,000 mutants
+with time and memory limits, is benchmarks/fuzz_reader.py)."""
 
+import random
 import tracemalloc
 
 import pytest
 
 from moetools.errors import GGUFError
-from moetools.gguf.fuzz import fuzz_file, mutate
 from moetools.gguf.header import read_header
+from tests.fuzzing import StructuredMutator, fuzz_file, header_fields, mutate
 
 
 @pytest.mark.parametrize("arch", ["qwen3moe", "kimi-k3", "gpt-oss"])
-def test_mutated_headers_fail_cleanly(tiny_models, tmp_path, arch):
-    parsed, errors = fuzz_file(tiny_models[arch], tmp_path / "mutant.gguf", iterations=300, seed=len(arch))
-    assert parsed + errors == 300
-    assert errors > 50  # the mutations do reach the checks
+def test_mutated_headers_fail_cleanly_in_inspect_and_device_fit(tiny_models, tmp_path, arch):
+    outcome = fuzz_file(tiny_models[arch], tmp_path / "mutant.gguf", iterations=50, seed=len(arch))
+    assert outcome.crashes == []
+    assert outcome.runs == 100
+    assert outcome.clean_errors > 15  # the mutations do reach the checks
+    assert outcome.accepted > 0  # and some mutants are still models
+
+
+def test_the_structured_mutator_knows_every_field_kind(tiny_models):
+    source = tiny_models["kimi-k3"]
+    header = read_header(source)
+    kinds = {field.kind for field in header_fields(source.read_bytes()[: header.data_offset])}
+    assert {"tensor_count", "kv_count", "key_length", "value_type", "string_length", "array_type", "array_length",
+            "count_value", "name_length", "block_number", "n_dims", "dimension", "tensor_type", "data_offset"} <= kinds
+
+
+def test_structured_mutants_reach_the_layout_and_block_checks(tiny_models, tmp_path):
+    source = tiny_models["qwen3moe"]
+    header = read_header(source)
+    mutator = StructuredMutator(source.read_bytes()[: header.data_offset])
+    rng = random.Random(3)
+    problems = set()
+    work = tmp_path / "m.gguf"
+    for _ in range(300):
+        mutant, _ = mutator.mutate(rng)
+        with open(work, "wb") as handle:
+            handle.write(mutant)
+            handle.truncate(header.file_size)
+        try:
+            from moetools.gguf import open_model
+
+            with open_model(work) as model:
+                model.summary
+        except GGUFError as err:
+            problems.add(err.problem.split(" ")[0] + (" offset" if "expected" in err.problem else ""))
+            if "block_count" in str(err):
+                problems.add("block_count")
+    assert "tensor offset" in problems and "block_count" in problems
 
 
 def test_no_allocation_bigger_than_the_file(tiny_models, tmp_path):
-    import random
-
     source = tiny_models["deepseek2"]
     header = read_header(source)
     header_bytes = source.read_bytes()[: header.data_offset]

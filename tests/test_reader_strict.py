@@ -134,3 +134,15 @@ def test_converter_written_models_still_read(shared_models):
     for path in shared_models:
         with open_model(path) as model:
             assert model.summary.block_count > 0
+
+
+def test_an_expert_tensor_without_bytes_is_refused(good, tmp_path):
+    """Found by the structured fuzz: a zero dimension on the last (expert) tensor made device-fit divide by zero."""
+    header = read_header(good)
+    last = header.tensors[-1]
+    assert "_exps." in last.name
+    data = good.read_bytes()
+    first_dim = after_tensor_name(data, last.name) + 4
+    bad = patched(good, tmp_path, [(first_dim, "<Q", 0)])
+    line = fails("device-fit", bad, "--vram", "1G")
+    assert last.name in line

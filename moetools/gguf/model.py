@@ -200,7 +200,7 @@ class Model:
         for tensor in self.expert_tensors:
             block, _ = expert_tensor_kind(tensor.name)
             n_expert = tensor.shape[-1]
-            if len(tensor.shape) < 2 or n_expert == 0 or tensor.n_bytes % n_expert:
+            if len(tensor.shape) < 2 or n_expert == 0 or tensor.n_bytes == 0 or tensor.n_bytes % n_expert:
                 raise GGUFError(self.shards[tensor.shard], f"expert tensor {tensor.name!r} has shape {list(tensor.shape)}")
             if self.expert_count and n_expert != self.expert_count:
                 raise GGUFError(
