@@ -239,26 +239,28 @@ def test_follow_emits_one_line_per_decode_token_and_keeps_the_plan(tmp_path):
 
 
 def test_follow_resets_on_truncation(tmp_path):
+    """A real follower process: the file is truncated only after the follower has read the first serve
+    (its five closed tokens are on stdout), so the test does not depend on how fast it starts."""
+    import subprocess
+    import sys
+
     tokens = skewed_tokens(6, seed=5)
     data = trace_format.encode_records(*tokens_to_records(tokens, ["decode"] * 6))
     path = tmp_path / "live.trace"
     path.write_bytes(data)
-
-    def new_serve():
-        time.sleep(0.15)
-        path.write_bytes(data[:200])
-        time.sleep(0.1)
-        with open(path, "ab") as handle:
-            handle.write(data[200:])
-
-    thread = threading.Thread(target=new_serve)
-    thread.start()
-    result = run([str(path), "--follow", "--synth-layers", "4", "--budget-slots", "8", "--poll", "0.02", "--max-idle", "0.6"])
-    thread.join()
-    assert result.exit_code == 0, result.output
-    serves = [json.loads(line)["serve"] for line in result.stdout.splitlines()]
-    assert "new serve" in result.stderr
-    assert serves.count(1) == 5 and serves[-1] == 1  # the 6th token stays open, as in the daemon
+    process = subprocess.Popen([sys.executable, "-m", "moetools", "trace-tail", str(path), "--follow", "--synth-layers",
+                                "4", "--budget-slots", "8", "--poll", "0.02", "--max-idle", "3"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = [json.loads(process.stdout.readline()) for _ in range(5)]
+    path.write_bytes(data[:200])  # a new serve: the file shrank
+    time.sleep(0.5)
+    with open(path, "ab") as handle:
+        handle.write(data[200:])
+    rest, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    serves = [line["serve"] for line in first] + [json.loads(line)["serve"] for line in rest.splitlines()]
+    assert "new serve" in stderr
+    assert serves.count(0) == 5 and serves.count(1) == 5 and serves[-1] == 1  # the 6th token stays open, as in the daemon
 
 
 def test_follow_rejects_whole_trace_options(tmp_path):
