@@ -36,6 +36,11 @@ class GGUFError(InputError):
     """A GGUF file (or shard set) that cannot be read as one."""
 
 
+class RemoteError(InputError):
+    """A remote MODEL (URL or hf:// name) that cannot be read: HTTP status, timeout, redirect loop,
+    a server without range support, a file that changed while read. Names the URL or hf:// name."""
+
+
 class FormatError(InputError):
     """A moetools wire-format file (trace, plan, manifest, curve, container) that is invalid."""
 

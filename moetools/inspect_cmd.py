@@ -1,7 +1,10 @@
-"""`moetools inspect MODEL`: the shared reader's summary of a GGUF model.
+"""`moetools inspect MODEL`: the shared reader's summary of a GGUF model, local or remote.
 
     moetools inspect k3-00001-of-00014.gguf
     moetools inspect model.gguf --json --tensors | jq '.tensors[] | select(.type == "q4_K")'
+    moetools inspect https://host/models/k3-00001-of-00014.gguf --json | jq .fetched_bytes
+    moetools inspect hf://ORG/REPO                 # every GGUF set in the repo: sizes, file types
+    moetools inspect hf://ORG/REPO@main/Q4_K_M/m-00001-of-00009.gguf --metadata
 """
 
 import os
@@ -9,9 +12,16 @@ import os
 import click
 
 from moetools.gguf import open_model
+from moetools.gguf.constants import GGUF_VALUE_TYPES, VALUE_ARRAY, file_type_name
+from moetools.gguf.header import LazyArray
+from moetools.gguf.sources import is_repo
 from moetools.output import Table, render, warn
 from moetools.formats.tier_gguf import tier_identity
 from moetools.sizes import format_size
+from moetools.sourceopts import source_options
+
+# how many leading items of a metadata array `--metadata` shows
+ARRAY_HEAD = 8
 
 
 def _compact(values):
@@ -40,7 +50,50 @@ def layer_runs(per_layer):
     return runs
 
 
-def describe(model, with_tensors=False):
+def parameter_counts(model):
+    """(total, active per token) weights. Active counts every non-expert tensor and the routed
+    experts' share top-k / expert_count (shared experts are resident tensors, always active)."""
+    total = expert = 0
+    for tensor in model.tensors:
+        total += tensor.n_elements
+        if model.is_expert(tensor):
+            expert += tensor.n_elements
+    summary = model.summary
+    active = total - expert
+    if expert and summary.expert_count:
+        active += expert * min(summary.expert_used_count, summary.expert_count) // summary.expert_count
+    return total, active
+
+
+def _value_type_name(type_id):
+    return GGUF_VALUE_TYPES[type_id][0].lower() if type_id in GGUF_VALUE_TYPES else str(type_id)
+
+
+def metadata_entries(model):
+    """The first shard's raw key/value pairs, in file order: `{"key", "type", "value"}`; arrays as
+    `{"key", "type": "array", "element_type", "length", "first": [up to ARRAY_HEAD items]}`."""
+    header = model.headers[0]
+    entries = []
+    for key, value in header.metadata.items():
+        value_type = header.value_types.get(key)
+        if isinstance(value_type, tuple) and value_type[0] == VALUE_ARRAY:
+            first = value.head(ARRAY_HEAD) if isinstance(value, LazyArray) else list(value[:ARRAY_HEAD])
+            entries.append({"key": key, "type": "array", "element_type": _value_type_name(value_type[1]),
+                            "length": len(value), "first": first})
+        else:
+            entries.append({"key": key, "type": _value_type_name(value_type), "value": value})
+    return entries
+
+
+def _metadata_cell(entry):
+    if entry["type"] != "array":
+        return repr(entry["value"]) if isinstance(entry["value"], str) else str(entry["value"])
+    shown = ", ".join(repr(item) if isinstance(item, str) else str(item) for item in entry["first"])
+    more = ", ..." if entry["length"] > len(entry["first"]) else ""
+    return f"[{entry['element_type']} x {entry['length']}] [{shown}{more}]"
+
+
+def describe(model, with_tensors=False, with_metadata=False):
     """The inspect document for `model` (a moetools.gguf.Model): plain data, bytes as ints."""
     summary = model.summary
     types = {}
@@ -87,6 +140,18 @@ def describe(model, with_tensors=False):
         "resident_tier": tier_identity(model.metadata),
         "warnings": list(model.warnings),
     }
+    total_params, active_params = parameter_counts(model)
+    doc.update(
+        file_type=file_type_name(summary.file_type),
+        file_type_id=summary.file_type,
+        parameters=total_params,
+        active_parameters=active_params,
+        bits_per_weight=round(8 * model.total_bytes / total_params, 4) if total_params else 0.0,
+    )
+    if model.fetch_stats is not None:
+        doc.update(model.fetch_stats)
+    if with_metadata:
+        doc["metadata"] = metadata_entries(model)
     if with_tensors:
         doc["tensors"] = [
             {
@@ -139,7 +204,13 @@ def tables(doc):
         ["training context", doc["context_length"]],
         ["vocabulary", doc["vocab_size"]],
         ["tensors", doc["tensor_count"]],
+        ["file type", doc["file_type"] or "-"],
+        ["parameters", f"{_count(doc['parameters'])} total, {_count(doc['active_parameters'])} active per token"],
+        ["bits per weight", f"{doc['bits_per_weight']:.2f}"],
     ])
+    if "requests" in doc:
+        overview.caption = (f"header read remotely: {format_size(doc['fetched_bytes'])} in {doc['requests']} requests"
+                            f" ({doc['cached_shards']} of {len(doc['shards'])} shards from the header cache)")
     classes = Table("Bytes by class", ["class", "tensors", "bytes"], [
         ["resident", doc["resident_tensor_count"], format_size(doc["resident_bytes"])],
         ["expert", doc["expert_tensor_count"], format_size(doc["expert_bytes"])],
@@ -153,7 +224,10 @@ def tables(doc):
         result.append(Table("Bytes of one expert, per layer", ["layers", "count", "per expert", "bytes"], rows, right_align=(1, 2, 3)))
     result.append(Table("Tensor types", ["type", "tensors", "bytes"],
                         [[entry["type"], entry["count"], format_size(entry["bytes"])] for entry in doc["types"]], right_align=(1, 2)))
-    result.append(Table("Shards", ["#", "file"], [[index + 1, os.path.basename(path)] for index, path in enumerate(doc["shards"])]))
+    result.append(Table("Shards", ["#", "file"], [[index + 1, _base(path)] for index, path in enumerate(doc["shards"])]))
+    if "metadata" in doc:
+        result.append(Table("Metadata (first shard)", ["key", "type", "value"],
+                            [[entry["key"], entry["type"], _metadata_cell(entry)] for entry in doc["metadata"]]))
     if "tensors" in doc:
         result.append(Table("Tensors", ["name", "type", "shape", "bytes", "class", "shard", "offset"], [
             [t["name"], t["type"], "x".join(str(d) for d in t["shape"]), t["bytes"], t["class"], t["shard"] + 1, t["offset"]]
@@ -162,17 +236,78 @@ def tables(doc):
     return result
 
 
+def _count(value):
+    """`1026408232448` -> `1.03T`: a parameter count the way model cards write it."""
+    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return str(value)
+
+
+def _base(path):
+    """The file name of a local path, URL or hf:// name."""
+    return path.rstrip("/").rsplit("/", 1)[-1] if "://" in path else os.path.basename(path)
+
+
+def describe_repo(text, listing, sets, headers, stats):
+    """The inspect document of a whole repo: one entry per GGUF set (sizes from the Hub listing,
+    file type from the set's first header)."""
+    return {
+        "repo": text,
+        "repo_id": listing.repo_id,
+        "revision": listing.revision,
+        "commit": listing.commit,
+        "sets": [
+            {
+                "name": gguf_set.name,
+                "shards": len(gguf_set.paths),
+                "files": list(gguf_set.paths),
+                "bytes": gguf_set.total_bytes,
+                "file_type": file_type_name(header.get("general.file_type")),
+                "architecture": header.get("general.architecture"),
+            }
+            for gguf_set, header in zip(sets, headers)
+        ],
+        **stats,
+    }
+
+
+def repo_tables(doc):
+    table = Table(f"GGUF sets in {doc['repo']} (commit {doc['commit'][:12]})", ["set", "shards", "size", "file type", "architecture"],
+                  [[entry["name"], entry["shards"], format_size(entry["bytes"]), entry["file_type"] or "-", entry["architecture"] or "-"]
+                   for entry in doc["sets"]], right_align=(1, 2))
+    table.caption = f"headers read: {format_size(doc['fetched_bytes'])} in {doc['requests']} requests"
+    return [table]
+
+
+def _inspect_repo(text, fetch, json_flag):
+    from moetools.gguf import hub
+
+    listing, sets = hub.repo_sets(text, fetch)
+    headers, client = hub.first_headers(listing, sets, fetch)
+    doc = describe_repo(text, listing, sets, headers, {"fetched_bytes": client.fetched_bytes, "requests": client.requests})
+    render(doc, lambda: repo_tables(doc), json_flag)
+
+
 @click.command("inspect")
-@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.argument("model_path", metavar="MODEL")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 @click.option("--tensors", is_flag=True, help="Also list every tensor (name, type, ggml shape, bytes, shard, offset).")
-def inspect_command(model_path, json_flag, tensors):
-    """Summarise a GGUF model: shape, experts, bytes by class, per-layer expert bytes, types, shards.
+@click.option("--metadata", is_flag=True, help="Also list the raw metadata key/value pairs (arrays: type, length, first items).")
+@click.option("--include", metavar="GLOB", help="With hf://ORG/REPO: only the files whose repo path matches GLOB.")
+@source_options
+def inspect_command(model_path, json_flag, tensors, metadata, fetch):
+    """Summarise a GGUF model: shape, experts, parameters, bits per weight, file type, bytes by class,
+    per-layer expert bytes, types, shards.
 
-    MODEL is a .gguf file or any shard of a split model (NAME-0000k-of-0000N.gguf).
+    MODEL is a .gguf file or any shard of a split model (NAME-0000k-of-0000N.gguf), an http(s) URL of
+    one (its siblings are found from the name; only the headers are read, with range requests), or
+    hf://ORG/REPO[@REVISION]/PATH.gguf. hf://ORG/REPO[@REVISION] alone lists the repo's GGUF sets.
     """
-    with open_model(model_path) as model:
-        doc = describe(model, with_tensors=tensors)
+    if is_repo(model_path):
+        return _inspect_repo(model_path, fetch, json_flag)
+    with open_model(model_path, fetch) as model:
+        doc = describe(model, with_tensors=tensors, with_metadata=metadata)
     for message in doc["warnings"]:
         warn(message)
     render(doc, lambda: tables(doc), json_flag)

@@ -23,9 +23,11 @@ def _size_option(value):
         raise click.BadParameter(str(err)) from None
 
 
-def _open_model(path):
+def _open_model(path, command):
     from moetools.gguf import open_model
+    from moetools.gguf.sources import refuse_remote
 
+    refuse_remote(path, command)
     model = open_model(path)
     for message in model.warnings:
         warn(message)
@@ -106,7 +108,7 @@ def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait
     from moetools.locking import folder_lock
     from moetools.progress import progress
 
-    with _open_model(model) as source:
+    with _open_model(model, "container-encode") as source:
         plan = core.plan_container(source, banks_numbering)
         total = plan.manifest.bank_bytes * plan.manifest.n_layers
         # one run at a time per container folder: two runs would mix banks and delete each other's temps
@@ -172,7 +174,7 @@ def verify_command(folder, model_path, max_problems, json_flag):
     from moetools.container import core
     from moetools.progress import progress
 
-    model = _open_model(model_path) if model_path else None
+    model = _open_model(model_path, "container-verify --model") if model_path else None
     try:
         manifest = core.fmt.read_manifest(folder)
         with progress(manifest.bank_bytes * manifest.n_layers, desc="container-verify") as bar:

@@ -17,9 +17,11 @@ from moetools.devicefit import core, devices, upstream
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import CACHE_TYPES, KVSettings
-from moetools.errors import UsageError
+from moetools.errors import GGUFError, RemoteError, UsageError
+from moetools.gguf.sources import is_repo
 from moetools.output import Table, print_json, render, warn
 from moetools.sizes import format_size, parse_size
+from moetools.sourceopts import source_options
 
 _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
 
@@ -293,6 +295,132 @@ def llama_tables(doc):
     return [ledger, alternatives]
 
 
+class FitInputs:
+    """What every model of one device-fit run is fitted with (the options and the inputs read once)."""
+
+    def __init__(self, options, tiers_dir, curve, coverage_policy, coverage_label, observations, plan_path="",
+                 capture_path="", storage_root=None, model_id=None, gpus=(), ram_bytes=None, fork_notes=(), warnings=()):
+        self.options = options
+        self.tiers_dir = tiers_dir
+        self.curve = curve
+        self.coverage_policy = coverage_policy
+        self.coverage_label = coverage_label
+        self.observations = observations
+        self.plan_path = plan_path
+        self.capture_path = capture_path
+        self.storage_root = storage_root
+        self.model_id = model_id
+        self.gpus = list(gpus)
+        self.ram_bytes = ram_bytes
+        self.fork_notes = list(fork_notes)
+        self.warnings = list(warnings)  # found while reading the inputs (e.g. the curve's default policy)
+
+
+def fit_model(facts, fetch_stats, model_path, inputs):
+    """The fork's division of one model (its facts): (doc, result, launch). The one path both a single
+    MODEL and each set of a repo go through; `fetch_stats` (None for a local file) joins the doc.
+    A URL or hf:// name maps to no existing local folder: its tiers come from --tiers or the daemon's
+    storage."""
+    warnings = []
+    from moetools.devicefit.discovery import discover_tiers
+    from moetools.formats.storage import device_fit_dir
+
+    storage_dir = device_fit_dir(inputs.model_id or core.model_stem(model_path), inputs.storage_root)
+    tiers, tier_warnings = discover_tiers(model_path, facts, inputs.tiers_dir, storage_dir)
+    warnings += tier_warnings
+    warnings += inputs.warnings
+    coverage, coverage_warnings = core.coverage_model(inputs.curve, inputs.coverage_policy, facts, inputs.coverage_label)
+    warnings += coverage_warnings
+    result, context_rows = core.fit_trade_off(facts, tiers, inputs.options, coverage, inputs.observations)
+    launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, inputs.plan_path, inputs.capture_path)}
+    doc = core.to_doc(result, launch)
+    doc["runtime"] = "fork"
+    doc["contexts"] = context_rows
+    doc["devices"] = core.fork_ledger(result, inputs.gpus[0].name)
+    doc["warnings"] = warnings + doc["warnings"]
+    doc["notes"] = doc["notes"] + inputs.fork_notes
+    if result.chosen is None:
+        doc["unfittable"] = _fork_unfittable(facts, tiers, inputs.options, coverage, inputs.gpus, inputs.ram_bytes)
+        doc["notes"].append(doc["unfittable"]["summary"])
+    if fetch_stats is not None:
+        doc.update(fetch_stats)
+    return doc, result, launch
+
+
+def repo_row(gguf_set, model, doc):
+    """One row of a repo plan: the set and what its fit says."""
+    return {
+        "set": gguf_set.name,
+        "model": doc["model"],
+        "file_type": doc_file_type(model),
+        "shards": len(gguf_set.paths),
+        "file_bytes": sum(header.file_size for header in model.headers),
+        "resident_bytes": model.resident_bytes,
+        "expert_bytes": model.expert_bytes,
+        "verdict": doc["verdict"],
+        "context": doc["context"],
+        "slots": doc["slots"],
+        "total_slots": doc["total_slots"],
+        "cpu_moe_layers": doc["launch"]["llama"].get("cpu_moe_layers"),
+        "tok_s": doc["tok_s"],
+        "fetched_bytes": doc.get("fetched_bytes", 0),
+        "requests": doc.get("requests", 0),
+        "error": "",
+    }
+
+
+def doc_file_type(model):
+    from moetools.gguf.constants import file_type_name
+
+    return file_type_name(model.summary.file_type)
+
+
+def fit_repo(text, fetch, inputs, json_flag):
+    """device-fit for every GGUF set of hf://ORG/REPO: one row per set (JSON: a list)."""
+    from moetools.gguf import hub
+
+    listing, sets = hub.repo_sets(text, fetch)
+    rows = []
+    for gguf_set in sets:
+        try:
+            with hub.open_set(listing, gguf_set, fetch) as model:
+                doc, _, _ = fit_model(core.model_facts(model), model.fetch_stats, model.path, inputs)
+                rows.append(repo_row(gguf_set, model, doc))
+        except RemoteError:
+            raise
+        except GGUFError as err:  # e.g. a vision projector beside the quants: reported, not fatal
+            rows.append({"set": gguf_set.name, "verdict": "unreadable", "error": str(err), "shards": len(gguf_set.paths),
+                         "file_bytes": gguf_set.total_bytes})
+            warn(str(err))
+    render(rows, lambda: repo_tables(text, listing, rows), json_flag)
+    if not any(row["verdict"] not in ("unfittable", "unreadable") for row in rows):
+        click.get_current_context().exit(1)
+
+
+def repo_tables(text, listing, rows):
+    gib = format_size
+    body = []
+    for row in rows:
+        if row["verdict"] == "unreadable":
+            body.append([row["set"], "-", gib(row["file_bytes"]), "-", "-", "unreadable", "-", "-", "-"])
+            continue
+        if row["verdict"] == "unfittable":
+            experts = "-"
+        elif row["cpu_moe_layers"] and row["verdict"] == "native":
+            experts = f"{row['slots']} slots; upstream: {row['cpu_moe_layers']} CPU-expert layers"
+        else:
+            experts = f"{row['slots']} of {row['total_slots']} slots"
+        body.append([row["set"], row["file_type"] or "-", gib(row["file_bytes"]), gib(row["resident_bytes"]),
+                     gib(row["expert_bytes"]), row["verdict"], row["context"] if row["verdict"] != "unfittable" else "-",
+                     experts, f"{row['tok_s']:.2f}" if row["verdict"] != "unfittable" else "-"])
+    table = Table(f"device-fit: every GGUF set in {text} (commit {listing.commit[:12]})",
+                  ["set", "type", "size", "resident", "experts", "verdict", "context", "hot-expert slots / CPU experts", "tok/s"],
+                  body, right_align=(2, 3, 4, 6, 8))
+    table.caption = (f"headers read: {gib(sum(row.get('fetched_bytes', 0) for row in rows))} in "
+                     f"{sum(row.get('requests', 0) for row in rows)} requests")
+    return [table]
+
+
 @click.command("device-fit")
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("--vram", metavar="SIZE[,SIZE...]|auto", help="Each GPU's memory: 24G,24G (GiB; 24GB decimal), or auto (free memory from nvidia-smi/rocm-smi).")
@@ -343,14 +471,19 @@ def llama_tables(doc):
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
 @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports (with --json: the command as an argv list).")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
+@click.option("--include", metavar="GLOB", help="With hf://ORG/REPO: plan only the files whose repo path matches GLOB.")
+@source_options
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
                        depth, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
-                       disk_bw, threads, os_reserve, container, plan_path, emit, json_flag):
+                       disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
 
-    MODEL is a .gguf file or any shard of a split model. Exit 0 when a plan fits, 1 when it does not (the
+    MODEL is a .gguf file or any shard of a split model, an http(s) URL of one, or
+    hf://ORG/REPO[@REVISION]/PATH.gguf (headers only, read with range requests). hf://ORG/REPO[@REVISION]
+    alone plans every GGUF set in the repo with the fork runtime, one row per quant (--include GLOB to
+    narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
     shortfall is reported), 2 for bad input.
     """
     if coverage_policy is not None and not coverage_path:
@@ -365,10 +498,16 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     ram_bytes = _ram_option(ram)
     from moetools.gguf import open_model
 
-    with open_model(model_path) as model:
-        _refuse_a_tier(model_path, model.metadata)
-        facts = core.model_facts(model)
+    repo = is_repo(model_path)
+    facts = fetch_stats = None
+    if not repo:
+        with open_model(model_path, fetch) as model:
+            _refuse_a_tier(model_path, model.metadata)
+            facts = core.model_facts(model)
+            fetch_stats = model.fetch_stats
     if runtime == "llama":
+        if repo:
+            raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         options = _llama_options(settings, ctx=ctx, reserve=reserve, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
                                  main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
                                  threads=threads, os_reserve=os_reserve)
@@ -396,13 +535,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         os_reserve=_size_option("--os-reserve", os_reserve),
         container=container or "",
     )
-    warnings = []
-    from moetools.devicefit.discovery import discover_tiers
-    from moetools.formats.storage import device_fit_dir
-
-    storage_dir = device_fit_dir(model_id or core.model_stem(model_path), storage_root)
-    tiers, tier_warnings = discover_tiers(model_path, facts, tiers_dir, storage_dir)
-    warnings += tier_warnings
+    input_warnings = []
     curve = None
     if coverage_path:
         from moetools.formats.curve import read_curve
@@ -413,25 +546,19 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
 
             coverage_policy, note = default_coverage_policy(curve, coverage_path)
             if note:
-                warnings.append(note)
-    coverage, coverage_warnings = core.coverage_model(curve, coverage_policy, facts, coverage_path or "<curve>")
-    warnings += coverage_warnings
+                input_warnings.append(note)
     observations = []
     if observations_path:
         from moetools.formats.jsonio import display_name, read_text
 
         observations = core.parse_observations(read_text(observations_path, "observations"), display_name(observations_path))
-    result, context_rows = core.fit_trade_off(facts, tiers, options, coverage, observations)
-    launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, plan_path or "", capture_path or "")}
-    doc = core.to_doc(result, launch)
-    doc["runtime"] = "fork"
-    doc["contexts"] = context_rows
-    doc["devices"] = core.fork_ledger(result, gpus[0].name)
-    doc["warnings"] = warnings + doc["warnings"]
-    doc["notes"] = doc["notes"] + fork_notes
-    if result.chosen is None:
-        doc["unfittable"] = _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes)
-        doc["notes"].append(doc["unfittable"]["summary"])
+    inputs = FitInputs(options, tiers_dir, curve, coverage_policy, coverage_path or "<curve>", observations,
+                       plan_path or "", capture_path or "", storage_root, model_id, gpus, ram_bytes, fork_notes, input_warnings)
+    if repo:
+        if plan_path or emit:
+            raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
+        return fit_repo(model_path, fetch, inputs, json_flag)
+    doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
     for message in doc["warnings"]:
         warn(message)
     if plan_path:

@@ -180,3 +180,22 @@ def tensor_nbytes(type_id, shape):
     for dim in shape:
         count *= dim
     return count // block_size * block_bytes
+
+# general.file_type -> llama.cpp's name for it (enum llama_ftype in include/llama.h at commit
+# 0c1e57098, without the LLAMA_FTYPE_MOSTLY_ prefix; equal to gguf.LlamaFileType, checked by a test).
+LLAMA_FILE_TYPES = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+    12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+    19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
+    26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
+    36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE", 39: "NVFP4", 40: "Q1_0", 41: "Q2_0", 1024: "GUESSED",
+}
+
+
+def file_type_name(file_type):
+    """`15` -> `Q4_K_M`; None when the key is absent; `unknown (N)` for an id llama.cpp does not name."""
+    if file_type is None:
+        return None
+    if isinstance(file_type, bool) or not isinstance(file_type, int):
+        return f"unknown ({file_type!r})"
+    return LLAMA_FILE_TYPES.get(file_type, f"unknown ({file_type})")

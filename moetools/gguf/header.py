@@ -58,15 +58,64 @@ class TensorInfo(namedtuple("TensorInfo", "name type_id shape n_bytes shard offs
         return count
 
 
-class LazyArray:
-    """A metadata array whose elements are decoded only when asked for."""
+class HeaderIncomplete(Exception):
+    """The header continues past the bytes at hand (a remote header read so far): fetch at least
+    `needed` bytes from the start of the file and parse again. Never reaches a user."""
 
-    def __init__(self, path, elem_type, count, offset, end):
+    def __init__(self, needed):
+        super().__init__(needed)
+        self.needed = needed
+
+
+class BytesSource:
+    """The first bytes of a file held in memory (a header fetched over HTTP, or from the header
+    cache): what a LazyArray of a remote header reads its elements from."""
+
+    def __init__(self, name, data):
+        self.name = name
+        self.data = data
+
+    def read(self, offset, length):
+        if offset < 0 or offset + length > len(self.data):
+            raise GGUFError(self.name, f"{length} bytes at offset {offset} lie beyond the {len(self.data)} header bytes fetched")
+        return bytes(self.data[offset : offset + length])
+
+
+def _decode_strings(data, count):
+    """The first `count` GGUF strings in `data`, or None when `data` ends before them."""
+    values = []
+    position = 0
+    unpack_len = _U64.unpack_from
+    for _ in range(count):
+        if position + 8 > len(data):
+            return None
+        (length,) = unpack_len(data, position)
+        position += 8
+        if position + length > len(data):
+            return None
+        values.append(data[position : position + length].decode("utf-8", errors="replace"))
+        position += length
+    return values
+
+
+class LazyArray:
+    """A metadata array whose elements are decoded only when asked for. Its bytes are read from the
+    file at `path`, or from `source` (a BytesSource) for a header that was fetched rather than opened."""
+
+    def __init__(self, path, elem_type, count, offset, end, source=None):
         self.path = path
         self.elem_type = elem_type
         self.count = count
         self.offset = offset  # file offset of the first element
         self.end = end  # file offset just past the last element
+        self.source = source
+
+    def _bytes(self, length):
+        if self.source is not None:
+            return self.source.read(self.offset, length)
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            return handle.read(length)
 
     def __len__(self):
         return self.count
@@ -76,21 +125,25 @@ class LazyArray:
 
     def load(self):
         """Decode every element (strings as str). Reads only this array's bytes."""
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            data = handle.read(self.end - self.offset)
+        return self.head(self.count)
+
+    def head(self, count):
+        """Decode the first `count` elements (all of them when the array is shorter)."""
+        count = min(count, self.count)
         if self.elem_type == VALUE_STRING:
-            values = []
-            position = 0
-            unpack_len = _U64.unpack_from
-            for _ in range(self.count):
-                (length,) = unpack_len(data, position)
-                position += 8
-                values.append(data[position : position + length].decode("utf-8", errors="replace"))
-                position += length
+            whole = self.end - self.offset
+            if count < self.count:
+                # string lengths are only known while walking: try a short read, else read it all
+                values = _decode_strings(self._bytes(min(whole, count * 264)), count)
+                if values is not None:
+                    return values
+            values = _decode_strings(self._bytes(whole), count)
+            if values is None:
+                raise GGUFError(self.path, "string array changed since its header was read", offset=self.offset)
             return values
         fmt = GGUF_VALUE_TYPES[self.elem_type][1]
-        return list(struct.unpack_from(f"<{self.count}{fmt}", data, 0))
+        data = self._bytes(count * struct.calcsize("<" + fmt))
+        return list(struct.unpack_from(f"<{count}{fmt}", data, 0))
 
 
 class GGUFHeader:
@@ -112,13 +165,40 @@ class GGUFHeader:
 
 
 class _Cursor:
-    """Bounds-checked reads from a buffer; every error names the file and the offset."""
+    """Bounds-checked reads from a buffer; every error names the file and the offset.
 
-    def __init__(self, path, buffer, size):
+    `size` is the file's size, `available` how many of its first bytes `buffer` holds (all of them
+    for a local file; a prefix for a remote header). Running past `available` but not past `size`
+    raises HeaderIncomplete: the caller fetches more and parses again.
+    """
+
+    def __init__(self, path, buffer, size, available=None, source=None):
         self.path = path
         self.buffer = buffer
         self.size = size
+        self.available = size if available is None else available
+        self.source = source
         self.position = 0
+        # the fewest bytes the rest of the header can take after the item being read (a lower bound
+        # that lets a remote read ask for more without ever running past the header's end)
+        self.floor_after = 0
+
+    def have(self, end):
+        if end > self.available:
+            raise HeaderIncomplete(end + self.floor_after)
+
+    def _strings_left(self, position, count):
+        """Where a walk of `count` strings from `position` stops at the bytes at hand: (position,
+        strings left). Only for a header prefix, on the rare path where the fast walk ran out."""
+        unpack_len = _U64.unpack_from
+        limit = self.available
+        while count and position + 8 <= limit:
+            length = unpack_len(self.buffer, position)[0]
+            if position + 8 + length > limit:
+                return position + 8 + length, count - 1
+            position += 8 + length
+            count -= 1
+        return position, count
 
     def fail(self, problem, offset=None, key=None):
         raise GGUFError(self.path, problem, offset=self.position if offset is None else offset, key=key)
@@ -126,6 +206,7 @@ class _Cursor:
     def need(self, count, what):
         if count < 0 or self.position + count > self.size:
             self.fail(f"truncated: {what} needs {count} bytes but only {self.size - self.position} remain")
+        self.have(self.position + count)
 
     def u32(self, what):
         self.need(4, what)
@@ -144,6 +225,7 @@ class _Cursor:
         length = self.u64(f"{what} length")
         if length > self.size - self.position:
             self.fail(f"{what} length {length} runs past the end of the file ({self.size} bytes)", offset=start)
+        self.have(self.position + length)
         raw = bytes(self.buffer[self.position : self.position + length])
         self.position += length
         try:
@@ -177,11 +259,18 @@ class _Cursor:
             for _ in repeat(None, rest):
                 position += 8 + unpack_len(buffer, position)[0]
         except (struct.error, OverflowError):
+            if self.available < self.size:
+                stop, left = self._strings_left(self.position, count)
+                if stop + 8 * left <= self.size:
+                    self.have(stop + 8 * left)
             self.position = min(position, self.size)
             self.fail(f"truncated inside {what}: a string length runs past the end of the file")
         if position > self.size:
             self.position = self.size
             self.fail(f"{what} runs past the end of the file")
+        if position > self.available:
+            stop, left = self._strings_left(self.position, count)
+            self.have(stop + 8 * left)
         self.position = position
 
 
@@ -201,7 +290,7 @@ def _read_value(cursor, value_type, key):
                 cursor.fail(f"array of {count} strings runs past the end of the file", offset=start, key=key)
             first = cursor.position
             cursor.skip_strings(count, f"array {key}")
-            strings = LazyArray(cursor.path, elem_type, count, first, cursor.position)
+            strings = LazyArray(cursor.path, elem_type, count, first, cursor.position, cursor.source)
             return (strings.load() if count <= 64 else strings), (VALUE_ARRAY, elem_type)
         item_size = _SCALAR_STRUCTS[elem_type].size
         if count > remaining // item_size:
@@ -209,9 +298,10 @@ def _read_value(cursor, value_type, key):
         first = cursor.position
         cursor.position += count * item_size
         if count * item_size <= EAGER_ARRAY_BYTES:
+            cursor.have(cursor.position)
             fmt = GGUF_VALUE_TYPES[elem_type][1]
             return list(struct.unpack_from(f"<{count}{fmt}", cursor.buffer, first)), (VALUE_ARRAY, elem_type)
-        return LazyArray(cursor.path, elem_type, count, first, cursor.position), (VALUE_ARRAY, elem_type)
+        return LazyArray(cursor.path, elem_type, count, first, cursor.position, cursor.source), (VALUE_ARRAY, elem_type)
     if value_type not in _SCALAR_STRUCTS:
         cursor.fail(f"unknown metadata value type {value_type}", offset=cursor.position - 4, key=key)
     return cursor.scalar(value_type, f"value of {key}"), value_type
@@ -235,8 +325,8 @@ def _check_data_layout(cursor, infos, alignment):
         expected += -(-n_bytes // alignment) * alignment
 
 
-def _parse(path, buffer, size, shard):
-    cursor = _Cursor(path, buffer, size)
+def _parse(path, buffer, size, shard, available=None, source=None):
+    cursor = _Cursor(path, buffer, size, available, source)
     cursor.need(4, "magic")
     magic = bytes(buffer[0:4])
     if magic != GGUF_MAGIC:
@@ -259,6 +349,7 @@ def _parse(path, buffer, size, shard):
     metadata = {}
     value_types = {}
     for index in range(n_kv):
+        cursor.floor_after = (n_kv - index - 1) * 13 + n_tensors * 32  # smallest key/value, smallest tensor info
         key_offset = cursor.position
         key = cursor.string(f"metadata key {index} of {n_kv}")
         if key in metadata:
@@ -273,6 +364,7 @@ def _parse(path, buffer, size, shard):
     infos = []
     seen = set()
     for index in range(n_tensors):
+        cursor.floor_after = (n_tensors - index - 1) * 32
         info_offset = cursor.position
         name = cursor.string(f"name of tensor {index} of {n_tensors}")
         if name in seen:
@@ -322,3 +414,14 @@ def read_header(path, shard=0):
             raise GGUFError(path, "empty file, not a GGUF", offset=0)
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
             return _parse(path, buffer, size, shard)
+
+
+def parse_header_bytes(name, data, size, shard=0):
+    """Parse a header from `data`, the first bytes of a file of `size` bytes named `name` (a URL).
+
+    Raises HeaderIncomplete when the header runs past `data` (fetch more, call again), GGUFError
+    on bad input. Lazy arrays read their elements from `data`.
+    """
+    if size == 0:
+        raise GGUFError(name, "empty file, not a GGUF", offset=0)
+    return _parse(name, data, size, shard, available=len(data), source=BytesSource(name, data))

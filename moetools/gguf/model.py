@@ -13,6 +13,7 @@ from moetools.errors import GGUFError
 from moetools.fileio import open_read, pread, preadinto
 from moetools.gguf.constants import LLAMA_MAX_EXPERTS, LLAMA_MAX_LAYERS, Keys
 from moetools.gguf.header import LazyArray, read_header
+from moetools.gguf.sources import is_remote
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
 SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -93,7 +94,14 @@ class ModelSummary:
 
 
 class Model:
-    """A GGUF model, single file or split. Open with `open_model(path)`."""
+    """A GGUF model, single file or split. Open with `open_model(path)`.
+
+    `remote` is True for a model whose headers were fetched (URL or hf:// name): its tensor data is
+    not here, and the data methods refuse. `fetch_stats` then holds fetched_bytes, requests and
+    cached_shards."""
+
+    remote = False
+    fetch_stats = None
 
     def __init__(self, headers, warnings=()):
         self.headers = headers
@@ -334,13 +342,19 @@ class Model:
 
     def tensor_memmap(self, tensor):
         """A read-only numpy uint8 memmap of one tensor's bytes (imports numpy on first use)."""
+        self._refuse_remote()
         import numpy as np
 
         if isinstance(tensor, str):
             tensor = self.tensor_by_name[tensor]
         return np.memmap(self.shards[tensor.shard], dtype=np.uint8, mode="r", offset=tensor.offset, shape=(tensor.n_bytes,))
 
+    def _refuse_remote(self):
+        if self.remote:
+            raise GGUFError(self.path, "a remote model's tensor data is not downloaded; download the model and use the local file")
+
     def _fd(self, shard):
+        self._refuse_remote()
         fd = self._fds.get(shard)
         if fd is None:
             fd = self._fds[shard] = open_read(self.shards[shard])
@@ -412,8 +426,15 @@ def _validate_split(headers):
         raise GGUFError(first.path, f"split.tensors.count says {declared_total} tensors but the shards hold {total_tensors}", key=Keys.SPLIT_TENSORS_COUNT)
 
 
-def open_model(path):
-    """Open a GGUF model from any of its shards. Raises GGUFError for bad input."""
+def open_model(path, fetch=None):
+    """Open a GGUF model from any of its shards. Raises GGUFError for bad input.
+
+    `path` may also be a remote source (an http(s) URL or hf://ORG/REPO[@REV]/PATH.gguf): its headers
+    are fetched with `fetch` (moetools.gguf.sources.FetchSettings; defaults when None)."""
+    if is_remote(path):
+        from moetools.gguf.remote import open_remote
+
+        return open_remote(path, fetch)
     path = os.fspath(path)
     if path == "-":
         raise GGUFError(path, "a model is read from a file, not from stdin: its shards are found beside it and "
@@ -422,7 +443,12 @@ def open_model(path):
         raise GGUFError(path, "is a folder; give a .gguf file (any shard of a split model)")
     paths, warnings = discover_shards(path)
     headers = [read_header(shard, shard=index) for index, shard in enumerate(paths)]
-    if len(paths) == 1:
+    return model_from_headers(path, headers, warnings)
+
+
+def model_from_headers(path, headers, warnings=()):
+    """A Model from the parsed headers of a shard set in order, validated as one set."""
+    if len(headers) == 1:
         split_count = headers[0].get(Keys.SPLIT_COUNT)
         if isinstance(split_count, int) and split_count > 1:
             raise GGUFError(

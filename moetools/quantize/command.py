@@ -139,8 +139,11 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
     left behind).
     """
     from moetools.gguf import open_model
+    from moetools.gguf.sources import refuse_remote
     from moetools.progress import progress
     from moetools.quantize import core
+
+    refuse_remote(model_path, "quantize")
 
     imatrix = None
     if imatrix_path:
