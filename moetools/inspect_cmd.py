@@ -290,7 +290,7 @@ def _inspect_repo(text, fetch, json_flag):
 
 
 @click.command("inspect")
-@click.argument("model_path", metavar="MODEL")
+@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 @click.option("--tensors", is_flag=True, help="Also list every tensor (name, type, ggml shape, bytes, shard, offset).")
 @click.option("--metadata", is_flag=True, help="Also list the raw metadata key/value pairs (arrays: type, length, first items).")
