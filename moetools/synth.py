@@ -66,7 +66,7 @@ def _common(spec, p):
     spec.meta("{arch}.rope.freq_base", p.get("rope_base", 10000.0), "f32")
     spec.meta("general.file_type", p.get("file_type", 7))
     spec.vocab_size = p["vocab"]
-    spec.merges = p.get("merges", 0)
+    spec.merges = p.get("merges", 64)  # llama.cpp's BPE loader refuses a vocabulary without merges
 
 
 def _experts(spec, il, n_embd, n_ff, n_expert, t, bias=False):

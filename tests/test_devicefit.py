@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools.cli import cli
-from moetools.devicefit import core, kv
+from moetools.devicefit import compute, core, kv
 from moetools.devicefit.kv import KVSettings
 from moetools.errors import UsageError
 from moetools.formats.curve import Curve, write_curve
@@ -55,6 +55,13 @@ def k3_fork_slots(budget):
     return min(share // 2_425_344 // 2, share // 3_211_776)
 
 
+def compute_at(path, ctx, settings=None):
+    """The compute buffer device-fit must plan for: the graph replay at that context (CUDA alignment)."""
+    facts = facts_of(path)
+    return compute.compute_buffers(facts.graph, facts.shape, ctx, settings or KVSettings(),
+                                   alignment=compute.CUDA_ALIGNMENT).device_bytes
+
+
 def tok_s(coverage, ept=K3_EPT, expert=K3_EXPERT, h2d=25e9, floor=0.010):
     return 1 / ((1 - coverage) * ept * expert / h2d + floor)
 
@@ -70,16 +77,16 @@ def test_k3_facts(k3):
 def test_k3_on_32g_by_hand(k3):
     doc = run_json(k3, "--vram", "32G", "--ctx", 32768)
     vram = 32 * GIB
-    reserve = vram // 10
+    reserve = GIB + compute_at(k3, 32768)  # the compute buffer plus the default 1 GiB margin
     kv_bytes = 32768 * K3_PER_TOKEN + K3_STATE
     budget = vram - reserve - K3_RESIDENT - kv_bytes
     slots = k3_fork_slots(budget)
     assert doc["verdict"] == "native" and doc["resident_source"] == "native"
     assert (doc["vram_bytes"], doc["reserve_bytes"], doc["resident_bytes"]) == (vram, reserve, K3_RESIDENT)
+    assert doc["compute_bytes"] == reserve - GIB and doc["margin_bytes"] == GIB and doc["reserve_source"] == "compute+margin"
     assert doc["context"] == 32768 and doc["kv_bytes"] == kv_bytes
-    assert doc["expert_budget_bytes"] == budget and doc["slots"] == slots == 75  # 271 if any expert fit any slot
-    pools = doc["fork_cache"]["pools"]
-    assert doc["fork_cache"]["device"] == "vram" and [(p["slot_bytes"], p["slots"]) for p in pools] == [(2_425_344, 150), (3_211_776, 113)]
+    assert doc["expert_budget_bytes"] == budget and doc["slots"] == slots
+    assert doc["fork_cache"]["device"] == "vram"
     assert doc["coverage"] == pytest.approx(slots / K3_SLOTS, abs=1e-6)
     assert doc["tok_s"] == pytest.approx(tok_s(slots / K3_SLOTS), rel=1e-4)
     assert doc["experts_per_token"] == K3_EPT and doc["expert_bytes"] == K3_EXPERT
@@ -96,10 +103,12 @@ def test_k3_on_32g_by_hand(k3):
 
 def test_context_is_squeezed_in_steps_of_256(k3):
     doc = run_json(k3, "--vram", "32G", "--ctx", 262144)
-    room = 32 * GIB - 32 * GIB // 10 - K3_RESIDENT - K3_STATE
+    # squeezed against the compute buffer of the wanted context (an upper bound for smaller ones)
+    room = 32 * GIB - GIB - compute_at(k3, 262144) - K3_RESIDENT - K3_STATE
     context = doc["context"]
     assert context % 256 == 0 and context < 262144
     assert context * K3_PER_TOKEN <= room < (context + 256) * K3_PER_TOKEN
+    assert doc["compute_bytes"] == compute_at(k3, context) <= compute_at(k3, 262144)
     assert doc["divisions"][0]["note"] == "context squeezed from 262144"
 
 
@@ -123,9 +132,9 @@ def test_unfittable_exits_1_with_the_shortfall(k3):
     result = run(k3, "--vram", "24G", "--json")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
-    usable = 24 * GIB - 24 * GIB // 10
+    usable = 24 * GIB - GIB
     assert doc["verdict"] == "unfittable" and doc["context"] == 0 and doc["expert_budget_bytes"] == 0
-    assert doc["shortfall_bytes"] == K3_RESIDENT + 4096 * K3_PER_TOKEN + K3_STATE - usable
+    assert doc["shortfall_bytes"] == K3_RESIDENT + 4096 * K3_PER_TOKEN + K3_STATE + compute_at(k3, 4096) - usable
     assert "unfittable" in doc["notes"][0]
 
 
@@ -164,7 +173,7 @@ def test_tiers_override_when_native_does_not_fit(k3, tmp_path):
     assert doc["verdict"] == "override" and doc["resident_source"] == "q4_0"
     assert [d["tier"] for d in doc["divisions"]] == ["native", "q8_0", "q4_0"]
     assert [d["feasible"] for d in doc["divisions"]] == [False, False, True]
-    budget = 24 * GIB - 24 * GIB // 10 - 14 * GIB - 16384 * K3_PER_TOKEN - K3_STATE
+    budget = 24 * GIB - GIB - compute_at(k3, 16384) - 14 * GIB - 16384 * K3_PER_TOKEN - K3_STATE
     assert doc["expert_budget_bytes"] == budget and doc["slots"] == k3_fork_slots(budget)
     assert doc["resident_gguf"].endswith("k3.q4_0.resident.gguf")
 
@@ -193,8 +202,10 @@ def test_fastest_division_wins_with_a_curve(k3, tmp_path):
                              extra={"demand_policies": ["lru", "predictive"], "ceiling_policies": ["belady"]}))
     doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve)
     native, q4 = doc["divisions"]
-    assert native["slots"] == 75 and native["coverage"] == pytest.approx(0.5 + 0.1 * 25 / 50, abs=1e-6)
-    q4_budget = 32 * GIB - 32 * GIB // 10 - 20 * GIB - 32768 * K3_PER_TOKEN - K3_STATE
+    native_slots = k3_fork_slots(32 * GIB - GIB - compute_at(k3, 32768) - K3_RESIDENT - 32768 * K3_PER_TOKEN - K3_STATE)
+    assert native["slots"] == native_slots and 50 < native_slots < 100
+    assert native["coverage"] == pytest.approx(0.5 + 0.1 * (native_slots - 50) / 50, abs=1e-6)
+    q4_budget = 32 * GIB - GIB - compute_at(k3, 32768) - 20 * GIB - 32768 * K3_PER_TOKEN - K3_STATE
     assert q4["slots"] == k3_fork_slots(q4_budget) > 100  # flat past the last point
     assert q4["coverage"] == pytest.approx(0.6)
     assert q4["tok_s"] == pytest.approx(tok_s(0.6), rel=1e-4)
@@ -267,7 +278,8 @@ def test_dense_model_has_no_expert_budget(preset_model):
     doc = run_json(preset_model("llama3-8b"), "--vram", "24G")
     assert doc["verdict"] == "native" and doc["context"] == 8192
     assert doc["expert_budget_bytes"] == 0 and doc["slots"] == 0 and doc["experts_per_token"] == 0
-    assert doc["free_bytes"] == 24 * GIB - 24 * GIB // 10 - doc["resident_bytes"] - 8192 * 131072
+    llama = preset_model("llama3-8b")
+    assert doc["free_bytes"] == 24 * GIB - GIB - compute_at(llama, 8192) - doc["resident_bytes"] - 8192 * 131072
     assert any("dense model" in note for note in doc["notes"])
     assert doc["tok_s"] == pytest.approx(100.0)
 
@@ -307,9 +319,10 @@ def test_plan_file(k3, tmp_path):
 def test_emit_llama_and_env(k3, preset_model, tmp_path):
     result = run(k3, "--vram", "32G", "--ctx", 32768, "--emit", "llama")
     assert result.exit_code == 0
-    budget = 32 * GIB - 32 * GIB // 10 - K3_RESIDENT - 32768 * K3_PER_TOKEN - K3_STATE
+    budget = 32 * GIB - GIB - compute_at(k3, 32768) - K3_RESIDENT - 32768 * K3_PER_TOKEN - K3_STATE
     # one K3 layer's experts (896 x 7.7 MiB) are more than the budget: every expert stays on the CPU
-    assert result.stdout.splitlines()[0] == f"llama-server -m {k3} -c 32768 -ngl 999 -ctk f16 -ctv f16 -fa on --fit off --cpu-moe"
+    assert result.stdout.splitlines()[0] == (f"llama-server -m {k3} -c 32768 -ngl 999 -ctk f16 -ctv f16 -fa on "
+                                             "-np 1 --no-kv-unified --fit off --cpu-moe")
     qwen = preset_model("qwen3-235b")
     facts = facts_of(qwen)
     flags = ["--ctx", 8192, "--ctk", "q8_0", "--ctv", "q8_0", "--parallel", 2]
@@ -318,10 +331,10 @@ def test_emit_llama_and_env(k3, preset_model, tmp_path):
     first_gpu = 94 - doc["expert_budget_bytes"] // layer  # every layer's experts hold the same bytes
     result = run(qwen, "--vram", "48G", *flags, "--emit", "llama")
     lines = result.stdout.splitlines()
-    assert lines[0] == (f"llama-server -m {qwen} -c 8192 -ngl 999 -ctk q8_0 -ctv q8_0 -fa on -np 2 --fit off "
+    assert lines[0] == (f"llama-server -m {qwen} -c 8192 -ngl 999 -ctk q8_0 -ctv q8_0 -fa on -np 2 --no-kv-unified --fit off "
                         f"--n-cpu-moe {first_gpu}")
     assert 0 < first_gpu < 94
-    assert lines[2] == "#   -ot 'blk\\.(" + "|".join(map(str, range(first_gpu))) + ")\\.ffn_(up|down|gate|gate_up)_exps=CPU'"
+    assert lines[2] == "#   -ot 'blk\\.(" + "|".join(map(str, range(first_gpu))) + ")\\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU'"
     plan = tmp_path / "p.json"
     env = run(k3, "--vram", "32G", "--ctx", 32768, "--emit", "env", "--plan", plan, "--container", tmp_path)
     lines = env.stdout.splitlines()
@@ -364,9 +377,34 @@ def test_table_output(k3):
 
 # --- bad input --------------------------------------------------------------------------------
 
+def test_margin_and_compute_that_leave_nothing_exit_2(k3):
+    vram = GIB + compute_at(k3, 4096)
+    result = run(k3, "--vram", vram)
+    assert result.exit_code == 2 and "compute buffer of a 4096-token context leave nothing" in result.stderr
+    assert run(k3, "--vram", vram, "--margin", 0, "--json").exit_code == 1  # room now, but not for the weights
+
+
+def test_compute_follows_the_settings(k3, preset_model):
+    """The reserve follows flash attention, ubatch, context, parallel and the unified cache."""
+    qwen = preset_model("qwen3-235b")
+    base = run_json(qwen, "--vram", "200G", "--ctx", 32768)["compute_bytes"]
+    no_fa = run_json(qwen, "--vram", "200G", "--ctx", 32768, "--no-flash-attn")["compute_bytes"]
+    assert no_fa > 10 * base  # scores of 64 heads x 32k cells x 512 tokens f32: 4 GiB
+    assert no_fa == compute_at(qwen, 32768, KVSettings(flash_attn=False))
+    assert run_json(qwen, "--vram", "200G", "--ctx", 32768, "--ubatch", 2048)["compute_bytes"] > 3 * base
+    parallel = run_json(qwen, "--vram", "200G", "--ctx", 32768, "--no-flash-attn", "--parallel", 4)["compute_bytes"]
+    unified = run_json(qwen, "--vram", "200G", "--ctx", 32768, "--no-flash-attn", "--parallel", 4, "--kv-unified")
+    assert parallel < no_fa / 3 and unified["compute_bytes"] == no_fa  # 4 streams of 8k cells vs one of 32k
+    reserved = run_json(qwen, "--vram", "200G", "--ctx", 32768, "--reserve", "3G")
+    assert reserved["reserve_bytes"] == 3 * GIB and reserved["reserve_source"] == "--reserve"
+    assert reserved["compute_bytes"] == 0 and reserved["margin_bytes"] == 0
+
+
 @pytest.mark.parametrize("args,message", [
-    (["--vram", "2G"], "at or below the compute reserve"),
-    (["--vram", "8G", "--reserve", "8G"], "at or below the compute reserve"),
+    (["--vram", "1G"], "--margin 1.00 GiB leaves nothing of VRAM 1.00 GiB"),
+    (["--vram", "32G", "--margin", "32G"], "--margin 32.00 GiB leaves nothing"),
+    (["--vram", "32G", "--margin", "lots"], "cannot parse size"),
+    (["--vram", "8G", "--reserve", "8G"], "--reserve 8.00 GiB leaves nothing of VRAM 8.00 GiB"),
     (["--vram", "32Q"], "cannot parse size"),
     (["--vram", "32G", "--reserve", "lots"], "cannot parse size"),
     (["--vram", "32G", "--ctx", "0"], "context must be at least 1"),

@@ -65,7 +65,9 @@ def tables(doc):
     gib = format_size
     rows = [
         ["VRAM", gib(doc["vram_bytes"]), ""],
-        ["compute reserve", gib(doc["reserve_bytes"]), ""],
+        ["compute reserve", gib(doc["reserve_bytes"]),
+         (f"compute buffer {gib(doc['compute_bytes'])} + margin {gib(doc['margin_bytes'])}"
+          if doc["reserve_source"] == "compute+margin" else "--reserve")],
         ["resident weights", gib(doc["resident_bytes"]), doc["resident_source"]],
         ["KV cache", gib(doc["kv_bytes"]), f"context {doc['context']}: {_cell_summary(doc)} ({doc['ctk']}/{doc['ctv']})"],
     ]
@@ -430,7 +432,9 @@ def repo_tables(text, listing, rows):
 @click.option("--rpc-bw", metavar="RATE[,RATE...]", help="Memory bandwidth of the RPC servers' devices.")
 @click.option("--runtime", type=click.Choice(["fork", "llama"]), default="fork", show_default=True,
               help="fork: the streaming fork's division of one GPU; llama: upstream llama.cpp on every device.")
-@click.option("--reserve", metavar="SIZE", help="Compute reserve per GPU (default max(2 GiB, VRAM/10)).")
+@click.option("--reserve", metavar="SIZE", help="Compute reserve per GPU as a whole, instead of the modelled compute buffer + --margin.")
+@click.option("--margin", default="1G", show_default=True, metavar="SIZE",
+              help="Added to the modelled compute buffer: CUDA context, cuBLAS workspace, fragmentation.")
 @click.option("--ctx", "-c", type=int, metavar="N", help="Context wanted (fork default: the training context, squeezed; llama default: the trade-off).")
 @click.option("--min-ctx", type=int, default=4096, show_default=True, metavar="N", help="Never squeeze the context below this.")
 @click.option("--ctk", "-ctk", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="K cache type.")
@@ -473,7 +477,7 @@ def repo_tables(text, listing, rows):
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 @click.option("--include", metavar="GLOB", help="With hf://ORG/REPO: plan only the files whose repo path matches GLOB.")
 @source_options
-def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, ctx, min_ctx, ctk, ctv,
+def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
                        depth, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
@@ -526,6 +530,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     options = core.FitOptions(
         vram=gpus[0].capacity_bytes,
         reserve=_size_option("--reserve", reserve),
+        margin=_size_option("--margin", margin),
         ctx=ctx,
         min_ctx=min_ctx,
         kv=settings,

@@ -7,6 +7,7 @@ is given through moetools.formats. Sizes are bytes, speeds tokens/s, times secon
 
 import os
 
+from moetools.devicefit import compute as computemod
 from moetools.devicefit import context as contextmod
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit import layers as layersmod
@@ -19,7 +20,7 @@ from moetools.gguf.constants import Keys
 from moetools.gguf.model import expert_tensor_kind, model_stem
 
 GIB = 1024**3
-MIN_RESERVE = 2 * GIB
+DEFAULT_MARGIN = GIB  # CUDA context, cuBLAS workspace, fragmentation: llama.cpp's own --fit-target default
 CTX_STEP = 256
 OBSERVATION_MIN_TOKENS = 64  # the serving fork's division bandit ignores shorter runs
 OBSERVATION_WEIGHT = 0.4  # later measurements blend in with this weight
@@ -34,6 +35,7 @@ class ModelFacts(Record):
         ("architecture", REQUIRED),
         ("fingerprint", REQUIRED),
         ("shape", REQUIRED),
+        ("graph", REQUIRED),  # compute.GraphShape: what the compute buffer depends on
         ("resident_bytes", REQUIRED),  # every tensor that is not a routed expert
         ("file_bytes", REQUIRED),  # all shards, as llama.cpp maps them
         ("block_count", REQUIRED),
@@ -79,6 +81,7 @@ def model_facts(model):
         architecture=model.architecture,
         fingerprint=model.fingerprint,
         shape=shape,
+        graph=computemod.graph_shape(model, shape),
         resident_bytes=model.resident_bytes,
         file_bytes=sum(header.file_size for header in model.headers),
         block_count=model.block_count,
@@ -273,7 +276,8 @@ class FitOptions(Record):
 
     FIELDS = (
         ("vram", REQUIRED),
-        ("reserve", None),  # default max(2 GiB, VRAM / 10)
+        ("reserve", None),  # overrides compute buffer + margin as a whole
+        ("margin", DEFAULT_MARGIN),  # added to the modelled compute buffer
         ("ctx", None),  # default: the training context
         ("ctx_reason", "as asked"),  # why ctx is what it is, for the notes
         ("min_ctx", 4096),
@@ -294,6 +298,7 @@ class Division(Record):
         ("feasible", False),
         ("context", 0),
         ("kv", list),  # KVCache
+        ("compute_bytes", 0),  # the compute buffer at this context (0 when --reserve overrides)
         ("expert_budget_bytes", 0),
         ("free_bytes", 0),  # VRAM left after resident + KV (the expert budget, or unused on a dense model)
         ("slots", 0),
@@ -318,6 +323,7 @@ class Division(Record):
             "context": self.context,
             "kv_bytes": self.kv_bytes,
             "kv": [cache.to_doc() for cache in self.kv],
+            "compute_bytes": self.compute_bytes,
             "expert_budget_bytes": self.expert_budget_bytes,
             "slots": self.slots,
             "coverage": round(self.coverage, 6),
@@ -330,13 +336,34 @@ class Division(Record):
         }
 
 
-def default_reserve(vram):
-    return max(MIN_RESERVE, vram // 10)
+class ComputeModel:
+    """The compute buffer at a context, memoised (it does not depend on the resident tier).
+
+    With --reserve the user's figure replaces compute buffer + margin and this returns 0."""
+
+    def __init__(self, facts, options):
+        self.facts = facts
+        self.options = options
+        self.cache = {}
+
+    @property
+    def modelled(self):
+        return self.options.reserve is None
+
+    def at(self, ctx):
+        if not self.modelled:
+            return 0
+        if ctx not in self.cache:
+            self.cache[ctx] = computemod.compute_buffers(self.facts.graph, self.facts.shape, ctx, self.options.kv,
+                                                         alignment=computemod.CUDA_ALIGNMENT)
+        return self.cache[ctx].device_bytes
 
 
-def fit_context(shape, settings, wanted, floor, room):
-    """The largest context <= wanted (squeezed in steps of 256, never below `floor`) whose caches fit
-    in `room` bytes: (context, caches) or (None, caches at `floor`)."""
+def fit_context(shape, settings, wanted, floor, room, compute_bytes=0):
+    """The largest context <= wanted (squeezed in steps of 256, never below `floor`) whose caches,
+    plus `compute_bytes` (the compute buffer at `wanted`: an upper bound for smaller contexts), fit in
+    `room` bytes: (context, caches) or (None, caches at `floor`)."""
+    room -= compute_bytes
     caches = kvmod.kv_caches(shape, wanted, settings)
     if kvmod.total(caches) <= room:
         return wanted, caches
@@ -361,24 +388,26 @@ def speed(facts, coverage, options):
     return fork_tok_s(coverage, facts.experts_per_token, facts.expert_bytes, options.h2d_bytes_per_s, options.floor_s)
 
 
-def divide(facts, tier, options, coverage, usable, wanted, floor):
-    """The division of `usable` VRAM for one resident tier."""
+def divide(facts, tier, options, coverage, usable, wanted, floor, compute=None):
+    """The division of `usable` VRAM (after the margin or the --reserve) for one resident tier."""
+    compute = compute or ComputeModel(facts, options)
     division = Division(tier)
     room = usable - tier.resident_bytes
     if room < 0:
         caches = kvmod.kv_caches(facts.shape, floor, options.kv)
-        division.shortfall_bytes = tier.resident_bytes + kvmod.total(caches) - usable
+        division.shortfall_bytes = tier.resident_bytes + kvmod.total(caches) + compute.at(floor) - usable
         division.note = "resident weights do not fit"
         return division
-    context, caches = fit_context(facts.shape, options.kv, wanted, floor, room)
+    context, caches = fit_context(facts.shape, options.kv, wanted, floor, room, compute.at(wanted))
     if context is None:
-        division.shortfall_bytes = kvmod.total(caches) - room
-        division.note = f"KV for the {floor}-token minimum context does not fit"
+        division.shortfall_bytes = kvmod.total(caches) + compute.at(floor) - room
+        division.note = f"KV and compute buffer for the {floor}-token minimum context do not fit"
         return division
     division.feasible = True
     division.context = context
     division.kv = caches
-    division.free_bytes = room - division.kv_bytes
+    division.compute_bytes = compute.at(context)
+    division.free_bytes = room - division.kv_bytes - division.compute_bytes
     if context < wanted:
         division.note = f"context squeezed from {wanted}"
     if facts.dense:
@@ -403,6 +432,8 @@ class Fit(Record):
         ("coverage", REQUIRED),
         ("divisions", REQUIRED),
         ("chosen", None),
+        ("margin", 0),  # bytes over the modelled compute buffer (0 when --reserve overrides)
+        ("compute", None),  # compute.ComputeBuffers at the chosen context (None with --reserve)
         ("host", None),
         ("warnings", list),
         ("notes", list),
@@ -421,14 +452,31 @@ class Fit(Record):
         return min(division.shortfall_bytes for division in self.divisions)
 
 
+# ggml types from lowest to highest quantization error at about the same bits per weight (llama.cpp's
+# tools/quantize perplexity table: super-block K- and i-quants beat the legacy formats of their size).
+ERROR_ORDER = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_K", "q5_1", "q5_0", "iq4_nl", "q4_K", "iq4_xs", "q4_1",
+               "q4_0", "q3_K", "iq3_s", "iq3_xxs", "q2_K", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s")
+
+
+def tier_error_rank(tier):
+    """Position of a tier's type in ERROR_ORDER; the native weights rank first (they need no override),
+    unknown types last."""
+    if tier.label == NATIVE:
+        return -1
+    return ERROR_ORDER.index(tier.label) if tier.label in ERROR_ORDER else len(ERROR_ORDER)
+
+
 def fit(facts, tiers, options, coverage=None, observations=()):
     """Divide the card for the native weights and every tier; choose the fastest feasible division.
 
     Raises UsageError for VRAM at or below the reserve, or a context of 0.
     """
-    reserve = default_reserve(options.vram) if options.reserve is None else options.reserve
-    if options.vram <= reserve:
-        raise UsageError(f"VRAM {format_size(options.vram)} is at or below the compute reserve {format_size(reserve)}")
+    if options.reserve is not None and options.vram <= options.reserve:
+        raise UsageError(f"--reserve {format_size(options.reserve)} leaves nothing of VRAM {format_size(options.vram)}")
+    if options.reserve is None and options.margin < 0:
+        raise UsageError("--margin must not be negative")
+    if options.reserve is None and options.vram <= options.margin:
+        raise UsageError(f"--margin {format_size(options.margin)} leaves nothing of VRAM {format_size(options.vram)}")
     wanted = facts.shape.context_train if options.ctx is None else options.ctx
     if wanted < 1:
         raise UsageError("the context must be at least 1 token" if options.ctx is not None
@@ -442,9 +490,14 @@ def fit(facts, tiers, options, coverage=None, observations=()):
         warnings.append(f"context {options.ctx} is above the training context {facts.shape.context_train}; "
                         "sized as asked, as llama.cpp allocates it")
     floor = min(options.min_ctx, wanted)
-    usable = options.vram - reserve
+    compute = ComputeModel(facts, options)
+    fixed = options.margin if compute.modelled else options.reserve
+    usable = options.vram - fixed
+    if compute.modelled and compute.at(floor) >= usable:
+        raise UsageError(f"--margin {format_size(options.margin)} plus the {format_size(compute.at(floor))} compute buffer "
+                         f"of a {floor}-token context leave nothing of VRAM {format_size(options.vram)}")
     native = Tier(NATIVE, facts.resident_bytes, facts.path)
-    divisions = [divide(facts, tier, options, coverage, usable, wanted, floor) for tier in [native, *tiers]]
+    divisions = [divide(facts, tier, options, coverage, usable, wanted, floor, compute) for tier in [native, *tiers]]
     feasible = [division for division in divisions if division.feasible]
     infeasible = {d.tier.label for d in divisions if not d.feasible}
     estimate, runs, ignored = refine({d.tier.label: d.tok_s_predicted for d in feasible},
@@ -457,12 +510,17 @@ def fit(facts, tiers, options, coverage=None, observations=()):
         division.observations = runs[division.tier.label]
     chosen = None
     if feasible:
-        # fastest; on a tie the larger (more precise) resident weights
-        chosen = max(feasible, key=lambda d: (round(d.tok_s, 9), d.tier.resident_bytes))
-    result = Fit(facts, options, reserve, usable, wanted, floor, coverage, divisions, chosen, warnings=warnings, notes=notes)
+        # fastest; on a tie the larger (more precise) resident weights, then the lower quantization error
+        chosen = max(feasible, key=lambda d: (round(d.tok_s, 9), d.tier.resident_bytes, -tier_error_rank(d.tier)))
+    picked = chosen or divisions[0]
+    reserve = fixed + picked.compute_bytes if compute.modelled else fixed
+    result = Fit(facts, options, reserve, options.vram - reserve, wanted, floor, coverage, divisions, chosen,
+                 margin=options.margin if compute.modelled else 0,
+                 compute=compute.cache.get(picked.context) if compute.modelled and picked.feasible else None,
+                 warnings=warnings, notes=notes)
     if chosen is None:
         notes.append(f"unfittable: {format_size(result.shortfall_bytes)} short for the smallest division "
-                     f"(resident weights + KV for {floor} tokens in {format_size(usable)} usable)")
+                     f"(resident weights + KV and compute buffer for {floor} tokens in {format_size(usable)} usable)")
     else:
         if chosen.context < options.min_ctx:
             why = options.ctx_reason if options.ctx is not None else "the model's training context"
@@ -573,16 +631,19 @@ def cpu_moe_layers(facts, budget):
     return first_gpu, used
 
 
+# llama.cpp's own expert-tensor pattern (common/fit.cpp): also matches the `_chexps` tensors
+EXPERT_PATTERN = "\\.ffn_(up|down|gate_up|gate)_(ch|)exps"
+
+
 def kv_flags(settings):
     flags = ["-ctk", settings.ctk, "-ctv", settings.ctv, "-fa", "on" if settings.flash_attn else "off"]
     if settings.ubatch != 512:
         flags += ["-ub", str(settings.ubatch)]
     if settings.batch != 2048:
         flags += ["-b", str(settings.batch)]
-    if settings.n_seq != 1:
-        flags += ["-np", str(settings.n_seq)]
-    if settings.unified:
-        flags.append("-kvu")
+    # always explicit: llama-server defaults to 4 slots and a unified cache, which would give a
+    # sliding-window model a bigger cache than the one planned
+    flags += ["-np", str(settings.n_seq), "-kvu" if settings.unified else "--no-kv-unified"]
     if settings.swa_full:
         flags.append("--swa-full")
     return flags
@@ -609,11 +670,11 @@ def llama_launch(result):
         layers, used = cpu_moe_layers(facts, native.free_bytes)
         if layers >= facts.block_count:
             args.append("--cpu-moe")  # not one whole layer of experts fits
-            override = "\\.ffn_(up|down|gate|gate_up)_exps=CPU"
+            override = EXPERT_PATTERN + "=CPU"
         elif any(block < layers for block in facts.moe_layers):
             args += ["--n-cpu-moe", str(layers)]
             cpu = [block for block in facts.moe_layers if block < layers]
-            override = "blk\\.(" + "|".join(str(block) for block in cpu) + ")\\.ffn_(up|down|gate|gate_up)_exps=CPU"
+            override = "blk\\.(" + "|".join(str(block) for block in cpu) + ")" + EXPERT_PATTERN + "=CPU"
         else:  # every MoE layer's experts fit (the blocks below are dense): nothing stays on the CPU
             layers = 0
     return {"args": args, "cpu_moe_layers": layers, "gpu_expert_bytes": used, "override_tensor": override,
@@ -685,6 +746,10 @@ def to_doc(result, launch=None):
         "architecture": facts.architecture,
         "vram_bytes": options.vram,
         "reserve_bytes": result.reserve,
+        "compute_bytes": result.compute.device_bytes if result.compute else 0,
+        "compute_host_bytes": result.compute.host_bytes if result.compute else 0,
+        "margin_bytes": result.margin,
+        "reserve_source": "compute+margin" if result.compute or options.reserve is None else "--reserve",
         "usable_bytes": result.usable,
         "resident_bytes": picked.tier.resident_bytes if chosen else 0,
         "resident_source": picked.tier.label if chosen else "none",

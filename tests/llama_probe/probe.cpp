@@ -1,6 +1,8 @@
 // One-off probe for tests/test_devicefit_llama.py: load a GGUF on the CPU, create a context, and let
 // llama.cpp log its KV / recurrent-state allocation (moetools code, linked against libllama).
-// usage: probe MODEL N_CTX N_SEQ TYPE_K TYPE_V FA(0/1) SWA_FULL(0/1) UNIFIED(0/1) UBATCH
+// usage: probe MODEL N_CTX N_SEQ TYPE_K TYPE_V FA(0/1) SWA_FULL(0/1) UNIFIED(0/1) UBATCH [BATCH]
+// Weight repacking is off (use_extra_bufts = false, as -nr) and nothing is allocated (no_alloc): llama.cpp
+// sizes every buffer it would allocate and logs it, so header-only sparse models cost no RAM.
 #include "llama.h"
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,9 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     auto mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.use_extra_bufts = false;
+    mp.no_alloc = true;  // metadata only, allocations simulated (as common/fit.cpp does)
+    mp.load_mode = LLAMA_LOAD_MODE_NONE;
     llama_model * model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "PROBE: load failed\n"); return 1; }
     auto cp = llama_context_default_params();
@@ -32,6 +37,7 @@ int main(int argc, char ** argv) {
     cp.swa_full = atoi(argv[7]);
     cp.kv_unified = atoi(argv[8]);
     cp.n_ubatch = atoi(argv[9]);
+    cp.n_batch = argc > 10 ? atoi(argv[10]) : 2048;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "PROBE: context failed\n"); return 1; }
     fprintf(stderr, "PROBE: ok\n");

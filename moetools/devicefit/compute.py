@@ -1,0 +1,774 @@
+"""The compute (graph) buffer llama.cpp's scheduler reserves, by replaying its allocator.
+
+llama.cpp sizes the compute buffer once, at context creation (llama_context::sched_reserve): it builds
+the worst-case graph — n_ubatch tokens (rounded up to a multiple of --parallel) against every KV cell,
+every token an output — and lets ggml-alloc lay out the graph's intermediate tensors in one buffer,
+reusing the memory of tensors whose last consumer has run. The buffer is the high-water mark of that
+layout. It reserves the one-token graph too and keeps the larger, which is always the batch one.
+
+This module rebuilds that graph from the header — the same tensors in the same order (src/llama-graph.cpp
+build_attn / build_attn_mha / build_moe_ffn / build_ffn / build_inp_*, src/models/*.cpp for the layer
+bodies) — and runs a pure-Python replay of ggml-alloc (ggml/src/ggml-alloc.c: best-fit free blocks with
+merging, parents freed after their last child, in-place reuse for the ops ggml_op_can_inplace lists when
+the parent is the node's last consumer). Read, not copied: the code is moetools' own.
+
+What is modelled exactly: the attention scores without flash attention (n_kv x tokens x heads f32 per
+stream), the KQ masks (f16 with flash attention, f32 without) and index inputs, MLA's absorbed query
+and latent outputs, the router/top-k/weights and the selected experts' activations, dense and shared
+FFNs, logits (n_vocab x n_ubatch f32, an output, never freed). Recurrent layers (KDA, gated delta net,
+Mamba-2) are replayed by their projections, conv inputs and scan outputs; their chunked scan's own
+scratch (a few MiB at 512 tokens) is below the 10% the tests allow and is not modelled op by op.
+
+Per device: `layers` says which blocks a device computes and `output` whether it computes the output
+head. Tensors that live on the host (the token-embedding lookup, whose weights llama.cpp keeps on the
+CPU) are counted in `host_bytes`.
+"""
+
+from moetools.devicefit import kv as kvmod
+from moetools.devicefit.record import REQUIRED, Record
+from moetools.errors import GGUFError
+from moetools.gguf.constants import Keys
+
+F32_BYTES, F16_BYTES, I32_BYTES, I64_BYTES = 4, 2, 4, 8
+CPU_ALIGNMENT = 32  # ggml-cpu TENSOR_ALIGNMENT
+CUDA_ALIGNMENT = 128  # ggml-cuda buffer type alignment
+_FREE_END = 1 << 62  # the allocator's one chunk is unbounded
+
+
+# --- ggml-alloc replay ------------------------------------------------------------------------
+
+class _Tensor:
+    """One graph tensor: bytes, sources, what it views, and the allocator's bookkeeping."""
+
+    __slots__ = ("nbytes", "srcs", "view_src", "has_op", "is_input", "is_output", "inplace", "external",
+                 "children", "views", "allocated", "offset", "visited", "host")
+
+    def __init__(self, nbytes=0, srcs=(), *, view_src=None, has_op=True, is_input=False, external=False, inplace=()):
+        self.nbytes = nbytes
+        self.srcs = srcs
+        self.view_src = view_src
+        self.has_op = has_op
+        self.is_input = is_input
+        self.is_output = False
+        self.inplace = inplace  # indices of sources whose memory this op may take over
+        self.external = external
+        self.children = 0
+        self.views = 0
+        self.allocated = False
+        self.offset = 0
+        self.visited = False
+        self.host = False
+
+
+class _Blocks:
+    """ggml_dyn_tallocr with one chunk: free blocks sorted by offset, the last one unbounded."""
+
+    def __init__(self, alignment):
+        self.alignment = alignment
+        self.free = [[0, _FREE_END]]
+        self.max_size = 0
+
+    def _pad(self, size):
+        return -(-size // self.alignment) * self.alignment
+
+    def alloc(self, size):
+        size = self._pad(size)
+        best, best_size = -1, None
+        for index in range(len(self.free) - 1):  # best fit among all but the last block
+            block_size = self.free[index][1]
+            if block_size >= size and (best_size is None or block_size <= best_size):
+                best, best_size = index, block_size
+        if best < 0:
+            best = len(self.free) - 1
+        block = self.free[best]
+        offset = block[0]
+        block[0] += size
+        block[1] -= size
+        if block[1] == 0:
+            del self.free[best]
+        self.max_size = max(self.max_size, offset + size)
+        return offset
+
+    def release(self, offset, size):
+        size = self._pad(size)
+        free = self.free
+        for index, block in enumerate(free):
+            if block[0] + block[1] == offset:
+                block[1] += size
+                if index + 1 < len(free) and block[0] + block[1] == free[index + 1][0]:
+                    block[1] += free[index + 1][1]
+                    del free[index + 1]
+                return
+            if offset + size == block[0]:
+                block[0] = offset
+                block[1] += size
+                if index > 0 and free[index - 1][0] + free[index - 1][1] == block[0]:
+                    free[index - 1][1] += block[1]
+                    del free[index]
+                return
+        position = 0
+        while position < len(free) and free[position][0] < offset:
+            position += 1
+        free.insert(position, [offset, size])
+
+
+class Graph:
+    """A ggml graph as far as ggml-alloc sees it (sizes, sources, views, inputs, outputs)."""
+
+    def __init__(self):
+        self.nodes = []
+        self.leafs = []
+
+    def external(self):
+        """A weight or a KV-cache tensor: lives in its own buffer."""
+        return _Tensor(has_op=False, external=True)
+
+    def input(self, nbytes):
+        return _Tensor(nbytes, has_op=False, is_input=True)
+
+    def op(self, nbytes, *srcs, inplace=()):
+        return _Tensor(nbytes, srcs, inplace=inplace)
+
+    def view(self, src, *others):
+        """reshape / view / permute / transpose: no memory of its own."""
+        root = src.view_src or src
+        return _Tensor(0, (src, *others), view_src=root)
+
+    def expand(self, tensor):
+        """ggml_build_forward_expand: post-order walk, sources left to right."""
+        stack = [(tensor, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                (self.nodes if node.has_op else self.leafs).append(node)
+                continue
+            if node.visited:
+                continue
+            node.visited = True
+            stack.append((node, True))
+            for src in reversed(node.srcs):
+                if not src.visited:
+                    stack.append((src, False))
+        return tensor
+
+    def _allocate(self, blocks, node):
+        if node.allocated or node.external or node.view_src is not None:
+            return
+        node.allocated = True
+        for index in node.inplace:
+            parent = node.srcs[index]
+            if (parent.allocated and parent.view_src is None and not parent.is_output
+                    and parent.children == 1 and parent.views == 0 and parent.nbytes >= node.nbytes):
+                node.offset = parent.offset
+                parent.allocated = False
+                if parent.nbytes > node.nbytes:
+                    padded = blocks._pad(node.nbytes)
+                    extra = blocks._pad(parent.nbytes) - padded
+                    if extra:
+                        blocks.release(parent.offset + padded, extra)
+                return
+        node.offset = blocks.alloc(node.nbytes)
+
+    def _free(self, blocks, node):
+        if node.is_output:
+            return
+        blocks.release(node.offset, node.nbytes)
+        node.allocated = False
+
+    def peak(self, alignment=CPU_ALIGNMENT):
+        """The buffer ggml_gallocr_reserve asks for: the allocator's high-water mark in bytes."""
+        blocks = _Blocks(alignment)
+        for leaf in self.leafs:
+            self._allocate(blocks, leaf)
+        for node in self.nodes:
+            if node.view_src is not None:
+                node.view_src.views += 1
+            if node.is_input:
+                self._allocate(blocks, node)
+            for src in node.srcs:
+                src.children += 1
+                if src.is_input:
+                    self._allocate(blocks, src)
+        allocate = self._allocate
+        for node in self.nodes:
+            for parent in node.srcs:
+                if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
+                    allocate(blocks, parent)  # only leafs can still be unallocated here
+            allocate(blocks, node)
+            for parent in node.srcs:
+                parent.children -= 1
+                if parent.children == 0 and parent.views == 0:
+                    if parent.view_src is not None:
+                        root = parent.view_src
+                        root.views -= 1
+                        if root.views == 0 and root.children == 0 and root.allocated:
+                            self._free(blocks, root)
+                    elif parent.allocated:
+                        self._free(blocks, parent)
+        return blocks.max_size
+
+
+# --- what the graph depends on ----------------------------------------------------------------
+
+class LayerShape(Record):
+    """One block's graph-relevant widths (read from its tensors' shapes)."""
+
+    FIELDS = (
+        ("mixer", REQUIRED),  # "attention", "mla", "kda", "gdn", "mamba2", "none"
+        ("q_rows", 0),  # rows of the query projection output (attn_q / attn_q_b / fused qkv)
+        ("k_rows", 0),
+        ("v_rows", 0),
+        ("fused_qkv", False),
+        ("q_lora", 0),
+        ("qkv_bias", False),
+        ("o_bias", False),
+        ("qk_norm", False),
+        ("gate_rows", 0),  # attention output gate (qwen3next, kimi MLA)
+        ("ffn", "none"),  # "moe", "dense", "none"
+        ("n_ff", 0),  # dense FFN width
+        ("n_expert", 0),
+        ("top_k", 0),
+        ("n_ff_exp", 0),
+        ("expert_in", 0),  # width the experts read (latent MoE: expert_latent_length)
+        ("gate_up_merged", False),
+        ("expert_bias", False),
+        ("router_bias", False),  # ffn_gate_inp.bias
+        ("probs_bias", False),  # exp_probs_b (DeepSeek-V3 selection bias)
+        ("norm_w", False),
+        ("gating", 1),  # 1 softmax, 2 sigmoid, 3 softmax over the selected
+        ("n_ff_shexp", 0),
+        ("ssm_in_rows", 0),  # recurrent input projection rows
+        ("ssm_inner", 0),
+        ("ssm_conv_channels", 0),
+        ("ssm_state", 0),
+        ("ssm_heads", 0),
+    )
+
+
+class GraphShape(Record):
+    """What llama.cpp's worst-case graph depends on, from the header."""
+
+    FIELDS = (
+        ("architecture", REQUIRED),
+        ("n_embd", REQUIRED),
+        ("n_vocab", REQUIRED),
+        ("layers", REQUIRED),  # LayerShape per trunk block
+        ("n_head", REQUIRED),  # per block
+        ("mla_rope", 0),
+        ("mla_nope", 0),
+        ("mla_v_head", 0),
+        ("kv_lora", 0),
+        ("embd_scale", False),
+        ("notes", list),
+    )
+
+
+def _rows(model, name, axis=1):
+    tensor = model.tensor_by_name.get(name)
+    if tensor is None or len(tensor.shape) <= axis:
+        return 0
+    return tensor.shape[axis]
+
+
+def _has(model, name):
+    return name in model.tensor_by_name
+
+
+def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
+    blk = f"blk.{il}."
+    mixer = "none"
+    if kvshape.is_recurrent[il]:
+        mixer = "kda"
+    elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
+        mixer = "mamba2"
+    elif kvshape.head_count_kv[il] and kvshape.mla and _has(model, blk + "attn_kv_a_mqa.weight"):
+        mixer = "mla"
+    elif kvshape.head_count_kv[il]:
+        mixer = "attention"
+    shape = LayerShape(mixer)
+    if mixer in ("attention", "mla"):
+        fused = _rows(model, blk + "attn_qkv.weight")
+        shape.fused_qkv = bool(fused)
+        shape.q_rows = fused or _rows(model, blk + "attn_q.weight") or _rows(model, blk + "attn_q_b.weight")
+        shape.q_lora = _rows(model, blk + "attn_q_a.weight")
+        shape.k_rows = _rows(model, blk + "attn_k.weight")
+        shape.v_rows = _rows(model, blk + "attn_v.weight")
+        shape.qkv_bias = _has(model, blk + "attn_q.bias") or _has(model, blk + "attn_qkv.bias")
+        shape.o_bias = _has(model, blk + "attn_output.bias")
+        shape.qk_norm = _has(model, blk + "attn_q_norm.weight")
+        shape.gate_rows = _rows(model, blk + "attn_gate.weight")
+    elif mixer == "kda":
+        shape.q_rows = _rows(model, blk + "attn_q.weight")
+        shape.ssm_conv_channels = shape.q_rows
+    elif mixer == "mamba2":
+        shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
+        shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
+        conv = model.tensor_by_name.get(blk + "ssm_conv1d.weight")
+        shape.ssm_conv_channels = conv.shape[-1] if conv is not None else 0
+        shape.ssm_heads = _rows(model, blk + "ssm_a", 0) or _rows(model, blk + "ssm_dt.bias", 0)
+    up_exps = model.tensor_by_name.get(blk + "ffn_up_exps.weight") or model.tensor_by_name.get(blk + "ffn_gate_up_exps.weight")
+    if up_exps is not None:
+        shape.ffn = "moe"
+        shape.gate_up_merged = _has(model, blk + "ffn_gate_up_exps.weight")
+        shape.n_ff_exp = up_exps.shape[1] // (2 if shape.gate_up_merged else 1)
+        shape.expert_in = up_exps.shape[0]
+        shape.n_expert = up_exps.shape[2] if len(up_exps.shape) > 2 else n_expert
+        shape.top_k = top_k[il] or 1
+        shape.expert_bias = _has(model, blk + "ffn_up_exps.bias") or _has(model, blk + "ffn_gate_up_exps.bias")
+        shape.router_bias = _has(model, blk + "ffn_gate_inp.bias")
+        shape.probs_bias = _has(model, blk + "exp_probs_b.bias")
+        shape.gating = gating
+        shape.norm_w = norm_w
+        shape.n_ff_shexp = _rows(model, blk + "ffn_up_shexp.weight")
+    elif _has(model, blk + "ffn_up.weight") or _has(model, blk + "ffn_down.weight"):
+        shape.ffn = "dense"
+        shape.n_ff = _rows(model, blk + "ffn_up.weight") or _rows(model, blk + "ffn_down.weight", 0)
+    return shape
+
+
+# gating function defaults of the loaders (expert_gating_func absent): softmax, except these
+_SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m2", "dots1", "deepseek32", "glm-dsa")
+_SOFTMAX_WEIGHT = ("gpt-oss",)
+_NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
+_NORM_W_NEVER = ("gpt-oss",)  # openai-moe.cpp passes false whatever the key says
+# Loaders whose graph keeps the trunk's last hidden state as an output (t_h_nextn) and drops the
+# non-output rows after the trunk instead of inside the last layer (src/models/*.cpp).
+NEXTN_TAIL = ("bailingmoe3", "cohere2moe", "gemma4", "hy-v3", "nemotron_h", "nemotron_h_moe", "gpt-oss", "qwen35",
+              "qwen35moe", "qwen3next", "step35")
+
+
+def graph_shape(model, kvshape=None):
+    """The GraphShape of an open moetools.gguf.Model. Raises GGUFError naming what is missing."""
+    kvshape = kvshape or kvmod.kv_shape(model)
+    arch = model.architecture
+    n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for="the compute buffer")
+    n_vocab = _rows(model, "output.weight") or _rows(model, "token_embd.weight")
+    if not n_vocab:
+        raise GGUFError(model.path, "no output.weight or token_embd.weight to size the logits")
+    n_expert = model.expert_count
+    top_k = model.layer_values(Keys.EXPERT_USED_COUNT, 0)
+    gating = model.get_int("{arch}.expert_gating_func", 0) or (
+        2 if arch in _SIGMOID_DEFAULT else 3 if arch in _SOFTMAX_WEIGHT else 1)
+    if arch in _SOFTMAX_WEIGHT:
+        gating = 3
+    norm_w = bool(model.get("{arch}.expert_weights_norm", arch in _NORM_W_DEFAULT)) and arch not in _NORM_W_NEVER
+    layers = [_layer_shape(model, il, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
+              for il in range(kvshape.trunk_layers)]
+    head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0)]
+    shape = GraphShape(architecture=arch, n_embd=n_embd, n_vocab=n_vocab, layers=layers, n_head=head_count)
+    if kvshape.mla:
+        shape.kv_lora = model.get_int(Keys.KV_LORA_RANK, 0)
+        shape.mla_rope = model.get_int(Keys.ROPE_DIMENSION_COUNT, 0)
+        k_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
+        shape.mla_nope = k_mla - shape.mla_rope
+        shape.mla_v_head = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
+    return shape
+
+
+# --- the graph builders -----------------------------------------------------------------------
+
+class _Build:
+    """State shared by the layer builders: the graph, token counts, masks and index inputs."""
+
+    def __init__(self, graph_shape, kvshape, caches, settings, tokens, streams):
+        self.g = Graph()
+        self.shape = graph_shape
+        self.kv = kvshape
+        self.settings = settings
+        self.fa = settings.flash_attn
+        self.T = tokens
+        self.streams = streams
+        self.cells = {cache.kind: cache.cells for cache in caches}
+        self.weights = self.g.external()
+        self.cache = self.g.external()
+        self.masks = {}
+        self.k_idxs = {}
+        self.v_idxs = {}
+        self.pos = None
+        self.k_rot = self.v_rot = None
+
+    def f32(self, *dims):
+        n = F32_BYTES
+        for dim in dims:
+            n *= dim
+        return n
+
+    def mm(self, rows, x, cols=None):
+        return self.g.op(self.f32(rows, cols or self.T), self.weights, x)
+
+    def norm(self, x, width, weight=True):
+        cur = self.g.op(self.f32(width, self.T), x, inplace=(0,))
+        if weight:
+            cur = self.g.op(self.f32(width, self.T), cur, self.weights, inplace=(0,))
+        return cur
+
+    def unary(self, x, nbytes):
+        return self.g.op(nbytes, x, inplace=(0,))
+
+
+def _attention_inputs(b, kinds):
+    g, T = b.g, b.T
+    mask_type = F16_BYTES if b.fa else F32_BYTES
+    v_trans = not b.fa
+    v_max = max((hkv * width for hkv, width in zip(b.kv.head_count_kv, b.kv.v_width)), default=0)
+    for kind in kinds:
+        b.k_idxs[kind] = g.input(I64_BYTES * T)
+        if not b.kv.mla:
+            b.v_idxs[kind] = g.input(I64_BYTES * T * (v_max if v_trans else 1))
+        b.masks[kind] = g.input(mask_type * b.cells[kind] * T)
+    quantized = lambda name: kvmod.cache_type(name)[0] > 1  # noqa: E731
+    head_k = max(b.kv.k_width[: b.kv.trunk_layers] or [0])
+    if quantized(b.settings.ctk) and head_k and head_k % 64 == 0:
+        nrot = 64
+        while head_k % (nrot * 2) == 0:
+            nrot *= 2
+        b.k_rot = g.input(b.f32(nrot, nrot))
+    head_v = max(b.kv.v_width[: b.kv.trunk_layers] or [0])
+    if quantized(b.settings.ctv) and head_v and head_v % 64 == 0 and not b.kv.mla:
+        b.v_rot = g.input(b.f32(64, 64))
+
+
+def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=0):
+    """build_attn_mha: returns the attention output, n_head x v width x tokens (f32), contiguous."""
+    g, T = b.g, b.T
+    n_kv = b.cells[kind]
+    mask = b.masks[kind]
+    k = g.view(b.cache)
+    v = g.view(b.cache)
+    qv = g.view(g.view(q))
+    if b.fa:
+        cur = g.op(b.f32(v_width, n_head, T), qv, g.view(k), g.view(v), mask)
+        if v_mla_rows:
+            cur = g.op(b.f32(v_mla_rows, T, n_head), b.weights, g.view(cur))
+            cur = g.op(b.f32(v_mla_rows, n_head, T), g.view(cur))
+        return g.view(cur)
+    kq = g.op(b.f32(n_kv, T, n_head), g.view(k), qv)
+    kq = g.op(kq.nbytes, kq, mask, inplace=(0,))  # soft_max_ext
+    if b.kv.mla:
+        v = g.op(kvmod.row_bytes(b.settings.ctk, v_width) * n_kv * b.streams, g.view(v))  # cont(transpose(v))
+    kqv = g.op(b.f32(v_width, T, n_head), v if b.kv.mla else g.view(v), kq)
+    if v_mla_rows:
+        kqv = g.op(b.f32(v_mla_rows, T, n_head), b.weights, kqv)
+        v_width = v_mla_rows
+    return g.op(b.f32(v_width * n_head, T), g.view(kqv))  # cont_2d
+
+
+def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
+    """cpy_k / cpy_v: set_rows into the caches (views of them). Without flash attention V is stored
+    transposed: a strided V is made contiguous first, and a V narrower than the widest is padded."""
+    g = b.g
+    g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs[kind]))
+    if v_cur is None:
+        return
+    if not b.fa:
+        if v_strided:
+            v_cur = g.op(v_bytes, v_cur)
+        v_max = max(hkv * width for hkv, width in zip(b.kv.head_count_kv, b.kv.v_width))
+        if v_bytes < b.f32(v_max, b.T):
+            v_cur = g.op(b.f32(v_max, b.T), v_cur)
+    g.expand(g.view(b.cache, g.view(v_cur), b.v_idxs[kind]))
+
+
+def _gqa_layer(b, il, x, layer):
+    g, T = b.g, b.T
+    kv = b.kv
+    kind = "swa" if kv.is_swa[il] else "full"
+    n_head, hkv = b.shape.n_head[il], kv.head_count_kv[il]
+    k_width, v_width = kv.k_width[il], kv.v_width[il]
+    q_rows = layer.q_rows or n_head * k_width
+    if layer.fused_qkv:
+        qkv = b.mm(q_rows, x)
+        if layer.qkv_bias:
+            qkv = g.op(qkv.nbytes, qkv, b.weights, inplace=(0,))
+        q, k, v = g.view(qkv), g.view(qkv), g.view(qkv)
+    else:
+        q = b.mm(q_rows, x)
+        if layer.qkv_bias:
+            q = g.op(q.nbytes, q, b.weights, inplace=(0,))
+        k = b.mm(layer.k_rows or hkv * k_width, x)
+        if layer.qkv_bias:
+            k = g.op(k.nbytes, k, b.weights, inplace=(0,))
+        v = b.mm(layer.v_rows or hkv * v_width, x)
+        if layer.qkv_bias:
+            v = g.op(v.nbytes, v, b.weights, inplace=(0,))
+        q, k, v = g.view(q), g.view(k), g.view(v)
+    q_bytes = b.f32(n_head * k_width, T)
+    k_bytes = b.f32(hkv * k_width, T)
+    if layer.qk_norm:
+        q = b.norm(q, n_head * k_width)
+        k = b.norm(k, hkv * k_width)
+    q = g.op(q_bytes, q, b.pos, inplace=(0,))  # rope (a new tensor when its source is a view)
+    k = g.op(k_bytes, k, b.pos, inplace=(0,))
+    if b.k_rot is not None:
+        q = g.view(g.op(q_bytes, b.k_rot, g.view(q)))
+        k = g.view(g.op(k_bytes, b.k_rot, g.view(k)))
+    if b.v_rot is not None:
+        v = g.view(g.op(b.f32(hkv * v_width, T), b.v_rot, g.view(v)))
+    # build_attn expands q, v, k; its sliding-window (iswa) variant q, k, v
+    for tensor in ((q, k, v) if "swa" in b.cells else (q, v, k)):
+        g.expand(tensor)
+    _store(b, kind, k, v, layer.fused_qkv and b.v_rot is None, b.f32(hkv * v_width, T))
+    cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width)
+    if b.v_rot is not None:
+        cur = g.view(g.op(b.f32(n_head * v_width, T), b.v_rot, g.view(cur)))
+    if layer.gate_rows:
+        gate = b.mm(layer.gate_rows, x)
+        gate = b.unary(gate, gate.nbytes)
+        cur = g.op(cur.nbytes if cur.nbytes else b.f32(n_head * v_width, T), cur, gate)
+    cur = b.mm(b.shape.n_embd, cur)
+    if layer.o_bias:
+        cur = g.op(cur.nbytes, cur, b.weights, inplace=(0,))
+    return cur
+
+
+def _mla_layer(b, il, x, layer):
+    g, T = b.g, b.T
+    shape = b.shape
+    n_head = shape.n_head[il]
+    kv_lora, rope, nope, v_head = shape.kv_lora, shape.mla_rope, shape.mla_nope, shape.mla_v_head
+    if layer.q_lora:
+        q = b.mm(layer.q_lora, x)
+        q = b.norm(q, layer.q_lora)
+        q = b.mm(n_head * (nope + rope), q)
+    else:
+        q = b.mm(n_head * (nope + rope), x)
+    q = g.view(q)
+    kv_pe = b.mm(kv_lora + rope, x)
+    k_pe = g.op(b.f32(rope, T), g.view(kv_pe), b.pos, inplace=(0,))
+    kv_c = g.op(b.f32(kv_lora, T), g.view(kv_pe), inplace=(0,))
+    kv_c = g.op(kv_c.nbytes, kv_c, b.weights, inplace=(0,))
+    q_pe = g.op(b.f32(rope, n_head, T), g.view(q), b.pos, inplace=(0,))
+    q_abs = g.op(b.f32(kv_lora, T, n_head), b.weights, g.view(g.view(q)))
+    q_cur = g.op(b.f32(kv_lora + rope, n_head, T), g.view(q_abs), q_pe)
+    kv_c3 = g.view(kv_c)
+    k_cur = g.op(b.f32(kv_lora + rope, T), kv_c3, k_pe)
+    g.expand(q_cur)
+    g.expand(kv_c3)
+    g.expand(k_cur)
+    g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs["full"]))
+    cur = _mha(b, il, q_cur, kv_lora + rope, "full", n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head)
+    if layer.gate_rows:
+        gate = b.mm(layer.gate_rows, x)
+        gate = b.unary(gate, gate.nbytes)
+        cur = g.op(b.f32(n_head * v_head, T), cur, gate)
+    return b.mm(shape.n_embd, cur)
+
+
+def _kda_layer(b, il, x, layer):
+    """Kimi delta attention: q/k/v projections, short convs, gates and the chunked scan's output."""
+    g, T = b.g, b.T
+    d_inner = layer.q_rows
+    outs = []
+    for _ in range(3):
+        proj = b.mm(d_inner, x)
+        conv_in = g.op(b.f32(d_inner, T + 3), g.view(proj))  # concat of the conv state and the tokens
+        conv = g.op(b.f32(d_inner, T), conv_in, b.weights)
+        outs.append(b.unary(conv, conv.nbytes))
+    gate = b.mm(d_inner, b.mm(d_inner // max(1, b.shape.n_head[il] or 1), x))
+    beta = b.mm(b.shape.n_head[il] or 1, x)
+    scan = g.op(b.f32(d_inner, T) + b.f32(d_inner * (d_inner // max(1, b.shape.n_head[il] or 1))),
+                *[g.view(t) for t in outs], gate, beta)
+    out = g.op(b.f32(d_inner, T), g.view(scan), b.weights)
+    out_gate = b.mm(d_inner, x)
+    out = g.op(out.nbytes, out, out_gate, inplace=(0,))
+    return b.mm(b.shape.n_embd, out)
+
+
+def _mamba2_layer(b, il, x, layer):
+    g, T = b.g, b.T
+    zxbcdt = b.mm(layer.ssm_in_rows, x)
+    channels = layer.ssm_conv_channels
+    conv_in = g.op(b.f32(channels, T + 3), g.view(zxbcdt))
+    conv = g.op(b.f32(channels, T), conv_in, b.weights)
+    conv = b.unary(conv, conv.nbytes)
+    scan = g.op(b.f32(layer.ssm_inner, T) + b.f32(channels * 64), g.view(conv), g.view(zxbcdt), b.weights)
+    y = g.op(b.f32(layer.ssm_inner, T), g.view(scan), g.view(zxbcdt))
+    y = b.norm(y, layer.ssm_inner)
+    return b.mm(b.shape.n_embd, y)
+
+
+def _moe(b, il, x, layer):
+    """build_moe_ffn (and the shared expert of build_ffn beside it)."""
+    g, T = b.g, b.T
+    n_embd, n_expert, top_k = b.shape.n_embd, layer.n_expert, layer.top_k
+    if layer.expert_in and layer.expert_in != n_embd:  # latent MoE: down-project before the experts
+        x_in = b.norm(b.mm(layer.expert_in, x), layer.expert_in)
+    else:
+        x_in = x
+    logits = b.mm(n_expert, x)
+    if layer.router_bias:
+        logits = g.op(logits.nbytes, logits, b.weights, inplace=(0,))
+    if layer.gating == 3:
+        probs = logits
+    else:
+        probs = b.unary(logits, logits.nbytes)
+    selection = probs
+    if layer.probs_bias:
+        selection = g.op(probs.nbytes, probs, b.weights, inplace=(0,))
+    argsort = g.op(I32_BYTES * n_expert * T, selection)
+    selected = g.view(argsort)
+    weights = g.op(b.f32(top_k, T), g.view(probs), selected)
+    if layer.gating == 3:
+        weights = g.view(b.unary(g.view(weights), weights.nbytes))
+    if layer.norm_w:
+        w2 = g.view(weights)
+        total = g.op(b.f32(1, T), w2)
+        total = b.unary(total, total.nbytes)
+        weights = g.view(g.op(weights.nbytes, w2, total, inplace=(0,)))
+    g.expand(weights)
+    cur = g.view(x_in)
+    ff = layer.n_ff_exp
+    if layer.gate_up_merged:
+        gate_up = g.op(b.f32(2 * ff, top_k, T), b.weights, cur, selected)
+        if layer.expert_bias:
+            gate_up = g.op(gate_up.nbytes, gate_up, b.weights, selected, inplace=(0,))
+        gate, up = g.view(gate_up), g.view(gate_up)
+    else:
+        up = g.op(b.f32(ff, top_k, T), b.weights, cur, selected)
+        if layer.expert_bias:
+            up = g.op(up.nbytes, up, b.weights, selected, inplace=(0,))
+        gate = g.op(b.f32(ff, top_k, T), b.weights, cur, selected)
+        if layer.expert_bias:
+            gate = g.op(gate.nbytes, gate, b.weights, selected, inplace=(0,))
+    act = g.op(b.f32(ff, top_k, T), gate, up)  # swiglu / swiglu_oai: a new tensor
+    out_width = layer.expert_in if layer.expert_in and layer.expert_in != n_embd else n_embd
+    down = g.op(b.f32(out_width, top_k, T), b.weights, act, selected)
+    if layer.expert_bias:
+        down = g.op(down.nbytes, down, b.weights, selected, inplace=(0,))
+    down = g.op(down.nbytes, down, weights, inplace=(0,))
+    g.expand(down)
+    parts = [g.expand(g.view(down)) for _ in range(top_k)]
+    out = parts[0]
+    for part in parts[1:]:
+        out = g.expand(g.op(b.f32(out_width, T), out, part, inplace=(0,)))
+    if top_k == 1:
+        out = g.op(b.f32(out_width, T), out)
+    if out_width != n_embd:
+        out = b.mm(n_embd, b.norm(out, out_width))
+    if layer.n_ff_shexp:
+        shared = _ffn(b, x, layer.n_ff_shexp)
+        out = g.op(b.f32(n_embd, T), out, shared, inplace=(0, 1))
+    return out
+
+
+def _ffn(b, x, n_ff):
+    g = b.g
+    up = b.mm(n_ff, x)
+    gate = b.mm(n_ff, x)
+    act = g.op(up.nbytes, gate, up)
+    return b.mm(b.shape.n_embd, act)
+
+
+def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output):
+    b = _Build(graph_shape, kvshape, caches, settings, tokens, streams)
+    g, T, n_embd = b.g, tokens, graph_shape.n_embd
+    layer_set = set(range(len(graph_shape.layers))) if layers is None else set(layers)
+    tokens_in = g.input(I32_BYTES * T)
+    embd_in = g.input(b.f32(n_embd, T))
+    lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
+    lookup.host = True
+    g.expand(lookup)
+    g.expand(embd_in)
+    cur = lookup
+    b.pos = g.input(I32_BYTES * T)
+    kinds = [kind for kind in ("full", "swa") if kind in b.cells]
+    _attention_inputs(b, kinds)
+    out_ids = g.input(I32_BYTES * T)
+    last = len(graph_shape.layers) - 1
+    for il, layer in enumerate(graph_shape.layers):
+        if il not in layer_set:
+            continue
+        residual = cur
+        x = b.norm(cur, n_embd)
+        if layer.mixer == "attention":
+            mixed = _gqa_layer(b, il, x, layer)
+        elif layer.mixer == "mla":
+            mixed = _mla_layer(b, il, x, layer)
+        elif layer.mixer == "kda":
+            mixed = _kda_layer(b, il, x, layer)
+        elif layer.mixer == "mamba2":
+            mixed = _mamba2_layer(b, il, x, layer)
+        else:
+            mixed = None
+        if il == last and graph_shape.architecture not in NEXTN_TAIL:
+            if mixed is not None:
+                mixed = g.op(mixed.nbytes, mixed, out_ids)
+            residual = g.op(b.f32(n_embd, T), residual, out_ids)
+        if mixed is not None:
+            cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
+        else:
+            cur = residual
+        if layer.ffn != "none":
+            ffn_in = cur
+            x = b.norm(cur, n_embd)
+            out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
+            cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
+        g.expand(cur)
+    if graph_shape.architecture in NEXTN_TAIL:
+        cur.is_output = True  # t_h_nextn
+        cur = g.op(b.f32(n_embd, T), cur, out_ids)
+    if output:
+        cur = b.norm(cur, n_embd)
+        cur.is_output = True  # t_embd
+        logits = b.mm(graph_shape.n_vocab, cur)
+        logits.is_output = True
+        g.expand(logits)
+    else:
+        g.expand(cur)
+    return g
+
+
+class ComputeBuffers(Record):
+    """Compute buffer bytes: on the device that runs the layers, and on the host."""
+
+    FIELDS = (
+        ("device_bytes", REQUIRED),
+        ("host_bytes", REQUIRED),
+        ("tokens", REQUIRED),  # tokens of the worst-case graph
+        ("streams", REQUIRED),
+        ("logits_bytes", 0),
+    )
+
+    def to_doc(self):
+        return {"device_bytes": self.device_bytes, "host_bytes": self.host_bytes, "tokens": self.tokens,
+                "streams": self.streams, "logits_bytes": self.logits_bytes}
+
+
+def reserve_tokens(settings, ctx):
+    """Tokens and streams of llama.cpp's worst-case graph: min(n_ctx, n_ubatch) rounded up to a
+    multiple of the sequences, one stream per sequence unless the cache is unified."""
+    n_seq = settings.n_seq
+    tokens = min(kvmod.pad(ctx), kvmod.n_ubatch(settings, ctx))
+    tokens = -(-tokens // n_seq) * n_seq
+    return tokens, (1 if settings.unified else n_seq)
+
+
+def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=True, alignment=CPU_ALIGNMENT):
+    """The compute buffers llama.cpp reserves for a context of `ctx` tokens (ComputeBuffers).
+
+    layers: block indices this device computes (None: all); output: whether it computes the head.
+    The host share is the token-embedding lookup (its weights stay on the CPU in llama.cpp)."""
+    caches = kvmod.kv_caches(kvshape, ctx, settings)
+    tokens, streams = reserve_tokens(settings, ctx)
+    graph = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output)
+    total = graph.peak(alignment)
+    host = -(-(graph_shape.n_embd * tokens * F32_BYTES) // alignment) * alignment
+    return ComputeBuffers(device_bytes=total, host_bytes=host, tokens=tokens, streams=streams,
+                          logits_bytes=graph_shape.n_vocab * tokens * F32_BYTES if output else 0)
+
+
+ALIGNMENT = {"gpu": CUDA_ALIGNMENT, "rpc": CUDA_ALIGNMENT, "cpu": CPU_ALIGNMENT}
+
+
+def compute_bytes(facts, layers, holds_output, settings, ctx, kind="gpu"):
+    """One device's compute buffer (bytes): the blocks in `layers`, the logits if `holds_output`.
+
+    facts: core.ModelFacts (its .graph and .shape); kind "gpu"/"rpc" (128-byte alignment) or "cpu"."""
+    return compute_buffers(facts.graph, facts.shape, ctx, settings, layers=layers, output=holds_output,
+                           alignment=ALIGNMENT[kind]).device_bytes
+
+
+def host_bytes(facts, settings, ctx):
+    """The host-side compute buffer of a fully offloaded model: the token-embedding lookup."""
+    tokens, _ = reserve_tokens(settings, ctx)
+    return -(-(facts.graph.n_embd * tokens * F32_BYTES) // CPU_ALIGNMENT) * CPU_ALIGNMENT

@@ -1,0 +1,119 @@
+"""device-fit's compute buffer: the ggml-alloc replay against llama.cpp's own figures (committed test
+data measured with tests/llama_probe/probe.cpp at llama.cpp 0c1e57098), and the allocator's rules."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moetools.devicefit import compute, core, kv
+from moetools.devicefit.compute import Graph, _Blocks
+from moetools.devicefit.kv import KVSettings
+from moetools.gguf import open_model
+
+DATA = json.loads((Path(__file__).parent / "data" / "devicefit_llama_compute.json").read_text())
+PRESETS = sorted({case["preset"] for case in DATA["cases"]})
+
+
+def shapes(path):
+    with open_model(path) as model:
+        shape = kv.kv_shape(model)
+        return compute.graph_shape(model, shape), shape
+
+
+def settings_of(case):
+    return KVSettings(ubatch=case["ubatch"], batch=case["batch"], flash_attn=case["flash_attn"], n_seq=case["parallel"],
+                      unified=case["kv_unified"], ctk=case["ctk"], ctv=case["ctv"])
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_compute_buffer_equals_llama_cpp(preset_model, preset):
+    """Every measured configuration (context 4k-64k, ubatch 128-2048, flash attention on and off,
+    parallel, unified, q8_0 caches) to the logged 0.01 MiB; the issue asks for 10%."""
+    graph, shape = shapes(preset_model(preset))
+    cases = [case for case in DATA["cases"] if case["preset"] == preset]
+    assert len(cases) >= 20
+    for case in cases:
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings_of(case)).device_bytes / 2**20
+        assert abs(ours - case["compute_mib"]) < 0.006, case
+
+
+def test_data_spans_the_checked_grid():
+    cases = DATA["cases"]
+    assert DATA["llama_cpp_commit"] == "0c1e57098"
+    assert {c["ctx"] for c in cases} >= {4096, 16384, 65536} and {c["ubatch"] for c in cases} >= {128, 512, 2048}
+    assert {c["flash_attn"] for c in cases} == {True, False}
+
+
+def test_layers_and_output_split_the_buffer(preset_model):
+    graph, shape = shapes(preset_model("qwen3-235b"))
+    settings = KVSettings()
+    whole = compute.compute_buffers(graph, shape, 8192, settings)
+    assert whole.logits_bytes == 151936 * 512 * 4 and whole.device_bytes > whole.logits_bytes
+    no_head = compute.compute_buffers(graph, shape, 8192, settings, output=False)
+    assert no_head.device_bytes < whole.logits_bytes  # FA on: the logits are the peak
+    some = compute.compute_buffers(graph, shape, 8192, KVSettings(flash_attn=False), layers=range(10), output=False)
+    assert 0 < some.device_bytes <= compute.compute_buffers(graph, shape, 8192, KVSettings(flash_attn=False)).device_bytes
+
+
+def test_i18_interface(preset_model):
+    path = preset_model("deepseek-v3")
+    with open_model(path) as model:
+        facts = core.model_facts(model)
+    gpu = compute.compute_bytes(facts, range(61), True, KVSettings(), 16384, "gpu")
+    cpu = compute.compute_bytes(facts, range(61), True, KVSettings(), 16384, "cpu")
+    assert gpu >= cpu > 0 and gpu % 128 == 0
+    assert compute.host_bytes(facts, KVSettings(), 16384) == 7168 * 512 * 4
+
+
+def test_reserve_tokens_round_to_sequences():
+    assert compute.reserve_tokens(KVSettings(ubatch=300, n_seq=4), 8192) == (300, 4)
+    assert compute.reserve_tokens(KVSettings(ubatch=301, n_seq=4), 8192) == (304, 4)
+    assert compute.reserve_tokens(KVSettings(n_seq=4, unified=True), 8192) == (512, 1)
+    assert compute.reserve_tokens(KVSettings(), 100) == (100, 1)  # n_ubatch = min(ubatch, batch, unpadded ctx)
+
+
+# --- the allocator replay ---------------------------------------------------------------------
+
+def test_blocks_best_fit_and_merge():
+    blocks = _Blocks(32)
+    a, b, c = blocks.alloc(100), blocks.alloc(64), blocks.alloc(200)
+    assert (a, b, c) == (0, 128, 192) and blocks.max_size == 416
+    blocks.release(a, 100)
+    blocks.release(c, 200)  # merges into the unbounded tail
+    assert blocks.alloc(96) == 0  # best fit: the freed 128-byte hole, not the tail
+    blocks.release(0, 96)
+    blocks.release(b, 64)  # both neighbours merge: one free block from 0
+    assert blocks.free == [[0, compute._FREE_END]]
+
+
+def test_graph_frees_after_last_use_and_reuses_in_place():
+    g = Graph()
+    w = g.external()
+    x = g.input(1000)
+    y = g.op(4000, w, x)
+    z = g.op(4000, y, inplace=(0,))  # y's only consumer: takes y's memory
+    out = g.op(2000, w, z)
+    g.expand(out)
+    assert g.peak() == 1024 + 4000 + 2016
+    g2 = Graph()
+    x2 = g2.input(1000)
+    y2 = g2.op(4000, x2)
+    keep = g2.op(8, y2)  # a second consumer of y2: no in-place reuse
+    z2 = g2.op(4000, y2, inplace=(0,))
+    g2.expand(z2)
+    g2.expand(keep)
+    assert g2.peak() == 1024 + 4000 + 4000  # `keep` lands in the input's freed block
+
+
+def test_views_keep_their_source_alive():
+    g = Graph()
+    x = g.input(64)
+    big = g.op(6400, x)
+    view = g.view(big)
+    small = g.op(64, x)
+    last = g.op(64, view, small)
+    g.expand(last)
+    # big stays allocated until its view's consumer runs, so `small` cannot take big's place (that would
+    # peak at 6464); `last` then takes the input's freed block
+    assert g.peak() == 64 + 6400 + 64
