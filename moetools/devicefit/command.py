@@ -189,7 +189,7 @@ def _ram_option(text):
     return parse_capacity(text, "--ram")
 
 
-def _llama_options(settings, *, ctx, reserve, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
+def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
                    threads, os_reserve):
     speed = SpeedSettings()
     if ram_bw is not None and ram_bw.strip().lower() == "auto":
@@ -217,7 +217,8 @@ def _llama_options(settings, *, ctx, reserve, ngl, ts_text, n_cpu_moe, main_gpu,
     if depth is not None and depth < 0:
         raise UsageError("--depth must be 0 or more")
     return UpstreamOptions(ctx=ctx, kv=settings, speed=speed, depth=depth, os_reserve=_size_option("--os-reserve", os_reserve),
-                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, reserve=_size_option("--reserve", reserve))
+                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, reserve=_size_option("--reserve", reserve),
+                           margin=0 if reserve is not None else _size_option("--margin", margin))
 
 
 def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
@@ -512,7 +513,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     if runtime == "llama":
         if repo:
             raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
-        options = _llama_options(settings, ctx=ctx, reserve=reserve, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
+        options = _llama_options(settings, ctx=ctx, reserve=reserve, margin=margin, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
                                  main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
                                  threads=threads, os_reserve=os_reserve)
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag)

@@ -760,12 +760,23 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
 ALIGNMENT = {"gpu": CUDA_ALIGNMENT, "rpc": CUDA_ALIGNMENT, "cpu": CPU_ALIGNMENT}
 
 
+_MEMO_MAX = 256
+
+
 def compute_bytes(facts, layers, holds_output, settings, ctx, kind="gpu"):
     """One device's compute buffer (bytes): the blocks in `layers`, the logits if `holds_output`.
 
-    facts: core.ModelFacts (its .graph and .shape); kind "gpu"/"rpc" (128-byte alignment) or "cpu"."""
-    return compute_buffers(facts.graph, facts.shape, ctx, settings, layers=layers, output=holds_output,
-                           alignment=ALIGNMENT[kind]).device_bytes
+    facts: core.ModelFacts (its .graph and .shape); kind "gpu"/"rpc" (128-byte alignment) or "cpu".
+    Memoised: a placement search asks for the same device many times."""
+    layers = None if layers is None else tuple(sorted(layers))
+    memo = facts.graph.__dict__.setdefault("_compute_memo", {})
+    key = (layers, bool(holds_output), settings.as_tuple(), ctx, kind)
+    if key not in memo:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = compute_buffers(facts.graph, facts.shape, ctx, settings, layers=layers, output=holds_output,
+                                    alignment=ALIGNMENT[kind]).device_bytes
+    return memo[key]
 
 
 def host_bytes(facts, settings, ctx):

@@ -797,11 +797,12 @@ def fork_ledger(result, name):
     """The fork's division as a one-device ledger (the same fields as --runtime llama's `devices`)."""
     chosen = result.chosen
     capacity = result.options.vram
+    compute = result.reserve - result.margin  # the modelled buffer, or the whole --reserve
     if chosen is None:
-        return [{"name": name, "kind": "gpu", "capacity_bytes": capacity, "compute_bytes": result.reserve,
-                 "resident_bytes": 0, "kv_bytes": 0, "expert_bytes": 0, "margin_bytes": 0,
+        return [{"name": name, "kind": "gpu", "capacity_bytes": capacity, "compute_bytes": compute,
+                 "resident_bytes": 0, "kv_bytes": 0, "expert_bytes": 0, "margin_bytes": result.margin,
                  "free_bytes": capacity - result.reserve}]
-    return [{"name": name, "kind": "gpu", "capacity_bytes": capacity, "compute_bytes": result.reserve,
+    return [{"name": name, "kind": "gpu", "capacity_bytes": capacity, "compute_bytes": compute,
              "resident_bytes": chosen.tier.resident_bytes, "kv_bytes": chosen.kv_bytes,
-             "expert_bytes": chosen.expert_budget_bytes, "margin_bytes": 0,
+             "expert_bytes": chosen.expert_budget_bytes, "margin_bytes": result.margin,
              "free_bytes": capacity - result.reserve - chosen.tier.resident_bytes - chosen.kv_bytes - chosen.expert_budget_bytes}]

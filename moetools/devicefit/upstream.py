@@ -5,6 +5,7 @@ answer with numbers when nothing fits, and the llama-server command.
 Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOptions.
 """
 
+from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit import placement as placemod
@@ -15,20 +16,13 @@ from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import UsageError
 
 GIB = 1024**3
-MIN_RESERVE = 2 * GIB
 
 
-def default_reserve(capacity):
-    """Today's compute reserve of a GPU: max(2 GiB, capacity / 10)."""
-    return max(MIN_RESERVE, capacity // 10)
-
-
-def device_compute_bytes(facts, layers, holds_output, settings, ctx, kind, capacity):
-    """The compute buffer of one device. Until the per-device compute model (devicefit/compute.py,
-    issue #20) lands this is the existing reserve for GPU/RPC devices and 0 for the host."""
-    if kind == "cpu":
-        return 0
-    return default_reserve(capacity)
+def device_compute_bytes(facts, layers, holds_output, settings, ctx, kind, capacity=0):
+    """The compute buffer of one device: llama.cpp's worst-case graph over the blocks it computes
+    (and the logits if it holds the output layer), replayed through ggml-alloc (devicefit/compute.py).
+    The host (CPU) buffer also holds the token-embedding lookup."""
+    return computemod.compute_bytes(facts, layers, holds_output, settings, ctx, kind)
 
 
 class UpstreamOptions(Record):
@@ -38,7 +32,7 @@ class UpstreamOptions(Record):
         ("kv", kvmod.KVSettings),
         ("speed", speedmod.SpeedSettings),
         ("depth", None),  # tokens of context decode is measured at (default half the context)
-        ("margin", 0),  # bytes kept free on each GPU/RPC device
+        ("margin", GIB),  # bytes kept free on each GPU/RPC device beyond its compute buffer (--margin)
         ("os_reserve", 4 * GIB),  # RAM kept for the OS (the CPU device's margin)
         ("ngl", None),  # a user's own placement: -ngl, -ts, --n-cpu-moe, --main-gpu
         ("ts", None),
