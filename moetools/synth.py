@@ -315,12 +315,76 @@ def kimi_k3(t=Types(), **p):
     return spec
 
 
+def qwen35moe(t=Types(), **p):
+    """Qwen3.5 MoE (`qwen35moe`) and Qwen3-Next (`qwen3next`): gated delta net layers, one full
+    attention layer every `full_every` (gated queries, q/k norms), routed experts and a gated shared
+    expert (llama.cpp src/models/qwen35moe.cpp, qwen3next.cpp)."""
+    p = {"arch": "qwen35moe", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16,
+         "n_ff_exp": 64, "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4,
+         "state": 32, "full_every": 4, "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
+    spec = ModelSpec(p["arch"], [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    if p["arch"] == "qwen35moe":
+        spec.meta("{arch}.rope.dimension_sections", [11, 11, 10, 0], "i32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", value_dim)
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["v_heads"])
+    spec.meta("{arch}.ssm.group_count", p["k_heads"])
+    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["full_every"] == 0:
+            q = p["n_head"] * head
+            kv = p["n_head_kv"] * head
+            spec.add(f"blk.{il}.attn_q.weight", (n_embd, 2 * q), t.resident)
+            spec.add(f"blk.{il}.attn_k.weight", (n_embd, kv), t.resident)
+            spec.add(f"blk.{il}.attn_v.weight", (n_embd, kv), t.resident)
+            spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
+            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        else:
+            conv_dim = 2 * key_dim + value_dim
+            spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, conv_dim), t.resident)
+            spec.add(f"blk.{il}.attn_gate.weight", (n_embd, value_dim), t.resident)
+            spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
+            spec.add(f"blk.{il}.ssm_dt.bias", (p["v_heads"],), t.norm)
+            spec.add(f"blk.{il}.ssm_a", (p["v_heads"],), t.norm)
+            if p["arch"] == "qwen3next":  # beta and alpha in one projection
+                spec.add(f"blk.{il}.ssm_ba.weight", (n_embd, 2 * p["v_heads"]), t.norm)
+            else:
+                spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, p["v_heads"]), t.norm)
+                spec.add(f"blk.{il}.ssm_alpha.weight", (n_embd, p["v_heads"]), t.norm)
+            spec.add(f"blk.{il}.ssm_norm.weight", (p["state"],), t.norm)
+            spec.add(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), t.resident)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
 BUILDERS = {
     "mixtral": llama_moe,
     "qwen3moe": qwen3moe,
     "deepseek2": deepseek2,
     "gpt-oss": gpt_oss,
     "kimi-k3": kimi_k3,
+    "qwen35moe": qwen35moe,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }
 
@@ -363,6 +427,19 @@ PRESETS = {
         Types(expert=MXFP4, resident=Q8_0, embed=Q8_0, output=Q8_0),
         name="gpt-oss-120b (synthetic)", n_layer=36, n_embd=2880, n_head=64, n_head_kv=8, head=64,
         n_ff_exp=2880, n_expert=128, top_k=4, swa=128, vocab=201088, ctx=131072, file_type=38),
+    # Qwen/Qwen3.5-35B-A3B and Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 2048 wide, 16 query heads and
+    # 2 KV heads of 256 (gated queries), 16 key / 32 value linear-attention heads of 128, conv 4, a
+    # full-attention layer every 4th, 512-wide experts and shared expert, rotary 25% of the head.
+    "qwen3.5-35b-a3b": lambda: qwen35moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3.5-35B-A3B (synthetic)",
+        arch="qwen35moe", n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
+        n_ff_shexp=512, n_expert=256, top_k=8, k_heads=16, v_heads=32, state=128, vocab=248320, ctx=262144,
+        file_type=15),
+    "qwen3-next-80b-a3b": lambda: qwen35moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3-Next-80B-A3B (synthetic)",
+        arch="qwen3next", n_layer=48, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
+        n_ff_shexp=512, n_expert=512, top_k=10, k_heads=16, v_heads=32, state=128, vocab=151936, ctx=262144,
+        file_type=15),
     "llama3-8b": lambda: llama_moe(
         Types(resident=F16, embed=F16, output=F16), name="Llama-3-8B (synthetic)", n_expert=0, n_layer=32,
         n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab=128256, ctx=8192, file_type=1),

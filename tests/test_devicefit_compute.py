@@ -12,7 +12,10 @@ from moetools.devicefit.kv import KVSettings
 from moetools.gguf import open_model
 
 DATA = json.loads((Path(__file__).parent / "data" / "devicefit_llama_compute.json").read_text())
-PRESETS = sorted({case["preset"] for case in DATA["cases"]})
+# graphs replayed tensor for tensor: equal to llama.cpp's logged figure
+EXACT = ("deepseek-v3", "gpt-oss-120b", "kimi-k2", "llama3-8b", "qwen3-235b")
+# hybrids whose gated-delta-net layers are replayed by their main tensors only (measured within 2.6%)
+HYBRID = ("qwen3-next-80b-a3b", "qwen3.5-35b-a3b")
 
 
 def shapes(path):
@@ -26,7 +29,11 @@ def settings_of(case):
                       unified=case["kv_unified"], ctk=case["ctk"], ctv=case["ctv"])
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+def test_every_measured_preset_is_checked():
+    assert {case["preset"] for case in DATA["cases"]} == set(EXACT + HYBRID)
+
+
+@pytest.mark.parametrize("preset", EXACT)
 def test_compute_buffer_equals_llama_cpp(preset_model, preset):
     """Every measured configuration (context 4k-64k, ubatch 128-2048, flash attention on and off,
     parallel, unified, q8_0 caches) to the logged 0.01 MiB; the issue asks for 10%."""
@@ -36,6 +43,23 @@ def test_compute_buffer_equals_llama_cpp(preset_model, preset):
     for case in cases:
         ours = compute.compute_buffers(graph, shape, case["ctx"], settings_of(case)).device_bytes / 2**20
         assert abs(ours - case["compute_mib"]) < 0.006, case
+
+
+@pytest.mark.parametrize("preset", HYBRID)
+def test_hybrid_compute_and_state_match_llama_cpp(preset_model, preset):
+    """Gated delta net hybrids: the compute buffer within 3% (the issue allows 10%), the KV cache and
+    the recurrent state equal to llama.cpp's to the logged 0.01 MiB."""
+    graph, shape = shapes(preset_model(preset))
+    cases = [case for case in DATA["cases"] if case["preset"] == preset]
+    assert len(cases) >= 20
+    for case in cases:
+        settings = settings_of(case)
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
+        assert abs(ours / case["compute_mib"] - 1) < 0.03, case
+        caches = kv.kv_caches(shape, case["ctx"], settings)
+        attention = [[c.cells, round(c.k_bytes / 2**20, 2), round(c.v_bytes / 2**20, 2)] for c in caches if c.kind != "recurrent"]
+        state = [[c.cells, round(c.r_bytes / 2**20, 2), round(c.s_bytes / 2**20, 2)] for c in caches if c.kind == "recurrent"]
+        assert attention == case["kv_mib"] and state == case["state_mib"], case
 
 
 def test_data_spans_the_checked_grid():

@@ -277,7 +277,9 @@ def _has(model, name):
 def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
     blk = f"blk.{il}."
     mixer = "none"
-    if kvshape.is_recurrent[il]:
+    if kvshape.is_recurrent[il] and kvshape.architecture in kvmod.GDN_ARCHES:
+        mixer = "gdn"
+    elif kvshape.is_recurrent[il]:
         mixer = "kda"
     elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
         mixer = "mamba2"
@@ -300,6 +302,12 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
     elif mixer == "kda":
         shape.q_rows = _rows(model, blk + "attn_q.weight")
         shape.ssm_conv_channels = shape.q_rows
+    elif mixer == "gdn":
+        shape.ssm_in_rows = _rows(model, blk + "attn_qkv.weight")  # q, k, v mixed: the conv channels
+        shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
+        shape.ssm_heads = _rows(model, blk + "ssm_beta.weight") or _rows(model, blk + "ssm_ba.weight") // 2
+        shape.ssm_state = model.get_int(Keys.SSM_STATE_SIZE, 0)
+        shape.ssm_conv_channels = shape.ssm_in_rows
     elif mixer == "mamba2":
         shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
@@ -574,6 +582,33 @@ def _kda_layer(b, il, x, layer):
     return b.mm(b.shape.n_embd, out)
 
 
+def _gdn_layer(b, il, x, layer):
+    """Gated delta net (qwen35moe.cpp build_layer_attn_linear): q/k/v and z projections, the conv over
+    the cached state and the tokens, l2-normed q/k repeated to the value heads, the scan's output and
+    its new state, the gated norm and the output projection."""
+    g, T = b.g, b.T
+    channels, inner, heads = layer.ssm_conv_channels, layer.ssm_inner, layer.ssm_heads
+    mixed = b.mm(channels, x)
+    z = b.mm(inner, x)
+    beta = b.unary(b.mm(heads, x), b.f32(heads, T))
+    alpha = b.mm(heads, x)
+    alpha = g.op(alpha.nbytes, alpha, b.weights, inplace=(0,))
+    gate = g.op(alpha.nbytes, g.op(alpha.nbytes, alpha), b.weights, inplace=(0,))
+    conv_in = g.op(b.f32(channels, T + 3), g.view(mixed))
+    conv = b.unary(g.op(b.f32(channels, T), conv_in, b.weights), b.f32(channels, T))
+    key = (channels - inner) // 2
+    q = g.op(b.f32(key, T), g.view(conv))
+    k = g.op(b.f32(key, T), g.view(conv))
+    if key != inner:
+        q = g.op(b.f32(inner, T), q)
+        k = g.op(b.f32(inner, T), k)
+    state = inner * layer.ssm_state
+    out = g.op(b.f32(inner, T) + b.f32(state), q, k, g.view(conv), gate, beta)
+    y = b.norm(g.view(out), inner)
+    y = g.op(y.nbytes, y, b.unary(z, z.nbytes))
+    return b.mm(b.shape.n_embd, y)
+
+
 def _mamba2_layer(b, il, x, layer):
     g, T = b.g, b.T
     zxbcdt = b.mm(layer.ssm_in_rows, x)
@@ -686,6 +721,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = _mla_layer(b, il, x, layer)
         elif layer.mixer == "kda":
             mixed = _kda_layer(b, il, x, layer)
+        elif layer.mixer == "gdn":
+            mixed = _gdn_layer(b, il, x, layer)
         elif layer.mixer == "mamba2":
             mixed = _mamba2_layer(b, il, x, layer)
         else:

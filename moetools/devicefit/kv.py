@@ -55,11 +55,15 @@ FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
 # Hybrid models whose recurrent layers are the Kimi Delta Attention ones (head_count_kv 0).
 KDA_ARCHES = ("kimi-k3", "kimi-linear")
+# Hybrid models whose recurrent layers are gated delta nets: `attention.recurrent_layers`, else every
+# layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp).
+GDN_ARCHES = ("qwen3next", "qwen35moe")
+HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES
 # Architectures with recurrent state or KV layouts this module does not model: refuse, never guess.
 UNSUPPORTED = {
     "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "jamba", "falcon-h1", "plamo2",
-    "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "bailingmoe3",
-    "glm5-next", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01", "minimax-m3",
+    "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "bailingmoe3",
+    "glm5-next", "qwen35", "qwen4exp", "deepseek4", "minimax-01", "minimax-m3",
     "deepseek32", "glm-dsa", "dots3note", "hy-v4", "gemma3n", "gemma4", "gemma4-assistant",
     "gemma-embedding", "modern-bert", "exaone4",
 }
@@ -154,6 +158,21 @@ def _swa_layers(model, arch, trunk, n_layer):
     return flags, window, swa_type
 
 
+def _gdn_layers(model, trunk, n_layer):
+    key = model.key("{arch}.attention.recurrent_layers")
+    raw = model.metadata.get(key)
+    if isinstance(raw, LazyArray):
+        raw = raw.load()
+    if isinstance(raw, list):
+        if len(raw) != n_layer:
+            raise GGUFError(model.path, f"recurrent-layer array has {len(raw)} entries for {n_layer} blocks", key=key)
+        return [bool(value) for value in raw]
+    interval = model.get_int("{arch}.full_attention_interval", 4)
+    if interval == 0:
+        raise GGUFError(model.path, "full_attention_interval 0 is not a layer period", key=model.key("{arch}.full_attention_interval"))
+    return [il < trunk and (il + 1) % interval != 0 for il in range(n_layer)]
+
+
 def kv_shape(model):
     """The KVShape of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
     arch = model.architecture
@@ -172,7 +191,7 @@ def kv_shape(model):
     nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
     notes = []
-    if trunk < n_layer and arch not in KDA_ARCHES:
+    if trunk < n_layer and arch not in HYBRID_ARCHES:
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
 
     k_key_length_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
@@ -205,10 +224,19 @@ def kv_shape(model):
         d_inner = head_count[0] * kda
         state_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner
         state_s = kda * kda * head_count[0]
+    if arch in GDN_ARCHES:
+        is_recurrent = _gdn_layers(model, trunk, n_layer)
+        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the gated delta net conv state")
+        d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for="the gated delta net state")
+        d_state = model.get_int(Keys.SSM_STATE_SIZE, required_for="the gated delta net state")
+        n_group = model.get_int(Keys.SSM_GROUP_COUNT, required_for="the gated delta net conv state")
+        # llama_hparams::n_embd_r / n_embd_s (the Mamba formulas the delta net shares)
+        state_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+        state_s = d_state * d_inner
     if any(head_count_kv[il] and not (k_full if not is_swa[il] else k_swa) for il in range(trunk)):
         raise GGUFError(model.path, "attention layers without a key width", key=model.key(Keys.KEY_LENGTH))
     # The hybrid memory's attention filter is only "not recurrent", so NextN blocks keep their KV there.
-    kv_layers = n_layer if arch in KDA_ARCHES else trunk
+    kv_layers = n_layer if arch in HYBRID_ARCHES else trunk
     return KVShape(
         architecture=arch,
         block_count=n_layer,
