@@ -198,15 +198,15 @@ def test_fastest_division_wins_with_a_curve(k3, tmp_path):
     tiers = tmp_path / "tiers"
     _tier(tiers, "q4_0", 20 * GIB, facts)
     curve = tmp_path / "curve.json"
-    write_curve(curve, Curve(slots=[50, 100], hit={"predictive": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]},
+    write_curve(curve, Curve(slots=[100, 200], hit={"predictive": [0.5, 0.6], "lru": [0.1, 0.2], "belady": [0.9, 0.95]},
                              extra={"demand_policies": ["lru", "predictive"], "ceiling_policies": ["belady"]}))
     doc = run_json(k3, "--vram", "32G", "--ctx", 32768, "--tiers", tiers, "--coverage", curve)
     native, q4 = doc["divisions"]
     native_slots = k3_fork_slots(32 * GIB - GIB - compute_at(k3, 32768) - K3_RESIDENT - 32768 * K3_PER_TOKEN - K3_STATE)
-    assert native["slots"] == native_slots and 50 < native_slots < 100
-    assert native["coverage"] == pytest.approx(0.5 + 0.1 * (native_slots - 50) / 50, abs=1e-6)
+    assert native["slots"] == native_slots and 100 < native_slots < 200
+    assert native["coverage"] == pytest.approx(0.5 + 0.1 * (native_slots - 100) / 100, abs=1e-6)
     q4_budget = 32 * GIB - GIB - compute_at(k3, 32768) - 20 * GIB - 32768 * K3_PER_TOKEN - K3_STATE
-    assert q4["slots"] == k3_fork_slots(q4_budget) > 100  # flat past the last point
+    assert q4["slots"] == k3_fork_slots(q4_budget) > 200  # flat past the last point
     assert q4["coverage"] == pytest.approx(0.6)
     assert q4["tok_s"] == pytest.approx(tok_s(0.6), rel=1e-4)
     # the default is the best online demand policy of the curve (highest mean hit ratio)
