@@ -694,10 +694,33 @@ def _ffn(b, x, n_ff):
     return b.mm(b.shape.n_embd, act)
 
 
+RUN_KEPT = 4  # identical consecutive layers replayed before the allocator is taken to repeat itself
+
+
+def _repeats(graph_shape, kvshape, layer_set):
+    """Layers left out of the replay: within a run of identical consecutive layers, all after the
+    first RUN_KEPT (the last layer, which drops the non-output rows, is always kept). ggml-alloc
+    reaches the same free-block layout after a layer or two of the same shape, so the rest repeat
+    its high-water mark; checked against llama.cpp's figures in tests/test_devicefit_compute.py."""
+    def signature(il):
+        return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
+                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il])
+    skipped, run, previous = set(), 0, None
+    last = len(graph_shape.layers) - 1
+    for il in sorted(layer_set):
+        key = signature(il)
+        run = run + 1 if key == previous else 1
+        previous = key
+        if run > RUN_KEPT and il != last:
+            skipped.add(il)
+    return skipped
+
+
 def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output):
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
     layer_set = set(range(len(graph_shape.layers))) if layers is None else set(layers)
+    skipped = _repeats(graph_shape, kvshape, layer_set)
     tokens_in = g.input(I32_BYTES * T)
     embd_in = g.input(b.f32(n_embd, T))
     lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
@@ -711,7 +734,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     out_ids = g.input(I32_BYTES * T)
     last = len(graph_shape.layers) - 1
     for il, layer in enumerate(graph_shape.layers):
-        if il not in layer_set:
+        if il not in layer_set or il in skipped:
             continue
         residual = cur
         x = b.norm(cur, n_embd)

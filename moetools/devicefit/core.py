@@ -354,8 +354,13 @@ class ComputeModel:
         if not self.modelled:
             return 0
         if ctx not in self.cache:
-            self.cache[ctx] = computemod.compute_buffers(self.facts.graph, self.facts.shape, ctx, self.options.kv,
-                                                         alignment=computemod.CUDA_ALIGNMENT)
+            # shared by every fit of this model and these settings (the context trade-off fits 7 times)
+            memo = self.facts.graph.__dict__.setdefault("_fit_memo", {})
+            key = (ctx, self.options.kv.as_tuple())
+            if key not in memo:
+                memo[key] = computemod.compute_buffers(self.facts.graph, self.facts.shape, ctx, self.options.kv,
+                                                       alignment=computemod.CUDA_ALIGNMENT)
+            self.cache[ctx] = memo[key]
         return self.cache[ctx].device_bytes
 
 
@@ -493,7 +498,8 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     compute = ComputeModel(facts, options)
     fixed = options.margin if compute.modelled else options.reserve
     usable = options.vram - fixed
-    if compute.modelled and compute.at(floor) >= usable:
+    # the buffer only grows with the context: the floor's is needed only when the wanted one leaves nothing
+    if compute.modelled and compute.at(wanted) >= usable and compute.at(floor) >= usable:
         raise UsageError(f"--margin {format_size(options.margin)} plus the {format_size(compute.at(floor))} compute buffer "
                          f"of a {floor}-token context leave nothing of VRAM {format_size(options.vram)}")
     native = Tier(NATIVE, facts.resident_bytes, facts.path)
