@@ -299,7 +299,7 @@ def test_device_fit_messages_give_sizes_not_raw_byte_counts(tmp_path):
     assert "short for the smallest division" in notes and not re.search(RAW_BYTES, notes), notes
     below = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "1G", "--reserve", "2G", "--json"])
     assert below.exit_code == 2
-    assert "1.00 GiB is at or below" in below.output and not re.search(RAW_BYTES, below.output), below.output
+    assert "--reserve 2.00 GiB leaves nothing of VRAM 1.00 GiB" in below.output and not re.search(RAW_BYTES, below.output), below.output
 
 
 def test_min_ctx_note_does_not_claim_the_user_asked(tiny_models):
