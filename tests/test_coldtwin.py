@@ -427,6 +427,7 @@ def test_json_report_exactly(trees):
         "problems": [],
         "log": None,
         "ok": False,
+        "deeper": [],
     }
 
 

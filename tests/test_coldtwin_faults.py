@@ -20,7 +20,7 @@ import pytest
 from moetools.coldtwin.actions import interrupted_actions
 from tests.coldtwin_util import payload, run
 
-ITERATIONS = 16
+ITERATIONS = int(os.environ.get("MOETOOLS_COLDTWIN_KILLS", "16"))
 # Lines an uninterrupted run logs for make_tree: the set's migration (17), the single file's (9),
 # the twinned file's eviction (3).
 LOG_LINES = 29
@@ -104,3 +104,68 @@ def test_kill_during_migrate_and_evict(tmp_path, monkeypatch):
         assert [path for path in hot.rglob("*") if path.is_file()] == []
         assert [path.name for path in cold.rglob(".*")] == []  # no temporary copy left behind
     assert killed_mid_action >= ITERATIONS // 2  # the kills really landed inside the actions
+
+
+# Kept short in the suite; benchmarks/fault_coldtwin.py runs the same loops longer.
+HF_ITERATIONS = int(os.environ.get("MOETOOLS_COLDTWIN_HF_KILLS", "4"))
+HF_LOG_LINES = 30  # about what one uninterrupted run logs for make_hf_tree
+
+
+def make_hf_tree(base, seed):
+    """hot: a Hugging Face hub folder with one repo, two revisions sharing blobs. Returns
+    (hot, cold, {(commit, path): bytes})."""
+    from tests.hf_util import build_repo
+
+    rng = random.Random(seed)
+    weights = rng.randbytes(96 * 1024)
+    revisions = {
+        "a" * 40: {"model.safetensors": weights, "config.json": b'{"v": 1}', "t/tok.json": rng.randbytes(20000)},
+        "b" * 40: {"model.safetensors": weights, "config.json": b'{"v": 2}', "extra.bin": rng.randbytes(30000)},
+    }
+    hot, cold = base / "hf home", base / "cold drive"
+    build_repo(hot / "hub", "acme/m", revisions, {"main": "b" * 40, "old": "a" * 40})
+    cold.mkdir()
+    files = {(commit, relative): data for commit, entries in revisions.items() for relative, data in entries.items()}
+    return hot, cold, files
+
+
+def hf_complete_somewhere(hot, cold, files, when):
+    snapshots = [root / "hub" / "models--acme--m" / "snapshots" for root in (hot, cold)]
+    for (commit, relative), data in files.items():
+        places = [folder / commit / relative for folder in snapshots]
+        assert any(place.is_file() and place.read_bytes() == data for place in places), \
+            f"{commit[:8]}/{relative} is complete nowhere {when}"
+
+
+def test_kill_during_migrate_and_evict_of_a_hugging_face_cache(tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub", reason="huggingface_hub builds and checks the caches")
+    from tests.hf_util import cache_contents
+
+    rng = random.Random(20261201)
+    monkeypatch.setenv("MOETOOLS_CACHE_DIR", str(tmp_path / "cache"))
+    env = dict(os.environ, MOETOOLS_COLDTWIN_TEST_DELAY="0.002", MOETOOLS_COLDTWIN_TEST_CHUNK="16384")
+    killed = 0
+    for iteration in range(HF_ITERATIONS):
+        base = tmp_path / f"hf run {iteration}"
+        hot, cold, files = make_hf_tree(base, iteration)
+        log = base / "actions.jsonl"
+        command = [sys.executable, "-m", "moetools", "cold-twin", str(hot), "--migrate", str(cold),
+                   "--yes", "--json", "--log", str(log)]
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        target = rng.randint(1, HF_LOG_LINES)
+        deadline = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < deadline and logged(log) < target:
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0, 0.02))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            killed += 1
+        process.wait()
+        hf_complete_somewhere(hot, cold, files, f"after the kill in iteration {iteration}")
+        code, doc, result = run(hot, "--migrate", cold, "--yes", "--log", log)
+        assert code == 0, result.output
+        hf_complete_somewhere(hot, cold, files, f"after the rerun in iteration {iteration}")
+        contents, _ = cache_contents(cold / "hub")
+        assert contents == {("acme/m", commit, relative): data for (commit, relative), data in files.items()}
+        assert [path for path in hot.rglob("*") if not path.is_dir()] == []
+    assert killed >= HF_ITERATIONS // 2

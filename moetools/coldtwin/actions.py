@@ -145,11 +145,35 @@ def _recheck(member, what):
         raise ActionFailed(f"{what}: {err}; nothing more is removed") from None
 
 
+MARKER_PREFIX = ".moetools-evict-check-"
+
+
+def _remove_stale_markers(folder):
+    """Remove the marker files of runs killed inside `_refuse_same_folder` (their pid is gone).
+    POSIX only: elsewhere a live run's marker cannot be told from a dead one's, and is left."""
+    if os.name != "posix":
+        return
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(MARKER_PREFIX):
+            continue
+        pid = name[len(MARKER_PREFIX):].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
 def _refuse_same_folder(hot_folder, cold_folder):
     """Raise ActionFailed when the cold folder is the hot one reached another way (a network or bind
     mount shows other device numbers, so inode checks cannot tell): a marker created in the hot
     folder must not appear in the cold one."""
-    marker = os.path.join(hot_folder, f".moetools-evict-check-{os.getpid()}-{os.urandom(4).hex()}")
+    _remove_stale_markers(hot_folder)
+    marker = os.path.join(hot_folder, f"{MARKER_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except OSError as err:
@@ -295,10 +319,12 @@ def remove_stale_temps(dest_folder, names, log):
                 log.write("stale-temp-removed", path=path)
 
 
-def _copy_member(member, dest_folder, log, hasher):
-    """Copy one hot member into `dest_folder` safely; returns the FileStat of the copy in place."""
-    final = os.path.join(dest_folder, member.name)
-    temp = temp_name(dest_folder, member.name)
+def _copy_member(member, dest_folder, log, hasher, name=None):
+    """Copy one hot member into `dest_folder` (as `name`, default its own) safely; returns the
+    FileStat of the copy in place."""
+    name = name or member.name
+    final = os.path.join(dest_folder, name)
+    temp = temp_name(dest_folder, name)
     log.write("copy-start", src=member.path, temp=temp, dest=final, bytes=member.size)
     source_hash = new_xxh3()
     buffer = bytearray(chunk_bytes())
@@ -512,9 +538,12 @@ def _short(artifact):
 
 def _evict_now(result, plan, log, hasher):
     artifact, twin = result.artifact, result.twin
+    stop_at = plan.stop_at
+    if artifact.hf is not None and stop_at and is_below(stop_at, artifact.folder):
+        stop_at = os.path.dirname(os.path.abspath(artifact.folder))  # HOT inside the repo: the repo is the unit
     total = reread_bytes(artifact, twin, hasher, plan.trust_cache)
     with _bar(plan, hasher, f"evict {_short(artifact)}: re-reading the cold copy", total):
-        return evict(artifact, twin, log, hasher, plan.trust_cache, plan.stop_at)
+        return evict(artifact, twin, log, hasher, plan.trust_cache, stop_at)
 
 
 def _migrate_now(result, plan, log, hasher, disk_usage, dest):
@@ -611,8 +640,7 @@ def _wanted(result, plan):
         return "evict"
     artifact = result.artifact
     # An incomplete set or an empty file is a broken download: copying it would only move the problem.
-    if result.status == NONE and plan.migrate_to and not artifact.missing and all(m.size for m in artifact.files) \
-            and not (artifact.hf is not None and artifact.hf.problems):
+    if result.status == NONE and plan.migrate_to and not artifact.missing and all(m.size for m in artifact.files):
         return "migrate"
     return None
 
@@ -647,6 +675,10 @@ def apply(results, plan, index, hasher, log, pool=None, disk_usage=shutil.disk_u
             result.status, result.level, result.twin, result.reason = fresh.status, fresh.level, fresh.twin, fresh.reason
         kind = _wanted(result, plan)
         if kind is None:
+            continue
+        if result.artifact.hf is not None and result.artifact.hf.blocked:
+            action = Action(kind, plan.dry_run, error=f"refused: {result.artifact.hf.blocked}; nothing removed or copied")
+            actions[id(result)] = action
             continue
         action = _do(kind, result, plan, log, hasher, disk_usage, _freed_if_removed(result, results, removed))
         actions[id(result)] = action

@@ -18,6 +18,7 @@ import click
 from moetools.coldtwin import actions as act
 from moetools.coldtwin.core import LEVELS, MISMATCH, QUICK_MATCH, VERIFIED, check_all, structural_twins
 from moetools.coldtwin.hashing import CACHE_NAME, HashCache, Hasher, cache_dir
+from moetools.coldtwin.hfcache import repo_summaries
 from moetools.coldtwin.report import build_report
 from moetools.coldtwin.scan import check_folders, index_cold, scan_hot
 from moetools.errors import UsageError
@@ -103,6 +104,15 @@ def _label(entry, hot):
     return label
 
 
+def _folded_label(entry, hot, width):
+    """The label within `width`: a revision keeps its @commit (refs) whole and folds the repo id."""
+    if entry.get("hf"):
+        repo_id = entry["hf"]["repo_id"]
+        suffix = entry["hf"]["label"][len(repo_id):]
+        return fold_left(repo_id, max(6, width - len(suffix))) + suffix
+    return fold_left(_label(entry, hot), width)
+
+
 def column_widths(width):
     """(artifact, twin) widths that keep a 4-column table inside `width` terminal columns: the
     table's borders and padding take 13, the size 9 and the status 21; the rest is shared."""
@@ -130,7 +140,7 @@ def _tables(doc, hot, width=None):
             twin_words = "twin at the same path" if same else f"twin {fold_left(twin, note_width - 5)}"
             note = twin_words + (f"; {note}" if note else "")
         rows.append([
-            fold_left(_label(entry, hot), name_width),
+            _folded_label(entry, hot, name_width),
             format_size(entry["bytes"]),
             _status_cell(entry),
             note,
@@ -209,8 +219,14 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
             notes.append(f"{migrate_to} is on the same device as {hot}: migrating frees no space on that device")
     for note in notes:
         warn(note)
+    if acting and hot_exclude:
+        raise UsageError(f"a COLD_DIR lies inside {hot}: a copy on the same drive is no cold twin; "
+                         "nothing is evicted or migrated (check without --evict/--migrate/--free)")
 
-    artifacts, hot_problems = scan_hot(hot, depth, min_bytes, hot_exclude)
+    deeper = {}
+    artifacts, hot_problems = scan_hot(hot, depth, min_bytes, hot_exclude, deeper=deeper)
+    for path, found_depth in sorted(deeper.values()):
+        warn(f"{path}: found at depth {found_depth}; use --depth {found_depth} (not checked)")
     index, cold_problems = index_cold([folder for folder in cold if os.path.isdir(folder)], depth, cold_exclude)
     index.hot_ids = {member.identity for artifact in artifacts for member in artifact.files}
     for problem in hot_problems + cold_problems:
@@ -255,7 +271,8 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
             warn(line)
 
     doc = build_report(hot, cold, level, plan, results, actions, freed, hot_problems + cold_problems,
-                       hot_ok=not hot_problems, log_path=log.path)
+                       hot_ok=not hot_problems, log_path=log.path, hf_repos=repo_summaries(results))
+    doc["deeper"] = [{"path": path, "depth": found_depth} for path, found_depth in sorted(deeper.values())]
     render(doc, lambda: _tables(doc, hot), json_flag)
     if not doc["ok"]:
         click.get_current_context().exit(1)

@@ -36,10 +36,13 @@ class Twin:
     folder: str
     files: list
     extra: list = field(default_factory=list)  # cold members the hot set lacks (a resumed eviction)
+    shown: str = None  # what the report names as the twin (a Hugging Face snapshot folder)
 
     @property
     def path(self):
-        return self.files[0].path if self.files else os.path.join(self.folder, self.extra[0])
+        if self.shown:
+            return self.shown
+        return self.files[0].path if self.files else os.path.join(self.folder, *self.extra[0].split("/"))
 
 
 @dataclass
@@ -65,6 +68,12 @@ def structural_twins(artifact, index):
     A hot set that lacks shards (an eviction killed halfway) still matches a cold folder that holds
     every present member with its size and also every missing name (non-empty).
     """
+    if artifact.hf is not None:
+        from moetools.coldtwin.hfcache import twins
+
+        if not artifact.files and not artifact.missing:
+            return [], "the revision has no files"
+        return twins(artifact, index.hf_repos, index.hot_ids)
     if not artifact.files:
         return [], "the set is empty"
     empty = [member.name for member in artifact.files if member.size == 0]
@@ -100,6 +109,9 @@ def structural_twins(artifact, index):
             reasons.append(why)
     if twins:
         return twins, ""
+    if not reasons and first.name in index.deeper:
+        path, depth = index.deeper[first.name]
+        return [], f"{path} found at depth {depth}; use --depth {depth}"
     return [], reasons[0] if reasons else "no cold folder holds " + first.name
 
 

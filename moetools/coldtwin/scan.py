@@ -88,6 +88,8 @@ class ColdIndex:
     # Identities of every hot file: a cold path that reaches one of them (a link into the hot tier)
     # is not cold storage, whichever hot artifact it would pair with.
     hot_ids: set = field(default_factory=set)
+    hf_repos: dict = field(default_factory=dict)  # repo folder name -> [HfRepo] (moetools.coldtwin.hfcache)
+    deeper: dict = field(default_factory=dict)  # name -> (path, depth) of model files below --depth
 
     def add(self, folder, entry):
         self.folders.setdefault(folder, {})[entry.name] = entry
@@ -112,16 +114,20 @@ def is_inside(inner, outer):
         return False
 
 
-def walk_files(root, depth, exclude=(), problems=None):
+def walk_files(root, depth, exclude=(), problems=None, special=None, deeper=None):
     """Yield (folder, [FileStat]) for `root` and its subfolders down to `depth` levels below it.
 
     Hidden names (starting with ".") and incomplete downloads are skipped; symlinked folders are
     not followed (no loops); symlinked files are followed, so a FileStat carries the target's
     device and inode. Folders whose real path is in `exclude` (with everything below them) are
     skipped. Unreadable folders and files, dangling links and special files with a model suffix
-    are appended to `problems` as one line each.
+    are appended to `problems` as one line each. `special(path)` may claim a folder (a Hugging Face
+    repo, parsed whole by the caller whatever its depth below): it is then not walked. Folders one
+    level too deep are appended to `deeper` as (path, level) for `find_deeper`.
     """
     problems = problems if problems is not None else []
+    if special is not None and special(root):
+        return
     stack = [(root, real_folder(root), 0)]
     while stack:
         folder, real, level = stack.pop()
@@ -139,8 +145,14 @@ def walk_files(root, depth, exclude=(), problems=None):
             try:
                 if entry.is_dir(follow_symlinks=False):
                     child_real = os.path.join(real, os.path.normcase(name))
-                    if level < depth and not any(is_inside(child_real, other) for other in exclude):
+                    if any(is_inside(child_real, other) for other in exclude):
+                        continue
+                    if special is not None and special(entry.path):
+                        continue
+                    if level < depth:
                         stack.append((entry.path, child_real, level + 1))
+                    elif deeper is not None:
+                        deeper.append((entry.path, level + 1))
                     continue
                 # On Windows DirEntry.stat() leaves st_dev and st_ino at 0; os.stat() fills them in.
                 st = os.stat(entry.path) if os.name == "nt" else entry.stat()
@@ -156,6 +168,46 @@ def walk_files(root, depth, exclude=(), problems=None):
                 continue
             files.append(FileStat.from_stat(entry.path, st))
         yield folder, files
+
+
+DEEPER_LEVELS = 6  # how far below --depth the search for models the walk missed goes
+DEEPER_ENTRIES = 20000  # and how many folder entries it reads at most
+
+
+def find_deeper(folders, min_size):
+    """Model files and Hugging Face repos below `folders` [(path, level)]: {name: (path, depth)}.
+
+    The depth of a file is the level of its folder below the scanned root (what --depth must be to
+    see it). Bounded: DEEPER_LEVELS more levels, DEEPER_ENTRIES entries in all.
+    """
+    from moetools.coldtwin.hfcache import is_repo_folder
+
+    found, budget = {}, DEEPER_ENTRIES
+    deepest = max(level for _, level in folders) + DEEPER_LEVELS
+    stack = list(reversed(folders))
+    while stack and budget > 0:
+        folder, level = stack.pop()
+        if is_repo_folder(folder):
+            found.setdefault(os.path.basename(folder), (folder, level - 1))
+            continue
+        try:
+            with os.scandir(folder) as iterator:
+                entries = sorted(iterator, key=lambda item: item.name)
+        except OSError:
+            continue
+        budget -= len(entries)
+        for entry in entries:
+            if entry.name.startswith(".") or is_incomplete(entry.name):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if level < deepest:
+                        stack.append((entry.path, level + 1))
+                elif entry.name.lower().endswith(MODEL_SUFFIXES) or entry.stat().st_size >= min_size:
+                    found.setdefault(entry.name, (entry.path, level))
+            except OSError:
+                continue
+    return found
 
 
 def _gguf_split_count(path):
@@ -268,12 +320,21 @@ def folder_artifacts(folder, files, min_size, read_headers=True):
     return artifacts
 
 
-def scan_hot(hot, depth, min_size, exclude=(), read_headers=True):
+def scan_hot(hot, depth, min_size, exclude=(), read_headers=True, deeper=None):
     """Artifacts on the hot tier: (list of Artifact sorted by path, problems as lines).
 
-    `hot` is a folder (scanned `depth` levels down) or one file (the artifact it belongs to).
+    `hot` is a folder (scanned `depth` levels down) or one file (the artifact it belongs to). A
+    Hugging Face repo folder met on the way is one artifact per revision (hfcache); a `hot` inside a
+    repo (its snapshot folder, say) is the revisions it holds. Models deeper than `depth` go to
+    `deeper` ({name: (path, depth)}) when given.
     """
+    from moetools.coldtwin import hfcache
+
     problems = []
+    repo = hfcache.enclosing_repo(hot)
+    if repo is not None:
+        _, artifacts = hfcache.repo_artifacts(repo, within=None if os.path.samefile(repo, hot) else hot)
+        return artifacts, problems
     if os.path.isfile(hot):
         folder = os.path.dirname(hot) or os.curdir
         target = os.path.basename(hot)
@@ -281,20 +342,47 @@ def scan_hot(hot, depth, min_size, exclude=(), read_headers=True):
             found = [a for a in folder_artifacts(folder, files, 0, read_headers) if target in a.names]
             return found, problems
         return [], problems
-    artifacts = []
-    for folder, files in walk_files(hot, depth, exclude, problems):
+    artifacts, too_deep = [], []
+
+    def special(path):
+        if hfcache.is_shared_store(path):
+            return True
+        if hfcache.is_repo_folder(path):
+            artifacts.extend(hfcache.repo_artifacts(path)[1])
+            return True
+        return False
+
+    for folder, files in walk_files(hot, depth, exclude, problems, special, too_deep):
         artifacts += folder_artifacts(folder, files, min_size, read_headers)
     artifacts.sort(key=lambda artifact: artifact.path)
+    if deeper is not None and too_deep:
+        deeper.update(find_deeper(too_deep, min_size))
     return artifacts, problems
 
 
 def index_cold(cold_dirs, depth, exclude=()):
-    """Every regular file under the cold folders: (ColdIndex, problems as lines)."""
+    """Every regular file under the cold folders: (ColdIndex, problems as lines). Hugging Face repos
+    are parsed whole into `hf_repos`; model files too deep for `depth` are noted in `deeper`."""
+    from moetools.coldtwin import hfcache
+
     index, problems = ColdIndex(), []
+
+    def special(path):
+        if hfcache.is_shared_store(path):
+            return True
+        if hfcache.is_repo_folder(path):
+            repo = hfcache.parse_repo(path)
+            index.hf_repos.setdefault(repo.name, []).append(repo)
+            return True
+        return False
+
+    too_deep = []
     for cold in cold_dirs:
-        for folder, files in walk_files(cold, depth, exclude, problems):
+        for folder, files in walk_files(cold, depth, exclude, problems, special, too_deep):
             for member in files:
                 index.add(folder, member)
+    if too_deep:
+        index.deeper = find_deeper(too_deep, 0)
     return index, problems
 
 
