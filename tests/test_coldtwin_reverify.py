@@ -126,3 +126,31 @@ def test_evicting_a_file_below_hot_given_as_a_file_keeps_its_folder(trees):
     code, _, _ = run(hot / "m.gguf", cold, "--evict", "--yes")
     assert code == 0 and hot.is_dir() and os.listdir(hot) == []
     assert by_name(run(hot, cold)[1]) == {}
+
+
+def test_progress_bars_say_what_they_do_with_byte_totals(trees, monkeypatch):
+    from moetools.coldtwin import command
+    from moetools.progress import progress as real_progress
+
+    bars = []
+
+    def recording(total=None, desc="", **kwargs):
+        bar = real_progress(total=total, desc=desc, enabled=False)
+        bars.append([desc, total, bar])
+        return bar
+
+    monkeypatch.setattr(command, "progress", recording)
+    hot, cold = trees
+    write(hot / "twinned.gguf", payload(3000, 1))
+    write(cold / "twinned.gguf", payload(3000, 1))
+    write(hot / "sub" / "alone.gguf", payload(5000, 2))
+    run(hot, cold, "--verify", "full")  # digests cached: the eviction below reads the cold copy again
+    bars.clear()
+    code, _, _ = run(hot, cold, "--migrate", cold, "--evict", "--yes")
+    assert code == 0
+    seen = [(desc, total, bar.n) for desc, total, bar in bars]
+    assert seen == [
+        ("verify full: reading hot and cold", 6000, 6000),
+        ("migrate alone.gguf: copy, read back", 10000, 10000),
+        ("evict twinned.gguf: re-reading the cold copy", 3000, 3000),
+    ]  # each bar reaches its total (tqdm derives the ETA from it); the migrated copy is not read a third time

@@ -195,12 +195,9 @@ def reverify_twin(artifact, twin, hasher, trust_cache=False):
     """
     for hot, cold in zip(artifact.files, twin.files):
         try:
-            hot_digest = hasher.full(hot)
-            if trust_cache:
-                cold_digest = hasher.full(cold)
-            elif state_of(cold) in hasher.read_now:
+            hot_digest = hasher.cached_full(hot) or hasher.full(hot)
+            if trust_cache or state_of(cold) in hasher.read_now:
                 cold_digest = hasher.cached_full(cold)
-                hasher.advance(cold.size)
             else:
                 cold_digest = None
             if cold_digest is None:
@@ -526,10 +523,12 @@ def _bar(plan, hasher, desc, total):
 
 
 def reread_bytes(artifact, twin, hasher, trust_cache):
-    """Bytes an eviction reads again (the cold members this process has not read itself)."""
-    if trust_cache:
-        return 0
-    return sum(cold.size for cold in twin.files if state_of(cold) not in hasher.read_now)
+    """Bytes an eviction reads: the cold members this process has not read itself (none with
+    `trust_cache`, unless uncached), and hot members the cache does not hold."""
+    hot = sum(member.size for member in artifact.files if hasher.cached_full(member) is None)
+    cold = sum(member.size for member in twin.files
+               if (not trust_cache and state_of(member) not in hasher.read_now) or hasher.cached_full(member) is None)
+    return hot + cold
 
 
 def _short(artifact):
