@@ -76,3 +76,27 @@ def test_at_least_as_many_bytes_on_the_rpc_devices_as_llama_fit_params(plan):
     # same layer split as --fit found (-ngl and -ts), different expert placement
     fit = RECORD["fit_params_args"]
     assert fit[fit.index("-ngl") + 1] == RECORD["emitted_args"][RECORD["emitted_args"].index("-ngl") + 1]
+
+
+def test_compute_buffers_within_10_percent_of_llama_cpp(tmp_path):
+    """The per-device compute model against the compute buffers llama.cpp reserved in the recorded run
+    (the same layers per device as the emitted -ngl/-ts)."""
+    from moetools.devicefit import core, placement, upstream
+    from moetools.devicefit.kv import KVSettings
+    from moetools.gguf import open_model
+
+    path = synth.write_model(case.fixture_spec(), tmp_path / "fixture.gguf", sparse=True)[0]
+    with open_model(path) as model:
+        facts = core.model_facts(model)
+    args = RECORD["emitted_args"]
+    ngl = int(args[args.index("-ngl") + 1])
+    ts = [float(w) for w in args[args.index("-ts") + 1].split(",")]
+    homes = placement.assign_layers(facts.layers.n_layer, ngl, ts)
+    names = [f"RPC0[127.0.0.1:{port}]" for port in case.RPC_PORTS]
+    settings = KVSettings()
+    # the RPC devices; the CPU's buffer (17.01 MiB here) also holds its experts' intermediates: not modelled yet
+    for index, name in enumerate(names):
+        layers = [il for il, home in enumerate(homes[:-1]) if home == index]
+        ours = upstream.device_compute_bytes(facts, layers, homes[-1] == index, settings, case.CONTEXT, "rpc", 0)
+        logged = float(RECORD["logged"][name]["compute"]) * MiB
+        assert abs(ours - logged) <= 0.10 * logged, (name, ours / MiB, logged / MiB)
