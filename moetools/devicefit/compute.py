@@ -355,6 +355,11 @@ def graph_shape(model, kvshape=None):
         raise GGUFError(model.path, "no output.weight or token_embd.weight to size the logits")
     n_expert = model.expert_count
     top_k = model.layer_values(Keys.EXPERT_USED_COUNT, 0)
+    if any(isinstance(k, int) and k > max(n_expert, 1) for k in top_k):
+        # llama.cpp asserts n_expert_used <= n_expert (llama-model.cpp load_hparams); a damaged header
+        # must not make the graph replay build millions of expert views
+        raise GGUFError(model.path, f"expert_used_count {max(top_k)} is more than expert_count {n_expert} "
+                                    "(llama.cpp refuses it)", key=model.key(Keys.EXPERT_USED_COUNT))
     gating = model.get_int("{arch}.expert_gating_func", 0) or (
         2 if arch in _SIGMOID_DEFAULT else 3 if arch in _SOFTMAX_WEIGHT else 1)
     if arch in _SOFTMAX_WEIGHT:

@@ -230,6 +230,14 @@ class Model:
                             key=self.key(Keys.EXPERT_COUNT))
         return value
 
+    def _expert_used_count(self, value):
+        """llama.cpp asserts n_expert_used <= n_expert (llama-model.cpp load_hparams): refuse more, so
+        that no tool plans a top-k of millions from a damaged header."""
+        if value > max(self.expert_count, 0):
+            raise GGUFError(self.path, f"expert_used_count {value} is more than expert_count {self.expert_count} "
+                                       "(llama.cpp refuses it)", key=self.key(Keys.EXPERT_USED_COUNT))
+        return value
+
     @property
     def resident_bytes(self):
         return sum(tensor.n_bytes for tensor in self.resident_tensors)
@@ -278,7 +286,7 @@ class Model:
             embedding_length=n_embd,
             vocab_size=vocab_size,
             expert_count=self.expert_count,
-            expert_used_count=get_int(Keys.EXPERT_USED_COUNT),
+            expert_used_count=self._expert_used_count(get_int(Keys.EXPERT_USED_COUNT)),
             expert_shared_count=get_int(Keys.EXPERT_SHARED_COUNT),
             leading_dense_block_count=get_int(Keys.LEADING_DENSE_BLOCK_COUNT),
             moe_layers=list(self.expert_bytes_by_layer),
