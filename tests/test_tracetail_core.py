@@ -432,6 +432,34 @@ def test_analyse_counts_decode_only_and_checks_budgets():
         analyse(decode, [None] * 4, Settings(budget=17, moe_layers=2, n_expert=8))
 
 
+class RecordedBar:
+    """A progress bar that keeps what it was told (the command passes tqdm's; these are its calls)."""
+
+    def __init__(self, log, desc, total, unit):
+        self.log, self.desc, self.total, self.unit, self.n = log, desc, total, unit, 0
+
+    def update(self, amount=1):
+        self.n += amount
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append((self.desc, self.total, self.unit, self.n))
+        return False
+
+
+@pytest.mark.parametrize("budgets", [None, "auto"])
+def test_analyse_opens_each_long_pass_with_its_total_and_fills_it(budgets):
+    """Every long pass of the offline analysis has a total up front (a terminal shows an ETA) and
+    ends full, whether Belady runs as the stack (many budgets) or as per-budget replays."""
+    decode = decode_tokens(2, [[1, 2], [2, 3], [1, 2], [3, 4]] * 100)
+    log = []
+    analyse(decode, [None] * len(decode), Settings(budget=3, curve_budgets=budgets, top_k=2, moe_layers=2, n_expert=8),
+            progress=lambda desc, total, unit: RecordedBar(log, desc, total, unit))
+    assert log == [("policy replay", 400, "token", 400), ("Belady pass", 1600, "req", 1600)]
+
+
 # --- follow ---------------------------------------------------------------------------------------
 
 

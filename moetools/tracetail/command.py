@@ -58,6 +58,23 @@ def _layer_map(model, synth_layers, experts, top_k):
     return None
 
 
+TOKENISE_CHUNK = 16 << 20  # bytes of records fed at a time (a progress step; bounded temporaries)
+
+
+def _tokenise(tok, data):
+    """Tokens of a whole 12-byte trace, fed in chunks under a progress bar (bytes, with a total)."""
+    from moetools.progress import progress
+
+    tokens = []
+    view = memoryview(data)
+    with progress(total=len(data), desc="tokenising") as bar:
+        for start in range(0, len(data), TOKENISE_CHUNK):
+            chunk = view[start:start + TOKENISE_CHUNK]
+            tokens.extend(tok.feed(chunk))
+            bar.update(len(chunk))
+    return tokens
+
+
 def _read_inputs(trace, fmt, layer_map):
     """Whole-file read: tokens and phases from any format."""
     from moetools.tracetail import importers, reader
@@ -74,7 +91,7 @@ def _read_inputs(trace, fmt, layer_map):
         if not data:
             raise InputError(name, "empty trace: no records")
         tok = reader.Tokeniser(layer_map, name)
-        tokens = tok.feed(data)
+        tokens = _tokenise(tok, data)
         last = tok.flush()
         if last is not None:
             tokens.append(last)
@@ -403,8 +420,10 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         output.info(f"wrote {len(tkeys):,} records to {write_trace}")
     from moetools.progress import progress
 
-    with progress(desc="Belady pass", unit="req") as bar:
-        result = analyse(got.tokens, got.phases, settings, tick=bar.update)
+    def stage(desc, total, unit):
+        return progress(total=total, desc=desc, unit=unit)
+
+    result = analyse(got.tokens, got.phases, settings, progress=stage)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)
     if options.get("daemon_probe"):

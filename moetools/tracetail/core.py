@@ -180,6 +180,13 @@ def check_budgets(budgets, limit, what):
             raise UsageError(f"budget of {budget} slots is larger than the {limit} {what}")
 
 
+def no_progress(desc, total, unit):
+    """The default `progress` of analyse(): a bar that shows nothing."""
+    from moetools.progress import progress
+
+    return progress(total=total, desc=desc, unit=unit, enabled=False)
+
+
 def belady_hits(sequence, budgets, tick=None):
     """Belady's MIN hits per budget over a decode request sequence: the OPT stack when it runs
     compiled (every budget in one pass), else one MIN replay per budget (cheaper than the numpy
@@ -239,7 +246,10 @@ def resolve_phases(tokens, phases, settings):
     return out
 
 
-def analyse(tokens, phases, settings, tick=None):
+REPLAY_TICK_TOKENS = 256  # tokens between progress updates of the policy replay
+
+
+def analyse(tokens, phases, settings, progress=no_progress):
     """Whole-trace analysis. `tokens`: list of sorted request-id arrays; `phases`: list of
     "prefill"/"decode"/None (None = split rule). `settings.budget` None means a quarter of the
     slots (the model's, else the distinct experts seen); `settings.curve_budgets` "auto" means a
@@ -247,7 +257,9 @@ def analyse(tokens, phases, settings, tick=None):
     slots when known, else against the distinct experts seen.
 
     Returns an Analysis with hit ratios over decode requests (cache cold at the first decode
-    token, like the reference replays). `tick(n)` reports progress of the long curve passes."""
+    token, like the reference replays). `progress(desc, total, unit)` opens a bar (a context
+    manager with update(n)) for each long pass, with its total known up front so a terminal shows
+    an ETA: the policy replay counts tokens, Belady's pass counts decode requests."""
     phases = resolve_phases(tokens, phases, settings)
     decode_ids = [ids for ids, phase in zip(tokens, phases) if phase == "decode"]
     distinct = int(len(np.unique(np.concatenate(decode_ids)))) if decode_ids else 0
@@ -259,11 +271,17 @@ def analyse(tokens, phases, settings, tick=None):
         settings.curve_budgets = default_curve_budgets(distinct)
     check_budgets([settings.budget, *(settings.curve_budgets or ())], limit, what)
     engine = Engine(settings, item_space(tokens, settings.n_expert), lazy=True)
-    for ids, phase in zip(tokens, phases):
-        engine.add(ids, phase)
-    engine.flush()
+    with progress("policy replay", len(tokens), "token") as bar:
+        for index, (ids, phase) in enumerate(zip(tokens, phases), 1):
+            engine.add(ids, phase)
+            if index % REPLAY_TICK_TOKENS == 0:
+                bar.update(REPLAY_TICK_TOKENS)
+        engine.flush()
+        bar.update(len(tokens) % REPLAY_TICK_TOKENS)
     sequence = engine.decode_sequence()
-    belady = belady_hits(sequence, engine.budgets, tick=tick)
+    with progress("Belady pass", len(sequence), "req") as bar:
+        belady = belady_hits(sequence, engine.budgets, tick=bar.update)
+        bar.update(len(sequence) - bar.n)  # the per-budget replays and the last partial chunk do not tick
     summary = summarise(engine, belady)
     summary["distinct"] = distinct
     summary["total_slots"] = total
