@@ -11,7 +11,7 @@ from moetools.tracetail import curves
 from moetools.tracetail.core import Engine, Settings, analyse, follow_session, model_space
 from moetools.tracetail.importers import tokens_to_records
 from moetools.tracetail.instruments import Instruments
-from moetools.tracetail.policies import LFUCache, LRUCache, ScoredPolicies
+from moetools.tracetail.policies import ScoredPolicies
 from moetools.tracetail.reader import FollowEvent, LayerMap, PhaseSplitter, Tokeniser, follow, make_ids, split_ids
 
 # --- format ------------------------------------------------------------------------------------
@@ -222,17 +222,6 @@ def test_lru_and_min_match_replay_on_skewed_tokens(stack_engine):
     caps = [1, 5, 20, 50, 120, distinct]
     assert curves.hits_at(curves.lru_stack_distances(ids), caps).tolist() == [curves.lru_replay(ids, c) for c in caps]
     assert curves.hits_at(curves.opt_stack_distances(ids), caps).tolist() == [curves.belady_replay(ids, c) for c in caps]
-
-
-def test_online_caches_match_replays():
-    rng = np.random.default_rng(3)
-    seq = rng.integers(0, 30, 500)
-    for cap in (1, 4, 17, 30):
-        lru, lfu = LRUCache(cap), LFUCache(cap)
-        hits_lru = sum(lru.access(seq[i:i + 10]) for i in range(0, 500, 10))
-        hits_lfu = sum(lfu.access(seq[i:i + 10]) for i in range(0, 500, 10))
-        assert hits_lru == curves.lru_replay(seq, cap)
-        assert hits_lfu == curves.lfu_replay(seq, cap)
 
 
 def test_belady_is_the_ceiling_of_demand_policies(stack_engine):

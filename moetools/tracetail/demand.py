@@ -23,6 +23,9 @@ is not replayed twice; its top-S residency set stays as an instrument (policies.
 Belady's MIN (curves.py) is the ceiling: no online policy can beat it.
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from moetools.tracetail import curves, demandkernels
@@ -31,6 +34,21 @@ from moetools.tracetail.reader import split_ids
 
 DEMAND_POLICIES = ("lru", "lfu", "decay_bandit", "prefill_pin", "predictive")
 _TABLE_BYTES = 32 << 20  # per-chunk key tables stay around this size
+
+
+_POOL = {}
+
+
+def run_all(jobs):
+    """Results of the callables `jobs`, in order. The compiled kernels release the GIL, so with
+    several cores independent caches (one per budget, per arm) replay on threads; the interpreted
+    engine runs them one after another."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1 or curves.compiled_stack() is None:
+        return [job() for job in jobs]
+    if "pool" not in _POOL:
+        _POOL["pool"] = ThreadPoolExecutor(max_workers=os.cpu_count(), thread_name_prefix="moetools-demand")
+    return list(_POOL["pool"].map(lambda job: job(), jobs))
 
 
 def replay_function():
@@ -185,25 +203,24 @@ class DemandPolicies:
         rows = slice(lo, lo + part.tokens)
         items = part.items
         np.maximum.at(self.last_request, items, part.request_index)
-        if "lru" in self.caches:
-            key = part.request_index.astype(np.float64)
-            for b, cache in enumerate(self.caches["lru"]):
-                out["lru"][rows, b] = part.per_token(cache.run(part, demandkernels.KEYS_PER_REQUEST, key, np.zeros(len(items), dtype=np.int64)))
         count = self._running_counts(items)
-        if "lfu" in self.caches:
-            for b, cache in enumerate(self.caches["lfu"]):
-                out["lfu"][rows, b] = part.per_token(cache.run(part, demandkernels.KEYS_PER_REQUEST, count, part.request_index))
-        if "prefill_pin" in self.caches:
-            pinned = self.prefill_counts[items].astype(np.float64)
-            for b, cache in enumerate(self.caches["prefill_pin"]):
-                out["prefill_pin"][rows, b] = part.per_token(cache.run(part, demandkernels.KEYS_PER_REQUEST, pinned, part.request_index))
-        if "decay_bandit" in self.caches:
-            self._bandit(part, out["decay_bandit"], rows)
+        keys = {"lru": (part.request_index.astype(np.float64), np.zeros(len(items), dtype=np.int64)),
+                "lfu": (count, part.request_index),
+                "prefill_pin": (self.prefill_counts[items].astype(np.float64), part.request_index)}
+        jobs, slots = [], []
+        for name, (key_a, key_b) in keys.items():
+            for b, cache in enumerate(self.caches.get(name, ())):
+                jobs.append(lambda cache=cache, key_a=key_a, key_b=key_b: cache.run(part, demandkernels.KEYS_PER_REQUEST, key_a, key_b))
+                slots.append((name, b))
         if "predictive" in self.caches:
             tab_a, tab_b = self.predictor.run(part)
             for b, cache in enumerate(self.caches["predictive"]):
-                hits = cache.run(part, demandkernels.KEYS_PER_VISIT, tab_a=tab_a, tab_b=tab_b, distance_weight=1.0)
-                out["predictive"][rows, b] = part.per_token(hits)
+                jobs.append(lambda cache=cache: cache.run(part, demandkernels.KEYS_PER_VISIT, tab_a=tab_a, tab_b=tab_b, distance_weight=1.0))
+                slots.append(("predictive", b))
+        for (name, b), hits in zip(slots, run_all(jobs)):
+            out[name][rows, b] = part.per_token(hits)
+        if "decay_bandit" in self.caches:
+            self._bandit(part, out["decay_bandit"], rows)
 
     def _running_counts(self, items):
         """Request count of each request's item including it (counts since decode started)."""
@@ -232,18 +249,20 @@ class DemandPolicies:
             self.last_seen[used] = part.first_token + t
         lengths = np.diff(part.starts)
         fraction = np.empty((n_arms, part.tokens, len(self.budgets)))
-        for arm in range(n_arms):
-            for b, cache in enumerate(self.shadow[arm]):
-                hits = part.per_token(cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=tab[arm], tab_b=seen))
-                fraction[arm, :, b] = hits / np.maximum(lengths, 1)
+        jobs = [lambda cache=cache, arm=arm: cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=tab[arm], tab_b=seen)
+                for arm in range(n_arms) for cache in self.shadow[arm]]
+        for index, hits in enumerate(run_all(jobs)):
+            arm, b = divmod(index, len(self.budgets))
+            fraction[arm, :, b] = part.per_token(hits) / np.maximum(lengths, 1)
         served = np.empty((part.tokens, len(self.budgets)), dtype=np.int64)
         for t in range(part.tokens):
             self.served = np.argmax(self.rewards, axis=0)
             served[t] = self.served
             self.rewards = (1 - REWARD_EMA) * self.rewards + REWARD_EMA * fraction[:, t, :]
-        for b, cache in enumerate(self.caches["decay_bandit"]):
-            table = tab[served[:, b], np.arange(part.tokens)]
-            hits = cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=table, tab_b=seen)
+        jobs = [lambda cache=cache, b=b: cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=tab[served[:, b], np.arange(part.tokens)],
+                                                   tab_b=seen)
+                for b, cache in enumerate(self.caches["decay_bandit"])]
+        for b, hits in enumerate(run_all(jobs)):
             out[rows, b] = part.per_token(hits)
         self.served = np.argmax(self.rewards, axis=0)
 

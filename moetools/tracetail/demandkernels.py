@@ -97,7 +97,10 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                         continue
                     a = lmin_a[lay]
                     if distance_weight != 0.0:
-                        a -= distance_weight * ((lay - cur_layer) % n_layers)
+                        ahead = lay - cur_layer  # layers until it comes up again (no modulo: cheaper)
+                        if ahead < 0:
+                            ahead += n_layers
+                        a -= distance_weight * ahead
                     if victim == NO_ITEM or a < best_a or (a == best_a and lmin_b[lay] < best_b):
                         best_a = a
                         best_b = lmin_b[lay]

@@ -1,12 +1,11 @@
-"""Residency policies, replayed token by token over decode tokens.
+"""Top-S residency sets: instruments, not demand caches (those are in demand.py).
 
-A budget is a number of slots; a slot holds one (layer, expert). Every policy here is *online*
-(it decides from the past only) and starts cold at the first decode token, like the reference
-replays; Belady's MIN needs the future and lives in curves.py.
+A budget is a number of slots; a slot holds one (layer, expert). Every set here is *online* (it
+decides from the past only) and starts cold at the first decode token. Each holds the top-B of a
+ranking rebuilt before every token; a miss is streamed without being admitted and a new ranking
+reloads the set for free, so these figures are optimistic and device-fit never predicts from them.
 
-- `LRUCache`, `LFUCache`: request-level demand caches (every miss admitted). LFU counts every
-  request since decode started (counts survive eviction) and breaks ties by least recent use.
-- `ScoredPolicies`: policies that hold the top-B items of a ranking, evaluated for many budgets
+- `ScoredPolicies`: sets that hold the top-B items of a ranking, evaluated for many budgets
   at once (one sort per token gives the rank of every needed item, and a budget B hits the items
   ranked below B):
   - `decay_bandit`: per-expert EMA score per arm (decay in DECAY_ARMS; score <- d * score + used),
@@ -17,9 +16,6 @@ replays; Belady's MIN needs the future and lives in curves.py.
   - `prefill_pin`: experts the prefill used, most prefill batches first; fixed during decode.
 """
 
-import heapq
-from collections import OrderedDict
-
 import numpy as np
 
 from moetools.tracetail.curves import COLD, hits_at
@@ -27,58 +23,6 @@ from moetools.tracetail.curves import COLD, hits_at
 DECAY_ARMS = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99)
 REWARD_EMA = 0.3  # reward <- (1 - 0.3) * reward + 0.3 * hit fraction
 NEVER = COLD  # rank of an item a policy does not hold: outside every budget
-
-
-class LRUCache:
-    def __init__(self, capacity):
-        self.capacity = int(capacity)
-        self.cache = OrderedDict()
-
-    def access(self, ids):
-        """Requests `ids` in order; returns the hit count."""
-        hits = 0
-        cache = self.cache
-        for x in ids.tolist():
-            if x in cache:
-                hits += 1
-                cache.move_to_end(x)
-            else:
-                cache[x] = None
-                if len(cache) > self.capacity:
-                    cache.popitem(last=False)
-        return hits
-
-
-class LFUCache:
-    def __init__(self, capacity):
-        self.capacity = int(capacity)
-        self.count = {}
-        self.cached = {}  # id -> (count, last time) of its live heap entry
-        self.heap = []
-        self.time = 0
-
-    def access(self, ids):
-        hits = 0
-        count, cached, heap = self.count, self.cached, self.heap
-        for x in ids.tolist():
-            self.time += 1
-            c = count.get(x, 0) + 1
-            count[x] = c
-            if x in cached:
-                hits += 1
-            elif len(cached) >= self.capacity:
-                while True:
-                    entry = heapq.heappop(heap)
-                    if cached.get(entry[2]) == (entry[0], entry[1]):
-                        del cached[entry[2]]
-                        break
-            cached[x] = (c, self.time)
-            heapq.heappush(heap, (c, self.time, x))
-        if len(heap) > 4 * max(self.capacity, 64):
-            # drop stale entries so the heap stays proportional to the cache
-            self.heap = [(c, t, x) for x, (c, t) in cached.items()]
-            heapq.heapify(self.heap)
-        return hits
 
 
 class ItemIndex:
