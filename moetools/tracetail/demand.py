@@ -23,9 +23,6 @@ is not replayed twice; its top-S residency set stays as an instrument (policies.
 Belady's MIN (curves.py) is the ceiling: no online policy can beat it.
 """
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from moetools.tracetail import curves, demandkernels
@@ -36,19 +33,11 @@ DEMAND_POLICIES = ("lru", "lfu", "decay_bandit", "prefill_pin", "predictive")
 _TABLE_BYTES = 32 << 20  # per-chunk key tables stay around this size
 
 
-_POOL = {}
-
-
 def run_all(jobs):
-    """Results of the callables `jobs`, in order. The compiled kernels release the GIL, so with
-    several cores independent caches (one per budget, per arm) replay on threads; the interpreted
-    engine runs them one after another."""
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1 or curves.compiled_stack() is None:
-        return [job() for job in jobs]
-    if "pool" not in _POOL:
-        _POOL["pool"] = ThreadPoolExecutor(max_workers=os.cpu_count(), thread_name_prefix="moetools-demand")
-    return list(_POOL["pool"].map(lambda job: job(), jobs))
+    """Results of the callables `jobs` (independent caches), in order, one after another. (Threads
+    would overlap them, since the compiled kernels release the GIL, but interact with the signal
+    handling of --follow; not done.)"""
+    return [job() for job in jobs]
 
 
 def replay_function():
