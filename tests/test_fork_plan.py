@@ -158,3 +158,26 @@ def test_follow_after_device_fit_keeps_device_fits_keys(tmp_path):
     assert (doc["budget_bytes"], doc["device_budget_bytes"], doc["resident_tier"]) == (40_000, 123_456, "q4_K")
     assert 0 < len(doc["pin_list"]) <= 20  # pin ceiling: half of the plan's 40 slots
     assert "budget from" in result.stderr
+
+
+def test_device_fit_waits_for_the_plan_folder_lock_trace_tail_holds(k3, tmp_path):
+    """device-fit's plan write is a read-modify-write of the file trace-tail --follow rewrites: it
+    takes the plan folder's lock (formats.plan.update_plan_locked) and waits while another run holds it."""
+    import subprocess
+    import sys
+
+    from tests.test_locking import ROOT, hold
+
+    plan = tmp_path / "plan.json"
+    holder = hold(tmp_path)
+    try:
+        fit = subprocess.Popen([sys.executable, "-m", "moetools", "device-fit", str(k3), "--vram", "32G", "--ctx", "32768",
+                                "--ram", "1T", "--plan", str(plan), "--json"], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        assert f"in use by pid {holder.pid}" in fit.stderr.readline()
+        assert not plan.exists()
+    finally:
+        holder.communicate("")
+    _, stderr = fit.communicate(timeout=120)
+    assert fit.returncode == 0, stderr
+    assert read_doc(plan)["resident_tier"] == "native"

@@ -124,12 +124,13 @@ def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait
 # --- verify ------------------------------------------------------------------------------------
 
 
-def verify_doc(result):
+def verify_doc(result, source_missing=None):
     return {
         "folder": result.folder,
         "model": result.manifest.model,
         "ok": result.ok,
         "checked_against": result.model_path or None,
+        "source_missing": source_missing,
         "banks_checked": result.banks_checked,
         "records_checked": result.records_checked,
         "bytes_checked": result.bytes_checked,
@@ -151,6 +152,8 @@ def verify_tables(doc):
 def verify_notes(doc):
     checks = "headers, padding, checksums" + (f", slices against {doc['checked_against']}" if doc["checked_against"] else "")
     what = f"{doc['banks_checked']} banks, {doc['records_checked']} records, {format_size(doc['bytes_checked'])} ({checks})"
+    if doc.get("source_missing"):
+        what += f"; source not found at {doc['source_missing']}: the container alone was checked (pass --model)"
     if doc["ok"]:
         return [f"OK: {doc['folder']}: {what}"]
     shown = len(doc["problems"])
@@ -162,11 +165,14 @@ def verify_notes(doc):
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Source GGUF (any shard): also check every slice byte for byte against it.")
+@click.option("--no-source", is_flag=True,
+              help="Check the container alone, not against the source the manifest names (used when --model is not given).")
 @click.option("--max-problems", default=100, show_default=True, type=click.IntRange(1), help="Mismatches listed (all are counted).")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
-def verify_command(folder, model_path, max_problems, json_flag):
+def verify_command(folder, model_path, no_source, max_problems, json_flag):
     """Check a container: manifest geometry, bank sizes, every record header field, zero padding,
-    the xxh3 checksums and, with --model, that every slice equals the GGUF's bytes.
+    the xxh3 checksums and that every slice equals the source GGUF's bytes: the --model given, else
+    the source where the manifest says it was encoded from, when it is still there (--no-source: not).
 
     Exit 0 when everything matches, 1 on any mismatch (each named by layer, expert and field),
     2 when the manifest is unreadable.
@@ -174,15 +180,18 @@ def verify_command(folder, model_path, max_problems, json_flag):
     from moetools.container import core
     from moetools.progress import progress
 
+    manifest = core.fmt.read_manifest(folder)
+    source_missing = None
+    if not model_path and not no_source:
+        model_path, source_missing = core.recorded_source(manifest)
     model = _open_model(model_path, "container-verify --model") if model_path else None
     try:
-        manifest = core.fmt.read_manifest(folder)
         with progress(manifest.bank_bytes * manifest.n_layers, desc="container-verify") as bar:
             result = core.verify_container(folder, model, bar=bar, keep=max_problems, manifest=manifest)
     finally:
         if model is not None:
             model.close()
-    doc = verify_doc(result)
+    doc = verify_doc(result, source_missing)
     render(doc, lambda: verify_tables(doc), json_flag, notes=verify_notes(doc))
     if not result.ok:
         click.get_current_context().exit(AnswerNo.exit_code)

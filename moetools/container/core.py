@@ -159,6 +159,32 @@ def _bank_sources(model, block, tensors, n_expert):
     return sources
 
 
+def _shard_stat(path, cache):
+    if path not in cache:
+        stat = os.stat(path)
+        cache[path] = (stat.st_size, stat.st_mtime_ns)
+    return cache[path]
+
+
+def source_identity(model, sources, _stats=None):
+    """Identity of the source tensors one bank's records come from, in record order: tensor name,
+    shard file (base name), data offset and bytes, and the shard's size and mtime_ns. While these are
+    unchanged a rerun trusts the source bytes to be unchanged (as make does); when they differ the
+    bank's records are rebuilt from the source and must hash to the sidecar's digests."""
+    stats = {} if _stats is None else _stats
+    seen, identity = set(), []
+    for source in sources:
+        tensor = source.tensor
+        if tensor.name in seen:  # a merged gate_up feeds two slices
+            continue
+        seen.add(tensor.name)
+        shard = model.shards[tensor.shard]
+        size, mtime_ns = _shard_stat(shard, stats)
+        identity.append({"tensor": tensor.name, "file": os.path.basename(shard), "offset": tensor.offset,
+                         "bytes": tensor.n_bytes, "size": size, "mtime_ns": mtime_ns})
+    return identity
+
+
 def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
     """The container a model encodes to: manifest and, per MoE layer, where each slice comes from.
 
@@ -201,6 +227,7 @@ def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
     if not top_k:
         notes.append(f"{model.key(Keys.EXPERT_USED_COUNT)} is missing: activated_per_token is written as 0")
     manifest = fmt.ContainerManifest(
+        bank_sources={bank.layout.layer: source_identity(model, bank.sources) for bank in banks},
         model=model_stem(model.path),
         fmt=fmt_name,
         record_bytes=record_bytes,
@@ -212,6 +239,7 @@ def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
         bank_numbering=banks_numbering,
         source={
             "file": os.path.basename(model.path),
+            "path": os.path.abspath(model.path),  # container-verify checks the source here when it is still there
             "shards": len(model.shards),
             "architecture": model.architecture,
             "fingerprint": model.fingerprint,
@@ -294,6 +322,31 @@ def _batch_records(record_bytes, batch_bytes, n_expert):
     return max(1, min(n_expert, batch_bytes // record_bytes))
 
 
+def _zero_padding(view, bank, record_bytes):
+    """Zero the padding of every record slot in `view` (another bank's longer payload may have left
+    bytes there)."""
+    tail = bytes(record_bytes - bank.layout.payload_bytes)
+    for index in range(len(view) // record_bytes):
+        view[index * record_bytes + bank.layout.payload_bytes:(index + 1) * record_bytes] = tail
+
+
+def _source_matches_sidecar(files, bank, view, record_bytes, n_expert, digests):
+    """True when the records rebuilt from the source (in `view`, no write) hash to the sidecar's
+    `digests`: the bank on disk holds exactly what the source encodes to now. Returns (match, bytes read)."""
+    import xxhash
+
+    batch = len(view) // record_bytes
+    _zero_padding(view, bank, record_bytes)
+    read = 0
+    for first in range(0, n_expert, batch):
+        count = min(batch, n_expert - first)
+        read += _fill_records(files, bank, view, record_bytes, first, count)
+        for index in range(count):
+            if xxhash.xxh3_64_intdigest(view[index * record_bytes:(index + 1) * record_bytes]) != digests[first + index]:
+                return False, read
+    return True, read
+
+
 def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
     """Write one bank to a temporary name, fsync, rename; then its checksum sidecar. `view` is the
     reused batch buffer (whole records); `next_bank`'s first batch is prefetched during the fsync.
@@ -303,9 +356,7 @@ def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
     manifest = plan.manifest
     record_bytes, n_expert = manifest.record_bytes, manifest.experts_per_layer
     batch = len(view) // record_bytes
-    tail = bytes(record_bytes - bank.layout.payload_bytes)
-    for index in range(batch):  # another bank's longer payload may have left bytes in this padding
-        view[index * record_bytes + bank.layout.payload_bytes:(index + 1) * record_bytes] = tail
+    _zero_padding(view, bank, record_bytes)
     digests, read, written = [], 0, 0
     path = os.path.join(folder, fmt.bank_name(bank.layout.layer))
     with atomic.atomic_write(path, "wb") as handle:
@@ -334,7 +385,8 @@ def _write_bank(files, folder, plan, bank, view, bar, next_bank=None):
 
 
 def _prepare_folder(folder, manifest, force):
-    """Create `folder`; refuse another model's container unless `force`; drop stale temporaries."""
+    """Create `folder`; refuse another model's container unless `force`; drop stale temporaries.
+    Returns the container manifest already there (None when there is none, or with `force`)."""
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise OutputError(f"{folder}: exists and is not a folder")
     try:
@@ -342,6 +394,7 @@ def _prepare_folder(folder, manifest, force):
     except OSError as err:
         raise OutputError(f"{folder}: cannot create the output folder: {err.strerror or err}") from None
     existing_path = os.path.join(folder, fmt.MANIFEST_NAME)
+    existing = None
     if os.path.exists(existing_path) and not force:
         try:
             existing = fmt.read_manifest(existing_path)
@@ -358,24 +411,35 @@ def _prepare_folder(folder, manifest, force):
         if fmt.is_container_file(name) and (force or stale_temp):
             os.unlink(os.path.join(folder, name))
             removed.append(name)
-    return removed
+    return existing
+
+
+def complete_bank_checksums(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
+    """The bank's sidecar when the bank and its sidecar exist, match the manifest and every record
+    checks out against it; None otherwise. (This says the bank is intact, not that its source is
+    unchanged: see encode_container.)"""
+    try:
+        sums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layout.layer)))
+    except (OSError, FormatError):
+        return None
+    if (sums.layer, sums.record_bytes, len(sums.digests), sums.fingerprint) != (
+            layout.layer, manifest.record_bytes, manifest.experts_per_layer, manifest.fingerprint):
+        return None
+    problems = scan_bank(folder, manifest, layout, checksums=sums, batch_bytes=batch_bytes, limit=1)
+    return sums if problems.count == 0 else None
 
 
 def bank_is_complete(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
     """True when the bank and its sidecar exist, match the manifest and every record checks out."""
-    try:
-        sums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layout.layer)))
-    except (OSError, FormatError):
-        return False
-    if (sums.layer, sums.record_bytes, len(sums.digests), sums.fingerprint) != (
-            layout.layer, manifest.record_bytes, manifest.experts_per_layer, manifest.fingerprint):
-        return False
-    problems = scan_bank(folder, manifest, layout, checksums=sums, batch_bytes=batch_bytes, limit=1)
-    return problems.count == 0
+    return complete_bank_checksums(folder, manifest, layout, batch_bytes) is not None
 
 
 def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, plan=None):
-    """Encode `model`'s routed experts into `folder`; resumable (complete, verified banks are kept).
+    """Encode `model`'s routed experts into `folder`; resumable: a bank already there is kept when
+    it is intact (its records check out against its sidecar) AND its source is unchanged, i.e. the
+    manifest there records the same source tensor identity (shard size, mtime, offset), or else the
+    records rebuilt from the source hash to the sidecar's digests. A re-quantized model with the same
+    layout therefore rewrites its banks; a copied or touched identical source only reads them.
 
     Writes one bank per MoE layer (temporary name, fsync, rename), its xxh3 sidecar, and the
     manifest last. Raises InputError for a model that cannot be encoded, OutputError when the folder
@@ -385,15 +449,25 @@ def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BY
     plan = plan or plan_container(model)
     manifest = plan.manifest
     folder = os.fspath(folder)
-    _prepare_folder(folder, manifest, force)
+    existing = _prepare_folder(folder, manifest, force)
+    recorded = existing.bank_sources if existing is not None else {}
     bar = bar or progress(enabled=False)
     written_layers, skipped, read, written = [], [], 0, 0
     batch = _batch_records(manifest.record_bytes, batch_bytes, manifest.experts_per_layer)
-    buffer = None  # allocated once, on the first bank that needs writing
+    buffer = None  # allocated once, on the first bank that needs reading or writing
     files = SourceFiles(model)
     for position, bank in enumerate(plan.banks):
-        if bank_is_complete(folder, manifest, bank.layout, batch_bytes):
-            skipped.append(bank.layout.layer)
+        layer = bank.layout.layer
+        sums = complete_bank_checksums(folder, manifest, bank.layout, batch_bytes)
+        keep = sums is not None and recorded.get(layer) == manifest.bank_sources.get(layer)
+        if sums is not None and not keep:
+            if buffer is None:
+                buffer = bytearray(batch * manifest.record_bytes)
+            keep, bank_read = _source_matches_sidecar(files, bank, memoryview(buffer), manifest.record_bytes,
+                                                      manifest.experts_per_layer, sums.digests)
+            read += bank_read
+        if keep:
+            skipped.append(layer)
             bar.update(manifest.bank_bytes)
             continue
         if buffer is None:
@@ -565,6 +639,16 @@ def _other_convention_hint(folder, manifest):
         return (f"; the folder's banks follow the other convention ({other}: {names[0]}..{names[-1]}), the manifest "
                 f"says {manifest.bank_numbering!r}: re-encode with --banks {manifest.bank_numbering} (or {other} to keep them)")
     return ""
+
+
+def recorded_source(manifest):
+    """(path, None) for the source GGUF the manifest was encoded from when a file is still at the
+    recorded path, else (None, that path), or (None, None) when the manifest records none (an older
+    moetools, or the fork's own packer)."""
+    path = manifest.source.get("path") if isinstance(manifest.source, dict) else None
+    if not isinstance(path, str) or not path:
+        return None, None
+    return (path, None) if os.path.isfile(path) else (None, path)
 
 
 def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, keep=100, manifest=None):

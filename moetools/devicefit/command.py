@@ -571,15 +571,17 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         if result.chosen is None:
             warn(f"unfittable: no plan written to {plan_path}")
         else:
-            from moetools.formats.plan import update_plan
+            from moetools.formats.plan import update_plan_locked
 
             host, device, tier = core.plan_budget(result)
             if not result.host:
                 warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
             # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
-            # other key are kept. A new plan starts with an empty pin list.
-            update_plan(plan_path, "device-fit", {"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
-                                                  "cache_device": core.plan_cache_device(result)})
+            # other key are kept. A new plan starts with an empty pin list. Under the plan folder's
+            # lock: trace-tail --follow may be rewriting the pins at this moment.
+            update_plan_locked(plan_path, "device-fit", on_wait=warn,
+                               changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
+                                        "cache_device": core.plan_cache_device(result)})
             doc["plan"] = os.path.abspath(plan_path)
     if emit and json_flag:
         print_json(emit_doc(emit, doc, launch, options.kv))

@@ -216,6 +216,10 @@ class ContainerManifest:
     bank_numbering: str = DEFAULT_BANK_NUMBERING  # see BANK_NUMBERINGS
     extra: dict = field(default_factory=dict)  # unknown keys, kept
     path: str = ""  # where it was read from (not written)
+    # {bank number: [source tensor identity]}: per tensor a bank's records come from, its name, shard
+    # file, offset and bytes, and the shard's size and mtime_ns when encoded (written as each bank's
+    # "source"): a rerun keeps a bank without reading the source only while these are unchanged.
+    bank_sources: dict = field(default_factory=dict)
 
     @property
     def n_layers(self):
@@ -260,6 +264,9 @@ class ContainerManifest:
         doc["checksums"] = {"algorithm": "xxh3_64", "files": "experts-L{N}.xxh3", "scope": "whole record"}
         doc["source"] = self.source
         doc["banks"] = [bank.to_doc() for bank in self.banks]
+        for bank_doc, bank in zip(doc["banks"], self.banks):
+            if bank.layer in self.bank_sources:
+                bank_doc["source"] = self.bank_sources[bank.layer]
         doc.update(self.extra)
         return doc
 
@@ -316,6 +323,8 @@ def read_manifest(folder_or_file):
     n_layers = _int(doc, "n_layers", path, what)
     bank_docs = require(doc, "banks", list, path, what)
     banks = [_bank_from_doc(bank, path, index) for index, bank in enumerate(bank_docs)]
+    bank_sources = {bank.layer: bank_doc["source"] for bank, bank_doc in zip(banks, bank_docs)
+                    if isinstance(bank_doc.get("source"), list)}
     if len(banks) != n_layers:
         raise FormatError(path, f"n_layers is {n_layers} but {len(banks)} banks are listed", key="n_layers")
     layers = doc.get("layers")
@@ -358,6 +367,7 @@ def read_manifest(folder_or_file):
         version=version,
         extra={key: value for key, value in doc.items() if key not in known},
         path=path,
+        bank_sources=bank_sources,
     )
 
 

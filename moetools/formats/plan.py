@@ -163,6 +163,19 @@ def update_plan(path, owner, changes):
     return doc
 
 
+def update_plan_locked(path, owner, changes, on_wait=None):
+    """`update_plan` under the plan folder's lock (moetools.locking.folder_lock, waited for at most
+    PLAN_WAIT_SECONDS): device-fit and trace-tail both read-modify-write the plan, so without it one
+    tool's keys could be lost to the other's concurrent write. Removes stale plan temporaries of dead
+    runs first. Returns the document written."""
+    from moetools.locking import PLAN_WAIT_SECONDS, folder_lock, remove_stale_temps
+
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    with folder_lock(folder, tool=owner, wait=True, timeout=PLAN_WAIT_SECONDS, on_wait=on_wait):
+        remove_stale_temps(folder)
+        return update_plan(path, owner, changes)
+
+
 def _advance_mtime(fd, old_mtime):
     """Give the new file (before its rename) an mtime whose whole seconds differ from the old
     plan's: one second past it when the clock has not yet moved past that second. Returns the

@@ -301,16 +301,10 @@ class _StopSignals:
 def _write_plan(path, budget_bytes, pins):
     """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run); keeps every
     other key. Returns the new mtime in whole seconds."""
-    import os
-
-    from moetools.formats.plan import plan_mtime, update_plan
-    from moetools.locking import PLAN_WAIT_SECONDS, folder_lock, remove_stale_temps
+    from moetools.formats.plan import plan_mtime, update_plan_locked
 
     # a read-modify-write of a file device-fit writes too: under the folder's lock, held only for it
-    folder = os.path.dirname(os.path.abspath(path))
-    with folder_lock(folder, tool="trace-tail", wait=True, timeout=PLAN_WAIT_SECONDS):
-        remove_stale_temps(folder)
-        update_plan(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes})
+    update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes})
     return plan_mtime(path)
 
 
