@@ -43,7 +43,6 @@ from moetools.coldtwin.scan import FileStat, is_inside
 from moetools.errors import OutputError
 
 # Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
-SPACE_MARGIN = 16 * 1024 * 1024
 LOG_NAME = "coldtwin-actions.jsonl"
 TEMP_MARK = ".moetools-"
 _PATH_FIELDS = ("hot", "twin", "src", "temp", "dest", "path")
@@ -385,13 +384,6 @@ def _make_folder(folder):
         fsync_dir(os.path.dirname(created))
 
 
-def _existing_folder(folder):
-    probe = os.path.abspath(folder)
-    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    return probe
-
-
 def migration_needs(artifact, dest_folder):
     """(bytes still to copy, {name: FileStat} of members already in `dest_folder`)."""
     needed, existing = 0, {}
@@ -615,14 +607,12 @@ def _do(kind, result, plan, log, hasher, disk_usage, would_free):
 
 def check_space_for(dest_folder, needed, disk_usage=shutil.disk_usage):
     """Raise ActionFailed when the drive of `dest_folder` has less than `needed` bytes + the margin."""
-    if not needed:
-        return
-    free = disk_usage(_existing_folder(dest_folder)).free
-    if needed + SPACE_MARGIN > free:
-        from moetools.sizes import format_size
+    from moetools.diskspace import check_room
 
-        raise ActionFailed(f"{dest_folder}: no space for the migration: needs {format_size(needed)} "
-                           f"(+{format_size(SPACE_MARGIN)} margin), {format_size(free)} free")
+    try:
+        check_room(dest_folder, needed, "the migration", disk_usage)
+    except OutputError as err:
+        raise ActionFailed(str(err)) from None
 
 
 def _resumes_migration(result, plan):

@@ -105,6 +105,7 @@ def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait
     complete, so a rerun after an interruption keeps the verified banks and finishes the rest.
     """
     from moetools.container import core
+    from moetools.diskspace import check_room
     from moetools.locking import folder_lock
     from moetools.progress import progress
 
@@ -113,8 +114,11 @@ def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait
         total = plan.manifest.bank_bytes * plan.manifest.n_layers
         # one run at a time per container folder: two runs would mix banks and delete each other's temps
         lock = folder_lock(folder, tool="container-encode", wait=wait, on_wait=warn)
-        with lock, progress(total, desc="container-encode") as bar:
-            result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
+        with lock:
+            # before a byte is written: what the banks still to write need against what the drive has
+            check_room(folder, core.bytes_to_write(folder, plan), "the container's banks")
+            with progress(total, desc="container-encode") as bar:
+                result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
     for note in result.notes:
         warn(note)
     doc = encode_doc(result)

@@ -434,6 +434,21 @@ def bank_is_complete(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
     return complete_bank_checksums(folder, manifest, layout, batch_bytes) is not None
 
 
+def bytes_to_write(folder, plan):
+    """Bytes of the banks `folder` does not hold yet at their full size: what an encode still
+    writes (a bank already there is kept when verified, or rewritten one at a time)."""
+    missing = 0
+    for bank in plan.banks:
+        path = os.path.join(os.fspath(folder), fmt.bank_name(bank.layout.layer))
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = -1
+        if size != plan.manifest.bank_bytes:
+            missing += plan.manifest.bank_bytes
+    return missing
+
+
 def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BYTES, bar=None, plan=None):
     """Encode `model`'s routed experts into `folder`; resumable: a bank already there is kept when
     it is intact (its records check out against its sidecar) AND its source is unchanged, i.e. the

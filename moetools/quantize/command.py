@@ -12,6 +12,7 @@ import os
 
 import click
 
+from moetools.diskspace import check_room
 from moetools.errors import OutputError, UsageError
 from moetools.locking import folder_lock, remove_stale_temps
 from moetools.output import Table, info, render, warn
@@ -192,6 +193,8 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
             results = core.estimate(model, plans, threads=threads)
             notes.append("dry run: nothing written; error figures need a real run")
         else:
+            # before a byte is written: the tiers' planned bytes against what the drive has
+            check_room(out_dir, sum(core.planned_bytes(plan) for plan in plans), "the tiers")
             core.prepare_output_dir(out_dir)
             seconds = sum(core.tier_seconds(plan, threads) for plan in plans)
             info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "

@@ -596,6 +596,11 @@ def estimate(model, tiers, threads=None):
     return [_result(model, tier, written=False, threads=threads) for tier in tiers]
 
 
+def planned_bytes(tier):
+    """Tensor bytes the tier's files will hold (their headers add a few MiB at most)."""
+    return sum(plan.out_bytes for plan in tier.tensors)
+
+
 def tier_seconds(tier, threads=None):
     """Estimated seconds to quantize `tier` on `threads` cores, from the measured kernel speeds."""
     from moetools.quantize import kernels
