@@ -1,6 +1,8 @@
 """Atomic file writes: temporary name in the destination folder, flush, fsync, rename, fsync folder.
 
-An interrupted run never leaves a half-written file under the final name.
+An interrupted run never leaves a half-written file under the final name. `durable=False` skips
+both fsyncs (the rename stays atomic): for caches, whose entries are verified when read and only
+cost a re-fetch when a crash loses them.
 """
 
 import contextlib
@@ -67,7 +69,7 @@ def _usual_mode():
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode="wb", overwrite=True):
+def atomic_write(path, mode="wb", overwrite=True, durable=True):
     """Yield a file object for `path`'s temporary twin; rename it into place on success.
 
     The file gets the mode a plain open() would give it, not mkstemp's 0600: outputs such as a
@@ -75,6 +77,7 @@ def atomic_write(path, mode="wb", overwrite=True):
     With `overwrite=False` an existing `path` is an OutputError (checked before writing and again,
     atomically, when the file is put in place).
     On any exception the temporary file is removed and the exception propagates.
+    `durable=False`: no fsync of the file or the folder (a cache entry: atomic, not crash-durable).
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -91,7 +94,8 @@ def atomic_write(path, mode="wb", overwrite=True):
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         if overwrite:
             replace(tmp_path, path)
         else:
@@ -102,11 +106,12 @@ def atomic_write(path, mode="wb", overwrite=True):
         if isinstance(err, OSError):
             raise OutputError(f"{path}: write failed: {err.strerror or err}") from None
         raise
-    fsync_dir(folder)
+    if durable:
+        fsync_dir(folder)
 
 
-def write_bytes(path, data, overwrite=True):
-    with atomic_write(path, "wb", overwrite=overwrite) as handle:
+def write_bytes(path, data, overwrite=True, durable=True):
+    with atomic_write(path, "wb", overwrite=overwrite, durable=durable) as handle:
         handle.write(data)
 
 

@@ -249,18 +249,23 @@ class _Cursor:
         unpack_len = _U64.unpack_from
         buffer, position = self.buffer, self.position
         quads, rest = divmod(count, 4)
+        # (mark, done): where the current group of four starts and the strings before it, so that
+        # a walk that runs out of a header prefix resumes there, not from the array's start
+        mark, done = position, 0
         try:
             # unrolled by four: on a 160k-token vocabulary the loop overhead is a fifth of the walk
-            for _ in repeat(None, quads):
+            for done in range(0, 4 * quads, 4):
+                mark = position
                 position += 8 + unpack_len(buffer, position)[0]
                 position += 8 + unpack_len(buffer, position)[0]
                 position += 8 + unpack_len(buffer, position)[0]
                 position += 8 + unpack_len(buffer, position)[0]
+            mark, done = position, 4 * quads
             for _ in repeat(None, rest):
                 position += 8 + unpack_len(buffer, position)[0]
         except (struct.error, OverflowError):
             if self.available < self.size:
-                stop, left = self._strings_left(self.position, count)
+                stop, left = self._strings_left(mark, count - done)
                 if stop + 8 * left <= self.size:
                     self.have(stop + 8 * left)
             self.position = min(position, self.size)
@@ -269,7 +274,7 @@ class _Cursor:
             self.position = self.size
             self.fail(f"{what} runs past the end of the file")
         if position > self.available:
-            stop, left = self._strings_left(self.position, count)
+            stop, left = self._strings_left(mark, count - done)
             self.have(stop + 8 * left)
         self.position = position
 

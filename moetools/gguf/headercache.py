@@ -4,7 +4,8 @@ second plan of the same model needs no download and `--offline` works.
 One file per entry under the user cache folder (`$MOETOOLS_CACHE_DIR`, else `$XDG_CACHE_HOME/moetools`,
 `~/.cache/moetools`, or `%LOCALAPPDATA%\\moetools\\cache` on Windows), in `headers/`. An entry is a
 JSON line (key, ETag, commit, file size, length and BLAKE2b digest of the bytes) then the bytes.
-Entries are written atomically and only for headers that parsed completely; a reader checks the
+Entries are written atomically (temporary file and rename, without fsync: a crash costs a re-fetch,
+never a wrong entry) and only for headers that parsed completely; a reader checks the
 key, the length and the digest and treats any mismatch as a miss, so a torn or foreign file is
 never used. Keys: `url:URL` (checked against the server's ETag when online), `hf:ENDPOINT/REPO@COMMIT/PATH`
 (immutable), and `hf-list:ENDPOINT/REPO@REVISION` for a repo's file listing (used offline).
@@ -70,7 +71,7 @@ class HeaderCache:
         record = dict(meta, key=key, length=len(data), blake2b=hashlib.blake2b(data, digest_size=16).hexdigest())
         try:
             os.makedirs(self.folder, exist_ok=True)
-            write_bytes(self._path(key), _MAGIC + json.dumps(record, sort_keys=True).encode() + b"\n" + bytes(data))
+            write_bytes(self._path(key), _MAGIC + json.dumps(record, sort_keys=True).encode() + b"\n" + bytes(data), durable=False)
         except Exception:  # noqa: BLE001 - OutputError or OSError: the cache is an optimisation
             return False
         return True

@@ -1,6 +1,8 @@
 """Header-only reads of GGUF files over HTTP range requests, for MODEL given as a URL or hf:// name.
 
-Every shard starts with one range read of `chunk` bytes (2 MiB). While the header continues past the
+The first shard starts with one range read of `chunk` bytes (2 MiB: it holds the metadata and the
+vocabulary); later shards of a split set, whose headers hold only the split keys and their tensor
+infos (about 12 KiB on a Kimi-K2 shard), start with LATER_SHARD_CHUNK. While the header continues past the
 bytes at hand, the parser says the least the rest of the header can take (HeaderIncomplete), and
 the next read grows geometrically (doubling what is held) but ends at most one chunk past that
 floor: a shard never costs more than its header plus one chunk, and tensor data is never asked
@@ -26,6 +28,8 @@ from moetools.gguf.headercache import HeaderCache
 from moetools.gguf.model import SPLIT_NAME_RE, model_from_headers
 
 MAX_REDIRECTS = 10
+# The first read of shard 2, 3, ... of a split set: room for about 2,500 tensor infos.
+LATER_SHARD_CHUNK = 256 * 1024
 # A GGUF header this long is corruption (the largest real vocabularies take under 16 MiB).
 MAX_HEADER_BYTES = 256 * 1024 * 1024
 _REDIRECTS = (301, 302, 303, 307, 308)
@@ -250,6 +254,16 @@ def next_read_end(held, needed_floor, size, chunk):
     return min(size, max(floor, 2 * held), floor + chunk)
 
 
+def first_read_end(index, chunk):
+    """Bytes asked for by the first read of shard `index` (0-based)."""
+    return chunk if index == 0 else min(chunk, LATER_SHARD_CHUNK)
+
+
+def header_bytes(header, data):
+    """The part of `data` (a file's first bytes) that the header itself takes: what is cached."""
+    return bytes(data[: min(len(data), header.data_offset)])
+
+
 def _parse_cached(shard, index, meta, data):
     try:
         return parse_header_bytes(shard.name, data, meta["size"], index)
@@ -272,7 +286,7 @@ def fetch_shard(client, cache, shard, index, chunk, offline):
         return cached
     if cached is not None and shard.immutable:
         return cached
-    reply = client.get_range(shard.name, shard.url, 0, chunk, if_none_match=cached.etag if cached and cached.etag else None)
+    reply = client.get_range(shard.name, shard.url, 0, first_read_end(index, chunk), if_none_match=cached.etag if cached and cached.etag else None)
     if reply.not_modified:
         if cached is None:
             raise RemoteError(shard.name, "the server answered 304 Not Modified to a read with nothing cached")
@@ -283,7 +297,7 @@ def fetch_shard(client, cache, shard, index, chunk, offline):
     while True:
         try:
             header = parse_header_bytes(shard.name, bytes(data), size, index)
-            return FetchedHeader(header, bytes(data), etag, False)
+            return FetchedHeader(header, header_bytes(header, data), etag, False)
         except HeaderIncomplete as more:
             end = next_read_end(len(data), more.needed, size, chunk)
             if end > MAX_HEADER_BYTES:
