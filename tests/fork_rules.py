@@ -231,3 +231,93 @@ def dir_container_record_bytes(folder):
     match = _INT.match(head[colon + 1:].lstrip()) if colon >= 0 else None
     value = int(match.group()) if match else 0
     return value if value > 0 and value % 4096 == 0 else 0
+
+
+# --- expert container (read from CambrianTech/llama.cpp at commits 8bbc58a0 / 8216f7c6 / 114a1d95
+# and CambrianTech/continuum 096f3d20) ------------------------------------------------------------
+
+# ggml-moe-container.h `enum MoecQuant` and ggml-moe-wexp.h `enum WexpFmt` (VQ3R=4, VQ2R=5, "never
+# 0/1"); tools/moe-pack writes fmt 2 (MOEC_Q_IQ2, "confirmed against MoecQuant") for byte-copied IQ2.
+MOEC_Q_UNKNOWN, MOEC_Q_RVQ3, MOEC_Q_IQ2, MOEC_Q_MXFP4 = 0, 1, 2, 3
+WEXP_VQ3R, WEXP_VQ2R = 4, 5
+# ggml type ids (ggml.h) of the byte-copied families the fork has a code for
+GGML_IQ2_IDS = {16, 17, 22}  # IQ2_XXS, IQ2_XS, IQ2_S
+GGML_MXFP4 = 39
+
+
+def fork_record_fmt(gate_type_id):
+    """The record header `fmt` the fork's code space gives a byte-copied record by its gate matrix's
+    ggml type: IQ2 for IQ2_* (moe-pack labels K3's IQ2_XS-gate / IQ3_XXS-down records IQ2), MXFP4 for
+    MXFP4, MOEC_Q_UNKNOWN where the fork has no code."""
+    if gate_type_id in GGML_IQ2_IDS:
+        return MOEC_Q_IQ2
+    return MOEC_Q_MXFP4 if gate_type_id == GGML_MXFP4 else MOEC_Q_UNKNOWN
+
+
+def daemon_manifest_error(doc):
+    """continuum core/continuum-core/src/capacity/expert_container.rs `ExpertContainer::open`: serde
+    of `ContainerManifest` (no deny_unknown_fields: extra keys ignored; required version u32, model
+    String, fmt String, record_bytes u64, n_layers u16, experts_per_layer u16, activated_per_token
+    u32; optional top_k_per_layer, tiers), then version <= KNOWN_VERSION (2) and record_bytes a
+    non-zero multiple of RECORD_ALIGN (4096). Returns None when accepted, else the error's kind."""
+    def is_uint(value, bits):
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << bits
+
+    required = {"version": lambda v: is_uint(v, 32), "model": lambda v: isinstance(v, str),
+                "fmt": lambda v: isinstance(v, str), "record_bytes": lambda v: is_uint(v, 64),
+                "n_layers": lambda v: is_uint(v, 16), "experts_per_layer": lambda v: is_uint(v, 16),
+                "activated_per_token": lambda v: is_uint(v, 32)}
+    for key, ok in required.items():
+        if key not in doc or not ok(doc[key]):
+            return f"ManifestParse {key}"
+    if doc.get("top_k_per_layer") is not None and not is_uint(doc["top_k_per_layer"], 32):
+        return "ManifestParse top_k_per_layer"
+    if doc["version"] > 2:
+        return "ManifestVersion"
+    if doc["record_bytes"] == 0 or doc["record_bytes"] % 4096:
+        return "RecordMisaligned"
+    return None
+
+
+def fork_server_fetch(record_bytes, expert, expert_size):
+    """ggml-backend.cpp `ggml_backend_sched_compute_splits`, container mode: for each MUL_MAT_ID
+    weight input `blk.N.ffn_*_exps.weight` the fork fetches `expert_size` bytes (the tensor's
+    per-expert stride) at DirContainerFetcher::pack_src(N, expert * record_bytes) from experts-L{N}.bin.
+    Returns (byte offset in the bank, bytes read). It adds no gate/up/down offset (see FORK.md, known gaps);
+    ADD_ID inputs (expert biases) are never fetched from the container ("not worth splitting")."""
+    return expert * record_bytes, expert_size
+
+
+def moe_pack_dir(model_path, out, layers, experts, top_k, layer_base, fmt=MOEC_Q_IQ2):
+    """What the fork's packer writes (tools/moe-pack main -> GgufMoeSource + Iq2ExpertSource ->
+    ggml-moe-packer.h `moec_pack_dir`): manifest.json exactly as its fprintf (numeric fmt =
+    MOEC_Q_IQ2 whatever --fmt says, no banks), banks experts-L{L} for L = 0..layers-1 reading GGUF
+    block layer_base + L, record = WEXP header (layer L, header fmt = --fmt, corr 0) + gate|up|down,
+    stride = align_up(32 + max gate + max up + max down, 16 KiB). Single-file GGUF only."""
+    import struct
+
+    import gguf
+
+    tensors = {t.name: t for t in gguf.GGUFReader(model_path).tensors}
+
+    def slices(block, which):
+        data = tensors[f"blk.{block}.ffn_{which}_exps.weight"].data
+        return [data[e].tobytes() for e in range(experts)]
+
+    per_layer = [{w: slices(layer_base + L, w) for w in ("gate", "up", "down")} for L in range(layers)]
+    longest = {w: max(len(layer[w][0]) for layer in per_layer) for w in ("gate", "up", "down")}
+    stride = -(-(32 + sum(longest.values())) // 16384) * 16384
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "manifest.json"), "w") as handle:
+        handle.write("{\n  \"version\": 1,\n  \"model\": \"%s\",\n  \"fmt\": %u,\n  \"record_bytes\": %u,\n"
+                     "  \"n_layers\": %u,\n  \"experts_per_layer\": %u,\n  \"activated_per_token\": %u,\n"
+                     "  \"top_k_per_layer\": %u\n}\n" % ("kimi-k3-iq2", MOEC_Q_IQ2, stride, layers, experts, top_k * layers, top_k))
+    for L, layer in enumerate(per_layer):
+        with open(os.path.join(out, f"experts-L{L}.bin"), "wb") as handle:
+            for e in range(experts):
+                gate, up, down = layer["gate"][e], layer["up"][e], layer["down"][e]
+                header = struct.pack("<4sHHBBHIIIII", b"WEXP", L, e, fmt, 0, 0, 32, 32 + len(gate),
+                                     32 + len(gate) + len(up), 0, stride // 4096)
+                body = header + gate + up + down
+                handle.write(body + bytes(stride - len(body)))
+    return stride

@@ -2,7 +2,10 @@
 
 Every container is checked byte for byte against a reference built independently of moetools:
 gguf's own GGUFReader gives each expert tensor as a numpy array (experts first), a record is packed
-here with struct from the DESIGN section 3 layout, and the whole bank must equal the records.
+here with struct from the DESIGN section 3 layout, and the whole bank must equal the records. The
+header's `fmt` follows the fork's code space (tests/fork_rules.py `fork_record_fmt`, from
+ggml-moe-container.h MoecQuant / ggml-moe-wexp.h WexpFmt); expert biases are not in the records (the
+fork reads ADD_ID biases from the GGUF, ggml-backend.cpp), so `corr_off` is 0.
 """
 
 import json
@@ -20,7 +23,7 @@ from moetools.container.reader import ContainerReader
 from moetools.errors import InputError, OutputError
 from moetools.formats import container as fmt
 from moetools.gguf import expert_tensor_kind, open_model
-from tests import factory
+from tests import factory, fork_rules
 
 MOE_ARCHES = ("mixtral", "qwen3moe", "deepseek2", "gpt-oss", "kimi-k3")
 HEADER = "<4sHHBBHIIIII"
@@ -71,25 +74,21 @@ def reference_container(model_path):
     def size(block, name):
         return len(arrays[block][name][0])
 
-    corr_names = ("gate_bias", "up_bias", "down_bias")
     max_sum = sum(max(size(b, name) for b in arrays) for name in ("gate", "up", "down"))
-    max_corr = max(sum(size(b, name) for name in corr_names if name in arrays[b]) for b in arrays)
-    record_bytes = align_up(32 + max_sum + max_corr, 16384)
+    record_bytes = align_up(32 + max_sum, 16384)  # ggml-moe-gguf-source.h GgufMoeSource: no biases
     banks = {}
     for block, slices in arrays.items():
         n_expert = len(slices["gate"])
-        gate_type = types[block].get("gate", types[block].get("gate_up"))
+        record_fmt = fork_rules.fork_record_fmt(types[block].get("gate", types[block].get("gate_up")))
         records = []
         for e in range(n_expert):
             gate, up, down = slices["gate"][e], slices["up"][e], slices["down"][e]
-            corr = b"".join(slices[name][e] for name in corr_names if name in slices)
             gate_off = 32
             up_off = gate_off + len(gate)
             down_off = up_off + len(up)
-            corr_off = down_off + len(down) if corr else 0
-            header = struct.pack(HEADER, b"WEXP", block, e, gate_type, 0, 0, gate_off, up_off, down_off, corr_off,
+            header = struct.pack(HEADER, b"WEXP", block, e, record_fmt, 0, 0, gate_off, up_off, down_off, 0,
                                  record_bytes // 4096)
-            body = header + gate + up + down + corr
+            body = header + gate + up + down
             records.append(body + bytes(record_bytes - len(body)))
         banks[block] = b"".join(records)
     return record_bytes, banks
@@ -154,7 +153,7 @@ def run(*args):
 def encode(model_path, folder, *extra):
     result = run("container-encode", model_path, "-o", folder, "--json", *extra)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 # --- round trips -------------------------------------------------------------------------------
@@ -186,15 +185,31 @@ def test_every_architecture_matches_the_reference(arch, models, tmp_path):
     assert json.loads(verified.output)["records_checked"] == summary.expert_count * len(summary.moe_layers)
 
 
-def test_gpt_oss_biases_sit_after_down_at_corr_off(models, tmp_path):
-    encode(models["gpt-oss"], tmp_path)
+def test_gpt_oss_biases_stay_in_the_gguf_and_corr_off_is_zero(models, tmp_path):
+    """corr_off is the fork's FP16 corrections (ggml-moe-wexp.h); the fork's server fetches only
+    MUL_MAT_ID weights from the container and never the ADD_ID biases (fork_rules.fork_server_fetch)."""
+    doc = encode(models["gpt-oss"], tmp_path)
     manifest = fmt.read_manifest(tmp_path)
     bank = manifest.banks[0]
-    assert [piece.name for piece in bank.slices] == ["gate", "up", "down", "gate_bias", "up_bias", "down_bias"]
+    assert [piece.name for piece in bank.slices] == ["gate", "up", "down"]
     record = (tmp_path / f"experts-L{bank.layer}.bin").read_bytes()[:manifest.record_bytes]
-    (corr_off,) = struct.unpack_from("<I", record, 24)
-    (down_off,) = struct.unpack_from("<I", record, 20)
-    assert corr_off == down_off + bank.slice("down").n_bytes == bank.slice("gate_bias").offset
+    assert struct.unpack_from("<I", record, 24)[0] == 0
+    assert manifest.extra["expert_biases"] == "gguf"
+    model = open_model(models["gpt-oss"])
+    weights = sum(t.n_bytes for t in model.expert_tensors if t.name.endswith(".weight"))
+    model.close()
+    assert doc["expert_bytes"] == weights
+
+
+def test_header_fmt_is_the_forks_code_not_a_ggml_type_id(tmp_path):
+    """A q4_0 gate's ggml id is 2, which the fork reads as MOEC_Q_IQ2: the byte is the fork's code."""
+    cases = {"q4_0": (synth.Q4_0, fork_rules.MOEC_Q_UNKNOWN), "mxfp4": (synth.MXFP4, fork_rules.MOEC_Q_MXFP4)}
+    for name, (type_id, code) in cases.items():
+        model = factory.write_tiny(tmp_path / name, "qwen3moe", types=synth.Types(expert=type_id))
+        encode(model, tmp_path / f"c-{name}")
+        assert (tmp_path / f"c-{name}" / "experts-L0.bin").read_bytes()[8] == code, name
+        read = run("container-read", tmp_path / f"c-{name}", "--layer", 0, "--expert", 1, "--json")
+        assert json.loads(read.output)["header"]["fmt"] == code
 
 
 def test_merged_gate_up_is_split_into_halves(models, tmp_path):
@@ -202,7 +217,7 @@ def test_merged_gate_up_is_split_into_halves(models, tmp_path):
     manifest = assert_matches_reference(tmp_path, models["merged"])
     bank = manifest["banks"][0]
     assert bank["gate"]["bytes"] == bank["up"]["bytes"]
-    assert [piece["name"] for piece in bank["corr"]] == ["gate_bias", "up_bias", "down_bias"]
+    assert bank["corr"] == []  # the merged gate_up biases stay in the GGUF
     # same bytes as the unmerged layout: halves of the merged tensor are exactly gate and up
     arrays = gguf_expert_arrays(models["merged"])
     with ContainerReader(tmp_path) as reader:
@@ -217,7 +232,7 @@ def test_mixed_expert_types(models, tmp_path):
     manifest = assert_matches_reference(tmp_path, models["mixed"])
     assert manifest["banks"][0]["down"]["type"] == "q8_0"
     record = (tmp_path / "experts-L0.bin").read_bytes()[:32]
-    assert record[8] == 2  # fmt byte: the gate matrix's ggml type id (q4_0)
+    assert record[8] == fork_rules.MOEC_Q_UNKNOWN  # q4_0 + q8_0: no code in the fork's space (not ggml id 2)
 
 
 def test_split_source_equals_single_file(models, tmp_path):
@@ -251,7 +266,7 @@ def test_record_header_fields(models, tmp_path):
         assert rec[0:4] == b"WEXP"
         assert struct.unpack_from("<H", rec, 4)[0] == 2
         assert struct.unpack_from("<H", rec, 6)[0] == expert
-        assert rec[8] == 8  # q8_0
+        assert rec[8] == fork_rules.MOEC_Q_UNKNOWN  # q8_0 has no code in the fork's space
         assert rec[9] == 0  # flags
         assert struct.unpack_from("<H", rec, 10)[0] == 0  # codebook
         assert struct.unpack_from("<I", rec, 12)[0] == 32
@@ -478,10 +493,12 @@ def test_read_command(models, tmp_path):
     result = run("container-read", tmp_path / "c", "--layer", 3, "--expert", 11, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert doc["header"]["layer"] == 3 and doc["header"]["expert"] == 11 and doc["header"]["fmt_name"] == "q8_0"
+    assert doc["header"]["layer"] == 3 and doc["header"]["expert"] == 11 and doc["header"]["fmt_name"] == "UNKNOWN"
     assert doc["checksum_ok"] is True
-    assert [s["name"] for s in doc["slices"]] == ["gate", "up", "down", "gate_bias", "up_bias", "down_bias"]
-    for matrix in ("gate", "up", "down", "down_bias"):
+    assert [s["name"] for s in doc["slices"]] == ["gate", "up", "down"]  # biases stay in the GGUF
+    result = run("container-read", tmp_path / "c", "--layer", 3, "--expert", 11, "--matrix", "down_bias", "-o", tmp_path / "x")
+    assert result.exit_code == 2 and "layer 3 has no down_bias slice" in result.output
+    for matrix in ("gate", "up", "down"):
         out = tmp_path / f"{matrix}.bin"
         result = run("container-read", tmp_path / "c", "--layer", 3, "--expert", 11, "--matrix", matrix, "-o", out)
         assert result.exit_code == 0, result.output
@@ -536,8 +553,9 @@ def test_kimi_k3_preset_plan(preset_model):
     assert manifest.matrix_types == {"gate": "iq2_xs", "up": "iq2_xs", "down": "iq3_xxs"}
     assert manifest.record_bytes == align_up(32 + 2 * gate + down, 16384) == 8_077_312
     header = manifest.banks[0].header(3, manifest.record_bytes)
+    # IQ2_XS gate: the fork's MOEC_Q_IQ2, what its own packer writes for K3 (not ggml's id 17)
     assert (header.fmt, header.up_off, header.down_off, header.corr_off, header.record_4k_blocks) == (
-        17, 32 + gate, 32 + 2 * gate, 0, 8_077_312 // 4096)
+        fork_rules.MOEC_Q_IQ2, 32 + gate, 32 + 2 * gate, 0, 8_077_312 // 4096)
     model.close()
 
 
@@ -545,11 +563,10 @@ def test_gpt_oss_120b_preset_plan(preset_model):
     model = open_model(preset_model("gpt-oss-120b"))
     manifest = core.plan_container(model).manifest
     matrix = 2880 * 2880 // 32 * 17  # mxfp4
-    biases = 3 * 2880 * 4  # f32 gate, up, down biases of one expert
     assert manifest.fmt == "mxfp4" and manifest.matrix_types is None
     assert manifest.n_layers == 36 and manifest.experts_per_layer == 128 and manifest.activated_per_token == 4 * 36
-    assert manifest.record_bytes == align_up(32 + 3 * matrix + biases, 16384)
-    assert manifest.banks[5].corr_off == 32 + 3 * matrix
+    assert manifest.record_bytes == align_up(32 + 3 * matrix, 16384)  # the biases stay in the GGUF
+    assert manifest.banks[5].corr_off == 0 and manifest.banks[5].fmt_id == fork_rules.MOEC_Q_MXFP4
     model.close()
 
 
@@ -595,5 +612,6 @@ def test_types_that_vary_by_layer(tmp_path):
     assert doc["fmt"] == "mixed"
     assert doc["matrix_types"] == {"gate": ["q8_0", "q8_0", "q4_0", "q8_0"], "up": ["q8_0", "q8_0", "q4_0", "q8_0"], "down": "q8_0"}
     assert_matches_reference(tmp_path / "c", path)
-    assert (tmp_path / "c" / "experts-L2.bin").read_bytes()[8] == 2 and (tmp_path / "c" / "experts-L1.bin").read_bytes()[8] == 8
+    # q4_0 (ggml id 2) and q8_0 gates: neither has a code in the fork's space (2 would read as IQ2)
+    assert (tmp_path / "c" / "experts-L2.bin").read_bytes()[8] == (tmp_path / "c" / "experts-L1.bin").read_bytes()[8] == 0
     assert verify(tmp_path / "c", "--model", path)[0] == 0

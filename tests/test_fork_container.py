@@ -99,3 +99,61 @@ def test_the_fork_finds_the_record_stride_in_the_manifest(tiny_models, tmp_path)
         assert run("container-encode", tiny_models[arch], "-o", folder, "--json").exit_code == 0
         doc = json.loads((folder / "manifest.json").read_text())
         assert fork_rules.dir_container_record_bytes(folder) == doc["record_bytes"] > 0
+
+
+def test_container_verify_and_read_take_the_fork_packers_own_containers(tiny_models, tmp_path):
+    """A container as the fork's packer writes it (fork_rules.moe_pack_dir: numeric fmt, no banks,
+    no sidecars, banks numbered 0.. from layer_base) is read: verify checks headers and geometry,
+    with --model every slice and the padding; read takes the layout from the record header."""
+    from tests import fork_rules
+
+    model = tiny_models["deepseek2"]  # block 0 dense: the packer's --layer-base 1
+    with open_model(model) as source:
+        blocks = sorted({int(t.name.split(".")[1]) for t in source.expert_tensors})
+        experts, top_k = source.summary.expert_count, source.summary.expert_used_count
+    folder = tmp_path / "packed"
+    # moe-pack --fmt 0: this q8_0 model has no code in the fork's space (its default, 2, says IQ2)
+    fork_rules.moe_pack_dir(model, folder, len(blocks), experts, top_k, layer_base=blocks[0], fmt=fork_rules.MOEC_Q_UNKNOWN)
+    assert daemon_reads(folder) is None  # the daemon's bank rules hold for the fork's own packer
+    alone = run("container-verify", folder, "--json")
+    assert alone.exit_code == 0, alone.output
+    doc = json.loads(alone.stdout)
+    assert doc["packer"] == "fork" and "no checksum sidecars" in doc["notes"][0]
+    full = run("container-verify", folder, "--model", model, "--json")
+    assert full.exit_code == 0, full.output
+    read = run("container-read", folder, "--layer", 1, "--expert", 2, "--json")
+    assert read.exit_code == 0, read.output
+    header = json.loads(read.stdout)["header"]
+    assert (header["fmt"], header["fmt_name"], header["layer"]) == (fork_rules.MOEC_Q_UNKNOWN, "UNKNOWN", 1)
+    ours = tmp_path / "ours"
+    assert run("container-encode", model, "-o", ours, "--banks", "ordinal", "--json").exit_code == 0
+    gate = run("container-read", folder, "--layer", 1, "--expert", 2, "--matrix", "gate", "-o", tmp_path / "a")
+    mine = run("container-read", ours, "--layer", 1, "--expert", 2, "--matrix", "gate", "-o", tmp_path / "b")
+    assert gate.exit_code == mine.exit_code == 0
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+    # a flipped byte in a fork-packed bank: no sidecar to catch it, the source does
+    with open(folder / "experts-L2.bin", "r+b") as handle:
+        handle.seek(3 * json.loads((folder / "manifest.json").read_text())["record_bytes"] + 100)
+        handle.write(b"\x5a")
+    broken = run("container-verify", folder, "--model", model, "--json")
+    assert broken.exit_code == 1
+    assert [(p["layer"], p["expert"], p["field"]) for p in json.loads(broken.stdout)["problems"]] == [(2, 3, "gate")]
+    # the packer's default fmt (IQ2) on q8_0 experts: verify names the mislabel per bank
+    labelled = tmp_path / "labelled"
+    fork_rules.moe_pack_dir(model, labelled, len(blocks), experts, top_k, layer_base=blocks[0])
+    problems = json.loads(run("container-verify", labelled, "--model", model, "--json").stdout)["problems"]
+    assert {(p["layer"], p["field"]) for p in problems} == {(0, "fmt"), (1, "fmt"), (2, "fmt")}
+
+
+def test_the_daemon_parses_moetools_manifests_and_refuses_the_fork_packers_numeric_fmt(tiny_models, tmp_path):
+    """expert_container.rs ContainerManifest.fmt is a String: moetools writes the type name; the fork's
+    own moec_pack_dir writes a number, which the daemon's serde refuses (a fork-side gap, FORK.md)."""
+    from tests import fork_rules
+
+    for arch in ("deepseek2", "gpt-oss", "kimi-k3"):
+        folder = tmp_path / arch
+        assert run("container-encode", tiny_models[arch], "-o", folder, "--json").exit_code == 0
+        assert fork_rules.daemon_manifest_error(json.loads((folder / "manifest.json").read_text())) is None
+    packed = tmp_path / "packed"
+    fork_rules.moe_pack_dir(tiny_models["qwen3moe"], packed, 4, 16, 4, layer_base=0)
+    assert fork_rules.daemon_manifest_error(json.loads((packed / "manifest.json").read_text())) == "ManifestParse fmt"

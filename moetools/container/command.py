@@ -135,6 +135,8 @@ def verify_doc(result, source_missing=None):
         "ok": result.ok,
         "checked_against": result.model_path or None,
         "source_missing": source_missing,
+        "packer": result.manifest.packer,
+        "notes": result.notes,
         "banks_checked": result.banks_checked,
         "records_checked": result.records_checked,
         "bytes_checked": result.bytes_checked,
@@ -156,6 +158,8 @@ def verify_tables(doc):
 def verify_notes(doc):
     checks = "headers, padding, checksums" + (f", slices against {doc['checked_against']}" if doc["checked_against"] else "")
     what = f"{doc['banks_checked']} banks, {doc['records_checked']} records, {format_size(doc['bytes_checked'])} ({checks})"
+    if doc.get("notes"):
+        what += "; " + "; ".join(doc["notes"])
     if doc.get("source_missing"):
         what += f"; source not found at {doc['source_missing']}: the container alone was checked (pass --model)"
     if doc["ok"]:
@@ -208,7 +212,6 @@ def read_doc(reader, record):
     import xxhash
 
     from moetools.formats import container as fmt
-    from moetools.gguf.constants import type_name
 
     header = record.header
     manifest = reader.manifest
@@ -227,7 +230,7 @@ def read_doc(reader, record):
         "offset": record.expert * manifest.record_bytes,
         "record_bytes": manifest.record_bytes,
         "header": {
-            "layer": header.layer, "expert": header.expert, "fmt": header.fmt, "fmt_name": type_name(header.fmt),
+            "layer": header.layer, "expert": header.expert, "fmt": header.fmt, "fmt_name": fmt.fork_fmt_name(header.fmt),
             "flags": header.flags, "codebook": header.codebook, "gate_off": header.gate_off, "up_off": header.up_off,
             "down_off": header.down_off, "corr_off": header.corr_off, "record_4k_blocks": header.record_4k_blocks,
         },
@@ -253,8 +256,9 @@ def read_tables(doc):
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--layer", required=True, type=click.IntRange(0), help="Bank number N of experts-L{N}.bin: the GGUF block, or the MoE-layer ordinal in a --banks ordinal container.")
 @click.option("--expert", required=True, type=click.IntRange(0), help="Expert id within the layer.")
-@click.option("--matrix", type=click.Choice(["gate", "up", "down", "gate_bias", "up_bias", "down_bias", "record"]),
-              help="Write this slice's raw bytes (or the whole record) instead of describing the record.")
+@click.option("--matrix", type=click.Choice(["gate", "up", "down", "corrections", "gate_bias", "up_bias", "down_bias", "record"]),
+              help="Write this slice's raw bytes (or the whole record) instead of describing the record. "
+                   "corrections: a fork-packed record's FP16 corrections; *_bias: containers written by an earlier moetools kept expert biases.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File for --matrix bytes (default stdout, never a terminal).")
 @click.option("--direct", is_flag=True, help="Read with O_DIRECT, bypassing the page cache, as the serving fork does.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")

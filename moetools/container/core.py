@@ -120,7 +120,11 @@ def _check_counts(model, groups):
 
 
 def _bank_sources(model, block, tensors, n_expert):
-    """SliceSources of one block in record order: gate, up, down, then gate/up/down biases."""
+    """SliceSources of one block in record order: gate, up, down. Expert biases are not put in the
+    record: the fork's server streams only MUL_MAT_ID weights from the container and reads the
+    ADD_ID biases from the model (CambrianTech/llama.cpp ggml/src/ggml-backend.cpp
+    ggml_backend_sched_compute_splits: "GGML_OP_ADD_ID weights are small and not worth splitting"),
+    and the record's corr_off means FP16 corrections there (ggml-moe-wexp.h), not biases."""
 
     def whole(name, tensor):
         stride = tensor.n_bytes // n_expert
@@ -136,7 +140,7 @@ def _bank_sources(model, block, tensors, n_expert):
         return [SliceSource(names[0], tensor, stride, 0, half), SliceSource(names[1], tensor, stride, half, half)]
 
     sources = []
-    for suffix, prefix in (("weight", ""), ("bias", "_bias")):
+    for suffix, prefix in (("weight", ""),):
         merged = tensors.get(("gate_up", suffix))
         separate = [tensors.get((matrix, suffix)) for matrix in ("gate", "up")]
         if merged is not None and any(separate):
@@ -188,8 +192,9 @@ def source_identity(model, sources, _stats=None):
 def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
     """The container a model encodes to: manifest and, per MoE layer, where each slice comes from.
 
-    record_bytes = align_up(32 + max gate + max up + max down slice over all layers (+ max expert
-    bias bytes, gpt-oss), 16 KiB). Raises InputError for a model without routed experts, with
+    record_bytes = align_up(32 + max gate + max up + max down slice over all layers, 16 KiB), the
+    fork's GgufMoeSource formula (ggml-moe-gguf-source.h). Expert biases stay in the GGUF (see
+    _bank_sources); the manifest says so (`expert_biases`: "gguf"). Raises InputError for a model without routed experts, with
     inconsistent expert counts, or with a layer missing a matrix. `banks_numbering` ("block" or
     "ordinal", formats.container.BANK_NUMBERINGS) numbers the bank files and record headers.
     """
@@ -208,8 +213,7 @@ def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
         banks.append(BankPlan(layout, tuple(sources)))
 
     max_of = {name: max(bank.layout.slice(name).n_bytes for bank in banks) for name in fmt.MATRICES}
-    max_corr = max(sum(piece.n_bytes for piece in bank.layout.corr) for bank in banks)
-    record_bytes = fmt.align_up(fmt.HEADER_BYTES + sum(max_of.values()) + max_corr, fmt.RECORD_ALIGN)
+    record_bytes = fmt.align_up(fmt.HEADER_BYTES + sum(max_of.values()), fmt.RECORD_ALIGN)
     if record_bytes > MAX_U32:
         raise InputError(model.path, f"one expert needs a {record_bytes}-byte record: the header's offsets are 32-bit")
 
@@ -222,7 +226,12 @@ def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
         fmt_name = "mixed"
         matrix_types = {name: names[0] if len(set(names)) == 1 else names for name, names in per_matrix.items()}
 
-    notes = []
+    notes, extra = [], {}
+    biases = [tensor for block in groups.values() for (_, suffix), tensor in block.items() if suffix == "bias"]
+    if biases:
+        extra["expert_biases"] = "gguf"
+        notes.append(f"{len(biases)} expert bias tensors (e.g. {biases[0].name}) stay in the GGUF: the fork streams only "
+                     f"the expert weights from the container and reads the biases from the model")
     top_k = model.get_int(Keys.EXPERT_USED_COUNT, 0)
     if not top_k:
         notes.append(f"{model.key(Keys.EXPERT_USED_COUNT)} is missing: activated_per_token is written as 0")
@@ -243,8 +252,9 @@ def plan_container(model, banks_numbering=fmt.DEFAULT_BANK_NUMBERING):
             "shards": len(model.shards),
             "architecture": model.architecture,
             "fingerprint": model.fingerprint,
-            "expert_bytes": model.expert_bytes,  # every expert tensor is a weight or bias in some record
+            "expert_bytes": model.expert_bytes - sum(tensor.n_bytes for tensor in biases),  # what the records hold
         },
+        extra=extra,
     )
     return ContainerPlan(manifest, banks, notes)
 
@@ -611,37 +621,57 @@ class VerifyResult:
     bytes_checked: int
     model_path: str  # "" when not checked against a model
     seconds: float
+    notes: list = field(default_factory=list)
 
     @property
     def ok(self):
         return self.problems.count == 0
 
 
+def _header_layout_matches(found, want, record_bytes):
+    """A fork-packed bank's layout (read from its record header, down's end unknown) against the
+    model's: gate and up at the same offsets with the same bytes, down at the same offset and
+    ending inside the record."""
+    same = all((found.slice(name).offset, found.slice(name).n_bytes) == (want.slice(name).offset, want.slice(name).n_bytes)
+               for name in ("gate", "up"))
+    return same and found.slice("down").offset == want.slice("down").offset and want.slice("down").end <= record_bytes
+
+
 def _compare_plan(plan, manifest, problems):
     """Structural differences between what the model encodes to and what the manifest says.
-    Returns the layers whose layout matches (their slices can be compared byte by byte)."""
-    if plan.manifest.fingerprint != manifest.fingerprint:
+    Returns {bank number: layout to scan} for the banks whose layout matches (their slices can be
+    compared byte by byte); for a fork-packed bank that is the model's layout with the header's fmt."""
+    fork_packed = manifest.packer == "fork"
+    if plan.manifest.fingerprint != manifest.fingerprint and not (fork_packed and not manifest.fingerprint):
         problems.add(Problem(None, None, "model",
                              f"the container was encoded from {manifest.source.get('file') or manifest.model} "
                              f"(fingerprint {manifest.fingerprint or 'unknown'}), not from this model "
                              f"({plan.manifest.source['file']}, fingerprint {plan.manifest.fingerprint})"))
-        return set()
-    for key in ("record_bytes", "experts_per_layer", "fmt", "activated_per_token"):
+        return {}
+    keys = ("record_bytes", "experts_per_layer", "activated_per_token") + (() if fork_packed else ("fmt",))
+    for key in keys:
         if getattr(plan.manifest, key) != getattr(manifest, key):
             problems.add(Problem(None, None, key, f"manifest says {getattr(manifest, key)}, the model encodes to {getattr(plan.manifest, key)}"))
     if plan.manifest.layers != manifest.layers:
         problems.add(Problem(None, None, "layers", f"manifest lists {manifest.layers}, the model's MoE layers are {plan.manifest.layers}"))
-    matching = set()
+    matching = {}
     planned = {bank.layout.layer: bank.layout for bank in plan.banks}
     for layout in manifest.banks:
         want = planned.get(layout.layer)
         if want is None:
             continue
-        if want != layout:
+        if layout.from_header:
+            if _header_layout_matches(layout, want, manifest.record_bytes):
+                matching[layout.layer] = fmt.BankLayout(want.layer, want.slices, want.block, layout.fmt_code)
+            else:
+                problems.add(Problem(layout.layer, None, "layout", f"record header offsets gate {layout.slice('gate').offset}, "
+                                     f"up {layout.slice('up').offset}, down {layout.slice('down').offset}; the model's "
+                                     f"{want.slice('gate').offset}, {want.slice('up').offset}, {want.slice('down').offset}"))
+        elif want != layout:
             problems.add(Problem(layout.layer, None, "layout", f"manifest slices {[s.to_doc() | {'name': s.name} for s in layout.slices]}, "
                                                                f"the model's {[s.to_doc() | {'name': s.name} for s in want.slices]}"))
         else:
-            matching.add(layout.layer)
+            matching[layout.layer] = layout
     return matching
 
 
@@ -674,7 +704,10 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
     folder = os.fspath(folder)
     manifest = manifest or fmt.read_manifest(folder)
     problems = Problems(keep=keep)
-    comparable, plan_banks = set(), {}
+    comparable, plan_banks, notes = {}, {}, []
+    if manifest.packer == "fork":
+        notes.append("written by the fork's packer (moec_pack_dir): no checksum sidecars, bank layouts from the "
+                     "record headers" + ("" if model is not None else "; pass --model to check the slices and padding"))
     if model is not None:
         plan = plan_container(model, manifest.bank_numbering)
         comparable = _compare_plan(plan, manifest, problems)
@@ -684,7 +717,8 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
         layer = layout.layer
         checksums = None
         try:
-            checksums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layer)))
+            if manifest.packer != "fork":  # the fork's packer writes none
+                checksums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layer)))
         except FileNotFoundError:
             problems.add(Problem(layer, None, "checksums", f"{fmt.checksum_name(layer)} is missing"))
         except (OSError, FormatError) as err:
@@ -701,6 +735,12 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
                         break
         with_model = model if layer in comparable else None
         sources = plan_banks[layer].sources if with_model is not None else None
+        if with_model is not None:
+            if comparable[layer].fmt_id != plan_banks[layer].layout.fmt_id:
+                problems.add(Problem(layer, None, "fmt", f"records say {fmt.fork_fmt_name(comparable[layer].fmt_id)} "
+                                     f"({comparable[layer].fmt_id}), the model's matrices are "
+                                     f"{fmt.fork_fmt_name(plan_banks[layer].layout.fmt_id)} ({plan_banks[layer].layout.fmt_id})"))
+            layout = comparable[layer]
         scan_bank(folder, manifest, layout, checksums=checksums, model=with_model, sources=sources,
                   batch_bytes=batch_bytes, bar=bar, problems=problems)
         try:
@@ -710,4 +750,4 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
         records += min(manifest.experts_per_layer, size // manifest.record_bytes)
         checked_bytes += min(size, manifest.bank_bytes)
     return VerifyResult(folder, manifest, problems, manifest.n_layers, records, checked_bytes,
-                        model.path if model is not None else "", time.monotonic() - started)
+                        model.path if model is not None else "", time.monotonic() - started, notes)

@@ -4,11 +4,18 @@ The only module that reads or writes the container's on-disk layout (DESIGN sect
 
 - `manifest.json`: `version`, `model`, `fmt`, `record_bytes`, `n_layers`, `experts_per_layer`,
   `activated_per_token` (the serving fork's keys), plus moetools' own: `layers` (GGUF block number of
-  each bank), `banks` (each bank's record layout: ggml type, offset and bytes of gate, up, down and
-  the expert biases), `matrix_types` (when `fmt` is "mixed"), `source` (file, fingerprint) and
-  `checksums`. The fork ignores keys it does not know.
+  each bank), `banks` (each bank's record layout: ggml type, offset and bytes of gate, up and down,
+  its fork `fmt` code, and its source tensors' identity), `matrix_types` (when `fmt` is "mixed"),
+  `source` (file, path, fingerprint), `expert_biases` and `checksums`. The fork and the daemon
+  ignore keys they do not know.
 - `experts-L{N}.bin`, N the GGUF block number: record r (expert r) at `r * record_bytes`. A record is
-  a 32-byte little-endian header, then gate | up | down (| biases) back to back, zero padding.
+  a 32-byte little-endian header, then gate | up | down back to back, zero padding. The header's
+  `fmt` byte is the fork's code (FORK_FMT_CODES), `corr_off` 0: moetools writes no FP16 corrections,
+  and expert biases stay in the GGUF (the fork's server streams only the MUL_MAT_ID weights).
+
+Manifests written by the fork's own packer (CambrianTech/llama.cpp `ggml-moe-packer.h`
+`moec_pack_dir`, called by tools/moe-pack: numeric `fmt`, no `banks`, banks `experts-L{n}` for
+n = 0..n_layers-1) are read too: each bank's layout then comes from its first record header.
 - `experts-L{N}.xxh3` (moetools only; the fork ignores it): a 32-byte header then one little-endian
   u64 xxh3-64 per record, over the whole record including header and padding.
 """
@@ -20,7 +27,6 @@ from dataclasses import dataclass, field
 from moetools import atomic
 from moetools.errors import FormatError
 from moetools.formats.jsonio import load_json, require
-from moetools.gguf.constants import GGML_TYPE_IDS
 
 VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -60,6 +66,32 @@ def is_container_file(name):
     return base.startswith((MANIFEST_NAME, "experts-L"))
 
 
+# --- the fork's record format code ------------------------------------------------------------
+
+# The header `fmt` byte in the fork's code space, not a ggml type id: CambrianTech/llama.cpp
+# ggml/src/ggml-moe-container.h `MoecQuant` (UNKNOWN 0, RVQ3 1, IQ2 2, MXFP4 3) and
+# ggml/src/ggml-moe-wexp.h `WexpFmt` (VQ3R 4, VQ2R 5, "never 0/1"); the fork's packer
+# (tools/moe-pack, Iq2ExpertSource) byte-copies IQ2 experts with fmt 2 "confirmed against MoecQuant",
+# and writes the same number as the manifest's `fmt`. moetools byte-copies GGUF experts too, so a
+# record gets IQ2 or MXFP4 by its gate matrix's type, else UNKNOWN (0): the fork has no code for
+# other ggml types (a Q4_0 gate's ggml id, 2, read as IQ2 by the fork, was the bug).
+FORK_FMT_CODES = {"UNKNOWN": 0, "RVQ3": 1, "IQ2": 2, "MXFP4": 3, "VQ3R": 4, "VQ2R": 5}
+FORK_FMT_NAMES = {code: name for name, code in FORK_FMT_CODES.items()}
+_GGML_FAMILY = {"iq2_xxs": "IQ2", "iq2_xs": "IQ2", "iq2_s": "IQ2", "mxfp4": "MXFP4"}
+
+
+def fork_fmt_code(gate_type_name):
+    """The fork's record `fmt` (FORK_FMT_CODES) for a record whose gate matrix has this ggml type:
+    the gate's family, as the fork's packer labels K3's records IQ2 with IQ2_XS gate and up and an
+    IQ3_XXS down; UNKNOWN (0) for a family the fork has no code for."""
+    family = _GGML_FAMILY.get(gate_type_name)
+    return FORK_FMT_CODES[family] if family else FORK_FMT_CODES["UNKNOWN"]
+
+
+def fork_fmt_name(code):
+    return FORK_FMT_NAMES.get(code, f"code{code}")
+
+
 # --- record header -----------------------------------------------------------------------------
 
 
@@ -69,13 +101,13 @@ class RecordHeader:
 
     layer: int
     expert: int
-    fmt: int  # ggml type id of the gate matrix
+    fmt: int  # the fork's code (FORK_FMT_CODES), not a ggml type id
     flags: int
     codebook: int
     gate_off: int
     up_off: int
     down_off: int
-    corr_off: int  # expert biases, 0 when there are none
+    corr_off: int  # the fork's FP16 corrections: 0, moetools writes none
     record_4k_blocks: int  # record_bytes / 4096
 
     FIELDS = ("magic", "layer", "expert", "fmt", "flags", "codebook", "gate_off", "up_off", "down_off",
@@ -129,8 +161,10 @@ class BankLayout:
     """Where each slice sits in every record of one bank (all records of a bank share it)."""
 
     layer: int  # the bank's number: in its file name experts-L{layer}.bin and in every header's `layer`
-    slices: tuple  # Slice: gate, up, down, then any biases, back to back from HEADER_BYTES
+    slices: tuple  # Slice: gate, up, down (then the biases an older moetools put there), from HEADER_BYTES
     block: int = None  # GGUF block number of the bank's experts (= layer with --banks block)
+    fmt_code: int = None  # the header fmt read from a fork-packed bank; None: derived from the types
+    from_header: bool = False  # layout read from a record header (a fork-packed bank): down's end unknown
 
     def slice(self, name):
         for piece in self.slices:
@@ -152,7 +186,9 @@ class BankLayout:
 
     @property
     def fmt_id(self):
-        return GGML_TYPE_IDS.get(self.slices[0].type_name, 0)
+        if self.fmt_code is not None:
+            return self.fmt_code
+        return fork_fmt_code(self.slice("gate").type_name)
 
     def header(self, expert, record_bytes):
         """The header record `expert` of this bank must carry."""
@@ -164,7 +200,8 @@ class BankLayout:
         )
 
     def to_doc(self):
-        doc = {"layer": self.layer, "file": bank_name(self.layer), "checksums": checksum_name(self.layer)}
+        doc = {"layer": self.layer, "file": bank_name(self.layer), "checksums": checksum_name(self.layer),
+               "fork_fmt": self.fmt_id}
         for piece in self.slices[:3]:
             doc[piece.name] = piece.to_doc()
         doc["corr"] = [{"name": piece.name} | piece.to_doc() for piece in self.corr]
@@ -220,6 +257,7 @@ class ContainerManifest:
     # file, offset and bytes, and the shard's size and mtime_ns when encoded (written as each bank's
     # "source"): a rerun keeps a bank without reading the source only while these are unchanged.
     bank_sources: dict = field(default_factory=dict)
+    packer: str = "moetools"  # "fork": written by the fork's moec_pack_dir (no banks, sidecars or source)
 
     @property
     def n_layers(self):
@@ -307,6 +345,43 @@ def _bank_from_doc(doc, path, index):
     return layout
 
 
+def _bank_from_header(folder, layer, record_bytes, path):
+    """A fork-packed bank's layout from its first record header (moec_pack_dir's manifest lists no
+    banks): gate | up | down back to back from the header, down running to corr_off (or to the
+    record's end: the fork does not say where it ends). None when the bank has no readable header."""
+    try:
+        with open(os.path.join(folder, bank_name(layer)), "rb") as handle:
+            header = RecordHeader.unpack(handle.read(HEADER_BYTES).ljust(HEADER_BYTES, b"\0"))
+    except (OSError, ValueError, struct.error):
+        return None
+    end = header.corr_off or record_bytes
+    offsets = (header.gate_off, header.up_off, header.down_off, end)
+    if header.gate_off != HEADER_BYTES or not all(a < b for a, b in zip(offsets, offsets[1:])) or end > record_bytes:
+        raise FormatError(os.path.join(folder, bank_name(layer)),
+                          f"record header offsets gate {header.gate_off}, up {header.up_off}, down {header.down_off}, "
+                          f"corr {header.corr_off} are not gate | up | down back to back from {HEADER_BYTES} within "
+                          f"record_bytes {record_bytes}", offset=0)
+    kind = fork_fmt_name(header.fmt)
+    pieces = [(name, kind, b - a) for name, a, b in zip(MATRICES, offsets, offsets[1:])]
+    if header.corr_off:
+        pieces.append(("corrections", "f16", record_bytes - header.corr_off))
+    layout = layout_slices(layer, pieces)
+    return BankLayout(layer, layout.slices, layer, fmt_code=header.fmt, from_header=True)
+
+
+def _fork_packed_banks(folder, n_layers, record_bytes, path):
+    """Layouts of a fork-packed container's banks experts-L0..L{n_layers-1} (moec_pack_dir numbers
+    them 0.. and its Iq2ExpertSource writes header layer = that number). A bank without a readable
+    header borrows another's layout, so verify can still name it missing or broken."""
+    layouts = [_bank_from_header(folder, layer, record_bytes, path) for layer in range(n_layers)]
+    template = next((layout for layout in layouts if layout is not None), None)
+    if template is None:
+        raise FormatError(path, "a manifest of the fork's packer (no \"banks\"), and no bank experts-L0.. has a "
+                                "readable record header to take the layout from", key="banks")
+    return [layout if layout is not None else BankLayout(layer, template.slices, layer, template.fmt_code, True)
+            for layer, layout in enumerate(layouts)]
+
+
 def read_manifest(folder_or_file):
     """Parse and validate `manifest.json` (given the container folder or the file itself)."""
     path = manifest_path(folder_or_file)
@@ -321,8 +396,18 @@ def read_manifest(folder_or_file):
     if record_bytes % PAGE_BYTES:
         raise FormatError(path, f"record_bytes {record_bytes} is not a multiple of {PAGE_BYTES}", key="record_bytes")
     n_layers = _int(doc, "n_layers", path, what)
-    bank_docs = require(doc, "banks", list, path, what)
-    banks = [_bank_from_doc(bank, path, index) for index, bank in enumerate(bank_docs)]
+    packer = "moetools" if "banks" in doc else "fork"
+    fmt_value = doc.get("fmt")
+    if packer == "fork":
+        # moec_pack_dir: numeric fmt (MoecQuant), no banks/layers/blocks/sidecars, ordinal bank numbers
+        if isinstance(fmt_value, int) and not isinstance(fmt_value, bool):
+            doc = dict(doc, fmt=fork_fmt_name(fmt_value))
+        doc.setdefault("bank_numbering", "ordinal")
+        bank_docs = []
+        banks = _fork_packed_banks(os.path.dirname(path), n_layers, record_bytes, path)
+    else:
+        bank_docs = require(doc, "banks", list, path, what)
+        banks = [_bank_from_doc(bank, path, index) for index, bank in enumerate(bank_docs)]
     bank_sources = {bank.layer: bank_doc["source"] for bank, bank_doc in zip(banks, bank_docs)
                     if isinstance(bank_doc.get("source"), list)}
     if len(banks) != n_layers:
@@ -343,7 +428,7 @@ def read_manifest(folder_or_file):
     if blocks is not None:
         if not isinstance(blocks, list) or len(blocks) != len(banks) or not all(isinstance(b, int) for b in blocks):
             raise FormatError(path, "blocks must list one GGUF block number per bank", key="blocks")
-        banks = [BankLayout(bank.layer, bank.slices, block) for bank, block in zip(banks, blocks)]
+        banks = [BankLayout(bank.layer, bank.slices, block, bank.fmt_code, bank.from_header) for bank, block in zip(banks, blocks)]
     if numbering == "ordinal" and [bank.layer for bank in banks] != list(range(len(banks))):
         raise FormatError(path, "bank_numbering 'ordinal' needs banks numbered 0..n_layers-1", key="banks")
     top_k = doc.get("top_k", doc.get("top_k_per_layer", 0))
@@ -368,6 +453,7 @@ def read_manifest(folder_or_file):
         extra={key: value for key, value in doc.items() if key not in known},
         path=path,
         bank_sources=bank_sources,
+        packer=packer,
     )
 
 
