@@ -263,8 +263,33 @@ def test_table_output(tmp_path):
     source = small(tmp_path)
     doc = json.loads(invoke(source, "--pure", "--type", "q6_K", "--json").stdout)
     tables = command._tables(doc)
-    assert tables[0].columns == ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"]
-    assert tables[0].rows[0][0] == "q6_K" and tables[0].rows[0][-1] == "qwen3moe-q6_K.gguf"
+    assert tables[0].columns == ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks"]
+    assert tables[0].rows[0][0] == "q6_K" and "written in " in tables[0].caption
+    assert "qwen3moe-q6_K.gguf;" in tables[0].caption  # file names in the caption, where they wrap as text
+
+
+def test_fallback_rows_differing_only_in_block_are_one_row(tmp_path):
+    source = small(tmp_path, "deepseek2", n_layer=4)
+    doc = json.loads(invoke(source, "--pure", "--type", "q4_K", "--dry-run", "--json").stdout)
+    assert len(doc["tiers"][0]["fallbacks"]) > 4  # JSON keeps one entry per tensor
+    fallbacks = command._tables(doc)[-1]
+    assert fallbacks.columns == ["tier", "tensors", "written as", "reason"]
+    names = [row[1] for row in fallbacks.rows]
+    assert "blk.{0-3}.attn_k_b.weight (4)" in names
+    assert len(names) == len(set(names)) < len(doc["tiers"][0]["fallbacks"])
+
+
+@pytest.mark.parametrize("blocks,shown", [([0, 1, 2, 3], "0-3"), ([5], "5"), ([0, 2, 3, 4, 9, 11, 12], "0,2-4,9,11-12")])
+def test_block_ranges(blocks, shown):
+    assert command.block_ranges(blocks) == shown
+
+
+def test_a_tier_larger_than_the_source_is_said_so(tmp_path):
+    """A Q8_0 tier of a Q4_0 model re-quantizes 4-bit weights into 8 bits: bytes, no precision."""
+    source = small(tmp_path, types=synth.Types(resident=synth.Q4_0, embed=synth.Q4_0, output=synth.Q4_0))
+    doc = json.loads(invoke(source, "--pure", "--type", "q8_0,q4_0", "--dry-run", "--json").stdout)
+    larger = [note for note in doc["notes"] if "larger than the source" in note]
+    assert len(larger) == 1 and larger[0].startswith("q8_0 is ") and "adds bytes, not precision" in larger[0]
 
 
 # --- bad input --------------------------------------------------------------------------------

@@ -46,22 +46,72 @@ def _figure(value, fmt):
     return "-" if value is None else fmt.format(value)
 
 
+def block_ranges(numbers):
+    """`0-3,7,9-10` for the block numbers {0, 1, 2, 3, 7, 9, 10}."""
+    numbers = sorted(set(numbers))
+    spans, start = [], None
+    for index, number in enumerate(numbers):
+        if start is None:
+            start = number
+        if index + 1 == len(numbers) or numbers[index + 1] != number + 1:
+            spans.append(str(start) if start == number else f"{start}-{number}")
+            start = None
+    return ",".join(spans)
+
+
+def group_by_block(rows):
+    """Rows (tier, tensor name, type, reason) with the same tier, type, reason and name apart from
+    the block number, folded into one: `blk.{0-45}.ffn_down_shexp.weight (46)`. A dry run of a
+    61-block model printed 93 identical rows."""
+    import re
+
+    groups = {}
+    for tier, name, written_as, reason in rows:
+        match = re.match(r"^blk\.(\d+)\.(.+)$", name)
+        key = (tier, match[2] if match else name, written_as, reason, bool(match))
+        groups.setdefault(key, []).append(int(match[1]) if match else None)
+    out = []
+    for (tier, rest, written_as, reason, in_block), blocks in groups.items():
+        if not in_block:
+            names = rest
+        elif len(blocks) == 1:
+            names = f"blk.{blocks[0]}.{rest}"
+        else:
+            names = f"blk.{{{block_ranges(blocks)}}}.{rest} ({len(blocks)})"
+        out.append((tier, names, written_as, reason))
+    return out
+
+
+def larger_than_source_notes(results, source_resident_bytes):
+    """A tier with more resident bytes than the source's: the source already holds those weights in
+    fewer bits, so re-quantizing them into more bits adds bytes and no precision."""
+    return [f"{result.tier} is {format_size(result.resident_bytes)}, larger than the source's resident "
+            f"{format_size(source_resident_bytes)} ({result.resident_bytes / source_resident_bytes:.2f}x): the source "
+            "already stores these weights in fewer bits, so this tier adds bytes, not precision"
+            for result in results if source_resident_bytes and result.resident_bytes > source_resident_bytes]
+
+
 def _tables(doc):
     tiers = Table(
         f"Resident tiers of {os.path.basename(doc['model'])} ({doc['mode']}, source resident {format_size(doc['source_resident_bytes'])})",
-        ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks", "file"],
+        ["tier", "resident", "bits/w", "RMSE", "rel RMSE", "max rel err", "requant", "fallbacks"],
         [[t["tier"], format_size(t["resident_bytes"]), f"{t['bits_per_weight']:.3f}", _figure(t["rmse"], "{:.3g}"),
-          _figure(t["rel_rmse"], "{:.3%}"), _figure(t["max_rel_error"], "{:.3%}"), t["quantized"], len(t["fallbacks"]),
-          os.path.basename(t["gguf"])] for t in doc["tiers"]],
+          _figure(t["rel_rmse"], "{:.3%}"), _figure(t["max_rel_error"], "{:.3%}"), t["quantized"], len(t["fallbacks"])]
+         for t in doc["tiers"]],
         right_align=(1, 2, 3, 4, 5, 6, 7),
-        caption=(f"in {doc['output_dir']}; {doc['tiers'][0]['kept']} tensors kept as llama-quantize keeps them "
+        # the files go in the caption, where a long name wraps as text instead of folding a column
+        caption=(f"{'written' if doc['tiers'][0]['file_bytes'] is not None else 'to write'} in {doc['output_dir']}: "
+                 f"{', '.join(os.path.basename(path) for t in doc['tiers'] for path in t['gguf_files'])}; "
+                 f"{doc['tiers'][0]['kept']} tensors kept as llama-quantize keeps them "
                  "(1-D, norms, router, non-weights); tensors already in a tier's type copied as they are") if doc["tiers"] else "",
     )
     worst = Table("Worst re-quantized tensors (by relative RMSE)", ["tier", "tensor", "from", "to", "RMSE", "rel RMSE", "max rel err"],
                   [[t["tier"], e["tensor"], e["source_type"], e["type"], f"{e['rmse']:.3g}", f"{e['rel_rmse']:.3%}", f"{e['max_rel_error']:.3%}"]
                    for t in doc["tiers"] for e in t["worst_tensors"]], right_align=(4, 5, 6))
-    fallbacks = Table("Fallbacks (rows that do not divide into the tier's blocks)", ["tier", "tensor", "written as", "reason"],
-                      [[t["tier"], f["tensor"], f["type"], f["reason"]] for t in doc["tiers"] for f in t["fallbacks"]])
+    fallbacks = Table("Fallbacks (rows that do not divide into the tier's blocks)", ["tier", "tensors", "written as", "reason"],
+                      [[tier, names, written_as, reason]
+                       for tier, names, written_as, reason in group_by_block([(t["tier"], f["tensor"], f["type"], f["reason"])
+                                                                              for t in doc["tiers"] for f in t["fallbacks"]])])
     tables = [tiers]
     if worst.rows:
         tables.append(worst)
@@ -201,6 +251,9 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
                  "(from the kernels' measured speed on this engine and thread count)")
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
                 results = core.run(model, plans, threads=threads, progress=bar)
+        for note in larger_than_source_notes(results, model.resident_bytes):
+            info(f"note: {note}")
+            notes.append(note)
         doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)
         if installed is not None:
             if not dry_run:
