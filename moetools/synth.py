@@ -378,6 +378,226 @@ def qwen35moe(t=Types(), **p):
     return spec
 
 
+def _nextn_block(spec, il, n_embd, t):
+    """The NextN/MTP input-fusion tensors of a trailing predict block (DeepSeek-V3, GLM-4.5)."""
+    spec.add(f"blk.{il}.nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
+    spec.add(f"blk.{il}.nextn.enorm.weight", (n_embd,), t.norm)
+    spec.add(f"blk.{il}.nextn.hnorm.weight", (n_embd,), t.norm)
+    spec.add(f"blk.{il}.nextn.shared_head_norm.weight", (n_embd,), t.norm)
+
+
+def deepseek32(t=Types(), **p):
+    """DeepSeek-V3.2 (`deepseek32`): the DeepSeek-V3 layout plus the DSA lightning indexer in every
+    block (indexer.k_norm, .proj, .attn_k, .attn_q_b) and `nextn` NextN/MTP blocks at the end
+    (llama.cpp src/models/deepseek32.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 16, "qk_nope": 32, "v_head": 32,
+         "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "nextn": 1, "vocab": 1024, "ctx": 4096} | p
+    trunk = p["n_layer"]
+    spec = deepseek2(t, **(p | {"n_layer": trunk + p["nextn"]}))
+    spec.architecture = "deepseek32"
+    spec.metadata = [(key.replace("deepseek2.", "deepseek32.", 1), value, kind) for key, value, kind in spec.metadata]
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    n_embd = p["n_embd"]
+    for il in range(trunk + p["nextn"]):
+        spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
+        spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
+        spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+        spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
+        spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+def glm4moe(t=Types(), **p):
+    """GLM-4.5 / GLM-4.5-Air (`glm4moe`): GQA with q/k/v biases and partial rotary, leading dense
+    blocks, sigmoid-routed experts with a shared expert, and `nextn` NextN/MTP blocks at the end
+    (llama.cpp src/models/glm4-moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "nextn": 1, "qk_norm": False, "vocab": 1024,
+         "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("glm4moe", [])
+    n_all = p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
+    head, n_embd = p["head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head // 2)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    for il in range(n_all):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        for name, rows in (("attn_q", p["n_head"] * head), ("attn_k", p["n_head_kv"] * head), ("attn_v", p["n_head_kv"] * head)):
+            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+        if p["qk_norm"]:
+            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= p["n_layer"]:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+def minimax_m2(t=Types(), **p):
+    """MiniMax-M2 (`minimax-m2`): GQA with whole-width q/k norms, sigmoid-routed experts of
+    feed_forward_length with a probability bias, no shared expert (llama.cpp src/models/minimax-m2.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 4, "rope": 32, "vocab": 1024, "ctx": 4096, "rope_base": 5e6} | p
+    spec = ModelSpec("minimax-m2", [])
+    _common(spec, p)
+    head, n_embd = p["head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff_exp"], head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (p["n_head"] * head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (p["n_head_kv"] * head,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def nemotron_h_moe(t=Types(), **p):
+    """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
+    (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
+    blocks feed_forward_length 0, MoE blocks head_count_kv 0; experts are up/down only (relu^2) with a
+    shared expert (llama.cpp src/models/nemotron-h.cpp)."""
+    p = {"pattern": "ME*E", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128,
+         "n_ff_shexp": 256, "n_expert": 16, "top_k": 4, "conv": 4, "ssm_heads": 8, "ssm_head": 32, "state": 32,
+         "groups": 2, "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    n_layer = len(pattern)
+    spec = ModelSpec("nemotron_h_moe", [])
+    _common(spec, p | {"n_layer": n_layer})
+    n_embd, head = p["n_embd"], p["head"]
+    d_inner = p["ssm_heads"] * p["ssm_head"]
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.feed_forward_length", [p["n_ff_exp"] if c == "E" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta("{arch}.expert_shared_count", 1)
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
+    spec.meta("{arch}.ssm.group_count", p["groups"])
+    _embeddings(spec, p, t)
+    conv_dim = d_inner + 2 * p["groups"] * p["state"]
+    for il, kind in enumerate(pattern):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            spec.add(f"blk.{il}.ssm_in.weight", (n_embd, 2 * d_inner + 2 * p["groups"] * p["state"] + p["ssm_heads"]), t.resident)
+            spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
+            spec.add(f"blk.{il}.ssm_conv1d.bias", (conv_dim,), t.norm)
+            spec.add(f"blk.{il}.ssm_dt.bias", (p["ssm_heads"],), t.norm)
+            spec.add(f"blk.{il}.ssm_a", (1, p["ssm_heads"]), t.norm)
+            spec.add(f"blk.{il}.ssm_d", (1, p["ssm_heads"]), t.norm)
+            spec.add(f"blk.{il}.ssm_norm.weight", (d_inner // p["groups"], p["groups"]), t.norm)
+            spec.add(f"blk.{il}.ssm_out.weight", (d_inner, n_embd), t.resident)
+        elif kind == "*":
+            _gqa_attention(spec, il, p, head, t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, p["n_ff_exp"], p["n_expert"]), t.expert)
+            spec.add(f"blk.{il}.ffn_down_exps.weight", (p["n_ff_exp"], n_embd, p["n_expert"]),
+                     t.expert_down if t.expert_down is not None else t.expert)
+            spec.add(f"blk.{il}.ffn_up_shexp.weight", (n_embd, p["n_ff_shexp"]), t.resident)
+            spec.add(f"blk.{il}.ffn_down_shexp.weight", (p["n_ff_shexp"], n_embd), t.resident)
+    return spec
+
+
+def gemma4(t=Types(), **p):
+    """Gemma 4 MoE (`gemma4`, gemma-4-26B-A4B): sliding-window layers (head `head_swa`, `n_head_kv_swa`
+    KV heads) with a full-attention layer every `full_every`-th (head `head`, `n_head_kv` KV heads, one
+    shared rope_freqs), a dense GeGLU MLP beside 128 routed experts in every block, tied embeddings;
+    the last `shared_kv` layers reuse earlier layers' KV (llama.cpp src/models/gemma4.cpp)."""
+    p = {"n_layer": 6, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_head_kv_swa": 2, "head": 128,
+         "head_swa": 64, "n_ff": 256, "n_ff_exp": 64, "n_expert": 16, "top_k": 4, "swa": 128, "full_every": 6,
+         "shared_kv": 0, "vocab": 1024, "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("gemma4", [])
+    _common(spec, p)
+    n_embd, n_layer = p["n_embd"], p["n_layer"]
+    is_full = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if full else p["n_head_kv_swa"] for full in is_full], "u32[]")
+    spec.meta("{arch}.attention.key_length", p["head"])
+    spec.meta("{arch}.attention.value_length", p["head"])
+    spec.meta("{arch}.attention.key_length_swa", p["head_swa"])
+    spec.meta("{arch}.attention.value_length_swa", p["head_swa"])
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.attention.sliding_window_pattern", [not full for full in is_full], "bool[]")
+    spec.meta("{arch}.attention.shared_kv_layers", p["shared_kv"])
+    spec.meta("{arch}.embedding_length_per_layer_input", 0)
+    spec.meta("{arch}.rope.dimension_count", p["head"])
+    spec.meta("{arch}.rope.dimension_count_swa", p["head_swa"])
+    spec.meta("{arch}.final_logit_softcapping", 30.0, "f32")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
+    for il in range(n_layer):
+        head = p["head"] if is_full[il] else p["head_swa"]
+        hkv = p["n_head_kv"] if is_full[il] else p["n_head_kv_swa"]
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_q.weight", (n_embd, p["n_head"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_k.weight", (n_embd, hkv * head), t.resident)
+        if not is_full[il]:  # the full layers use K as V (attention_k_eq_v)
+            spec.add(f"blk.{il}.attn_v.weight", (n_embd, hkv * head), t.resident)
+        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.layer_output_scale.weight", (1,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(f"blk.{il}.post_ffw_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.scale", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.pre_ffw_norm_2.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.post_ffw_norm_1.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.post_ffw_norm_2.weight", (n_embd,), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
 BUILDERS = {
     "mixtral": llama_moe,
     "qwen3moe": qwen3moe,
@@ -385,6 +605,11 @@ BUILDERS = {
     "gpt-oss": gpt_oss,
     "kimi-k3": kimi_k3,
     "qwen35moe": qwen35moe,
+    "deepseek32": deepseek32,
+    "glm4moe": glm4moe,
+    "minimax-m2": minimax_m2,
+    "nemotron_h_moe": nemotron_h_moe,
+    "gemma4": gemma4,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }
 
@@ -440,6 +665,41 @@ PRESETS = {
         arch="qwen3next", n_layer=48, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
         n_ff_shexp=512, n_expert=512, top_k=10, k_heads=16, v_heads=32, state=128, vocab=151936, ctx=262144,
         file_type=15),
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B (Megatron-Bridge Nemotron3NanoProvider / its config.json):
+    # 52 blocks "MEMEM*EMEMEM*...", 2688 wide, 32 query / 2 KV heads of 128, Mamba-2 64 heads of 64,
+    # state 128, 8 groups, conv 4, 128 experts of 1856 (top-6) plus a 3712-wide shared expert.
+    "nemotron-3-nano-30b-a3b": lambda: nemotron_h_moe(
+        Types(expert=Q4_0, resident=Q8_0, embed=Q8_0, output=Q8_0), name="Nemotron-3-Nano-30B-A3B (synthetic)",
+        pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", n_embd=2688, n_head=32, n_head_kv=2,
+        head=128, n_ff_exp=1856, n_ff_shexp=3712, n_expert=128, top_k=6, conv=4, ssm_heads=64, ssm_head=64,
+        state=128, groups=8, vocab=131072, ctx=262144, file_type=15),
+    # deepseek-ai/DeepSeek-V3.2 config.json: DeepSeek-V3's widths, an indexer of 64 heads of 128 picking
+    # 2048 tokens, one NextN/MTP block (62 blocks in the GGUF).
+    "deepseek-v3.2": lambda: deepseek32(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="DeepSeek-V3.2 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
+        n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        idx_heads=64, idx_head=128, idx_top_k=2048, nextn=1, vocab=129280, ctx=163840, file_type=15),
+    # zai-org/GLM-4.5-Air config.json: 46 layers + 1 NextN block, 4096 wide, 96 query / 8 KV heads of 128
+    # (half rotary, q/k/v biases), one dense block of 10944, 128 experts of 1408 (top-8) + 1 shared.
+    # Rows of 1408/704 values (2688 for Nemotron) do not fill Q4_K's 256-value blocks: those are Q8_0/Q4_0.
+    "glm-4.5-air": lambda: glm4moe(
+        Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q4_K, output=Q6_K), name="GLM-4.5-Air (synthetic)",
+        n_layer=46, nextn=1, n_embd=4096, n_head=96, n_head_kv=8, head=128, n_ff=10944, n_ff_exp=1408,
+        n_expert=128, top_k=8, n_shared=1, n_dense=1, vocab=151552, ctx=131072, file_type=15),
+    # MiniMaxAI/MiniMax-M2 config.json: 62 layers, 3072 wide, 48 query / 8 KV heads of 128 (64 rotary),
+    # 256 experts of 1536 (top-8), no shared expert.
+    "minimax-m2": lambda: minimax_m2(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-M2 (synthetic)",
+        n_layer=62, n_embd=3072, n_head=48, n_head_kv=8, head=128, rope=64, n_ff_exp=1536, n_expert=256,
+        top_k=8, vocab=200064, ctx=196608, file_type=15),
+    # google/gemma-4-26B-A4B config.json (values as cross-checked in public GGUF readers): 30 layers,
+    # 2816 wide, 16 query heads; sliding layers 8 KV heads of 256 with a 1024 window, every 6th layer full
+    # with 2 KV heads of 512; a 2112-wide dense MLP beside 128 experts of 704 (top-8); tied embeddings.
+    "gemma-4-26b-a4b": lambda: gemma4(
+        Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-4-26B-A4B (synthetic)",
+        n_layer=30, n_embd=2816, n_head=16, n_head_kv=2, n_head_kv_swa=8, head=512, head_swa=256, n_ff=2112,
+        n_ff_exp=704, n_expert=128, top_k=8, swa=1024, full_every=6, vocab=262144, ctx=262144, file_type=15),
     "llama3-8b": lambda: llama_moe(
         Types(resident=F16, embed=F16, output=F16), name="Llama-3-8B (synthetic)", n_expert=0, n_layer=32,
         n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab=128256, ctx=8192, file_type=1),
@@ -553,7 +813,7 @@ def preset(name):
 
 
 def tiny(name, types=Types(), **params):
-    """A tiny spec of an architecture (`mixtral`, `qwen3moe`, `deepseek2`, `gpt-oss`, `kimi-k3`, `dense`)."""
+    """A tiny spec of an architecture (a key of BUILDERS: `mixtral`, `qwen3moe`, `deepseek2`, ...)."""
     return BUILDERS[name](types, **params)
 
 

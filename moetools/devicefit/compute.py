@@ -279,7 +279,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
     mixer = "none"
     if kvshape.is_recurrent[il] and kvshape.architecture in kvmod.GDN_ARCHES:
         mixer = "gdn"
-    elif kvshape.is_recurrent[il]:
+    elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "kda":
         mixer = "kda"
     elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
         mixer = "mamba2"
@@ -724,7 +724,8 @@ def _repeats(graph_shape, kvshape, layer_set):
 def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output):
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
-    layer_set = set(range(len(graph_shape.layers))) if layers is None else set(layers)
+    # NextN/MTP blocks a device holds are not in the main graph (graph_shape.layers is the trunk)
+    layer_set = set(range(len(graph_shape.layers))) if layers is None else {il for il in layers if il < len(graph_shape.layers)}
     skipped = _repeats(graph_shape, kvshape, layer_set)
     tokens_in = g.input(I32_BYTES * T)
     embd_in = g.input(b.f32(n_embd, T))

@@ -10,8 +10,17 @@ The rules, in short:
   and value_length_mla set) cache K only, whose width is `attention.key_length` (kv_lora_rank + rope).
 - sliding-window layers go to a second cache of pad256(min(cells, n_swa x (n_seq if unified else 1)
   + n_ubatch)) cells per stream, unless swa_full.
-- recurrent layers (Kimi KDA: head_count_kv 0) hold f32 state rows, max(1, n_seq) of them:
-  n_embd_r = 3 x (d_conv - 1) x n_head x kda_head_dim, n_embd_s = kda_head_dim^2 x n_head.
+- recurrent layers hold f32 state rows, max(1, n_seq) of them, each n_embd_r + n_embd_s values
+  (llama_hparams::n_embd_r/n_embd_s): RWKV token_shift_count x n_embd and n_embd x wkv_head_size;
+  LFM2 short convolutions n_embd x (l_cache - 1); Kimi KDA 3 x (d_conv - 1) x n_head x kda_head_dim and
+  kda_head_dim^2 x n_head; Mamba/Mamba-2 and gated delta nets (d_conv - 1) x (d_inner + 2 n_group
+  d_state) and d_state x d_inner. Which layers are recurrent and which attend comes from each hybrid's
+  loader and llama_model::create_memory's layer filters (RECURRENT_RULES below).
+- layers past `n_layer_kv_from_start` (gemma3n, gemma4 `shared_kv_layers`) reuse an earlier layer's
+  cache and hold none; NextN/MTP blocks hold none in the main context (except where a hybrid's filter
+  keeps them).
+- DSA models (deepseek32, glm-dsa) add an indexer K cache: one head of `indexer.key_length` values per
+  cell in the K type, in the trunk layers (glm-dsa: those `indexer.types` marks full).
 - without flash attention the V cache is transposed and every layer's V row is padded to the widest.
 """
 
@@ -44,6 +53,8 @@ SWA_RULES = {
     "laguna": ("key>0", 4, True, None, "standard"),
     "plamo3": ("key>0", 8, False, None, "standard"),
     "llama4": ("key!=0", 4, False, 8192, "chunked"),
+    "gemma3n": ("always", 5, False, None, "standard"),
+    "gemma4": ("array", 0, False, None, "standard"),
     "smallthinker": ("key>0", 4, True, 4096, "standard"),
     "mimo2": ("array", 0, False, None, "standard"),
     "maple": ("array", 0, False, None, "standard"),
@@ -58,14 +69,56 @@ KDA_ARCHES = ("kimi-k3", "kimi-linear")
 # Hybrid models whose recurrent layers are gated delta nets: `attention.recurrent_layers`, else every
 # layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp).
 GDN_ARCHES = ("qwen3next", "qwen35moe")
-HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES
-# Architectures with recurrent state or KV layouts this module does not model: refuse, never guess.
+# Recurrent and hybrid architectures sized from their loaders (src/models/*.cpp load_arch_hparams) and
+# llama_model::create_memory's filters: arch -> (state kind, which trunk layers are recurrent, which
+# layers attend).
+#   recurrent: "all" every trunk layer; "hkv0" head_count_kv 0; "hkv0_ff0" head_count_kv 0 and
+#              feed_forward_length 0 (Nemotron-H: the MoE/MLP layers are neither).
+#   attention: "none"; "not_recurrent" every other block, NextN included (the hybrid's default filter);
+#              "all" every block (Falcon-H1 runs both in each layer); "ff0" not recurrent and
+#              feed_forward_length 0 (Nemotron-H).
+RECURRENT_RULES = {
+    "mamba": ("mamba", "all", "none"),
+    "mamba2": ("mamba", "all", "none"),
+    "rwkv6": ("rwkv", "all", "none"),
+    "rwkv6qwen2": ("rwkv", "all", "none"),
+    "rwkv7": ("rwkv", "all", "none"),
+    "arwkv7": ("rwkv", "all", "none"),
+    "jamba": ("mamba", "hkv0", "not_recurrent"),
+    "granitehybrid": ("mamba", "hkv0", "not_recurrent"),
+    "plamo2": ("mamba", "hkv0", "not_recurrent"),
+    "falcon-h1": ("mamba", "all", "all"),
+    "nemotron_h": ("mamba", "hkv0_ff0", "ff0"),
+    "nemotron_h_moe": ("mamba", "hkv0_ff0", "ff0"),
+    "lfm2": ("shortconv", "hkv0", "not_recurrent"),
+    "lfm2moe": ("shortconv", "hkv0", "not_recurrent"),
+}
+HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES + tuple(arch for arch, rule in RECURRENT_RULES.items() if rule[2] != "none")
+# DSA sparse attention: an extra indexer K cache (src/llama-kv-cache-dsa.cpp).
+DSA_ARCHES = ("deepseek32", "glm-dsa")
+INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
+INDEXER_TYPES = "{arch}.attention.indexer.types"
+SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"
+GEMMA3N_KV_LAYERS = 20  # llama_model_gemma3n: n_layer_kv_from_start
+# glm-dsa's built-in indexer pattern for GLM-5.2 checkpoints (n_ctx_train >= 1M) without indexer.types:
+# the first two layers, then every fourth from layer 2, for 78 layers (src/models/glm-dsa.cpp).
+GLM_DSA_DEFAULT_LAYERS = 78
+# Architectures llama.cpp runs whose memory this module does not model: refuse, never guess. Each names
+# the memory llama.cpp builds for it that device-fit has no formula for.
 UNSUPPORTED = {
-    "mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "jamba", "falcon-h1", "plamo2",
-    "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "bailingmoe3",
-    "glm5-next", "qwen35", "qwen4exp", "deepseek4", "minimax-01", "minimax-m3",
-    "deepseek32", "glm-dsa", "dots3note", "hy-v4", "gemma3n", "gemma4", "gemma4-assistant",
-    "gemma-embedding", "modern-bert", "exaone4",
+    "bailingmoe3": "its hybrid linear-attention state",
+    "glm5-next": "its hybrid KDA state with a DSA indexer cache (llama_memory_hybrid_idx)",
+    "qwen35": "its MTP/recurrent state layout",
+    "qwen4exp": "its QSA indexer cache (llama_memory_hybrid_idx)",
+    "deepseek4": "its compressed DSV4 KV cache (llama_kv_cache_dsv4)",
+    "minimax-01": "its lightning-attention state (n_embd_head_la)",
+    "minimax-m3": "its MSA indexer cache (llama_kv_cache_msa)",
+    "dots3note": "its DSA + sliding-window cache (llama_kv_cache_dsa_iswa)",
+    "hy-v4": "its DSA indexer over shared layers",
+    "gemma4-assistant": "its KV shared with another model's context",
+    "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
+    "modern-bert": "no KV cache (an encoder device-fit does not plan)",
+    "exaone4": "its sliding-window layout",
 }
 
 
@@ -106,6 +159,10 @@ class KVShape(Record):
         ("mla", False),
         ("state_r", 0),  # f32 values per recurrent row (conv state)
         ("state_s", 0),  # f32 values per recurrent row (recurrent matrix state)
+        ("recurrent_kind", ""),  # "kda" | "gdn" | "mamba" | "rwkv" | "shortconv" ("" without recurrent layers)
+        ("has_kv", list),  # per block: False where the layer holds no attention cache (filtered/shared); [] = all
+        ("indexer_width", 0),  # DSA: values per cell of the indexer K cache (one head)
+        ("indexer_layers", list),  # per block: True where the layer has an indexer cache
         ("notes", list),
     )
 
@@ -173,30 +230,136 @@ def _gdn_layers(model, trunk, n_layer):
     return [il < trunk and (il + 1) % interval != 0 for il in range(n_layer)]
 
 
+def _int_array(model, template, n_layer, default):
+    """A per-layer key read like llama.cpp's get_key_or_arr: an array (at least n_layer long) or a scalar."""
+    key = model.key(template)
+    raw = model.metadata.get(key)
+    if isinstance(raw, LazyArray):
+        raw = raw.load()
+    if raw is None:
+        return list(default)
+    if isinstance(raw, list):
+        if len(raw) < n_layer:
+            raise GGUFError(model.path, f"{len(raw)} entries for {n_layer} layers", key=key)
+        return [int(value) for value in raw[:n_layer]]
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise GGUFError(model.path, f"{raw!r} is not a whole number", key=key)
+    return [raw] * n_layer
+
+
+def _recurrent_state(model, kind, n_embd, head_count):
+    """(n_embd_r, n_embd_s) of llama_hparams for a recurrent kind, from the keys its loader reads."""
+    if kind == "rwkv":
+        head_size = model.get_int("{arch}.wkv.head_size", required_for="the RWKV state")
+        shift = model.get_int("{arch}.token_shift_count", 2)
+        return shift * n_embd, n_embd * head_size
+    if kind == "shortconv":
+        l_cache = model.get_int("{arch}.shortconv.l_cache", required_for="the short-convolution state")
+        return n_embd * max(l_cache - 1, 0), 0
+    if kind == "kda":
+        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the KDA conv state")
+        kda = model.get_int(Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
+        d_inner = head_count[0] * kda
+        return 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner, kda * kda * head_count[0]
+    what = "gated delta net" if kind == "gdn" else "Mamba"
+    d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for=f"the {what} conv state")
+    d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for=f"the {what} state")
+    d_state = model.get_int(Keys.SSM_STATE_SIZE, required_for=f"the {what} state")
+    # Mamba-1 (mamba, jamba) has no groups; the others' loaders require the key
+    group_required = None if model.architecture in ("mamba", "jamba") else f"the {what} conv state"
+    n_group = model.get_int(Keys.SSM_GROUP_COUNT, 0, required_for=group_required)
+    return (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
+
+
+def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
+    """(recurrent kind, is_recurrent per block, has_kv per block) from the loader and create_memory."""
+    no_kv_from = n_layer  # llama_hparams::n_layer_kv_from_start: later layers reuse an earlier cache
+    if arch == "gemma4":
+        shared = model.get_int(SHARED_KV_LAYERS, 0)
+        no_kv_from = n_layer - shared
+        if shared and no_kv_from < 2:
+            raise GGUFError(model.path, f"{shared} shared KV layers leave fewer than 2 layers with a cache "
+                                        "(llama.cpp asserts at least 2)", key=model.key(SHARED_KV_LAYERS))
+    elif arch == "gemma3n":
+        no_kv_from = GEMMA3N_KV_LAYERS
+    kind, is_recurrent = "", [False] * n_layer
+    if arch in KDA_ARCHES:
+        kind = "kda"
+        is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
+        # the hybrid's default attention filter ("not recurrent") keeps the NextN blocks
+        return kind, is_recurrent, [not r for r in is_recurrent]
+    if arch in GDN_ARCHES:
+        is_recurrent = _gdn_layers(model, trunk, n_layer)
+        # create_memory's filters for the Qwen hybrids: trunk layers only
+        return "gdn", is_recurrent, [il < trunk and not is_recurrent[il] for il in range(n_layer)]
+    rule = RECURRENT_RULES.get(arch)
+    if rule is None:
+        # a plain KV cache: with NextN layers the filter keeps the trunk only
+        return kind, is_recurrent, [il < trunk and il < no_kv_from for il in range(n_layer)]
+    kind, recurrent, attention = rule
+    n_ff = None
+    if "ff0" in recurrent or attention == "ff0":
+        n_ff = _int_array(model, "{arch}.feed_forward_length", n_layer, [None] * n_layer)
+        if None in n_ff:
+            raise GGUFError(model.path, "missing metadata key needed for the Nemotron-H layer pattern "
+                                        "(which layers are Mamba, attention or FFN)", key=model.key("{arch}.feed_forward_length"))
+    for il in range(trunk):
+        if recurrent == "all":
+            is_recurrent[il] = True
+        elif recurrent == "hkv0":
+            is_recurrent[il] = head_count_kv[il] == 0
+        else:
+            is_recurrent[il] = head_count_kv[il] == 0 and n_ff[il] == 0
+    if attention == "none":
+        has_kv = [False] * n_layer
+    elif attention == "all":
+        has_kv = [True] * n_layer
+    elif attention == "ff0":
+        has_kv = [not is_recurrent[il] and n_ff[il] == 0 for il in range(n_layer)]
+    else:
+        has_kv = [not r for r in is_recurrent]
+    return kind, is_recurrent, has_kv
+
+
+def _indexer_layers(model, arch, trunk, n_layer):
+    """Which blocks carry a DSA indexer cache: the trunk (glm-dsa: the layers indexer.types marks full)."""
+    if arch == "deepseek32":
+        return [il < trunk for il in range(n_layer)]
+    context_train = model.get_int(Keys.CONTEXT_LENGTH, 0)
+    if context_train < 1048576:
+        full = [1] * trunk  # GLM-5/5.1: every layer indexes
+    else:
+        full = [1 if il < 2 or (il - 2) % 4 == 0 else 0 for il in range(min(trunk, GLM_DSA_DEFAULT_LAYERS))]
+        full += [0] * (trunk - len(full))
+    full = _int_array(model, INDEXER_TYPES, trunk, full)
+    return [il < trunk and bool(full[il]) for il in range(n_layer)]
+
+
 def kv_shape(model):
     """The KVShape of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
     arch = model.architecture
     if arch in UNSUPPORTED:
-        raise GGUFError(model.path, f"device-fit does not size the KV/recurrent memory of architecture {arch!r} yet",
-                        key=Keys.ARCHITECTURE)
+        raise GGUFError(model.path, f"device-fit cannot size architecture {arch!r}: it has no model of "
+                                    f"{UNSUPPORTED[arch]}", key=Keys.ARCHITECTURE)
     n_layer = model.block_count
     if n_layer == 0:
         raise GGUFError(model.path, "block count is 0", key=model.key(Keys.BLOCK_COUNT))
     context_train = model.get_int(Keys.CONTEXT_LENGTH, None, required_for="the default context")
     n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for="the attention head width")
-    head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0, required_for="the KV cache")]
+    head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0, required_for=None if arch in RECURRENT_RULES and RECURRENT_RULES[arch][2] == "none" else "the KV cache")]
     head_count_kv = model.layer_values(Keys.HEAD_COUNT_KV, None)
     # llama.cpp: head_count_kv defaults to head_count, and a head width to n_embd / head_count(0).
     head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
     nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
     notes = []
-    if trunk < n_layer and arch not in HYBRID_ARCHES:
-        notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
 
     k_key_length_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
     v_key_length_mla = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
     mla = bool(k_key_length_mla and v_key_length_mla)
+    if arch in DSA_ARCHES and not mla:
+        raise GGUFError(model.path, f"{arch} needs MLA (llama.cpp refuses it without key_length_mla/value_length_mla)",
+                        key=model.key(Keys.KEY_LENGTH_MLA))
     if head_count[0] > 0:
         default_width = n_embd // head_count[0]
         if mla and model.key(Keys.KEY_LENGTH) not in model.metadata:
@@ -210,38 +373,34 @@ def kv_shape(model):
         kv_lora = model.get_int(Keys.KV_LORA_RANK, None, required_for="the MLA cache")
         if arch in KDA_ARCHES:
             v_full = kv_lora  # the kimi loaders set the V head width to the latent rank
-    k_swa = model.get_int(Keys.KEY_LENGTH_SWA, k_full)
-    v_swa = model.get_int(Keys.VALUE_LENGTH_SWA, v_full)
+    swa_required = "the sliding-window head width of gemma4" if arch == "gemma4" else None
+    k_swa = model.get_int(Keys.KEY_LENGTH_SWA, k_full, required_for=swa_required)
+    v_swa = model.get_int(Keys.VALUE_LENGTH_SWA, v_full, required_for=swa_required)
     is_swa, n_swa, swa_type = _swa_layers(model, arch, trunk, n_layer)
     if swa_type == "none" and arch not in SWA_RULES and model.get_int(Keys.SLIDING_WINDOW, None):
+        if arch in ("lfm2", "lfm2moe"):
+            raise GGUFError(model.path, f"device-fit cannot size {arch} with a sliding window: it has no model of "
+                                        "the hybrid sliding-window memory (llama_memory_hybrid_iswa)", key=model.key(Keys.SLIDING_WINDOW))
         notes.append(f"{arch}: llama.cpp's loader ignores attention.sliding_window; every layer sized as full attention")
-    is_recurrent = [False] * n_layer
+    recurrent_kind, is_recurrent, has_kv = _layer_filters(model, arch, trunk, n_layer, head_count_kv)
+    if trunk < n_layer and not any(has_kv[trunk:]):
+        notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
+    if arch in ("gemma3n", "gemma4") and not all(has_kv[:trunk]):
+        notes.append(f"{arch}: {trunk - sum(has_kv[:trunk])} layer(s) reuse an earlier layer's KV cache and hold none")
     state_r = state_s = 0
-    if arch in KDA_ARCHES:
-        is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
-        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the KDA conv state")
-        kda = model.get_int(Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
-        d_inner = head_count[0] * kda
-        state_r = 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner
-        state_s = kda * kda * head_count[0]
-    if arch in GDN_ARCHES:
-        is_recurrent = _gdn_layers(model, trunk, n_layer)
-        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the gated delta net conv state")
-        d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for="the gated delta net state")
-        d_state = model.get_int(Keys.SSM_STATE_SIZE, required_for="the gated delta net state")
-        n_group = model.get_int(Keys.SSM_GROUP_COUNT, required_for="the gated delta net conv state")
-        # llama_hparams::n_embd_r / n_embd_s (the Mamba formulas the delta net shares)
-        state_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
-        state_s = d_state * d_inner
-    if any(head_count_kv[il] and not (k_full if not is_swa[il] else k_swa) for il in range(trunk)):
+    if any(is_recurrent):
+        state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count)
+    indexer_width, indexer_layers = 0, []
+    if arch in DSA_ARCHES:
+        indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the DSA indexer cache")
+        indexer_layers = _indexer_layers(model, arch, trunk, n_layer)
+    if any(head_count_kv[il] and has_kv[il] and not (k_full if not is_swa[il] else k_swa) for il in range(n_layer)):
         raise GGUFError(model.path, "attention layers without a key width", key=model.key(Keys.KEY_LENGTH))
-    # The hybrid memory's attention filter is only "not recurrent", so NextN blocks keep their KV there.
-    kv_layers = n_layer if arch in HYBRID_ARCHES else trunk
     return KVShape(
         architecture=arch,
         block_count=n_layer,
         trunk_layers=trunk,
-        kv_layers=kv_layers,
+        kv_layers=n_layer,
         context_train=context_train,
         head_count_kv=head_count_kv,
         k_width=[k_swa if is_swa[il] else k_full for il in range(n_layer)],
@@ -253,8 +412,21 @@ def kv_shape(model):
         mla=mla,
         state_r=state_r,
         state_s=state_s,
+        recurrent_kind=recurrent_kind,
+        has_kv=has_kv,
+        indexer_width=indexer_width,
+        indexer_layers=indexer_layers,
         notes=notes,
     )
+
+
+def holds_kv(shape, il):
+    """Whether block `il` has its own attention cache (not recurrent, not filtered, not shared, rows > 0)."""
+    if not shape.head_count_kv[il]:
+        return False
+    if shape.has_kv:
+        return shape.has_kv[il]  # Falcon-H1 layers are recurrent and attend
+    return il < shape.kv_layers and not shape.is_recurrent[il]
 
 
 class KVSettings(Record):
@@ -318,6 +490,9 @@ def check_settings(shape, settings):
             if widths[il] % block:
                 raise UsageError(f"{option} {name}: its block of {block} values does not divide the {what} head width "
                                  f"{widths[il]} of layer {il} (llama.cpp refuses this cache type for this model)")
+    if shape.indexer_width and shape.indexer_width % cache_type(settings.ctk)[0]:
+        raise UsageError(f"--ctk {settings.ctk}: its block does not divide the DSA indexer key width {shape.indexer_width} "
+                         "(llama.cpp refuses this cache type for this model)")
 
 
 def n_ubatch(settings, ctx):
@@ -325,9 +500,9 @@ def n_ubatch(settings, ctx):
     return min(settings.ubatch, settings.batch, ctx)
 
 
-def kv_caches(shape, ctx, settings):
-    """The caches llama.cpp allocates for a context of `ctx` tokens: a list of KVCache (full first,
-    then swa, then recurrent; empty kinds left out). `ctx` >= 1; call check_settings first."""
+def _cells(shape, ctx, settings):
+    """(streams, cells per stream, SWA cells per stream) of a context, as llama_context and
+    llama_kv_cache_iswa size them."""
     if ctx < 1:
         raise UsageError("the context must be at least 1 token")
     n_ctx = pad(ctx)
@@ -340,23 +515,51 @@ def kv_caches(shape, ctx, settings):
         cells = pad(n_ctx // streams)
     ubatch = n_ubatch(settings, ctx)
     swa_cells = cells if settings.swa_full else pad(min(cells, shape.n_swa * (settings.n_seq if settings.unified else 1) + ubatch))
-    mla = shape.mla
-    v_widest = max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
-    caches = {"full": KVCache("full", cells, streams, 0), "swa": KVCache("swa", swa_cells, streams, 0)}
-    for il in range(shape.kv_layers):
-        if shape.is_recurrent[il]:
+    return streams, cells, swa_cells
+
+
+def _row_bytes_of(shape, il, settings, v_widest):
+    """K (+ V) bytes of one cell of layer il."""
+    hkv = shape.head_count_kv[il]
+    size = row_bytes(settings.ctk, hkv * shape.k_width[il])
+    if not shape.mla:
+        size += row_bytes(settings.ctv, v_widest if not settings.flash_attn else hkv * shape.v_width[il])
+    return size
+
+
+def _v_widest(shape, settings):
+    # [TAG_V_CACHE_VARIABLE]: a transposed V cache pads every layer to n_embd_v_gqa_max over all blocks
+    return max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
+
+
+def _recurrent_layers(shape):
+    return [il for il in range(shape.trunk_layers) if shape.is_recurrent[il]]
+
+
+def kv_caches(shape, ctx, settings):
+    """The caches llama.cpp allocates for a context of `ctx` tokens: a list of KVCache (full first,
+    then swa, then the DSA indexer's, then recurrent; empty kinds left out). `ctx` >= 1; call
+    check_settings first."""
+    streams, cells, swa_cells = _cells(shape, ctx, settings)
+    v_widest = _v_widest(shape, settings)
+    caches = {"full": KVCache("full", cells, streams, 0), "swa": KVCache("swa", swa_cells, streams, 0),
+              "indexer": KVCache("indexer", cells, streams, 0)}
+    for il in range(shape.block_count):
+        if not holds_kv(shape, il):
             continue
-        hkv = shape.head_count_kv[il]
         cache = caches["swa" if shape.is_swa[il] else "full"]
-        if hkv == 0:
-            continue  # zero-width K/V rows: the layer holds no cells
         cache.layers += 1
-        cache.k_bytes += row_bytes(settings.ctk, hkv * shape.k_width[il]) * cache.cells * streams
-        if not mla:
-            width = v_widest if not settings.flash_attn else hkv * shape.v_width[il]
-            cache.v_bytes += row_bytes(settings.ctv, width) * cache.cells * streams
+        size = _row_bytes_of(shape, il, settings, v_widest)
+        k_size = row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il])
+        cache.k_bytes += k_size * cache.cells * streams
+        cache.v_bytes += (size - k_size) * cache.cells * streams
+    indexer = caches["indexer"]
+    for il, flag in enumerate(shape.indexer_layers):
+        if flag:
+            indexer.layers += 1
+            indexer.k_bytes += row_bytes(settings.ctk, shape.indexer_width) * cells * streams
     result = [cache for cache in caches.values() if cache.layers]
-    recurrent_layers = sum(shape.is_recurrent[: shape.trunk_layers])
+    recurrent_layers = len(_recurrent_layers(shape))
     if recurrent_layers:
         rows = max(1, settings.n_seq)
         result.append(KVCache("recurrent", rows, 1, recurrent_layers,
@@ -375,15 +578,13 @@ def kv_bytes(shape, ctx, settings):
 
 
 def bytes_per_token(shape, settings):
-    """K + V bytes one token adds to the full-attention cache (the published per-token figure)."""
+    """K + V bytes one token adds to the full-attention caches (with the DSA indexer's: the published
+    per-token figure)."""
     total = 0
-    for il in range(shape.kv_layers):
-        hkv = shape.head_count_kv[il]
-        if shape.is_recurrent[il] or shape.is_swa[il] or not hkv:
-            continue
-        total += row_bytes(settings.ctk, hkv * shape.k_width[il])
-        if not shape.mla:
-            total += row_bytes(settings.ctv, hkv * shape.v_width[il])
+    for il in range(shape.block_count):
+        if holds_kv(shape, il) and not shape.is_swa[il]:
+            total += _row_bytes_of(shape, il, settings, 0 if settings.flash_attn else _v_widest(shape, settings))
+    total += sum(shape.indexer_layers) * row_bytes(settings.ctk, shape.indexer_width) if shape.indexer_width else 0
     return total
 
 
@@ -391,43 +592,36 @@ def per_layer(shape, ctx, settings):
     """Bytes of each block's KV cache (or recurrent state), a list of block_count: the KV of a layer
     lives on that layer's device. Sums to total(kv_caches(shape, ctx, settings))."""
     result = [0] * shape.block_count
-    caches = kv_caches(shape, ctx, settings)
-    by_kind = {cache.kind: cache for cache in caches}
-    mla = shape.mla
-    v_widest = max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
-    for il in range(shape.kv_layers):
-        if shape.is_recurrent[il]:
-            continue
-        hkv = shape.head_count_kv[il]
-        if not hkv:
-            continue
-        cache = by_kind["swa" if shape.is_swa[il] else "full"]
-        size = row_bytes(settings.ctk, hkv * shape.k_width[il])
-        if not mla:
-            size += row_bytes(settings.ctv, v_widest if not settings.flash_attn else hkv * shape.v_width[il])
-        result[il] = size * cache.cells * cache.streams
-    recurrent = by_kind.get("recurrent")
-    if recurrent:
-        for il in range(shape.trunk_layers):
-            if shape.is_recurrent[il]:
-                result[il] = (shape.state_r + shape.state_s) * recurrent.cells * F32_BYTES
+    streams, cells, swa_cells = _cells(shape, ctx, settings)
+    v_widest = _v_widest(shape, settings)
+    for il in range(shape.block_count):
+        if holds_kv(shape, il):
+            result[il] += _row_bytes_of(shape, il, settings, v_widest) * (swa_cells if shape.is_swa[il] else cells) * streams
+    for il, flag in enumerate(shape.indexer_layers):
+        if flag:
+            result[il] += row_bytes(settings.ctk, shape.indexer_width) * cells * streams
+    rows = max(1, settings.n_seq)
+    for il in _recurrent_layers(shape):
+        result[il] += (shape.state_r + shape.state_s) * rows * F32_BYTES
     return result
 
 
 def read_per_token(shape, depth, settings):
     """Bytes of each block's cache one decoded token reads at `depth` tokens of context: the K (and V)
-    rows of min(depth, window) cells, or a recurrent layer's whole state."""
+    rows of min(depth, window) cells (with the DSA indexer's keys), or a recurrent layer's whole state."""
     result = [0.0] * shape.block_count
-    for il in range(shape.kv_layers):
-        hkv = shape.head_count_kv[il]
-        if shape.is_recurrent[il] and il < shape.trunk_layers:
-            result[il] = float((shape.state_r + shape.state_s) * F32_BYTES)
-            continue
-        if not hkv or shape.is_recurrent[il]:
+    for il in _recurrent_layers(shape):
+        result[il] += float((shape.state_r + shape.state_s) * F32_BYTES)
+    for il in range(shape.block_count):
+        if not holds_kv(shape, il):
             continue
         cells = min(depth, shape.n_swa) if shape.is_swa[il] and shape.n_swa else depth
+        hkv = shape.head_count_kv[il]
         size = row_bytes(settings.ctk, hkv * shape.k_width[il])
         if not shape.mla:
             size += row_bytes(settings.ctv, hkv * shape.v_width[il])
-        result[il] = float(size * cells)
+        result[il] += float(size * cells)
+    for il, flag in enumerate(shape.indexer_layers):
+        if flag:
+            result[il] += float(row_bytes(settings.ctk, shape.indexer_width) * depth)
     return result

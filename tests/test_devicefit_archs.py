@@ -1,0 +1,197 @@
+"""device-fit's memory model for the architectures #20 added — Mamba-2 hybrids (Nemotron-H MoE), the
+DSA indexer cache (DeepSeek-V3.2), NextN/MTP blocks (DeepSeek-V3.2, GLM-4.5-Air), KV sharing
+(gemma4), pure recurrent models (Mamba, RWKV) — against llama.cpp's own allocation (committed test
+data measured with tests/llama_probe/probe.cpp at llama.cpp 0c1e57098), and the refusals."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moetools import synth
+from moetools.devicefit import kv
+from moetools.devicefit.kv import KVSettings
+from moetools.errors import GGUFError
+from moetools.gguf import open_model
+
+DATA = json.loads((Path(__file__).parent / "data" / "devicefit_llama_archs.json").read_text())
+PRESETS = ("deepseek-v3.2", "glm-4.5-air", "minimax-m2", "gemma-4-26b-a4b", "nemotron-3-nano-30b-a3b")
+
+
+def settings_of(case):
+    return KVSettings(ubatch=case["ubatch"], batch=case["batch"], flash_attn=case["flash_attn"], n_seq=case["parallel"],
+                      unified=case["kv_unified"], swa_full=case["swa_full"], ctk=case["ctk"], ctv=case["ctv"])
+
+
+def shape_of(path):
+    with open_model(path) as model:
+        return kv.kv_shape(model)
+
+
+def logged_form(caches):
+    """Our caches as llama.cpp logs them: [cells, layers, K MiB, V MiB] per KV cache, [cells, R, S] per state."""
+    mib = lambda n: round(n / 2**20, 2)
+    attention = [[c.cells, c.layers, mib(c.k_bytes), mib(c.v_bytes)] for c in caches if c.kind != "recurrent"]
+    state = [[c.cells, mib(c.r_bytes), mib(c.s_bytes)] for c in caches if c.kind == "recurrent"]
+    return attention, state
+
+
+def test_every_new_preset_is_measured():
+    assert {case["preset"] for case in DATA["cases"]} == set(PRESETS)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_kv_and_state_equal_llama_cpp(preset_model, preset):
+    """KV caches (full, SWA, DSA indexer) and recurrent state equal to llama.cpp's to the logged 0.01 MiB,
+    in every measured setting (parallel, unified, quantized caches, flash attention off, swa_full)."""
+    shape = shape_of(preset_model(preset))
+    cases = [case for case in DATA["cases"] if case["preset"] == preset]
+    assert len(cases) >= 6
+    for case in cases:
+        settings = settings_of(case)
+        kv.check_settings(shape, settings)
+        assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
+
+
+def test_kv_sharing_equals_llama_cpp(tmp_path):
+    """gemma4 `shared_kv_layers`: the reusing layers hold no cache (measured on a tiny real model)."""
+    for case in DATA["tiny_cases"]:
+        path = synth.write_model(synth.tiny(case["tiny"], **case["params"]), tmp_path / f"{case['tiny']}.gguf")[0]
+        shape = shape_of(path)
+        assert logged_form(kv.kv_caches(shape, case["ctx"], settings_of(case))) == (case["kv_mib"], case["state_mib"]), case
+    assert shape.has_kv == [True] * 4 + [False] * 4
+    assert any("reuse an earlier layer" in note for note in shape.notes)
+
+
+def test_dsa_indexer_cache_is_one_head_of_the_indexer_width(preset_model):
+    shape = shape_of(preset_model("deepseek-v3.2"))
+    caches = {c.kind: c for c in kv.kv_caches(shape, 4096, KVSettings())}
+    assert shape.indexer_width == 128 and sum(shape.indexer_layers) == 61
+    assert caches["indexer"].k_bytes == 61 * 128 * 2 * 4096 and caches["indexer"].v_bytes == 0
+    # per_layer carries the indexer too, so the placement sees it
+    assert sum(kv.per_layer(shape, 4096, KVSettings())) == kv.kv_bytes(shape, 4096, KVSettings())
+    # 70272 bytes of MLA latent per token plus 61 x 256 of indexer keys
+    assert kv.bytes_per_token(shape, KVSettings()) == 70272 + 61 * 256
+
+
+@pytest.mark.parametrize("preset, blocks, trunk", [("deepseek-v3.2", 62, 61), ("glm-4.5-air", 47, 46)])
+def test_nextn_block_holds_no_kv(preset_model, preset, blocks, trunk):
+    shape = shape_of(preset_model(preset))
+    assert (shape.block_count, shape.trunk_layers) == (blocks, trunk)
+    per_layer = kv.per_layer(shape, 4096, KVSettings())
+    assert per_layer[trunk:] == [0] * (blocks - trunk) and all(per_layer[:trunk])
+    assert any("NextN" in note for note in shape.notes)
+
+
+def test_nemotron_layer_pattern(preset_model):
+    """Mamba blocks (M) hold the state, attention blocks (*) the KV, MoE blocks (E) neither."""
+    shape = shape_of(preset_model("nemotron-3-nano-30b-a3b"))
+    pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+    assert shape.recurrent_kind == "mamba"
+    assert [il for il, c in enumerate(pattern) if c == "M"] == [il for il, r in enumerate(shape.is_recurrent) if r]
+    assert [il for il, c in enumerate(pattern) if c == "*"] == [il for il in range(52) if kv.holds_kv(shape, il)]
+    # Mamba-2: (d_conv - 1) x (d_inner + 2 n_group d_state) conv values, d_state x d_inner scan state
+    assert (shape.state_r, shape.state_s) == (3 * (4096 + 2 * 8 * 128), 128 * 4096)
+    per_layer = kv.per_layer(shape, 4096, KVSettings())
+    assert all(per_layer[il] == 0 for il, c in enumerate(pattern) if c == "E")
+
+
+def _recurrent_spec(arch, keys, n_layer=3, n_embd=128):
+    spec = synth.ModelSpec(arch, [])
+    spec.meta("{arch}.block_count", n_layer)
+    spec.meta("{arch}.context_length", 4096)
+    spec.meta("{arch}.embedding_length", n_embd)
+    for key, value in keys:
+        spec.meta(key, value)
+    spec.add("token_embd.weight", (n_embd, 64), synth.F32)
+    return spec
+
+
+@pytest.mark.parametrize("arch, keys, state_r, state_s", [
+    ("rwkv7", [("{arch}.wkv.head_size", 64)], 2 * 128, 128 * 64),
+    ("rwkv6", [("{arch}.wkv.head_size", 64), ("{arch}.token_shift_count", 1)], 128, 128 * 64),
+    ("mamba2", [("{arch}.ssm.conv_kernel", 4), ("{arch}.ssm.inner_size", 256), ("{arch}.ssm.state_size", 16),
+                ("{arch}.ssm.group_count", 2), ("{arch}.ssm.time_step_rank", 8)], 3 * (256 + 2 * 2 * 16), 16 * 256),
+    ("mamba", [("{arch}.ssm.conv_kernel", 4), ("{arch}.ssm.inner_size", 256), ("{arch}.ssm.state_size", 16),
+               ("{arch}.ssm.time_step_rank", 8)], 3 * 256, 16 * 256),
+])
+def test_pure_recurrent_models_hold_state_only(tmp_path, arch, keys, state_r, state_s):
+    """llama_memory_recurrent: max(1, n_seq) rows of n_embd_r + n_embd_s f32 values per layer, no KV
+    (formulas of llama_hparams::n_embd_r / n_embd_s; header-only, the factory has no RWKV/Mamba layout)."""
+    path = synth.write_model(_recurrent_spec(arch, keys), tmp_path / f"{arch}.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    assert (shape.state_r, shape.state_s) == (state_r, state_s)
+    caches = kv.kv_caches(shape, 8192, KVSettings(n_seq=3))
+    assert [c.kind for c in caches] == ["recurrent"]
+    assert caches[0].layers == 3 and caches[0].cells == 3
+    assert caches[0].total == 3 * 3 * (state_r + state_s) * 4
+    assert kv.bytes_per_token(shape, KVSettings()) == 0
+
+
+@pytest.mark.parametrize("arch, keys, missing", [
+    ("rwkv7", [], "rwkv7.wkv.head_size"),
+    ("mamba2", [("{arch}.ssm.conv_kernel", 4), ("{arch}.ssm.inner_size", 256), ("{arch}.ssm.state_size", 16)],
+     "mamba2.ssm.group_count"),
+])
+def test_missing_recurrent_keys_are_named(tmp_path, arch, keys, missing):
+    path = synth.write_model(_recurrent_spec(arch, keys), tmp_path / f"{arch}.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match=missing.replace(".", r"\.")):
+        shape_of(path)
+
+
+def _drop_key(spec, suffix):
+    spec.metadata = [entry for entry in spec.metadata if not entry[0].endswith(suffix)]
+    return spec
+
+
+@pytest.mark.parametrize("arch, suffix, needle", [
+    ("deepseek32", ".attention.indexer.key_length", "DSA indexer"),
+    ("nemotron_h_moe", ".feed_forward_length", "Nemotron-H layer pattern"),
+    ("gemma4", ".attention.key_length_swa", "sliding-window head width"),
+    ("gemma4", ".attention.sliding_window_pattern", "sliding-window layers"),
+])
+def test_missing_architecture_keys_are_named(tmp_path, arch, suffix, needle):
+    spec = _drop_key(synth.tiny(arch), suffix)
+    path = synth.write_model(spec, tmp_path / f"{arch}.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match=needle) as error:
+        shape_of(path)
+    assert suffix in str(error.value)
+
+
+def test_unsized_architecture_names_what_is_missing(tmp_path):
+    spec = synth.tiny("qwen3moe")
+    spec.architecture = "minimax-m3"
+    spec.metadata = [(key.replace("qwen3moe.", "minimax-m3.", 1), value, kind) for key, value, kind in spec.metadata]
+    path = synth.write_model(spec, tmp_path / "m3.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match=r"cannot size architecture 'minimax-m3'.*MSA indexer cache"):
+        shape_of(path)
+
+
+def test_glm_dsa_indexer_types(tmp_path):
+    """glm-dsa: only the layers `indexer.types` marks full carry an indexer cache."""
+    spec = synth.tiny("deepseek32", nextn=0)
+    spec.architecture = "glm-dsa"
+    spec.metadata = [(key.replace("deepseek32.", "glm-dsa.", 1), value, kind) for key, value, kind in spec.metadata]
+    spec.meta("{arch}.attention.indexer.types", [1, 0, 0, 1], "u32[]")
+    path = synth.write_model(spec, tmp_path / "glm-dsa.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    assert shape.indexer_layers == [True, False, False, True]
+    indexer = [c for c in kv.kv_caches(shape, 4096, KVSettings()) if c.kind == "indexer"][0]
+    assert indexer.layers == 2
+
+
+def test_indexer_width_must_take_the_k_block(tmp_path):
+    spec = synth.tiny("deepseek32", idx_head=48, kv_lora=96, rope=32)
+    path = synth.write_model(spec, tmp_path / "ds32.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    kv.check_settings(shape, KVSettings())
+    from moetools.errors import UsageError
+    with pytest.raises(UsageError, match="DSA indexer key width 48"):
+        kv.check_settings(shape, KVSettings(ctk="q8_0", ctv="q8_0"))
+
+
+def test_gemma4_shared_layers_leaving_fewer_than_two_is_refused(tmp_path):
+    spec = synth.tiny("gemma4", shared_kv=5)
+    path = synth.write_model(spec, tmp_path / "g4.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match="fewer than 2 layers"):
+        shape_of(path)
