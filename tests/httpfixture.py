@@ -123,6 +123,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    head_only = False  # a HEAD request: the GET's status and headers, no body (llama.cpp's -mu asks first)
+
+    def do_HEAD(self):  # noqa: N802 - http.server's name
+        self.head_only = True
+        try:
+            self.do_GET()
+        finally:
+            self.head_only = False
+
     def do_GET(self):  # noqa: N802 - http.server's name
         owner = self.owner
         with owner.lock:
@@ -165,6 +174,8 @@ class _Handler(BaseHTTPRequestHandler):
     def model_info(self, rest):
         parts = rest.split("/")
         repo_id = "/".join(parts[:2])
+        if len(parts) >= 3 and parts[2] in ("refs", "tree"):
+            return self.llama_routes(repo_id, parts[2:])
         revision = unquote(parts[3]) if len(parts) >= 4 and parts[2] == "revision" else None
         repo = self.repo_or_error(repo_id, revision)
         if repo is None:
@@ -176,6 +187,23 @@ class _Handler(BaseHTTPRequestHandler):
                              "lfs": {"size": size, "sha256": "c" * 64, "pointerSize": 135}})
         body = json.dumps({"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
                            "gated": repo.gated, "siblings": siblings}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def llama_routes(self, repo_id, parts):
+        """The two API routes llama.cpp's `-hf` reads (common/hf-cache.cpp): the branches with their
+        commits (`refs`), and a commit's file list (`tree/COMMIT?recursive=true`)."""
+        repo = self.repo_or_error(repo_id, parts[1] if parts[0] == "tree" and len(parts) > 1 else None)
+        if repo is None:
+            return
+        if parts[0] == "refs":
+            doc = {"branches": [{"name": name, "targetCommit": repo.commit} for name in repo.branches], "tags": []}
+        else:
+            doc = [{"type": "file", "path": name, "size": os.path.getsize(local)} for name, local in sorted(repo.files.items())]
+        body = json.dumps(doc).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -240,6 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.send_header("Content-Length", str(end - start))
         self.end_headers()
+        if self.head_only:
+            return
         send = end - start - behaviour.short_by if status == 206 else end - start
         with open(local, "rb") as handle:
             handle.seek(start)
@@ -274,4 +304,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head_only:
+            self.wfile.write(body)

@@ -161,6 +161,10 @@ def test_device_fit_url_matches_local(k3_server):
     server, first = k3_server
     local = run_json("device-fit", first, "--vram", "32G", "--ram", "128G")
     remote = run_json("device-fit", server.url(first.name), "--vram", "32G", "--ram", "128G")
+    # identical but for the launch lines' model flag: llama.cpp takes a URL as -mu, a path as -m
+    text = json.dumps(remote)
+    assert '"-mu"' in text and '"-m"' not in text
+    remote = json.loads(text.replace('"-mu"', '"-m"'))
     assert normalised(remote, server.url("")) == normalised(local, str(first.parent) + "/")
     assert remote["fetched_bytes"] > 0 and remote["cached_shards"] == 0
 
@@ -380,3 +384,80 @@ def test_local_sources_import_no_network_modules(tiny_models):
         proc = subprocess.run([sys.executable, "-c", code % (command, str(tiny_models["kimi-k3"]), extra)],
                               capture_output=True, text=True, cwd=ROOT)
         assert proc.stderr.endswith("LOADED="), proc.stderr
+
+
+# --- launch lines llama.cpp accepts -------------------------------------------------------------
+
+def test_launch_lines_name_a_remote_model_the_way_llama_cpp_takes_it(monkeypatch):
+    """llama.cpp's -m takes a local path only (common/arg.cpp): a URL is -mu, an hf:// file on the
+    default branch is -hf REPO -hff PATH, one at another revision a -mu resolve URL."""
+    from moetools.errors import UsageError
+    from moetools.gguf.sources import llama_model_args
+
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert llama_model_args("/models/m-00001-of-00002.gguf") == ["-m", "/models/m-00001-of-00002.gguf"]
+    assert llama_model_args("https://h/x/m-00002-of-00003.gguf") == ["-mu", "https://h/x/m-00002-of-00003.gguf"]
+    assert llama_model_args("hf://org/kimi/UD-Q2/k-00001-of-00003.gguf") == ["-hf", "org/kimi", "-hff", "UD-Q2/k-00001-of-00003.gguf"]
+    assert llama_model_args("hf://org/kimi@main/k.gguf") == ["-hf", "org/kimi", "-hff", "k.gguf"]
+    assert llama_model_args(f"hf://org/kimi@{COMMIT}/UD-Q2/k.gguf") == [
+        "-mu", f"https://huggingface.co/org/kimi/resolve/{COMMIT}/UD-Q2/k.gguf"]
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror:8080/")
+    assert llama_model_args("hf://org/kimi@v1.0/k.gguf") == ["-mu", "http://mirror:8080/org/kimi/resolve/v1.0/k.gguf"]
+    with pytest.raises(UsageError):
+        llama_model_args("hf://org/kimi")
+
+
+def emitted_command(model):
+    doc = run_json("device-fit", model, "--vram", "32G", "--emit", "llama")
+    assert doc["command"][0] == "llama-server"
+    return doc["command"][1:]
+
+
+def test_device_fit_launch_lines_never_pass_a_url_to_dash_m(k3_server, hub):
+    server, first = k3_server
+    url = server.url(first.name)
+    args = emitted_command(url)
+    assert args[:2] == ["-mu", url] and "-m" not in args
+    env_doc = run_json("device-fit", url, "--vram", "32G", "--emit", "env")
+    assert env_doc["command"][1:3] == ["-mu", url]
+    assert emitted_command("hf://org/kimi/UD-Q2/kimi-k2-00002-of-00003.gguf")[:4] == [
+        "-hf", "org/kimi", "-hff", "UD-Q2/kimi-k2-00001-of-00003.gguf"]
+    pinned = emitted_command(f"hf://org/kimi@{COMMIT}/tiny-Q8_0.gguf")
+    assert pinned[0] == "-mu" and pinned[1].endswith(f"/org/kimi/resolve/{COMMIT}/tiny-Q8_0.gguf")
+
+
+def llama_tool(name):
+    """A llama.cpp tool from $MOETOOLS_LLAMA_BIN (a folder) or PATH, else skip."""
+    import shutil
+
+    folder = os.environ.get("MOETOOLS_LLAMA_BIN")
+    found = os.path.join(folder, name) if folder else shutil.which(name)
+    if not found or not os.access(found, os.X_OK):
+        pytest.skip(f"{name} not found (set MOETOOLS_LLAMA_BIN to the folder of llama.cpp's tools)")
+    return found
+
+
+def test_llama_cpp_loads_a_remote_model_from_the_emitted_launch_line(tmp_path, monkeypatch):
+    """The emitted model arguments run through llama.cpp's own loader (llama-fit-params downloads the
+    model, every shard, and fits it): -mu from a URL, -hf/-hff through the Hub emulation."""
+    fit_params = llama_tool("llama-fit-params")
+    first = factory.write_tiny(tmp_path / "model", "qwen3moe", shards=2)
+    quant = factory.write_tiny(tmp_path / "quant", "qwen3moe", name="tiny-Q8_0")
+    repos = {"org/tiny": Repo({"tiny-Q8_0.gguf": str(quant)}, commit=COMMIT)}
+    with Server(first.parent, repos=repos) as server:
+        from huggingface_hub import constants
+
+        monkeypatch.setattr(constants, "ENDPOINT", server.hub_endpoint)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        for model, served in ((server.url(first.name), sorted(first.parent.iterdir())),
+                              ("hf://org/tiny/tiny-Q8_0.gguf", [quant])):
+            args = emitted_command(model)
+            model_args = args[:4] if args[0] == "-hf" else args[:2]
+            cache = tmp_path / f"llama-cache-{model_args[0]}"
+            env = dict(os.environ, LLAMA_CACHE=str(cache), HF_HOME=str(cache / "hf"), HF_ENDPOINT=server.hub_endpoint)
+            env.pop("HF_TOKEN", None)
+            proc = subprocess.run([fit_params, *model_args, "-nr", "-c", "512"], capture_output=True, text=True, env=env, timeout=120)
+            assert proc.returncode == 0, (model_args, proc.stderr[-2000:])
+            downloaded = sorted(p for p in cache.rglob("*.gguf") if p.is_file())
+            assert sorted(p.name for p in downloaded) == sorted(p.name for p in served), (model_args, downloaded)
+            assert all(p.read_bytes() == next(s for s in served if s.name == p.name).read_bytes() for p in downloaded)

@@ -18,6 +18,7 @@ from moetools.formats.jsonio import loads
 from moetools.sizes import format_size
 from moetools.gguf.constants import Keys
 from moetools.gguf.model import expert_tensor_kind, model_stem
+from moetools.gguf.sources import llama_model_args
 
 GIB = 1024**3
 DEFAULT_MARGIN = GIB  # CUDA context, cuBLAS workspace, fragmentation: llama.cpp's own --fit-target default
@@ -658,7 +659,7 @@ def kv_flags(settings):
 def server_args(path, context, settings):
     """The llama-server arguments every launch shares: model, context, all layers on the GPU, the
     KV cache types and batch settings, and no automatic fitting."""
-    return ["-m", path, "-c", str(context), "-ngl", "999", *kv_flags(settings), "--fit", "off"]
+    return [*llama_model_args(path), "-c", str(context), "-ngl", "999", *kv_flags(settings), "--fit", "off"]
 
 
 def llama_launch(result):

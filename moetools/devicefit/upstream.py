@@ -14,6 +14,7 @@ from moetools.devicefit.devices import GPU_TABLE, Device
 from moetools.devicefit.placement import CPU
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import UsageError
+from moetools.gguf.sources import llama_model_args
 
 GIB = 1024**3
 
@@ -239,7 +240,7 @@ def server_args(model_path, result, kv_flags):
     chosen = result.chosen
     placement = chosen.placement
     devices = result.devices
-    args = ["-m", model_path]
+    args = llama_model_args(model_path)
     rpc = [device.endpoint for device in devices if device.kind == "rpc"]
     if rpc:
         args += ["--rpc", ",".join(rpc)]  # before -ot: RPC buffer types exist once the servers are added

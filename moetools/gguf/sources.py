@@ -60,6 +60,27 @@ def is_repo(text):
     return isinstance(text, str) and text.startswith("hf://") and parse_hf(text)[2] is None
 
 
+def llama_model_args(text):
+    """How llama.cpp's tools (common/arg.cpp) are told to load MODEL: `-m PATH` for a local file;
+    `-mu URL` for an http(s) URL (llama.cpp downloads every shard of a split name, then loads it);
+    `-hf ORG/REPO -hff PATH` for an hf:// file on the default branch (llama.cpp resolves it through
+    the Hub, HF_ENDPOINT and HF_TOKEN included, with its split siblings); an hf:// file at another
+    revision is a `-mu` resolve URL, since `-hf` reads the default branch only. `-m` takes no URL."""
+    if isinstance(text, str) and text.startswith("hf://"):
+        repo_id, revision, path = parse_hf(text)
+        if path is None:
+            raise UsageError(f"{text}: llama.cpp loads one GGUF set; name its file (hf://ORG/REPO/PATH.gguf)")
+        if revision in (None, "main"):
+            return ["-hf", repo_id, "-hff", path]
+        from urllib.parse import quote
+
+        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+        return ["-mu", f"{endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(path)}"]
+    if is_remote(text):
+        return ["-mu", text]
+    return ["-m", text]
+
+
 def refuse_remote(text, command):
     """Commands that read tensor data cannot take a remote source: one line, exit 2."""
     if is_remote(text):
