@@ -347,13 +347,15 @@ def _source_matches_sidecar(files, bank, view, record_bytes, n_expert, digests):
 
     batch = len(view) // record_bytes
     _zero_padding(view, bank, record_bytes)
-    read = 0
-    for first in range(0, n_expert, batch):
-        count = min(batch, n_expert - first)
+    read, first = 0, 0
+    while first < n_expert:
+        # record 0 alone first: a changed source (the common case here) is found after one record
+        count = 1 if first == 0 else min(batch, n_expert - first)
         read += _fill_records(files, bank, view, record_bytes, first, count)
         for index in range(count):
             if xxhash.xxh3_64_intdigest(view[index * record_bytes:(index + 1) * record_bytes]) != digests[first + index]:
                 return False, read
+        first += count
     return True, read
 
 
@@ -424,16 +426,24 @@ def _prepare_folder(folder, manifest, force):
     return existing
 
 
-def complete_bank_checksums(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
-    """The bank's sidecar when the bank and its sidecar exist, match the manifest and every record
-    checks out against it; None otherwise. (This says the bank is intact, not that its source is
-    unchanged: see encode_container.)"""
+def _matching_sidecar(folder, manifest, layout):
+    """The bank's sidecar when it exists and was written for this geometry and model, else None."""
     try:
         sums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layout.layer)))
     except (OSError, FormatError):
         return None
     if (sums.layer, sums.record_bytes, len(sums.digests), sums.fingerprint) != (
             layout.layer, manifest.record_bytes, manifest.experts_per_layer, manifest.fingerprint):
+        return None
+    return sums
+
+
+def complete_bank_checksums(folder, manifest, layout, batch_bytes=DEFAULT_BATCH_BYTES):
+    """The bank's sidecar when the bank and its sidecar exist, match the manifest and every record
+    checks out against it; None otherwise. (This says the bank is intact, not that its source is
+    unchanged: see encode_container.)"""
+    sums = _matching_sidecar(folder, manifest, layout)
+    if sums is None:
         return None
     problems = scan_bank(folder, manifest, layout, checksums=sums, batch_bytes=batch_bytes, limit=1)
     return sums if problems.count == 0 else None
@@ -483,14 +493,18 @@ def encode_container(model, folder, *, force=False, batch_bytes=DEFAULT_BATCH_BY
     files = SourceFiles(model)
     for position, bank in enumerate(plan.banks):
         layer = bank.layout.layer
-        sums = complete_bank_checksums(folder, manifest, bank.layout, batch_bytes)
-        keep = sums is not None and recorded.get(layer) == manifest.bank_sources.get(layer)
-        if sums is not None and not keep:
+        sums = _matching_sidecar(folder, manifest, bank.layout)
+        keep = sums is not None
+        if keep and recorded.get(layer) != manifest.bank_sources.get(layer):
+            # the source may have changed: its records must hash to the sidecar (checked first, so a
+            # re-quantized model goes straight to rewriting without reading the old bank)
             if buffer is None:
                 buffer = bytearray(batch * manifest.record_bytes)
             keep, bank_read = _source_matches_sidecar(files, bank, memoryview(buffer), manifest.record_bytes,
                                                       manifest.experts_per_layer, sums.digests)
             read += bank_read
+        if keep:  # the bank itself must be intact
+            keep = scan_bank(folder, manifest, bank.layout, checksums=sums, batch_bytes=batch_bytes, limit=1).count == 0
         if keep:
             skipped.append(layer)
             bar.update(manifest.bank_bytes)
