@@ -45,13 +45,13 @@ def print_json_line(doc, stream=None):
 # chosen here rather than by rich (which crops a table whose columns cannot all shrink), so that a ledger
 # of eight or nine columns still fits an 80-column terminal with every header and number whole.
 NARROW_COLUMNS = 100
-_NARROW_GAP = 3  # padding, the blank column rule, padding
+_NARROW_GAP = 2  # the blank column rule and one padding (collapsed: two neighbours share it)
 
 
 def _narrow_style():
     from rich import box
 
-    return {"box": box.SIMPLE_HEAD, "pad_edge": False, "show_edge": False}
+    return {"box": box.SIMPLE_HEAD, "pad_edge": False, "show_edge": False, "collapse_padding": True}
 
 
 def _longest_word(texts):

@@ -83,10 +83,13 @@ def parse_rate(text, what="bandwidth"):
     return value
 
 
+DECIMAL_UNIT = re.compile(r"[kmgtp]b\s*$", re.IGNORECASE)  # 32GB, 1.5TB: powers of 1000
+
+
 def describe_size(text, num_bytes):
     """How a size the user typed reads in a table: `32GB (29.80 GiB)` when the unit was decimal, else `32.00 GiB`."""
     shown = format_size(num_bytes)
-    if isinstance(text, str) and re.search(r"[kmgtp]b\s*$", text.strip(), re.IGNORECASE):
+    if isinstance(text, str) and DECIMAL_UNIT.search(text.strip()):
         return f"{text.strip()} ({shown})"
     return shown
 

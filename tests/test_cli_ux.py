@@ -224,6 +224,14 @@ def _content(text):
     return Counter(ch for ch in text if not ch.isspace() and not 0x2500 <= ord(ch) <= 0x257F)
 
 
+def _words(text):
+    """Counter of the words (at most 16 characters, between spaces and rules) a rendering shows."""
+    import re
+    from collections import Counter
+
+    return Counter(word for word in re.split(r"[\s\u2500-\u257F]+", text) if 0 < len(word) <= 16)
+
+
 def _table_commands(tmp_path, tiny_models):
     import json
 
@@ -279,6 +287,10 @@ def test_every_table_fits_80_columns_with_the_same_content_as_at_200(name, table
     assert not re.search(r"\S\u2026", narrow.stdout), narrow.stdout
     if "\u2026" not in narrow.stdout + wide.stdout:
         assert _content(narrow.stdout) == _content(wide.stdout), narrow.stdout
+        # and no word broken across lines (`nativ` / `e`, `25.81` / `GiB` is fine, `25.8` / `1` is not):
+        # cells wrap between words; only a word longer than a text column's 16-character floor may fold
+        broken = _words(wide.stdout) - _words(narrow.stdout)
+        assert not broken, f"words broken at 80 columns: {sorted(broken)}\n{narrow.stdout}"
 
 
 # --- sizes in messages ---------------------------------------------------------------------------
@@ -441,3 +453,34 @@ def test_help_names_the_defaults_users_ask_about():
     assert "Default: a quarter of the model's slots" in trace_help
     fit_help = CliRunner().invoke(cli, ["device-fit", "--help"], terminal_width=200).output
     assert "belady is a ceiling" in fit_help and "decay_bandit" in fit_help
+
+
+# --- decimal VRAM, footnoted divisions -----------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", ["fork", "llama"])
+def test_a_decimal_vram_is_shown_with_its_gib_value(tiny_models, runtime):
+    import json
+
+    args = ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "8GB", "--ram", "64G", "--runtime", runtime, "--json"]
+    doc = json.loads(CliRunner().invoke(cli, args).stdout)
+    assert "--vram 8GB (7.45 GiB): 8GB is decimal (10^9 bytes per GB); 8G would mean 8.00 GiB" in doc["notes"]
+    if runtime == "fork":
+        from moetools.devicefit.command import tables
+
+        assert doc["vram_asked"] == "8GB"
+        assert tables(doc)[0].rows[0] == ["VRAM", "7.45 GiB", "--vram 8GB: decimal units"]
+
+
+def test_a_binary_vram_gets_no_note(tiny_models):
+    import json
+
+    doc = json.loads(CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "8G", "--json"]).stdout)
+    assert not any("decimal" in note for note in doc["notes"]) and "vram_asked" not in doc
+
+
+def test_division_notes_are_letters_spelled_out_in_the_caption():
+    from moetools.devicefit.command import footnoted
+
+    rows, caption = footnoted([["a", "x"], ["b", ""], ["c", "x"], ["d", "y"]])
+    assert rows == [["a", "a"], ["b", ""], ["c", "a"], ["d", "b"]]
+    assert caption == "a: x; b: y"

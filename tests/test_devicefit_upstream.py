@@ -327,8 +327,10 @@ def test_llama_table(preset_model):
 
     doc = run_json(preset_model("gpt-oss-120b"), "--runtime", "llama", "--gpu", "rtx3090", "--ram", "64G", "-c", 8192)
     ledger, contexts = llama_tables(doc)
-    assert [row[0] for row in ledger.rows] == ["CUDA0", "CPU"]
-    assert ledger.title.startswith("device-fit (llama.cpp)") and ledger.caption.startswith("llama-server -m ")
+    assert ledger.columns == ["", "CUDA0", "CPU"]  # a column per device, a row per buffer
+    assert [row[0] for row in ledger.rows] == ["kind", "capacity", "compute", "resident", "KV", "experts", "margin",
+                                               "free", "layers"]
+    assert ledger.title.startswith("device-fit (llama.cpp)") and not ledger.caption  # the launch line is a note
     assert contexts.rows[0][0] == "* 8192"
 
 

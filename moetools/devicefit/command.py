@@ -60,11 +60,23 @@ def _cell_summary(doc):
     return "; ".join(parts) or "-"
 
 
+def footnoted(rows):
+    """Rows whose last cell (a note sentence) becomes a letter, and the caption that spells the letters
+    out: a sentence in the ninth column of a table folded it into a letter per line at 80 columns."""
+    letters, out = {}, []
+    for row in rows:
+        note = row[-1]
+        if note and note not in letters:
+            letters[note] = chr(ord("a") + len(letters)) if len(letters) < 26 else str(len(letters) + 1)
+        out.append(row[:-1] + [letters.get(note, "")])
+    return out, "; ".join(f"{letter}: {note}" for note, letter in letters.items())
+
+
 def tables(doc):
     """The terminal view of a device-fit document."""
     gib = format_size
     rows = [
-        ["VRAM", gib(doc["vram_bytes"]), ""],
+        ["VRAM", gib(doc["vram_bytes"]), f"--vram {doc['vram_asked']}: decimal units" if doc.get("vram_asked") else ""],
         ["compute reserve", gib(doc["reserve_bytes"]),
          (f"compute buffer {gib(doc['compute_bytes'])} + margin {gib(doc['margin_bytes'])}"
           if doc["reserve_source"] == "compute+margin" else "--reserve")],
@@ -96,8 +108,9 @@ def tables(doc):
             (f"{division['tok_s']:.2f}" + (" (measured)" if division["observations"] else "")) if division["feasible"] else "-",
             division["note"] or ("short by " + gib(division["shortfall_bytes"]) if not division["feasible"] else ""),
         ])
+    division_rows, footnotes = footnoted(division_rows)
     divisions = Table("Divisions (* = chosen)", ["tier", "resident", "context", "KV", "expert budget", "slots", "coverage", "tok/s", "note"],
-                      division_rows, right_align=(1, 2, 3, 4, 5, 6, 7))
+                      division_rows, right_align=(1, 2, 3, 4, 5, 6, 7), caption=footnotes)
     result = [ledger, divisions]
     if doc.get("contexts"):
         result.append(Table("Contexts (* = chosen: the largest within 5% of the best speed)",
@@ -149,6 +162,21 @@ def emit_doc(kind, doc, launch, settings):
         return {"env": {}, "command": [], "note": "unfittable: no division of this card holds the model"}
     return {"env": dict(env), "command": ["llama-server"] + core.server_args(doc["model"], doc["context"], settings),
             "note": ""}
+
+
+def decimal_vram_notes(vram):
+    """A note per --vram part given in a decimal unit (`32GB`): its GiB value, since GPU memory is
+    sold and reported in GiB and `32GB` is 2.2 GiB less than `32G`."""
+    from moetools.sizes import DECIMAL_UNIT, describe_size
+
+    if vram is None or vram.strip().lower() == "auto":
+        return []
+    notes = []
+    for part in (piece.strip() for piece in vram.split(",")):
+        if DECIMAL_UNIT.search(part):
+            notes.append(f"--vram {describe_size(part, parse_size(part))}: {part} is decimal (10^9 bytes per GB); "
+                         f"{part[:-1]} would mean {format_size(parse_size(part[:-1]))}")
+    return notes
 
 
 def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
@@ -221,8 +249,8 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
                            margin=0 if reserve is not None else _size_option("--margin", margin))
 
 
-def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
-    """--runtime llama: plan, print, exit 1 when a device does not fit."""
+def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=()):
+    """--runtime llama: plan, print, exit 1 when a device does not fit. `notes` join the document's."""
     if emit == "env":
         raise UsageError("--emit env is the fork's launch; use --emit llama with --runtime llama")
     if facts.layers is None:
@@ -230,6 +258,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
     cpu = devices.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     result = upstream.plan(facts, offload, cpu, options)
     doc = upstream.result_doc(result, facts, model_path, core.kv_flags(options.kv))
+    doc["notes"] = list(notes) + doc["notes"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
     for message in doc["warnings"]:
@@ -243,7 +272,9 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag):
         else:
             click.echo("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))
     else:
-        render(doc, lambda: llama_tables(doc), json_flag, notes=doc["notes"])
+        launch_line = ["llama-server " + shlex.join(doc["launch"]["llama"]["args"])] if doc.get("launch") else []
+        # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
+        render(doc, lambda: llama_tables(doc), json_flag, notes=launch_line + doc["notes"])
     if result.chosen is None:
         click.get_current_context().exit(1)
 
@@ -278,18 +309,24 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
 def llama_tables(doc):
     """The terminal view of a --runtime llama document."""
     gib = format_size
-    rows = []
-    for device in doc["devices"]:
-        rows.append([device["name"], device["kind"], gib(device["capacity_bytes"]), gib(device["compute_bytes"]),
-                     gib(device["resident_bytes"]), gib(device["kv_bytes"]), gib(device["expert_bytes"]),
-                     gib(device["margin_bytes"]), gib(device["free_bytes"]) if device["free_bytes"] >= 0
-                     else "-" + gib(-device["free_bytes"]), device["layers"] + (" +out" if device["output_layer"] else "")])
+    # one column per device, one row per buffer: ten columns of sizes never fit 80 characters, while a
+    # column per device does for the usual one to four GPUs (and reads as llama.cpp's per-device log)
+    fields = [
+        ("kind", lambda device: device["kind"]),
+        ("capacity", lambda device: gib(device["capacity_bytes"])),
+        ("compute", lambda device: gib(device["compute_bytes"])),
+        ("resident", lambda device: gib(device["resident_bytes"])),
+        ("KV", lambda device: gib(device["kv_bytes"])),
+        ("experts", lambda device: gib(device["expert_bytes"])),
+        ("margin", lambda device: gib(device["margin_bytes"])),
+        ("free", lambda device: gib(device["free_bytes"]) if device["free_bytes"] >= 0 else "-" + gib(-device["free_bytes"])),
+        ("layers", lambda device: device["layers"] + (" +out" if device["output_layer"] else "")),
+    ]
+    rows = [[label] + [cell(device) for device in doc["devices"]] for label, cell in fields]
     title = f"device-fit (llama.cpp): {os.path.basename(doc['model'])} — "
     title += "unfittable" if doc["verdict"] == "unfittable" else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s"
-    ledger = Table(title, ["device", "kind", "capacity", "compute", "resident", "KV", "experts", "margin", "free", "layers"],
-                   rows, right_align=(2, 3, 4, 5, 6, 7, 8))
-    if doc.get("launch"):
-        ledger.caption = "llama-server " + shlex.join(doc["launch"]["llama"]["args"])
+    ledger = Table(title, [""] + [device["name"] for device in doc["devices"]], rows,
+                   right_align=tuple(range(1, len(doc["devices"]) + 1)))
     alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [
         [("* " if alt["context"] == doc["context"] and doc["verdict"] != "unfittable" else "  ") + str(alt["context"]),
          "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",
@@ -516,13 +553,13 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         options = _llama_options(settings, ctx=ctx, reserve=reserve, margin=margin, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
                                  main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
                                  threads=threads, os_reserve=os_reserve)
-        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag)
+        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram))
         return
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
     if not gpus:
         raise UsageError("--runtime fork needs the GPU it streams to: give --vram SIZE (or --gpu NAME)")
-    fork_notes = []
+    fork_notes = decimal_vram_notes(vram)
     if len(gpus) > 1:
         fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
                           f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
@@ -565,6 +602,8 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         return fit_repo(model_path, fetch, inputs, json_flag)
     doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
+    if fork_notes[:1] and fork_notes[0].startswith("--vram "):  # the first GPU's size was decimal: say so in its row
+        doc["vram_asked"] = vram.split(",")[0].strip()
     for message in doc["warnings"]:
         warn(message)
     if plan_path:
