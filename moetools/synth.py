@@ -482,6 +482,42 @@ def minimax_m2(t=Types(), **p):
     return spec
 
 
+def _mamba2_block(spec, il, p, t):
+    """A Mamba-2 mixer's tensors (ssm_in, conv, dt bias, A, D, grouped norm, ssm_out)."""
+    n_embd, d_inner = p["n_embd"], p["ssm_heads"] * p["ssm_head"]
+    conv_dim = d_inner + 2 * p["groups"] * p["state"]
+    spec.add(f"blk.{il}.ssm_in.weight", (n_embd, d_inner + conv_dim + p["ssm_heads"]), t.resident)
+    spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
+    spec.add(f"blk.{il}.ssm_conv1d.bias", (conv_dim,), t.norm)
+    spec.add(f"blk.{il}.ssm_dt.bias", (p["ssm_heads"],), t.norm)
+    spec.add(f"blk.{il}.ssm_a", (1, p["ssm_heads"]), t.norm)
+    spec.add(f"blk.{il}.ssm_d", (1, p["ssm_heads"]), t.norm)
+    spec.add(f"blk.{il}.ssm_norm.weight", (d_inner // p["groups"], p["groups"]), t.norm)
+    spec.add(f"blk.{il}.ssm_out.weight", (d_inner, n_embd), t.resident)
+
+
+def _ssm_keys(spec, p):
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", p["ssm_heads"] * p["ssm_head"])
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
+    spec.meta("{arch}.ssm.group_count", p["groups"])
+
+
+def mamba2(t=Types(), **p):
+    """Mamba-2 (`mamba2`): recurrent blocks only, no attention (llama.cpp src/models/mamba2.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "conv": 4, "ssm_heads": 8, "ssm_head": 64, "state": 64, "groups": 2,
+         "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("mamba2", [])
+    _common(spec, p)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _mamba2_block(spec, il, p, t)
+    return spec
+
+
 def nemotron_h_moe(t=Types(), **p):
     """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
     (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
@@ -495,7 +531,6 @@ def nemotron_h_moe(t=Types(), **p):
     spec = ModelSpec("nemotron_h_moe", [])
     _common(spec, p | {"n_layer": n_layer})
     n_embd, head = p["n_embd"], p["head"]
-    d_inner = p["ssm_heads"] * p["ssm_head"]
     spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
     spec.meta("{arch}.attention.head_count", p["n_head"])
     spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
@@ -510,24 +545,12 @@ def nemotron_h_moe(t=Types(), **p):
     spec.meta("{arch}.expert_weights_norm", True, "bool")
     spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
     spec.meta("{arch}.expert_gating_func", 2)
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", d_inner)
-    spec.meta("{arch}.ssm.state_size", p["state"])
-    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
-    spec.meta("{arch}.ssm.group_count", p["groups"])
+    _ssm_keys(spec, p)
     _embeddings(spec, p, t)
-    conv_dim = d_inner + 2 * p["groups"] * p["state"]
     for il, kind in enumerate(pattern):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
         if kind == "M":
-            spec.add(f"blk.{il}.ssm_in.weight", (n_embd, 2 * d_inner + 2 * p["groups"] * p["state"] + p["ssm_heads"]), t.resident)
-            spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
-            spec.add(f"blk.{il}.ssm_conv1d.bias", (conv_dim,), t.norm)
-            spec.add(f"blk.{il}.ssm_dt.bias", (p["ssm_heads"],), t.norm)
-            spec.add(f"blk.{il}.ssm_a", (1, p["ssm_heads"]), t.norm)
-            spec.add(f"blk.{il}.ssm_d", (1, p["ssm_heads"]), t.norm)
-            spec.add(f"blk.{il}.ssm_norm.weight", (d_inner // p["groups"], p["groups"]), t.norm)
-            spec.add(f"blk.{il}.ssm_out.weight", (d_inner, n_embd), t.resident)
+            _mamba2_block(spec, il, p, t)
         elif kind == "*":
             _gqa_attention(spec, il, p, head, t)
         else:
@@ -609,6 +632,7 @@ BUILDERS = {
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,
+    "mamba2": mamba2,
     "gemma4": gemma4,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }

@@ -53,14 +53,40 @@ def test_kv_and_state_equal_llama_cpp(preset_model, preset):
         assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
 
 
-def test_kv_sharing_equals_llama_cpp(tmp_path):
-    """gemma4 `shared_kv_layers`: the reusing layers hold no cache (measured on a tiny real model)."""
-    for case in DATA["tiny_cases"]:
-        path = synth.write_model(synth.tiny(case["tiny"], **case["params"]), tmp_path / f"{case['tiny']}.gguf")[0]
-        shape = shape_of(path)
+@pytest.mark.parametrize("arch", ["gemma4", "mamba2"])
+def test_tiny_models_equal_llama_cpp(tmp_path, arch):
+    """gemma4 `shared_kv_layers` (the reusing layers hold no cache) and a pure Mamba-2 model (state only),
+    measured on tiny real models."""
+    cases = [case for case in DATA["tiny_cases"] if case["tiny"] == arch]
+    assert cases
+    path = synth.write_model(synth.tiny(arch, **cases[0]["params"]), tmp_path / f"{arch}.gguf")[0]
+    shape = shape_of(path)
+    for case in cases:
         assert logged_form(kv.kv_caches(shape, case["ctx"], settings_of(case))) == (case["kv_mib"], case["state_mib"]), case
-    assert shape.has_kv == [True] * 4 + [False] * 4
-    assert any("reuse an earlier layer" in note for note in shape.notes)
+    if arch == "gemma4":
+        assert shape.has_kv == [True] * 4 + [False] * 4
+        assert any("reuse an earlier layer" in note for note in shape.notes)
+    else:
+        assert shape.recurrent_kind == "mamba" and all(shape.is_recurrent) and not any(shape.has_kv)
+
+
+@pytest.mark.parametrize("case", DATA["mtp_unused"], ids=lambda case: case["preset"])
+def test_nextn_weights_llama_cpp_skips_are_left_out(preset_model, case):
+    """Without --spec-type draft-mtp llama.cpp creates the NextN block's tensors with TENSOR_SKIP and
+    allocates none of them (deepseek32 still loads that block's exp_probs_b): the llama runtime's
+    per-layer bytes leave out exactly the tensors llama.cpp reported unused."""
+    from moetools.devicefit import core, layers
+
+    with open_model(preset_model(case["preset"])) as model:
+        skipped = layers.mtp_skipped_tensors(model)
+        skipped_bytes = sum(t.n_bytes for t in model.tensors if t.name in skipped)
+        facts = core.model_facts(model)
+        loaded = sum(t.n_bytes for t in model.tensors) - skipped_bytes
+    assert (len(skipped), skipped_bytes) == (case["tensors"], case["bytes"])
+    blocks = facts.layers
+    assert sum(b.total_bytes for b in blocks.blocks) + blocks.input_bytes + blocks.output_bytes == loaded
+    assert facts.mtp_blocks == (facts.block_count - 1,)
+    assert any("--spec-type draft-mtp" in warning for warning in facts.warnings)
 
 
 def test_dsa_indexer_cache_is_one_head_of_the_indexer_width(preset_model):

@@ -48,6 +48,7 @@ class ModelFacts(Record):
         ("warnings", list),
         ("layers", None),  # layers.LayerBytes: per-block dense and expert-matrix bytes (upstream placement)
         ("expert_matrix_bytes", list),  # [(block, bytes of one expert's slice)] per expert tensor: the fork's pools
+        ("mtp_blocks", tuple),  # NextN/MTP blocks llama.cpp leaves unloaded (no --spec-type draft-mtp): not in `layers`
     )
 
     @property
@@ -77,6 +78,13 @@ def model_facts(model):
             experts_per_token += top_k[block]
             top_k_of[block] = top_k[block]
     mean = -(-sum(per_expert.values()) // len(moe_layers)) if moe_layers else 0
+    mtp = layersmod.mtp_blocks(model)
+    mtp_skipped = layersmod.mtp_skipped_tensors(model)
+    warnings = list(model.warnings) + list(shape.notes)
+    if mtp:
+        skipped = sum(tensor.n_bytes for tensor in model.tensors if tensor.name in mtp_skipped)
+        warnings.append(f"NextN/MTP block(s) {', '.join(map(str, mtp))} ({format_size(skipped)}) are not loaded by "
+                        "llama.cpp without --spec-type draft-mtp: left out of the llama runtime's placement")
     return ModelFacts(
         path=model.path,
         architecture=model.architecture,
@@ -91,8 +99,9 @@ def model_facts(model):
         layer_expert_bytes=dict(sorted(layer_bytes.items())),
         experts_per_token=experts_per_token,
         expert_bytes=mean,
-        warnings=list(model.warnings) + list(shape.notes),
-        layers=layersmod.layer_bytes(model, top_k_of),
+        warnings=warnings,
+        layers=layersmod.layer_bytes(model, top_k_of, skip_names=mtp_skipped),
+        mtp_blocks=mtp,
         expert_matrix_bytes=[(expert_tensor_block(tensor.name), tensor.n_bytes // tensor.shape[-1])
                              for tensor in model.expert_tensors],
     )

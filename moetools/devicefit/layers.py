@@ -17,6 +17,14 @@ from moetools.gguf.constants import GGML_TYPES
 INPUT_PREFIXES = ("token_embd.", "pos_embd.", "token_types.", "per_layer_token_embd.")
 EXPERT_PARTS = ("up", "gate", "down", "gate_up")  # the order --fit moves the boundary layer's matrices back
 CUDA_ROW_PADDING = 512  # ggml-cuda MATRIX_ROW_PADDING: a quantized row's allocation rounds up to this
+# Loaders that create the NextN/MTP blocks' tensors with TENSOR_SKIP unless the model is loaded for MTP
+# drafting (llama_model_params.load_mtp, set by --spec-type draft-mtp): llama.cpp then allocates none
+# of them ("model has unused tensor ... -- ignoring"). src/models/*.cpp load_arch_tensors.
+MTP_SKIP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
+                   "glm5-next", "hy-v3", "mimo2", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe",
+                   "qwen3next", "step35")
+# Tensors of those blocks a loader still creates without the MTP flags (so llama.cpp loads them anyway).
+MTP_KEPT = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",)}
 
 
 class Block(Record):
@@ -72,8 +80,33 @@ def cuda_pad(type_id, shape):
     return missing // block * block_bytes
 
 
-def layer_bytes(model, top_k_per_block=None):
-    """LayerBytes of an open moetools.gguf.Model. `top_k_per_block`: {block: top-k} of the MoE blocks."""
+def mtp_blocks(model):
+    """The NextN/MTP blocks llama.cpp does not load in a main (non-drafting) context: the last
+    `nextn_predict_layers` blocks of the architectures in MTP_SKIP_ARCHES, else none."""
+    from moetools.gguf.constants import Keys
+
+    nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
+    n_layer = model.block_count
+    if model.architecture not in MTP_SKIP_ARCHES or not 0 < nextn < n_layer:
+        return ()
+    return tuple(range(n_layer - nextn, n_layer))
+
+
+def mtp_skipped_tensors(model):
+    """Names of the NextN/MTP blocks' tensors llama.cpp skips in a main context (mtp_blocks less MTP_KEPT)."""
+    blocks = mtp_blocks(model)
+    if not blocks:
+        return frozenset()
+    from moetools.gguf.model import tensor_block
+
+    kept = MTP_KEPT.get(model.architecture, ())
+    return frozenset(tensor.name for tensor in model.tensors
+                     if tensor_block(tensor.name) in blocks and not tensor.name.endswith(kept))
+
+
+def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
+    """LayerBytes of an open moetools.gguf.Model. `top_k_per_block`: {block: top-k} of the MoE blocks;
+    `skip_names`: tensors llama.cpp does not allocate (mtp_skipped_tensors), left out."""
     from moetools.gguf.model import expert_tensor_kind, tensor_block
 
     blocks = [Block(il) for il in range(model.block_count)]
@@ -83,6 +116,8 @@ def layer_bytes(model, top_k_per_block=None):
     for tensor in model.tensors:
         entry = (tensor.n_bytes, cuda_pad(tensor.type_id, tensor.shape))
         kind = expert_tensor_kind(tensor.name)
+        if tensor.name in skip_names:
+            continue
         block = kind[0] if kind else tensor_block(tensor.name)
         if block is not None and block < len(blocks):
             target = blocks[block]
