@@ -11,6 +11,7 @@ import os
 
 import click
 
+from moetools import helptext
 from moetools.gguf import open_model
 from moetools.gguf.constants import GGUF_VALUE_TYPES, VALUE_ARRAY, file_type_name
 from moetools.gguf.header import LazyArray
@@ -289,7 +290,7 @@ def _inspect_repo(text, fetch, json_flag):
     render(doc, lambda: repo_tables(doc), json_flag)
 
 
-@click.command("inspect")
+@click.command("inspect", epilog=helptext.INSPECT)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 @click.option("--tensors", is_flag=True, help="Also list every tensor (name, type, ggml shape, bytes, shard, offset).")

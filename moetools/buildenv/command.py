@@ -12,13 +12,14 @@ import os
 
 import click
 
+from moetools import helptext
 from moetools import output
 from moetools.errors import UsageError
 
 SHELL_CHOICES = ("sh", "cmd", "ps1", "json", "cmake")
 
 
-@click.command("build-env")
+@click.command("build-env", epilog=helptext.BUILD_ENV)
 @click.option("--shell", "shell", type=click.Choice(SHELL_CHOICES),
               help="Output format: sh (default; cmd on Windows), cmd, ps1, json, or cmake (a `cmake -C` "
                    "initial-cache file).")

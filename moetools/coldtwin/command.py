@@ -15,6 +15,7 @@ import shutil
 
 import click
 
+from moetools import helptext
 from moetools.coldtwin import actions as act
 from moetools.coldtwin.core import LEVELS, MISMATCH, QUICK_MATCH, VERIFIED, check_all, structural_twins
 from moetools.coldtwin.hashing import CACHE_NAME, HashCache, Hasher, cache_dir
@@ -168,7 +169,7 @@ def _hf_table(doc, name_width):
                  ["repo", "on disk", "twins", "revisions"], rows, right_align=(1,))
 
 
-@click.command("cold-twin")
+@click.command("cold-twin", epilog=helptext.COLD_TWIN)
 @click.argument("hot", metavar="HOT_DIR", type=click.Path(path_type=str))
 @click.argument("cold_dirs", metavar="COLD_DIR...", nargs=-1, type=click.Path(path_type=str))
 @click.option("--verify", "level", type=click.Choice(LEVELS), default=None,

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from moetools import helptext
 from moetools.errors import AnswerNo, MoeError, UsageError
 from moetools.output import Table, render, warn
 from moetools.sizes import format_size, parse_size
@@ -84,7 +85,7 @@ def encode_tables(doc):
     return [Table("container-encode", ["item", "value"], rows)]
 
 
-@click.command("container-encode")
+@click.command("container-encode", epilog=helptext.CONTAINER_ENCODE)
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "folder", required=True, type=click.Path(file_okay=False),
               help="Container folder to write (created if needed; a rerun resumes it).")
@@ -169,7 +170,7 @@ def verify_notes(doc):
     return [f"FAILED: {doc['problem_count']} mismatch(es){more} in {doc['folder']}: {what}"]
 
 
-@click.command("container-verify")
+@click.command("container-verify", epilog=helptext.CONTAINER_VERIFY)
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Source GGUF (any shard): also check every slice byte for byte against it.")
@@ -252,7 +253,7 @@ def read_tables(doc):
     ]
 
 
-@click.command("container-read")
+@click.command("container-read", epilog=helptext.CONTAINER_READ)
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--layer", required=True, type=click.IntRange(0), help="Bank number N of experts-L{N}.bin: the GGUF block, or the MoE-layer ordinal in a --banks ordinal container.")
 @click.option("--expert", required=True, type=click.IntRange(0), help="Expert id within the layer.")

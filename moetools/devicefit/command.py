@@ -13,6 +13,7 @@ import shlex
 
 import click
 
+from moetools import helptext
 from moetools.devicefit import core, devices, upstream
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
@@ -461,7 +462,7 @@ def repo_tables(text, listing, rows):
     return [table]
 
 
-@click.command("device-fit")
+@click.command("device-fit", epilog=helptext.DEVICE_FIT)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("--vram", metavar="SIZE[,SIZE...]|auto", help="Each GPU's memory: 24G,24G (GiB; 24GB decimal), or auto (free memory from nvidia-smi/rocm-smi).")
 @click.option("--gpu", "gpu_text", metavar="NAME[,NAME...]", help="GPUs from the table (VRAM and bandwidth): rtx4090,rtx3090.")

@@ -12,6 +12,7 @@ import os
 
 import click
 
+from moetools import helptext
 from moetools.diskspace import check_room
 from moetools.errors import OutputError, UsageError
 from moetools.locking import folder_lock, remove_stale_temps
@@ -135,7 +136,7 @@ def _install_override(folder, results):
     return {"override": chosen, "resident_bytes_file": path, "override_resident_bytes": smallest.resident_bytes}
 
 
-@click.command("quantize")
+@click.command("quantize", epilog=helptext.QUANTIZE)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @click.option("-t", "--type", "types", required=True, metavar="TYPES",
               help=f"Comma-separated llama-quantize types, one tier each, meaning llama-quantize's per-tensor mix: "

@@ -12,6 +12,7 @@ import time
 
 import click
 
+from moetools import helptext
 from moetools import output
 from moetools.errors import InputError, UsageError
 
@@ -308,7 +309,7 @@ def _write_plan(path, budget_bytes, pins):
     return plan_mtime(path)
 
 
-@click.command("trace-tail")
+@click.command("trace-tail", epilog=helptext.TRACE_TAIL)
 @click.argument("trace")
 @click.option("--model", metavar="GGUF", help="Map tensor keys to layers from this model's expert tensors (any shard).")
 @click.option("--synth-layers", type=click.IntRange(min=1), metavar="N", help="No model: keys of blk.0..N-1 expert tensors.")
