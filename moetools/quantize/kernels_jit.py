@@ -20,6 +20,9 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 F32 = np.float32
 F64 = np.float64
@@ -30,24 +33,23 @@ KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 3
 
 # --- scalar helpers ------------------------------------------------------------------------------
 
+@intrinsic
+def _float32_bits(typingctx, value):
+    """The bits of a float32 as an int32 (C's memcpy(&i, &f, 4)): one LLVM bitcast."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
 @numba.njit(inline="always", **_JIT)
 def nearest_int(fval):
-    """ggml's nearest_int: the mantissa bits of fval + 1.5*2^23 (round half to even below 2^22; the
-    same bits, C wrap-around included, above). Inlined: it runs in every inner loop."""
-    if abs(fval) <= F32(4194303.0):
-        return int(F32(F32(fval + F32(12582912.0)) - F32(12582912.0)))
-    return _nearest_wide(F32(fval + F32(12582912.0)))
-
-
-@numba.njit(**_JIT)
-def _nearest_wide(val):
-    """nearest_int's bits for an argument beyond 2^22 (val = argument + 1.5*2^23, float32)."""
-    if val != val:
-        return 0  # a NaN's mantissa 0x400000
-    if math.isinf(val) or val == 0:
-        return -0x400000
-    mantissa, _ = math.frexp(abs(F64(val)))
-    return int((mantissa * 2.0 - 1.0) * 8388608.0) - 0x400000
+    """ggml's nearest_int: the mantissa bits of fval + 1.5*2^23, exactly as C computes it (round half
+    to even below 2^22, C's wrap-around above). Inlined: it runs in every inner loop."""
+    return (np.int64(_float32_bits(F32(fval + F32(12582912.0)))) & 0x007FFFFF) - 0x00400000
 
 
 @numba.njit(**_JIT)
@@ -141,9 +143,17 @@ def best_index_int8(n, values, x):
 
 # --- the scale searches ------------------------------------------------------------------------
 
-@numba.njit(**_JIT)
-def make_qx_quants(n, nmax, x, L, qw, has_qw):
-    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw or NULL): L[i] = level + nmax; returns the scale."""
+QX_STEPS = 19  # make_qx_quants' first scale and its 18 tries (is = -9..9 without 0)
+
+
+@numba.njit(inline="always", **_JIT)
+def make_qx_quants(n, nmax, x, L, qw, has_qw, work):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, qw or NULL): L[i] = level + nmax; returns the scale.
+
+    ggml tries 19 scales one after another, each a serial sum over the n values; the sums of one
+    try do not depend on the others, so here the loops are exchanged (values outer, tries inner:
+    19 independent accumulators the compiler vectorises), each sum still added in ggml's order,
+    and the best try is then picked in ggml's order. `work` is float32 scratch (3, QX_STEPS)."""
     vmax = F32(0)
     amax = F32(0)
     for i in range(n):
@@ -155,39 +165,41 @@ def make_qx_quants(n, nmax, x, L, qw, has_qw):
         for i in range(n):
             L[i] = 0
         return F32(0)
-    iscale = F32(F32(-nmax) / vmax)
-    sumlx = F32(0)
-    suml2 = F32(0)
-    for i in range(n):
-        lv = max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
-        L[i] = lv + nmax
-        w = qw[i] if has_qw else F32(x[i] * x[i])
-        lf = F32(lv)
-        sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
-        suml2 = F32(suml2 + F32(F32(w * lf) * lf))
-    scale = F32(sumlx / suml2) if suml2 != 0 else F32(0)
-    best = F32(scale * sumlx)
+    iscales = work[0]
+    sumlx = work[1]
+    suml2 = work[2]
+    iscales[0] = F32(F32(-nmax) / vmax)
+    k = 1
     for step in range(-9, 10):
-        if step == 0:
-            continue
-        iscale = F32(F32(-F32(F32(nmax) + F32(F32(0.1) * F32(step)))) / vmax)
-        sumlx = F32(0)
-        suml2 = F32(0)
-        for i in range(n):
-            lv = max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
-            w = qw[i] if has_qw else F32(x[i] * x[i])
-            lf = F32(lv)
-            sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
-            suml2 = F32(suml2 + F32(F32(w * lf) * lf))
-        if suml2 > 0 and F32(sumlx * sumlx) > F32(best * suml2):
-            for i in range(n):
-                L[i] = nmax + max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
-            scale = F32(sumlx / suml2)
-            best = F32(scale * sumlx)
+        if step != 0:
+            iscales[k] = F32(F32(-F32(F32(nmax) + F32(F32(0.1) * F32(step)))) / vmax)
+            k += 1
+    for s in range(QX_STEPS):
+        sumlx[s] = F32(0)
+        suml2[s] = F32(0)
+    for i in range(n):
+        xi = x[i]
+        w = qw[i] if has_qw else F32(xi * xi)
+        wx = F32(w * xi)
+        for s in range(QX_STEPS):
+            lf = F32(max(-nmax, min(nmax - 1, nearest_int(F32(iscales[s] * xi)))))
+            sumlx[s] = F32(sumlx[s] + F32(wx * lf))
+            suml2[s] = F32(suml2[s] + F32(F32(w * lf) * lf))
+    scale = F32(sumlx[0] / suml2[0]) if suml2[0] != 0 else F32(0)
+    best = F32(scale * sumlx[0])
+    chosen = 0
+    for s in range(1, QX_STEPS):
+        if suml2[s] > 0 and F32(sumlx[s] * sumlx[s]) > F32(best * suml2[s]):
+            scale = F32(sumlx[s] / suml2[s])
+            best = F32(scale * sumlx[s])
+            chosen = s
+    iscale = iscales[chosen]
+    for i in range(n):
+        L[i] = nmax + max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
     return scale
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def make_q3_quants(n, nmax, x, L):
     """make_q3_quants(n, nmax, x, L, do_rmse=true): L[i] = level + nmax (0 for an all-zero group)."""
     vmax = F32(0)
@@ -236,7 +248,7 @@ def make_q3_quants(n, nmax, x, L):
     return F32(sumlx / suml2) if suml2 > 0 else F32(0)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def make_qkx(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
     """make_qkx2_quants / make_qkx3_quants (the same search when weights are given: qkx3's `max <= min`
     test is qkx2's `max == min` once min is clipped to <= 0). Returns (scale, the_min)."""
@@ -304,7 +316,7 @@ def make_qkx(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
     return scale, F32(-vmin)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def make_qp_quants(n, nmax, x, L, qw):
     """make_qp_quants: levels 0..nmax of the non-negative x (sub-block scales) under weights qw."""
     vmax = F32(0)
@@ -369,7 +381,7 @@ def make_qp_quants(n, nmax, x, L, qw):
 
 # --- packing shared by several types --------------------------------------------------------------
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _pack_2bit(L, y, at):
     """qs of Q2_K/Q3_K: byte l of half h holds elements 128h + l + 32k at bits 2k."""
     for j in range(0, 256, 128):
@@ -400,7 +412,7 @@ def _scale_min_k4(j, y):
     return (low & 0xF) | ((high >> 6) << 4), (low >> 4) | ((upper >> 6) << 4)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _requant_k4(x, y, L, nmax):
     """Final levels of Q4_K/Q5_K from the stored d, dmin and 6-bit scales."""
     d_all = half_value(np.int64(y[0]) | (np.int64(y[1]) << 8))
@@ -489,7 +501,7 @@ def _pack_q3_scale(y, j, l):
 
 
 @numba.njit(**_JIT)
-def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls):
+def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls, work):
     """quantize_row_q3_K_ref (no qw) or quantize_row_q3_K_impl: y (110,) = hmask, qs, scales, d."""
     for k in range(96, 108):
         y[k] = 0
@@ -505,8 +517,8 @@ def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls):
             for l in range(16):
                 total = F32(total + weights[l])
             sw[j] = total
-            scales[j] = make_qx_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16], weights, True)
-        d_block = make_qx_quants(16, 32, scales, Ls, sw, True)
+            scales[j] = make_qx_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16], weights, True, work)
+        d_block = make_qx_quants(16, 32, scales, Ls, sw, True, work)
         for j in range(16):
             _pack_q3_scale(y, j, np.int64(Ls[j]))
         dval = put_half(y, 108, d_block)
@@ -640,12 +652,12 @@ def q5_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
 
 
 @numba.njit(**_JIT)
-def q6_k_block(x, y, qw, has_qw, L, scales):
+def q6_k_block(x, y, qw, has_qw, L, scales, work):
     """quantize_row_q6_K_ref / _impl: y (210,) = 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, d."""
     max_scale = F32(0)
     max_abs_scale = F32(0)
     for ib in range(16):
-        scale = make_qx_quants(16, 32, x[16 * ib:16 * ib + 16], L[16 * ib:16 * ib + 16], qw[16 * ib:16 * ib + 16], has_qw)
+        scale = make_qx_quants(16, 32, x[16 * ib:16 * ib + 16], L[16 * ib:16 * ib + 16], qw[16 * ib:16 * ib + 16], has_qw, work)
         scales[ib] = scale
         if abs(scale) > max_abs_scale:
             max_abs_scale = abs(scale)
@@ -835,10 +847,10 @@ def _put_q5_bits(y, at_qh, at_qs, L):
 
 
 @numba.njit(**_JIT)
-def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
         _weights32(x, qw, sigma2, weight)
-        put_half(y, 0, make_qx_quants(32, 8, x, L, weight, True))
+        put_half(y, 0, make_qx_quants(32, 8, x, L, weight, True, work))
         for j in range(16):
             y[2 + j] = np.int64(L[j]) | (np.int64(L[j + 16]) << 4)
         return
@@ -852,10 +864,10 @@ def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
 
 
 @numba.njit(**_JIT)
-def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
         _weights32(x, qw, sigma2, weight)
-        put_half(y, 0, make_qx_quants(32, 16, x, L, weight, True))
+        put_half(y, 0, make_qx_quants(32, 16, x, L, weight, True, work))
         _put_q5_bits(y, 2, 6, L)
         return
     d = F32(_absmax_value(x) / F32(-16))
@@ -867,7 +879,7 @@ def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
 
 
 @numba.njit(**_JIT)
-def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
         _weights32(x, qw, sigma2, weight)
         d, the_min = make_qkx(32, 15, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
@@ -888,7 +900,7 @@ def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
 
 
 @numba.njit(**_JIT)
-def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight):
+def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
         _weights32(x, qw, sigma2, weight)
         d, the_min = make_qkx(32, 31, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
@@ -931,10 +943,11 @@ def rows_q3_k(x, out, qw, has_qw):
     weights = np.zeros(16, np.float32)
     sw = np.zeros(16, np.float32)
     Ls = np.zeros(16, np.int8)
+    work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
         for i in range(x.shape[1] // 256):
             q3_k_block(x[r, 256 * i:256 * i + 256], out[r, 110 * i:110 * i + 110], qw[256 * i:256 * i + 256], has_qw,
-                       L, scales, weights, sw, Ls)
+                       L, scales, weights, sw, Ls, work)
 
 
 @numba.njit(**_JIT)
@@ -973,9 +986,10 @@ def rows_q5_k(x, out, qw, has_qw):
 def rows_q6_k(x, out, qw, has_qw):
     L = np.zeros(256, np.int8)
     scales = np.zeros(16, np.float32)
+    work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
         for i in range(x.shape[1] // 256):
-            q6_k_block(x[r, 256 * i:256 * i + 256], out[r, 210 * i:210 * i + 210], qw[256 * i:256 * i + 256], has_qw, L, scales)
+            q6_k_block(x[r, 256 * i:256 * i + 256], out[r, 210 * i:210 * i + 210], qw[256 * i:256 * i + 256], has_qw, L, scales, work)
 
 
 @numba.njit(**_JIT)
@@ -1013,6 +1027,7 @@ def _rows_32(kind, x, out, qw, has_qw, block_bytes):
     Lu = np.zeros(32, np.uint8)
     Laux = np.zeros(32, np.uint8)
     weight = np.zeros(32, np.float32)
+    work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
         sigma2 = _row_sigma2(x[r]) if has_qw else F32(0)
         for i in range(x.shape[1] // 32):
@@ -1020,13 +1035,13 @@ def _rows_32(kind, x, out, qw, has_qw, block_bytes):
             yb = out[r, block_bytes * i:block_bytes * i + block_bytes]
             qb = qw[32 * i:32 * i + 32]
             if kind == 0:
-                q4_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight)
+                q4_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight, work)
             elif kind == 1:
-                q4_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight)
+                q4_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
             elif kind == 2:
-                q5_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight)
+                q5_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight, work)
             else:
-                q5_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight)
+                q5_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
 
 
 @numba.njit(**_JIT)
