@@ -87,9 +87,14 @@ def read_manifest(path):
 
 
 def find_manifests(folder):
-    """Paths of every `*.resident.json` directly in `folder`, sorted."""
+    """Paths of every `*.resident.json` directly in `folder`, sorted; those a quantize run is
+    publishing right now (or was, when killed) are left out until its last rename
+    (formats/quantize_staging.py)."""
+    from moetools.formats.quantize_staging import pending_names
+
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         raise FormatError(folder, "tier folder does not exist") from None
-    return sorted(os.path.join(folder, name) for name in names if name.endswith(SUFFIX))
+    pending = pending_names(folder)
+    return sorted(os.path.join(folder, name) for name in names if name.endswith(SUFFIX) and name not in pending)

@@ -193,7 +193,7 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
     from moetools.gguf import open_model
     from moetools.gguf.sources import refuse_remote
     from moetools.progress import progress
-    from moetools.quantize import core
+    from moetools.quantize import core, staged
 
     refuse_remote(model_path, "quantize")
 
@@ -228,30 +228,46 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
             out_dir = storage.device_fit_dir(model_id, installed["storage_root"])
         else:
             out_dir = output_dir or core.default_output_dir(model.path, full)
+        finished = None
         if not dry_run:  # one run at a time per tier folder; what a killed run left is cleared under the lock
             holding.enter_context(folder_lock(out_dir, tool="quantize", wait=wait, on_wait=warn))
-            for name in remove_stale_temps(out_dir):
-                info(f"removed {os.path.join(out_dir, name)}: a temporary file of a run that was killed")
+            for folder in (out_dir, staged.staging_path(out_dir, "")):
+                for name in remove_stale_temps(folder):
+                    info(f"removed {os.path.join(folder, name)}: a temporary file of a run that was killed")
+            finished = staged.finish_committed(out_dir)
+            if finished is not None:
+                info(f"finished a run that was killed while publishing its files in {out_dir}: "
+                     f"{', '.join(finished['files'])}")
         notes = []
         if not model.expert_tensors:
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
                          else "the model has no routed experts: the full model is every tensor re-quantized")
-        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=force or dry_run, keep_split=keep_split,
-                                imatrix=imatrix)
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=True, keep_split=keep_split, imatrix=imatrix)
         for note in notes:
             info(f"note: {note}")
         if dry_run:
             results = core.estimate(model, plans, threads=threads)
             notes.append("dry run: nothing written; error figures need a real run")
+        elif finished is not None and not force and finished.get("key") == staged.run_key(model, plans):
+            results = core.results_from_journal(finished)  # the killed run was this very run: it is done now
+            notes.append("completed the publish of an interrupted run of the same plan; nothing re-quantized")
         else:
+            if not force:
+                core.refuse_existing(plans)
             # before a byte is written: the tiers' planned bytes against what the drive has
             check_room(out_dir, sum(core.planned_bytes(plan) for plan in plans), "the tiers")
             core.prepare_output_dir(out_dir)
+            if force:
+                staged.staging.clear(out_dir)  # --force replaces an interrupted run instead of finishing it
+            reused = core.stage(model, plans, out_dir)
+            if reused:
+                info(f"reusing {len(reused)} file{'s' if len(reused) > 1 else ''} an interrupted run of the same plan "
+                     f"finished (digests checked): {', '.join(reused)}")
             seconds = sum(core.tier_seconds(plan, threads) for plan in plans)
             info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "
                  "(from the kernels' measured speed on this engine and thread count)")
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
-                results = core.run(model, plans, threads=threads, progress=bar)
+                results = core.run(model, plans, out_dir, threads=threads, progress=bar)
         for note in larger_than_source_notes(results, model.resident_bytes):
             info(f"note: {note}")
             notes.append(note)

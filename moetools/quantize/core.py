@@ -203,6 +203,9 @@ class TierPlan:
     full: bool = False
     errors: dict = field(default_factory=dict)  # name -> TensorError, filled by run()
     imatrix: object = None  # formats.imatrix.Imatrix used for this tier, or None
+    pending: set = None  # indices of the files still to write (core.stage), None before staging
+    reused: dict = field(default_factory=dict)  # file name -> staged piece a killed run finished
+    run_key: str = ""
 
     @property
     def gguf_path(self):
@@ -305,11 +308,16 @@ def plan_tiers(model, mixes, out_dir, full=False, force=False, keep_split=False,
                               os.path.join(out_dir, manifest_name) if manifest_name else "", tensors, full,
                               imatrix=imatrix))
     if not force:
-        for plan in plans:
-            for path in (*plan.gguf_paths, plan.manifest_path):
-                if path and os.path.lexists(path):
-                    raise OutputError(f"{path}: already exists (use --force to replace it)")
+        refuse_existing(plans)
     return plans
+
+
+def refuse_existing(plans):
+    """OutputError naming the first output that already exists (without --force)."""
+    for plan in plans:
+        for path in (*plan.gguf_paths, plan.manifest_path):
+            if path and os.path.lexists(path):
+                raise OutputError(f"{path}: already exists (use --force to replace it)")
 
 
 def _check_imatrix_names(model, imatrix):
@@ -509,63 +517,156 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types):
     return results
 
 
-def run(model, plans, threads=None, progress=None):
+def run(model, plans, out_dir, threads=None, progress=None):
     """Write every planned tier in one pass over the source; returns [TierResult] in plan order.
 
+    All or nothing: every file is written into `out_dir`'s staging folder (staged.py) and renamed
+    into `out_dir` only once every file and manifest of the run is complete; a file is closed as
+    soon as its last tensor is written (with --keep-split, shard by shard), so a run killed midway
+    leaves its finished files for the next run of the same plan to reuse. An error (disk full, bad
+    tensor) leaves nothing. The caller holds `out_dir`'s lock.
     `progress` is an object with `update(n_bytes)` (source bytes processed)."""
+    from moetools.quantize import staged
     from moetools.quantize.kernels import default_threads
 
     threads = threads or default_threads()
-    alignment = model.headers[0].alignment
-    # Tensors in source order; each tier lists a subset (resident-only) or all of them (--full).
-    by_name = [{plan.tensor.name: plan for plan in tier.tensors} for tier in plans]
+    if any(tier.pending is None for tier in plans):
+        stage(model, plans, out_dir)
+    key = plans[0].run_key
+    pieces = {os.path.basename(path): tier.reused[os.path.basename(path)] for tier in plans for path in tier.gguf_paths
+              if os.path.basename(path) in tier.reused}
+    committed = False
+    try:
+        _write_pending(model, plans, out_dir, key, pieces, threads, progress)
+        results = [_result(model, tier, threads=threads,
+                           paths=[staged.staging_path(out_dir, os.path.basename(p)) for p in tier.gguf_paths])
+                   for tier in plans]
+        for tier, result in zip(plans, results):
+            if tier.manifest_path:
+                staged_manifest = staged.staging_path(out_dir, os.path.basename(tier.manifest_path))
+                resident_manifest.write_manifest(staged_manifest, _manifest(model, tier, result), overwrite=True)
+        files, manifests = staged.publish_order(plans)
+        remove = [name for name in manifests if os.path.lexists(os.path.join(out_dir, name))]
+        committed = True
+        staged.publish(out_dir, key, files, remove, [result.__dict__ for result in results])
+    except BaseException:
+        if not committed or staged.staging.read_journal(out_dir) is None:
+            staged.staging.clear(out_dir)  # an error, not a kill: leave nothing behind
+        raise
+    return results
+
+
+def stage(model, plans, out_dir):
+    """Prepare `plans` for `run` into `out_dir`: the files a killed run of the same plan finished
+    (verified by their digests) are reused, everything else is pending. Returns the reused names."""
+    from moetools.quantize import staged
+
+    key = staged.run_key(model, plans)
+    reused = staged.reusable_pieces(out_dir, key)
+    os.makedirs(staged.staging_path(out_dir, ""), exist_ok=True)
     for tier in plans:
+        tier.run_key = key
         tier.errors = {}
+        tier.reused = {}
+        tier.pending = set()
+        for index, path in enumerate(tier.gguf_paths):
+            name = os.path.basename(path)
+            if name in reused:
+                tier.reused[name] = reused[name]
+                _restore_errors(tier, reused[name])
+            else:
+                tier.pending.add(index)
+    return sorted(reused)
+
+
+def results_from_journal(journal):
+    """The TierResults a committed run recorded (a run that finished what a killed run committed)."""
+    return [TierResult(**doc) for doc in journal.get("results", [])]
+
+
+def _restore_errors(tier, piece):
+    for name, source_type, type_text, n_values, sse, ss_source, max_err, max_source in piece.get("errors", []):
+        error = TensorError(name, source_type, type_text, n_values)
+        error.add(sse, ss_source, max_err, max_source)
+        tier.errors[name] = error
+
+
+def _write_pending(model, plans, out_dir, key, pieces, threads, progress):
+    """Write the files of `plans` not yet staged, in one pass over the source; each file is put in
+    place in the staging folder (and recorded in its state) right after its last tensor."""
+    from moetools.quantize import staged
+
+    alignment = model.headers[0].alignment
+    by_name = [{plan.tensor.name: plan for plan in tier.tensors if plan.out_shard in tier.pending} for tier in plans]
+    last_tensor = {}  # (tier index, file index) -> name of the file's last tensor
+    for index, tier in enumerate(plans):
+        for tensor_plan in tier.tensors:
+            last_tensor[(index, tensor_plan.out_shard)] = tensor_plan.tensor.name
+    finished = 0
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(max_workers=threads) as pool:
-        handles = []  # per tier: one handle per output file
-        for tier in plans:
-            files = []
-            for file_index, path in enumerate(tier.gguf_paths):
-                handle = stack.enter_context(atomic.atomic_write(path, "wb", overwrite=True))
+        open_files = {}  # (tier index, file index) -> (context manager, HashingWriter)
+
+        def close(index, file_index):
+            nonlocal finished
+            writing, handle = open_files.pop((index, file_index))
+            _pad(handle, alignment)
+            writing.__exit__(None, None, None)
+            name = os.path.basename(plans[index].gguf_paths[file_index])
+            names = {p.tensor.name for p in plans[index].tensors if p.out_shard == file_index}
+            pieces[name] = {"bytes": handle.tell(), "xxh3": handle.digest.hexdigest(), "errors": [
+                [e.name, e.source_type, e.type, e.n_values, e.sse, e.ss_source, e.max_abs_error, e.max_abs_source]
+                for e in plans[index].errors.values() if e.name in names]}
+            staged.staging.write_state(out_dir, key, pieces)
+            finished += 1
+            staged.fault_point("piece", finished)
+
+        for index, tier in enumerate(plans):
+            for file_index in sorted(tier.pending):
+                writing = atomic.atomic_write(staged.staging_path(out_dir, os.path.basename(tier.gguf_paths[file_index])),
+                                              "wb", overwrite=True)
+                handle = staged.HashingWriter(writing.__enter__(), tier.gguf_paths[file_index])
+                stack.callback(_abandon, writing, open_files, (index, file_index))
+                open_files[(index, file_index)] = (writing, handle)
                 _open_writer(model, tier, handle, file_index)
-                files.append(handle)
-            handles.append(files)
+                if (index, file_index) not in last_tensor:
+                    close(index, file_index)
         for tensor in model.tensors:
             wanted = [(index, table[tensor.name]) for index, table in enumerate(by_name) if tensor.name in table]
             if not wanted:
                 continue
-            outputs = {index: handles[index][plan.out_shard] for index, plan in wanted}
+            outputs = {index: open_files[(index, plan.out_shard)][1] for index, plan in wanted}
             for handle in outputs.values():
                 _pad(handle, alignment)
-            quantize = [(index, plan) for index, plan in wanted if plan.action == "quantize"]
-            unchanged = [index for index, plan in wanted if plan.action != "quantize"]
-            if unchanged:
-                for start in range(0, tensor.n_bytes, COPY_BYTES):
-                    chunk = model.read_tensor_bytes(tensor, start, min(COPY_BYTES, tensor.n_bytes - start))
-                    for index in unchanged:
-                        _write(outputs[index], chunk)
-                    if not quantize and progress is not None:
-                        progress.update(len(chunk))
-            if quantize:
-                _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress)
-        for files in handles:
-            for handle in files:
-                _pad(handle, alignment)
-        # all GGUFs complete: they are renamed into place as the stack closes
-    results = [_result(model, tier, threads=threads) for tier in plans]
-    written = []
-    try:
-        for tier, result in zip(plans, results):
-            if tier.manifest_path:
-                resident_manifest.write_manifest(tier.manifest_path, _manifest(model, tier, result), overwrite=True)
-                written.append(tier.manifest_path)
-    except BaseException:
-        # a tier without its manifest is not a usable tier: leave none of this run's files behind
-        for path in written + [path for tier in plans for path in tier.gguf_paths]:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        raise
-    return results
+            try:
+                _write_tensor(model, tensor, wanted, plans, outputs, pool, progress)
+            except OSError as err:  # a write failed (a full disk): name the file, as atomic_write would
+                raise OutputError(f"{next(iter(outputs.values())).path}: write failed: {err.strerror or err}") from None
+            for index, plan in wanted:
+                if last_tensor[(index, plan.out_shard)] == tensor.name:
+                    close(index, plan.out_shard)
+
+
+def _write_tensor(model, tensor, wanted, plans, outputs, pool, progress):
+    """Write one source tensor to every tier wanting it [(tier index, TensorPlan)]: copied, or re-quantized."""
+    quantize = [(index, plan) for index, plan in wanted if plan.action == "quantize"]
+    unchanged = [index for index, plan in wanted if plan.action != "quantize"]
+    if unchanged:
+        for start in range(0, tensor.n_bytes, COPY_BYTES):
+            chunk = model.read_tensor_bytes(tensor, start, min(COPY_BYTES, tensor.n_bytes - start))
+            for index in unchanged:
+                _write(outputs[index], chunk)
+            if not quantize and progress is not None:
+                progress.update(len(chunk))
+    if quantize:
+        _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress)
+
+
+def _abandon(writing, open_files, file_key):
+    """Exit-stack callback: a file still open when the pass ends early is discarded (its temporary removed)."""
+    if file_key in open_files:
+        open_files.pop(file_key)
+        with contextlib.suppress(BaseException):
+            writing.__exit__(OSError, OSError("abandoned"), None)
 
 
 def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
@@ -610,7 +711,7 @@ def tier_seconds(tier, threads=None):
                for plan in tier.tensors if plan.action == "quantize")
 
 
-def _result(model, tier, written=True, threads=None):
+def _result(model, tier, written=True, threads=None, paths=None):
     resident = [plan for plan in tier.tensors if not plan.expert]
     resident_bytes = sum(plan.out_bytes for plan in resident)
     resident_values = sum(plan.tensor.n_elements for plan in resident)
@@ -624,7 +725,7 @@ def _result(model, tier, written=True, threads=None):
         gguf=tier.gguf_path,
         gguf_files=list(tier.gguf_paths),
         manifest=tier.manifest_path or None,
-        file_bytes=sum(os.path.getsize(path) for path in tier.gguf_paths) if written else None,
+        file_bytes=sum(os.path.getsize(path) for path in (paths or tier.gguf_paths)) if written else None,
         resident_bytes=resident_bytes,
         total_tensor_bytes=sum(plan.out_bytes for plan in tier.tensors),
         tensor_count=len(tier.tensors),
@@ -669,5 +770,5 @@ def _manifest(model, tier, result):
 
 def work_bytes(model, plans):
     """Source bytes `run` reads (for a progress bar): each tensor at most once."""
-    names = {plan.tensor.name for tier in plans for plan in tier.tensors}
+    names = {plan.tensor.name for tier in plans for plan in tier.tensors if tier.pending is None or plan.out_shard in tier.pending}
     return sum(tensor.n_bytes for tensor in model.tensors if tensor.name in names)
