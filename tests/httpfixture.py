@@ -218,6 +218,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self.plain(404, "Entry not found", {"X-Error-Code": "EntryNotFound"})
         local = repo.files[name]
         commit = self.owner.behaviour.commit_override or repo.commit
+        if self.headers.get("User-Agent", "").startswith("llama-cpp/"):
+            # llama.cpp's HTTP client (cpp-httplib) fails now and then (status -1, in about 1.5 ms)
+            # to follow this server's same-host redirect on its HEAD; its -hf check needs the Hub's
+            # routes and files, not the redirect, so the resolve route serves it the file directly
+            return self.serve_file(local, f"/cdn/{repo.commit}/{repo_id}/{name}")
         self.redirect(f"/cdn/{repo.commit}/{repo_id}/{name}", {
             "X-Repo-Commit": commit, "X-Linked-Etag": etag_of(local), "X-Linked-Size": str(os.path.getsize(local)),
             "ETag": etag_of(local)})
