@@ -482,6 +482,77 @@ def minimax_m2(t=Types(), **p):
     return spec
 
 
+def llama4(t=Types(), **p):
+    """Llama 4 (`llama4`): chunked attention (8192-token chunks) in three layers of four, every
+    `moe_every`-th block MoE with a shared expert of the expert width, the others dense
+    (llama.cpp src/models/llama4.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 1, "moe_every": 2, "vocab": 1024, "ctx": 262144, "rope_base": 5e5} | p
+    spec = ModelSpec("llama4", [])
+    _common(spec, p)
+    head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.interleave_moe_layer_step", p["moe_every"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["moe_every"] == 0:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"], t, suffix="_shexp")
+        else:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+def rwkv7(t=Types(), **p):
+    """RWKV-7 (`rwkv7`): time-mix (the wkv state) and channel-mix blocks, no attention cache
+    (llama.cpp src/models/rwkv7.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_ff": 1024, "lora_decay": 32, "lora_iclr": 32,
+         "lora_value": 32, "lora_gate": 64, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("rwkv7", [])
+    _common(spec, p)
+    n_embd = p["n_embd"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.wkv.head_size", p["head_size"])
+    spec.meta("{arch}.attention.decay_lora_rank", p["lora_decay"])
+    spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
+    spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
+    spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("token_embd_norm.weight", (n_embd,), t.norm)
+    spec.add("token_embd_norm.bias", (n_embd,), t.norm)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add("output_norm.bias", (n_embd,), t.norm)
+    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        for name in ("attn_norm", "attn_norm_2", "time_mix_ln"):
+            spec.add(blk + name + ".weight", (n_embd,), t.norm)
+            spec.add(blk + name + ".bias", (n_embd,), t.norm)
+        lora_v = p["lora_iclr"] if il == 0 else p["lora_value"]
+        for name, rank in (("w", p["lora_decay"]), ("a", p["lora_iclr"]), ("v", lora_v)):
+            spec.add(f"{blk}time_mix_{name}0.weight", (n_embd,), t.norm)
+            spec.add(f"{blk}time_mix_{name}1.weight", (n_embd, rank), t.norm)
+            spec.add(f"{blk}time_mix_{name}2.weight", (rank, n_embd), t.norm)
+        spec.add(blk + "time_mix_g1.weight", (n_embd, p["lora_gate"]), t.norm)
+        spec.add(blk + "time_mix_g2.weight", (p["lora_gate"], n_embd), t.norm)
+        spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 6), t.norm)
+        for name in ("k_k", "k_a", "r_k"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd,), t.norm)
+        for name in ("key", "value", "receptance", "output"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "channel_mix_key.weight", (n_embd, p["n_ff"]), t.resident)
+        spec.add(blk + "channel_mix_value.weight", (p["n_ff"], n_embd), t.resident)
+    return spec
+
+
 def _mamba2_block(spec, il, p, t):
     """A Mamba-2 mixer's tensors (ssm_in, conv, dt bias, A, D, grouped norm, ssm_out)."""
     n_embd, d_inner = p["n_embd"], p["ssm_heads"] * p["ssm_head"]
@@ -633,6 +704,8 @@ BUILDERS = {
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,
     "mamba2": mamba2,
+    "llama4": llama4,
+    "rwkv7": rwkv7,
     "gemma4": gemma4,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }

@@ -53,10 +53,11 @@ def test_kv_and_state_equal_llama_cpp(preset_model, preset):
         assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
 
 
-@pytest.mark.parametrize("arch", ["gemma4", "mamba2"])
+@pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
-    """gemma4 `shared_kv_layers` (the reusing layers hold no cache) and a pure Mamba-2 model (state only),
-    measured on tiny real models."""
+    """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
+    (state only) and llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
+    in three layers of four), measured on tiny real models up to 40k context."""
     cases = [case for case in DATA["tiny_cases"] if case["tiny"] == arch]
     assert cases
     path = synth.write_model(synth.tiny(arch, **cases[0]["params"]), tmp_path / f"{arch}.gguf")[0]
@@ -66,8 +67,12 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     if arch == "gemma4":
         assert shape.has_kv == [True] * 4 + [False] * 4
         assert any("reuse an earlier layer" in note for note in shape.notes)
+    elif arch in ("mamba2", "rwkv7"):
+        assert shape.recurrent_kind == {"mamba2": "mamba", "rwkv7": "rwkv"}[arch]
+        assert all(shape.is_recurrent) and not any(shape.has_kv)
     else:
-        assert shape.recurrent_kind == "mamba" and all(shape.is_recurrent) and not any(shape.has_kv)
+        assert (shape.swa_type, shape.n_swa) == ("chunked", 8192)
+        assert shape.is_swa == [True, True, True, False] * 2
 
 
 @pytest.mark.parametrize("case", DATA["mtp_unused"], ids=lambda case: case["preset"])
