@@ -6,8 +6,13 @@ fails here. Sources (read with the search tools):
 - CambrianTech/llama.cpp ggml/src/ggml-moe-residency.hpp: `parse_pager_plan`,
   `ResidencyCache::reload_plan_locked`, `ResidencyCache::ensure_pool`.
 - CambrianTech/continuum core/continuum-core/src/capacity/division_actuation.rs:
-  `parse_resident_manifest`, `discover_resident_tiers`; the model registry's
-  `resolve_device_fit_override`, `device_fit_cache_dir`, `storage_root`, `first_gguf_in_dir`.
+  `parse_resident_manifest`, `discover_resident_tiers`; core/continuum-core/src/model_registry/
+  artifacts.rs ("Local model artifact resolution"): `resolve_device_fit_override`,
+  `device_fit_cache_dir`, `storage_root`, `first_gguf_in_dir`.
+- expert container: CambrianTech/llama.cpp ggml/src/ggml-moe-container.h, ggml-moe-wexp.h,
+  ggml-moe-packer.h (`moec_pack_dir`), tools/moe-pack, ggml-moe-container-fetcher.h and
+  ggml-backend.cpp (`ggml_backend_sched_compute_splits`); continuum
+  core/continuum-core/src/capacity/expert_container.rs.
 """
 
 import json
@@ -113,13 +118,13 @@ def discover_resident_tiers(folder):
 
 
 def device_fit_slug(model_id):
-    """The model registry's `device_fit_cache_dir`: each char, ASCII alphanumeric -> lowercase, any
+    """model_registry/artifacts.rs `device_fit_cache_dir`: each char, ASCII alphanumeric -> lowercase, any
     other char -> '-' (one per char, no run collapsing)."""
     return "".join(c.lower() if c.isascii() and c.isalnum() else "-" for c in model_id)
 
 
 def storage_root(env, home):
-    """The model registry's `storage_root`: CONTINUUM_STORAGE_PATH (non-blank), else a
+    """model_registry/artifacts.rs `storage_root`: CONTINUUM_STORAGE_PATH (non-blank), else a
     `CONTINUUM_STORAGE_PATH=` line of ~/.continuum/config.env, else ~/.continuum."""
     value = env.get("CONTINUUM_STORAGE_PATH", "")
     if value.strip():
@@ -138,7 +143,7 @@ def storage_root(env, home):
 
 
 def first_gguf_in_dir(folder):
-    """The model registry's `first_gguf_in_dir` + `pick_best_candidate`: the main-model GGUF (not
+    """model_registry/artifacts.rs `first_gguf_in_dir` + `pick_best_candidate`: the main-model GGUF (not
     *mmproj*, not mtp-*) with the newest mtime, ties by path."""
     candidates = []
     for name in os.listdir(folder):
@@ -151,7 +156,7 @@ def first_gguf_in_dir(folder):
 
 
 def resolve_device_fit_override(folder, usable_bytes):
-    """The model registry's `resolve_device_fit_override`: (first GGUF, bytes in `resident-bytes`)
+    """model_registry/artifacts.rs `resolve_device_fit_override`: (first GGUF, bytes in `resident-bytes`)
     when that plain-text integer parses and fits `usable_bytes`, else None."""
     if not os.path.isdir(folder):
         return None
