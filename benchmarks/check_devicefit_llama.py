@@ -7,7 +7,7 @@ at the end), writes the case's fixture model, asks device-fit for the llama-serv
 `llama-completion` with them (`-nr -lv 4`, no mmap, one token) and reads the model, KV and compute
 buffers llama.cpp logs per device; then asks `llama-fit-params` for its flags with the same free memory
 (its margins = what each server reports free minus the size device-fit was given) and launches those
-too. Prints the comparison; `--write` records it in tests/data/devicefit_llama_check.json (with the
+too, and a full offload without overrides (pipeline parallelism). Prints the comparison; `--write` records it in tests/data/devicefit_llama_check.json (with the
 llama.cpp commit given by --commit) for tests/test_devicefit_llama_devices.py, which needs no llama.cpp.
 moetools ships no llama.cpp code and no recipe to build it: bring your own binaries.
 """
@@ -81,7 +81,8 @@ def main():
                                   capture_output=True, text=True, check=True).stdout
             doc = json.loads(plan)
             ours_args = without_model(doc["launch"]["llama"]["args"])
-            ours, log = launch(tool("llama-completion"), model, ours_args)
+            # llama-completion has no --no-kv-unified (llama-server's flag); with -np 1 it changes nothing
+            ours, log = launch(tool("llama-completion"), model, [a for a in ours_args if a != "--no-kv-unified"])
             free = {f"RPC0[{endpoint}]": int(mib) for _, endpoint, mib in FREE.findall(log)}
             capacities = {device["name"]: device["capacity_bytes"] for device in doc["devices"]}
             margins = [str(free[name] - capacities[name] // MiB) for name in free]
@@ -94,6 +95,10 @@ def main():
             fit_args = shlex.split(fit_line[-1])
             theirs, _ = launch(tool("llama-completion"), model,
                                ["--rpc", ",".join(f"127.0.0.1:{p}" for p in case.RPC_PORTS), *fit_args, "-fa", "on", "--fit", "off"])
+            # every expert on its layer's device, no -ot: llama.cpp turns pipeline parallelism on
+            full_args = ["--rpc", ",".join(f"127.0.0.1:{p}" for p in case.RPC_PORTS), "-c", str(case.CONTEXT),
+                         "-ngl", "99", "-ts", case.FULL_OFFLOAD_TS, "-fa", "on", "--fit", "off"]
+            full, full_log = launch(tool("llama-completion"), model, full_args)
     finally:
         for server in servers:
             server.terminate()
@@ -107,6 +112,9 @@ def main():
         "reported_free_mib": free,
         "fit_params_args": fit_args,
         "fit_params_logged": theirs,
+        "full_offload_args": full_args[2:],
+        "full_offload_logged": full,
+        "full_offload_pipeline": "pipeline parallelism enabled" in full_log,
     }
     ours_gpu = sum(float(v["model"]) + float(v.get("kv", 0)) for k, v in ours.items() if k != "CPU")
     theirs_gpu = sum(float(v["model"]) + float(v.get("kv", 0)) for k, v in theirs.items() if k != "CPU")

@@ -11,9 +11,6 @@ from moetools import synth
 RPC_PORTS = (50152, 50153)
 RPC_SIZES = ("120M", "90M")
 CONTEXT = 4096
-# the compute buffer per RPC device until the per-device compute model lands: above the 18.51 MiB
-# llama.cpp logs for this case
-RESERVE = "19M"
 RECORD = "tests/data/devicefit_llama_check.json"
 
 
@@ -24,7 +21,8 @@ def fixture_spec():
 
 
 def device_fit_args(model_path):
-    args = [str(model_path), "--runtime", "llama", "--ram", "16G", "--reserve", RESERVE, "-c", str(CONTEXT)]
+    args = [str(model_path), "--runtime", "llama", "--ram", "16G", "--margin", "0", "-c", str(CONTEXT)]
     for port, size in zip(RPC_PORTS, RPC_SIZES):
         args += ["--rpc", f"127.0.0.1:{port}={size}"]
     return args
+FULL_OFFLOAD_TS = "4,5"  # the third launch: every layer and expert on the RPC devices (-ngl 99)

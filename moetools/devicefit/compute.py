@@ -31,6 +31,7 @@ from moetools.gguf.constants import Keys
 
 F32_BYTES, F16_BYTES, I32_BYTES, I64_BYTES = 4, 2, 4, 8
 CPU_ALIGNMENT = 32  # ggml-cpu TENSOR_ALIGNMENT
+HOST = -1  # the CPU's device key (placement.CPU): llama.cpp's last, lowest-priority backend
 CUDA_ALIGNMENT = 128  # ggml-cuda buffer type alignment
 _FREE_END = 1 << 62  # the allocator's one chunk is unbounded
 
@@ -41,7 +42,8 @@ class _Tensor:
     """One graph tensor: bytes, sources, what it views, and the allocator's bookkeeping."""
 
     __slots__ = ("nbytes", "srcs", "view_src", "has_op", "is_input", "is_output", "inplace", "external",
-                 "children", "views", "allocated", "offset", "visited", "host")
+                 "children", "views", "allocated", "offset", "visited", "host", "device", "weight", "dep",
+                 "offloadable")
 
     def __init__(self, nbytes=0, srcs=(), *, view_src=None, has_op=True, is_input=False, external=False, inplace=()):
         self.nbytes = nbytes
@@ -58,6 +60,10 @@ class _Tensor:
         self.offset = 0
         self.visited = False
         self.host = False
+        self.device = None  # the backend the scheduler runs (or keeps) it on; None: not yet assigned
+        self.weight = False  # an external that is a model weight (its device decides the op's backend)
+        self.dep = False  # ggml-backend's GGML_OP_NONE dependency node (keeps a split input alive)
+        self.offloadable = True  # GET_ROWS has batch size 0: never offloaded to a GPU
 
 
 class _Blocks:
@@ -119,9 +125,12 @@ class Graph:
         self.nodes = []
         self.leafs = []
 
-    def external(self):
-        """A weight or a KV-cache tensor: lives in its own buffer."""
-        return _Tensor(has_op=False, external=True)
+    def external(self, device=0, weight=False, nbytes=0):
+        """A weight or a KV-cache tensor: lives in its own buffer (on `device`)."""
+        tensor = _Tensor(nbytes, has_op=False, external=True)
+        tensor.device = device
+        tensor.weight = weight
+        return tensor
 
     def input(self, nbytes):
         return _Tensor(nbytes, has_op=False, is_input=True)
@@ -178,23 +187,30 @@ class Graph:
     def peak(self, alignment=CPU_ALIGNMENT):
         """The buffer ggml_gallocr_reserve asks for: the allocator's high-water mark in bytes."""
         blocks = _Blocks(alignment)
-        for leaf in self.leafs:
-            self._allocate(blocks, leaf)
-        for node in self.nodes:
-            if node.view_src is not None:
+        self.replay(self.leafs, self.nodes, lambda tensor: blocks)
+        return blocks.max_size
+
+    def replay(self, leafs, nodes, blocks_of):
+        """ggml_gallocr_alloc_graph_impl: leafs, then the graph inputs, then every node in order, each
+        parent freed after its last consumer. blocks_of(tensor): the _Blocks of the tensor's buffer."""
+        allocate = lambda tensor: self._allocate(blocks_of(tensor), tensor)  # noqa: E731
+        free = lambda tensor: self._free(blocks_of(tensor), tensor)  # noqa: E731
+        for leaf in leafs:
+            allocate(leaf)
+        for node in nodes:
+            if node.view_src is not None and not node.dep:  # a dependency node is not a view to ggml-alloc
                 node.view_src.views += 1
             if node.is_input:
-                self._allocate(blocks, node)
+                allocate(node)
             for src in node.srcs:
                 src.children += 1
                 if src.is_input:
-                    self._allocate(blocks, src)
-        allocate = self._allocate
-        for node in self.nodes:
+                    allocate(src)
+        for node in nodes:
             for parent in node.srcs:
                 if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
-                    allocate(blocks, parent)  # only leafs can still be unallocated here
-            allocate(blocks, node)
+                    allocate(parent)  # only leafs can still be unallocated here
+            allocate(node)
             for parent in node.srcs:
                 parent.children -= 1
                 if parent.children == 0 and parent.views == 0:
@@ -202,10 +218,148 @@ class Graph:
                         root = parent.view_src
                         root.views -= 1
                         if root.views == 0 and root.children == 0 and root.allocated:
-                            self._free(blocks, root)
+                            free(root)
                     elif parent.allocated:
-                        self._free(blocks, parent)
-        return blocks.max_size
+                        free(parent)
+
+
+# --- ggml-backend's scheduler: which backend runs each node, and the copies between them ---------
+
+OFFLOAD_MIN_BATCH = 32  # ggml-cuda's op_offload_min_batch_size (default): smaller batches stay on the CPU
+
+
+def _assign_from_weights(node, offload_to, tokens):
+    """Pass 1 of ggml_backend_sched_split_graph for one node: a view of a pre-allocated tensor (a KV
+    cache) runs where it lives; an op with a weight runs where the weight lives — unless the weight is
+    in host memory and a GPU backend offloads the op (ggml-cuda: a batch of 32 tokens and more)."""
+    root = node.view_src
+    if root is not None and root.external:
+        return root.device
+    for src in node.srcs:
+        if src.external and src.weight:
+            if src.device == HOST and offload_to is not None and node.offloadable and tokens >= OFFLOAD_MIN_BATCH:
+                return offload_to
+            return src.device
+    return None
+
+
+def _device_of(tensor):
+    if tensor.device is None and tensor.view_src is not None:
+        return tensor.view_src.device
+    return tensor.device
+
+
+def _expand(ops, skip_host):
+    """One expansion pass of pass 2: unassigned nodes take the backend of the previous assigned node
+    (`skip_host`: the CPU does not expand, so GPU ranges grow first)."""
+    current = None
+    for node in ops:
+        if node.device is not None:
+            current = None if (skip_host and node.device == HOST) else node.device
+        elif current is not None:
+            node.device = current
+
+
+def schedule(graph, backends, offload_to, tokens, n_copies=1):
+    """Assign every node a backend and insert the split inputs' copies, as ggml_backend_sched_split_graph
+    and the graph copy it hands to ggml-alloc do. backends: device keys in the scheduler's priority order
+    (the offload devices, then HOST); n_copies: the scheduler's copies (4 with pipeline parallelism: every
+    graph input and split input then exists 4 times, as inputs and outputs that are never freed).
+    Returns the graph copy's (leafs, nodes) in order."""
+    nodes = graph.nodes
+    for leaf in graph.leafs:
+        if leaf.device is None:
+            leaf.device = HOST  # graph inputs live on the last (CPU) backend
+    for node in nodes:
+        if node.device is None:
+            node.device = _assign_from_weights(node, offload_to, tokens)
+    ops = [node for node in nodes if node.view_src is None]
+    _expand(ops, True)
+    _expand(reversed(ops), True)
+    _expand(ops, False)
+    _expand(reversed(ops), False)
+    for node in ops:  # pass 3: what is still unassigned goes where most of its sources are
+        if node.device is None:
+            counts = [sum(1 for src in node.srcs if _device_of(src) == key) for key in backends]
+            node.device = backends[counts.index(max(counts))]
+    for node in nodes:  # pass 4: views where their source is
+        if node.device is None and node.view_src is not None:
+            node.device = node.view_src.device
+        for src in node.srcs:
+            if src.device is None:
+                src.device = src.view_src.device if src.view_src is not None else node.device
+        if node.device is None:
+            node.device = backends[0]
+    # pass 5: splits, and a copy in the split's backend of every source that lives elsewhere
+    copies, result, pending, extra_leafs = {}, [], [], []
+    current, n_inputs = None, 0
+
+    def flush():
+        result.extend(pending)
+        pending.clear()
+
+    split_nodes = []
+    for node in nodes:
+        if node.view_src is not None:
+            split_nodes.append(node)
+            continue
+        new_split = current is None or node.device != current
+        if not new_split and n_inputs:
+            new_split = any(src.external and src.weight and src.device != current for src in node.srcs)
+        if new_split:
+            result.extend(pending)
+            result.extend(split_nodes)
+            pending.clear()
+            split_nodes = []
+            current, n_inputs = node.device, 0
+        srcs = list(node.srcs)
+        for index, src in enumerate(srcs):
+            if _device_of(src) == current:
+                continue
+            key = (id(src), current)
+            copy = copies.get(key)
+            if copy is None:
+                size = src.nbytes or (src.view_src.nbytes if src.view_src is not None else 0)
+                copy = copies[key] = _Tensor(size, ())
+                copy.device = current
+                if n_copies > 1:
+                    copy.is_input = copy.is_output = True
+                    extra_leafs.append(copy)
+                    extra_leafs.extend(_pinned(size, current) for _ in range(n_copies - 1))
+                dep = _Tensor(0, (src,), view_src=src.view_src or src)
+                dep.dep = True
+                dep.device = _device_of(src)
+                pending.extend((dep, copy))  # allocated at the start of the split
+                n_inputs += 1
+            srcs[index] = copy
+        node.srcs = tuple(srcs)
+        split_nodes.append(node)
+    result.extend(pending)
+    result.extend(split_nodes)
+    leafs = list(graph.leafs)
+    if n_copies > 1:
+        inputs = [leaf for leaf in leafs if leaf.is_input]
+        for leaf in inputs:
+            leaf.is_output = True
+        graph_inputs = [copy for leaf in inputs for copy in [leaf] + [_pinned(leaf.nbytes, leaf.device)
+                                                                      for _ in range(n_copies - 1)]]
+        leafs = graph_inputs + extra_leafs + leafs
+    return leafs, result
+
+
+def _pinned(nbytes, device):
+    """One of the pipeline copies of an input: allocated first, never freed."""
+    tensor = _Tensor(nbytes, has_op=False, is_input=True)
+    tensor.is_output = True
+    tensor.device = device
+    return tensor
+
+
+def peaks(graph, leafs, nodes, alignments):
+    """ggml_gallocr_reserve over a scheduled graph: the high-water mark of each backend's buffer."""
+    blocks = {key: _Blocks(alignment) for key, alignment in alignments.items()}
+    graph.replay(leafs, nodes, lambda tensor: blocks[tensor.device])
+    return {key: block.max_size for key, block in blocks.items()}
 
 
 # --- what the graph depends on ----------------------------------------------------------------
@@ -383,7 +537,7 @@ def graph_shape(model, kvshape=None):
 class _Build:
     """State shared by the layer builders: the graph, token counts, masks and index inputs."""
 
-    def __init__(self, graph_shape, kvshape, caches, settings, tokens, streams):
+    def __init__(self, graph_shape, kvshape, caches, settings, tokens, streams, homes=None):
         self.g = Graph()
         self.shape = graph_shape
         self.kv = kvshape
@@ -392,13 +546,43 @@ class _Build:
         self.T = tokens
         self.streams = streams
         self.cells = {cache.kind: cache.cells for cache in caches}
-        self.weights = self.g.external()
-        self.cache = self.g.external()
+        self.homes = homes  # Homes: which device holds each layer and expert matrix (None: one device)
+        self.dev = 0  # the device of the layer being built
+        self.il = -1
+        self._externals = {}
         self.masks = {}
         self.k_idxs = {}
         self.v_idxs = {}
         self.pos = None
         self.k_rot = self.v_rot = None
+
+    def _external(self, key, device, weight, nbytes=0):
+        tensor = self._externals.get(key)
+        if tensor is None:
+            tensor = self._externals[key] = self.g.external(device, weight, nbytes)
+        return tensor
+
+    @property
+    def weights(self):
+        """The weights of the layer being built (one external per device: only where they live matters)."""
+        return self._external(("w", self.dev), self.dev, True, self._dense_copy_bytes())
+
+    @property
+    def cache(self):
+        return self._external(("kv", self.dev), self.dev, False)
+
+    def expert_weights(self, il, part):
+        """An expert matrix of block il: on the device its -ot override (or its layer) puts it."""
+        if self.homes is None:
+            return self.weights
+        device = self.homes.expert_device.get(il, {}).get(part, self.dev)
+        return self._external(("x", il, part), device, True, self.homes.expert_bytes.get(il, {}).get(part, 0))
+
+    def _dense_copy_bytes(self):
+        """What offloading one of this layer's CPU weights to a GPU copies: its largest dense tensor."""
+        if self.homes is None or self.dev != HOST:
+            return 0
+        return self.homes.dense_max_bytes.get(self.il, 0)
 
     def f32(self, *dims):
         n = F32_BYTES
@@ -411,6 +595,10 @@ class _Build:
 
     def norm(self, x, width, weight=True):
         cur = self.g.op(self.f32(width, self.T), x, inplace=(0,))
+        if weight and self.il >= 0 and self.homes is not None and self.homes.full_offload:
+            # llama_context::graph_get_cb pins a layer's "norm" to the layer's device when every layer is
+            # offloaded (else the scheduler would run it on the previous layer's device)
+            cur.device = self.dev
         if weight:
             cur = self.g.op(self.f32(width, self.T), cur, self.weights, inplace=(0,))
         return cur
@@ -659,22 +847,22 @@ def _moe(b, il, x, layer):
     cur = g.view(x_in)
     ff = layer.n_ff_exp
     if layer.gate_up_merged:
-        gate_up = g.op(b.f32(2 * ff, top_k, T), b.weights, cur, selected)
+        gate_up = g.op(b.f32(2 * ff, top_k, T), b.expert_weights(il, "gate_up"), cur, selected)
         if layer.expert_bias:
-            gate_up = g.op(gate_up.nbytes, gate_up, b.weights, selected, inplace=(0,))
+            gate_up = g.op(gate_up.nbytes, gate_up, b.expert_weights(il, "gate_up"), selected, inplace=(0,))
         gate, up = g.view(gate_up), g.view(gate_up)
     else:
-        up = g.op(b.f32(ff, top_k, T), b.weights, cur, selected)
+        up = g.op(b.f32(ff, top_k, T), b.expert_weights(il, "up"), cur, selected)
         if layer.expert_bias:
-            up = g.op(up.nbytes, up, b.weights, selected, inplace=(0,))
-        gate = g.op(b.f32(ff, top_k, T), b.weights, cur, selected)
+            up = g.op(up.nbytes, up, b.expert_weights(il, "up"), selected, inplace=(0,))
+        gate = g.op(b.f32(ff, top_k, T), b.expert_weights(il, "gate"), cur, selected)
         if layer.expert_bias:
-            gate = g.op(gate.nbytes, gate, b.weights, selected, inplace=(0,))
+            gate = g.op(gate.nbytes, gate, b.expert_weights(il, "gate"), selected, inplace=(0,))
     act = g.op(b.f32(ff, top_k, T), gate, up)  # swiglu / swiglu_oai: a new tensor
     out_width = layer.expert_in if layer.expert_in and layer.expert_in != n_embd else n_embd
-    down = g.op(b.f32(out_width, top_k, T), b.weights, act, selected)
+    down = g.op(b.f32(out_width, top_k, T), b.expert_weights(il, "down"), act, selected)
     if layer.expert_bias:
-        down = g.op(down.nbytes, down, b.weights, selected, inplace=(0,))
+        down = g.op(down.nbytes, down, b.expert_weights(il, "down"), selected, inplace=(0,))
     down = g.op(down.nbytes, down, weights, inplace=(0,))
     g.expand(down)
     parts = [g.expand(g.view(down)) for _ in range(top_k)]
@@ -700,37 +888,44 @@ def _ffn(b, x, n_ff):
 
 
 RUN_KEPT = 4  # identical consecutive layers replayed before the allocator is taken to repeat itself
+RUN_KEPT_SPLIT = 2  # the same for a placement's replay (checked equal to RUN_KEPT on the K2-class plans)
 
 
-def _repeats(graph_shape, kvshape, layer_set):
+def _repeats(graph_shape, kvshape, layer_set, homes=None):
     """Layers left out of the replay: within a run of identical consecutive layers, all after the
     first RUN_KEPT (the last layer, which drops the non-output rows, is always kept). ggml-alloc
     reaches the same free-block layout after a layer or two of the same shape, so the rest repeat
     its high-water mark; checked against llama.cpp's figures in tests/test_devicefit_compute.py."""
     def signature(il):
+        where = None
+        if homes is not None:  # a layer on another device, or with its experts elsewhere, is not a repeat
+            where = (homes.layer_device[il], tuple(sorted(homes.expert_device.get(il, {}).items())))
         return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
-                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il])
+                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where)
     skipped, run, previous = set(), 0, None
     last = len(graph_shape.layers) - 1
     for il in sorted(layer_set):
         key = signature(il)
         run = run + 1 if key == previous else 1
         previous = key
-        if run > RUN_KEPT and il != last:
+        if run > (RUN_KEPT if homes is None else RUN_KEPT_SPLIT) and il != last:
             skipped.add(il)
     return skipped
 
 
-def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output):
-    b = _Build(graph_shape, kvshape, caches, settings, tokens, streams)
+def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None):
+    b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
     # NextN/MTP blocks a device holds are not in the main graph (graph_shape.layers is the trunk)
     layer_set = set(range(len(graph_shape.layers))) if layers is None else {il for il in layers if il < len(graph_shape.layers)}
-    skipped = _repeats(graph_shape, kvshape, layer_set)
+    skipped = _repeats(graph_shape, kvshape, layer_set, homes)
     tokens_in = g.input(I32_BYTES * T)
     embd_in = g.input(b.f32(n_embd, T))
+    if homes is not None:
+        b.dev = HOST  # the input layer (token embeddings) stays on the CPU
     lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
     lookup.host = True
+    lookup.offloadable = False  # GET_ROWS: batch size 0 for ggml-cuda's offload_op
     g.expand(lookup)
     g.expand(embd_in)
     cur = lookup
@@ -742,6 +937,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
             continue
+        if homes is not None:
+            b.dev, b.il = homes.layer_device[il], il
         residual = cur
         x = b.norm(cur, n_embd)
         if layer.mixer == "attention":
@@ -774,6 +971,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         cur.is_output = True  # t_h_nextn
         cur = g.op(b.f32(n_embd, T), cur, out_ids)
     if output:
+        if homes is not None:
+            b.dev, b.il = homes.layer_device[-1], -1
         cur = b.norm(cur, n_embd)
         cur.is_output = True  # t_embd
         logits = b.mm(graph_shape.n_vocab, cur)
@@ -849,3 +1048,77 @@ def host_bytes(facts, settings, ctx):
     """The host-side compute buffer of a fully offloaded model: the token-embedding lookup."""
     tokens, _ = reserve_tokens(settings, ctx)
     return -(-(facts.graph.n_embd * tokens * F32_BYTES) // CPU_ALIGNMENT) * CPU_ALIGNMENT
+
+
+class Homes(Record):
+    """Where a placement puts the weights, for the multi-device replay. layer_device: n_layer + 1 device
+    keys (the last the output layer; HOST for the CPU); expert_device {block: {part: key}}; expert_bytes
+    {block: {part: bytes}} and dense_max_bytes {block: bytes} size the copies of CPU weights a GPU makes
+    when it offloads their ops."""
+
+    FIELDS = (
+        ("layer_device", REQUIRED),
+        ("expert_device", dict),
+        ("expert_bytes", dict),
+        ("dense_max_bytes", dict),
+    )
+
+    @property
+    def full_offload(self):
+        """llama.cpp's full_offload: -ngl above n_layer (every block and the output layer offloaded)."""
+        return HOST not in self.layer_device
+
+
+def homes_of(facts, placement):
+    """The Homes of a placement.Placement over core.ModelFacts (its LayerBytes size the weight copies)."""
+    blocks = facts.layers.blocks
+    return Homes(layer_device=list(placement.layer_device), expert_device=placement.expert_device,
+                 expert_bytes={block.index: dict(block.experts) for block in blocks if block.experts},
+                 dense_max_bytes={block.index: max((n for n, _ in block.dense_tensors), default=0) for block in blocks})
+
+
+def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offload=True, pipeline=False):
+    """{device key: compute buffer bytes} of llama.cpp's worst-case graph split across the devices of a
+    placement, as ggml_backend_sched reserves it: every node on the backend its weights (or KV cache)
+    live on, the rest expanded around them, a copy of each tensor a split reads from another backend
+    allocated in the split's buffer, one ggml-alloc buffer per backend.
+
+    kinds: {key: "gpu" | "rpc" | "cpu"} for every device key and HOST, in the scheduler's priority
+    order (offload devices in order, then HOST). With op_offload (llama.cpp's default) the first "gpu"
+    (CUDA) device runs the ops of host-resident weights at the worst-case batch and holds a copy of
+    each such weight (the RPC backend offloads nothing). pipeline: llama.cpp enables pipeline
+    parallelism (4 scheduler copies) when more than one device holds every layer and no -ot override
+    is given (llama_context's constructor)."""
+    caches = kvmod.kv_caches(kvshape, ctx, settings)
+    tokens, streams = reserve_tokens(settings, ctx)
+    graph = _build(graph_shape, kvshape, caches, settings, tokens, streams, None, True, homes)
+    backends = [key for key in kinds if key != HOST] + [HOST]
+    offload_to = next((key for key in backends if kinds[key] == "gpu"), None) if op_offload else None
+    leafs, nodes = schedule(graph, backends, offload_to, tokens, PIPELINE_COPIES if pipeline else 1)
+    return peaks(graph, leafs, nodes, {key: ALIGNMENT[kinds[key]] for key in backends})
+
+
+PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
+
+
+def pipeline_parallel(placement, n_devices):
+    """Whether llama.cpp runs this placement with pipeline parallelism: several devices, every layer
+    and the output offloaded, split by layer, no tensor override (the emitted -ot, --n-cpu-moe)."""
+    if n_devices < 2 or placement.main_gpu is not None or HOST in placement.layer_device:
+        return False
+    return all(home == placement.layer_device[block] for block, homes in placement.expert_device.items()
+               for home in homes.values())
+
+
+def placement_compute(facts, placement, kinds, settings, ctx):
+    """placement_buffers for a placement.Placement over core.ModelFacts, memoised on the facts."""
+    memo = facts.graph.__dict__.setdefault("_placement_memo", {})
+    experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
+    key = (tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx)
+    if key not in memo:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        pipeline = pipeline_parallel(placement, len(kinds) - 1)
+        memo[key] = placement_buffers(facts.graph, facts.shape, ctx, settings, homes_of(facts, placement), kinds,
+                                      pipeline=pipeline)
+    return memo[key]

@@ -17,6 +17,7 @@ from moetools.errors import UsageError
 from moetools.gguf.sources import llama_model_args
 
 GIB = 1024**3
+REPLAN_ROUNDS = 4  # placements chosen again when their own compute buffers exceed the estimate
 
 
 def device_compute_bytes(facts, layers, holds_output, settings, ctx, kind, capacity=0):
@@ -79,14 +80,37 @@ class DevicePlan(Record):
 
 
 def _compute_fn(facts, devices, options, ctx):
+    """Compute buffers before a placement exists (the chooser's budgets): each device alone, at the
+    GPU alignment whatever its kind (one replay serves every device; the ledger replays the placement)."""
     def compute(key, layers, holds_output):
         if key == CPU:
             return device_compute_bytes(facts, layers, holds_output, options.kv, ctx, "cpu", 0)
         device = devices[key]
         if options.reserve is not None:
             return options.reserve
-        return device_compute_bytes(facts, layers, holds_output, options.kv, ctx, device.kind, device.capacity_bytes)
+        return device_compute_bytes(facts, layers, holds_output, options.kv, ctx, "gpu", device.capacity_bytes)
     return compute
+
+
+def placement_compute_fn(facts, devices, options, ctx, placement):
+    """Compute buffers of a placement: llama.cpp's worst-case graph split across its devices by the
+    scheduler (compute.placement_compute) — the CPU's holds the inputs and the matmuls of its experts,
+    each device the copies of what it reads from another. --reserve overrides the offload devices'."""
+    kinds = {index: device.kind for index, device in enumerate(devices)}
+    kinds[CPU] = "cpu"
+    buffers = computemod.placement_compute(facts, placement, kinds, options.kv, ctx)
+
+    def compute(key, layers, holds_output):
+        if key != CPU and options.reserve is not None:
+            return options.reserve
+        return buffers[key]
+    return compute
+
+
+def _experts_must_spill(layers, devices):
+    """Whether the weights alone exceed the offload devices: some experts then stay on the CPU."""
+    weights = layers.input_bytes + layers.output_bytes + sum(block.total_bytes for block in layers.blocks)
+    return weights > sum(device.capacity_bytes for device in devices)
 
 
 def plan_at(facts, devices, cpu, options, ctx):
@@ -102,13 +126,27 @@ def plan_at(facts, devices, cpu, options, ctx):
         placement = placemod.user_placement(layers, len(devices), ngl=options.ngl, ts=options.ts,
                                             n_cpu_moe=options.n_cpu_moe,
                                             capacities=[d.capacity_bytes for d in devices], main_gpu=options.main_gpu)
+        compute = placement_compute_fn(facts, devices, options, ctx, placement)
     else:
         all_blocks = list(range(layers.n_layer))
-        budgets = [device.capacity_bytes - compute(index, all_blocks, index == len(devices) - 1) - options.margin
-                   for index, device in enumerate(devices)]
+        assumed = [compute(index, all_blocks, index == len(devices) - 1) for index in range(len(devices))]
+        offload = next((index for index, device in enumerate(devices) if device.kind == "gpu"), None)
+        if offload is not None and options.reserve is None and _experts_must_spill(layers, devices):
+            # the first CUDA device runs the batch matmuls of the CPU's experts and holds a copy of the
+            # matrix being multiplied: assume the largest from the start (saves a second round)
+            assumed[offload] += max((size for block in layers.blocks for size in block.experts.values()), default=0)
         costs = placemod.layer_costs(layers, kv_layers)
-        placement, notes = placemod.choose(layers, costs, budgets)
-        placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
+        for _ in range(REPLAN_ROUNDS):
+            budgets = [device.capacity_bytes - assumed[index] - options.margin for index, device in enumerate(devices)]
+            placement, notes = placemod.choose(layers, costs, budgets)
+            placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
+            compute = placement_compute_fn(facts, devices, options, ctx, placement)
+            # the placement's own buffers can exceed the estimate (a GPU holds the copy of a CPU expert
+            # matrix it runs the batch's matmul of): choose again with the buffers it really needs
+            real = [compute(index, None, None) for index in range(len(devices))]
+            if all(need <= have for need, have in zip(real, assumed)):
+                break
+            assumed = [max(need, have) for need, have in zip(real, assumed)]
     shares = placemod.ledger(layers, placement, devices, cpu, kv_layers, compute, margins)
     depth = options.depth if options.depth is not None else max(1, ctx // 2)
     kv_read = kvmod.read_per_token(shape, min(depth, ctx), options.kv)
