@@ -178,6 +178,21 @@ def test_tiers_override_when_native_does_not_fit(k3, tmp_path):
     assert doc["resident_gguf"].endswith("k3.q4_0.resident.gguf")
 
 
+@pytest.mark.parametrize("labels", [("q4_0", "q4_K"), ("q4_K", "q4_0")])
+def test_equal_sized_tiers_go_to_the_lower_error(k3, tmp_path, labels):
+    """Two tiers of the same bytes divide the card the same way and run at the same speed: the one
+    of lower quantization error (q4_K before q4_0 in ERROR_ORDER) is chosen, whichever is listed first."""
+    facts = facts_of(k3)
+    tiers = tmp_path / "tiers"
+    for label in labels:
+        _tier(tiers, label, 14 * GIB, facts)
+    doc = run_json(k3, "--vram", "24G", "--ctx", 16384, "--tiers", tiers)
+    by_tier = {d["tier"]: d for d in doc["divisions"]}
+    assert by_tier["q4_0"]["tok_s"] == by_tier["q4_K"]["tok_s"] and by_tier["q4_0"]["feasible"]
+    assert doc["verdict"] == "override" and doc["resident_source"] == "q4_K"
+    assert doc["resident_gguf"].endswith("k3.q4_K.resident.gguf")
+
+
 def test_old_curve_without_demand_policies_predicts_from_its_best_demand_cache(k3, tmp_path):
     """Before demand_policies, decay_bandit was a top-S set that bypasses the cache: device-fit uses
     the better of the old file's demand caches (LRU, LFU) and says so."""

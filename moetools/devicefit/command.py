@@ -15,6 +15,7 @@ import click
 
 from moetools import helptext
 from moetools.devicefit import core, devices, upstream
+from moetools.devicefit import draft as draftmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import CACHE_TYPES, KVSettings
@@ -320,6 +321,7 @@ def llama_tables(doc):
         ("KV", lambda device: gib(device["kv_bytes"])),
         ("experts", lambda device: gib(device["expert_bytes"])),
         ("margin", lambda device: gib(device["margin_bytes"])),
+        *([("draft", lambda device: gib(device["draft_bytes"]))] if "draft" in doc else []),
         ("free", lambda device: gib(device["free_bytes"]) if device["free_bytes"] >= 0 else "-" + gib(-device["free_bytes"])),
         ("layers", lambda device: device["layers"] + (" +out" if device["output_layer"] else "")),
     ]
@@ -490,6 +492,10 @@ def repo_tables(text, listing, rows):
 @click.option("--n-cpu-moe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
 @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
 @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
+@click.option("--draft", "-md", "draft_path", metavar="MODEL", help="llama: a draft model for speculative decoding (-md), planned beside the target.")
+@click.option("--draft-ngl", "-ngld", type=int, metavar="N", help="llama: the draft's -ngld (default all layers).")
+@click.option("--draft-ctk", "-ctkd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's K cache type (-ctkd).")
+@click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
 @click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False),
               help="Folder of *.resident.json tiers, searched first; the daemon's <storage root>/device-fit/<slug>/, "
                    "device-fit/<stem>/ beside the model and the model's folder are searched too.")
@@ -518,7 +524,7 @@ def repo_tables(text, listing, rows):
 @source_options
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
@@ -542,18 +548,29 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     from moetools.gguf import open_model
 
     repo = is_repo(model_path)
-    facts = fetch_stats = None
+    if draft_path and runtime != "llama":
+        raise UsageError("--draft is planned with --runtime llama (the fork's division of one GPU has no draft model)")
+    if draft_ngl is not None and draft_ngl < 0:
+        raise UsageError("--draft-ngl must be 0 or more")
+    facts = fetch_stats = target_vocab = None
     if not repo:
         with open_model(model_path, fetch) as model:
             _refuse_a_tier(model_path, model.metadata)
             facts = core.model_facts(model)
             fetch_stats = model.fetch_stats
+            if draft_path:
+                target_vocab = draftmod.vocab_of(model, decode=True)
     if runtime == "llama":
         if repo:
             raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         options = _llama_options(settings, ctx=ctx, reserve=reserve, margin=margin, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
                                  main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
                                  threads=threads, os_reserve=os_reserve)
+        if draft_path:
+            with open_model(draft_path, fetch) as model:
+                draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
+                draft_facts = core.model_facts(model)
+            options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv), draft_ngl)
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram))
         return
     if rpcs:

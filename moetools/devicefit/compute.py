@@ -913,9 +913,12 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
     return skipped
 
 
-def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None):
+def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None, outputs=None):
+    """outputs: rows the graph outputs (llama_context's n_outputs_max; None: every token — a draft
+    model's context outputs one row per sequence)."""
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
+    n_out = min(outputs, T) if outputs else T
     # NextN/MTP blocks a device holds are not in the main graph (graph_shape.layers is the trunk)
     layer_set = set(range(len(graph_shape.layers))) if layers is None else {il for il in layers if il < len(graph_shape.layers)}
     skipped = _repeats(graph_shape, kvshape, layer_set, homes)
@@ -932,7 +935,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     b.pos = g.input(I32_BYTES * T)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     _attention_inputs(b, kinds)
-    out_ids = g.input(I32_BYTES * T)
+    out_ids = g.input(I32_BYTES * n_out)
     last = len(graph_shape.layers) - 1
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
@@ -955,8 +958,9 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = None
         if il == last and graph_shape.architecture not in NEXTN_TAIL:
             if mixed is not None:
-                mixed = g.op(mixed.nbytes, mixed, out_ids)
-            residual = g.op(b.f32(n_embd, T), residual, out_ids)
+                mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
+            residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
+            T = b.T = n_out  # the rest runs on the output rows only
         if mixed is not None:
             cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
         else:
@@ -969,7 +973,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         g.expand(cur)
     if graph_shape.architecture in NEXTN_TAIL:
         cur.is_output = True  # t_h_nextn
-        cur = g.op(b.f32(n_embd, T), cur, out_ids)
+        cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+        T = b.T = n_out
     if output:
         if homes is not None:
             b.dev, b.il = homes.layer_device[-1], -1
@@ -1077,7 +1082,7 @@ def homes_of(facts, placement):
                  dense_max_bytes={block.index: max((n for n, _ in block.dense_tensors), default=0) for block in blocks})
 
 
-def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offload=True, pipeline=False):
+def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offload=True, pipeline=False, outputs=None):
     """{device key: compute buffer bytes} of llama.cpp's worst-case graph split across the devices of a
     placement, as ggml_backend_sched reserves it: every node on the backend its weights (or KV cache)
     live on, the rest expanded around them, a copy of each tensor a split reads from another backend
@@ -1091,7 +1096,7 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
     is given (llama_context's constructor)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
-    graph = _build(graph_shape, kvshape, caches, settings, tokens, streams, None, True, homes)
+    graph = _build(graph_shape, kvshape, caches, settings, tokens, streams, None, True, homes, outputs)
     backends = [key for key in kinds if key != HOST] + [HOST]
     offload_to = next((key for key in backends if kinds[key] == "gpu"), None) if op_offload else None
     leafs, nodes = schedule(graph, backends, offload_to, tokens, PIPELINE_COPIES if pipeline else 1)
@@ -1110,15 +1115,16 @@ def pipeline_parallel(placement, n_devices):
                for home in homes.values())
 
 
-def placement_compute(facts, placement, kinds, settings, ctx):
-    """placement_buffers for a placement.Placement over core.ModelFacts, memoised on the facts."""
+def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
+    """placement_buffers for a placement.Placement over core.ModelFacts, memoised on the facts.
+    outputs: the context's output rows (None: every token; a draft model's: one per sequence)."""
     memo = facts.graph.__dict__.setdefault("_placement_memo", {})
     experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
-    key = (tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx)
+    key = (tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs)
     if key not in memo:
         if len(memo) >= _MEMO_MAX:
             memo.clear()
         pipeline = pipeline_parallel(placement, len(kinds) - 1)
         memo[key] = placement_buffers(facts.graph, facts.shape, ctx, settings, homes_of(facts, placement), kinds,
-                                      pipeline=pipeline)
+                                      pipeline=pipeline, outputs=outputs)
     return memo[key]

@@ -305,11 +305,13 @@ class Share(Record):
         ("margin_bytes", 0),
         ("active_bytes", 0.0),  # weight bytes one token reads here (dense + top-k share of its experts)
         ("expert_parts", dict),  # {block: [parts]} held here
+        ("draft_bytes", 0),  # a draft model's weights, KV and compute buffers here (--draft)
     )
 
     @property
     def used_bytes(self):
-        return self.resident_bytes + self.expert_bytes + self.kv_bytes + self.compute_bytes + self.margin_bytes
+        return (self.resident_bytes + self.expert_bytes + self.kv_bytes + self.compute_bytes + self.margin_bytes
+                + self.draft_bytes)
 
     @property
     def free_bytes(self):
@@ -322,15 +324,16 @@ class Share(Record):
     def to_doc(self):
         doc = {"name": self.device.name, "kind": self.device.kind, "capacity_bytes": self.device.capacity_bytes,
                "compute_bytes": self.compute_bytes, "resident_bytes": self.resident_bytes, "kv_bytes": self.kv_bytes,
-               "expert_bytes": self.expert_bytes, "margin_bytes": self.margin_bytes, "free_bytes": self.free_bytes,
-               "layers": _ranges_text(self.layers), "output_layer": self.holds_output,
+               "expert_bytes": self.expert_bytes, "margin_bytes": self.margin_bytes, "draft_bytes": self.draft_bytes,
+               "free_bytes": self.free_bytes,
+               "layers": ranges_text(self.layers), "output_layer": self.holds_output,
                "bandwidth_bytes_per_s": self.device.bandwidth, "bandwidth_source": self.device.bandwidth_source}
         if self.device.endpoint:
             doc["endpoint"] = self.device.endpoint
         return doc
 
 
-def _ranges_text(indices):
+def ranges_text(indices):
     """[0, 1, 2, 5] -> "0-2,5"."""
     parts, start, prev = [], None, None
     for value in indices:

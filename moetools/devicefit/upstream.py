@@ -41,6 +41,7 @@ class UpstreamOptions(Record):
         ("n_cpu_moe", None),
         ("main_gpu", None),
         ("reserve", None),  # --reserve: a fixed compute buffer per GPU
+        ("draft", None),  # draft.Draft: a speculative-decoding draft model beside the target (--draft)
     )
 
     @property
@@ -59,6 +60,7 @@ class DevicePlan(Record):
         ("seconds", REQUIRED),
         ("breakdown", REQUIRED),
         ("notes", list),
+        ("draft_shares", None),  # {device key: Share} of the draft model (--draft)
     )
 
     @property
@@ -107,6 +109,29 @@ def placement_compute_fn(facts, devices, options, ctx, placement):
     return compute
 
 
+def draft_footprint(draft, devices, cpu, placement, ctx):
+    """{device key: Share} of a draft model loaded beside the target's placement (None: before one is
+    chosen, split by capacity), as llama.cpp loads it: the target's -ts split (and split mode) with the
+    draft's own -ngld, no overrides, its KV with its layers at the draft cache types, its compute
+    buffers with one output row per sequence."""
+    layers = draft.facts.layers
+    main_gpu = placement.main_gpu if placement is not None else None
+    ts = placement.ts if placement is not None and main_gpu is None else None
+    dplacement = placemod.user_placement(layers, len(devices), ngl=draft.ngl, ts=ts,
+                                         capacities=[d.capacity_bytes for d in devices], main_gpu=main_gpu)
+    kinds = {index: device.kind for index, device in enumerate(devices)}
+    kinds[CPU] = "cpu"
+    buffers = computemod.placement_compute(draft.facts, dplacement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
+    kv_layers = kvmod.per_layer(draft.facts.shape, ctx, draft.kv)
+    shares = placemod.ledger(layers, dplacement, devices, cpu, kv_layers, lambda key, mine, out: buffers[key], {})
+    return dict(zip([*range(len(devices)), CPU], shares))
+
+
+def _draft_bytes(footprint, key):
+    share = footprint.get(key) if footprint else None
+    return share.used_bytes if share else 0
+
+
 def _experts_must_spill(layers, devices):
     """Whether the weights alone exceed the offload devices: some experts then stay on the CPU."""
     weights = layers.input_bytes + layers.output_bytes + sum(block.total_bytes for block in layers.blocks)
@@ -122,11 +147,15 @@ def plan_at(facts, devices, cpu, options, ctx):
     margins = {index: options.margin for index in range(len(devices))}
     margins[CPU] = options.os_reserve
     notes = []
+    draft = options.draft
+    footprint = None
     if options.user_placement:
         placement = placemod.user_placement(layers, len(devices), ngl=options.ngl, ts=options.ts,
                                             n_cpu_moe=options.n_cpu_moe,
                                             capacities=[d.capacity_bytes for d in devices], main_gpu=options.main_gpu)
         compute = placement_compute_fn(facts, devices, options, ctx, placement)
+        if draft is not None:
+            footprint = draft_footprint(draft, devices, cpu, placement, ctx)
     else:
         all_blocks = list(range(layers.n_layer))
         assumed = [compute(index, all_blocks, index == len(devices) - 1) for index in range(len(devices))]
@@ -136,18 +165,27 @@ def plan_at(facts, devices, cpu, options, ctx):
             # matrix being multiplied: assume the largest from the start (saves a second round)
             assumed[offload] += max((size for block in layers.blocks for size in block.experts.values()), default=0)
         costs = placemod.layer_costs(layers, kv_layers)
+        if draft is not None:  # first guess: the draft split by capacity
+            footprint = draft_footprint(draft, devices, cpu, None, ctx)
+            assumed = [need + _draft_bytes(footprint, index) for index, need in enumerate(assumed)]
         for _ in range(REPLAN_ROUNDS):
             budgets = [device.capacity_bytes - assumed[index] - options.margin for index, device in enumerate(devices)]
             placement, notes = placemod.choose(layers, costs, budgets)
             placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
             compute = placement_compute_fn(facts, devices, options, ctx, placement)
+            if draft is not None:
+                footprint = draft_footprint(draft, devices, cpu, placement, ctx)
             # the placement's own buffers can exceed the estimate (a GPU holds the copy of a CPU expert
-            # matrix it runs the batch's matmul of): choose again with the buffers it really needs
-            real = [compute(index, None, None) for index in range(len(devices))]
+            # matrix it runs the batch's matmul of; the draft follows the chosen -ts): choose again with
+            # the bytes it really needs
+            real = [compute(index, None, None) + _draft_bytes(footprint, index) for index in range(len(devices))]
             if all(need <= have for need, have in zip(real, assumed)):
                 break
             assumed = [max(need, have) for need, have in zip(real, assumed)]
     shares = placemod.ledger(layers, placement, devices, cpu, kv_layers, compute, margins)
+    if footprint:
+        for key, share in zip([*range(len(devices)), CPU], shares):
+            share.draft_bytes = _draft_bytes(footprint, key)
     depth = options.depth if options.depth is not None else max(1, ctx // 2)
     kv_read = kvmod.read_per_token(shape, min(depth, ctx), options.kv)
     cpu_share = shares[-1]
@@ -155,7 +193,7 @@ def plan_at(facts, devices, cpu, options, ctx):
     if cpu.capacity_bytes:
         room = cpu.capacity_bytes - options.os_reserve - cpu_share.kv_bytes - cpu_share.compute_bytes
     seconds, breakdown = speedmod.decode_time(shares, placement, devices, kv_read, options.speed, room)
-    return DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes)
+    return DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
 
 
 class UpstreamResult(Record):
@@ -168,6 +206,7 @@ class UpstreamResult(Record):
         ("notes", list),
         ("warnings", list),
         ("unfittable", None),  # {shortfall per device, suggestions} when nothing fits
+        ("draft", None),  # the draft.Draft planned beside the target
     )
 
 
@@ -192,7 +231,11 @@ def plan(facts, devices, cpu, options):
             raise UsageError("the model's training context is 0; give --ctx")
         candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in context.contexts_to_try(train)]
     feasible = [candidate for candidate in candidates if candidate.fits]
-    result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings)
+    result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings,
+                            draft=options.draft)
+    if options.draft is not None:
+        notes.append(f"draft model {options.draft.path}: its weights, KV and compute buffers are in each device's "
+                     "draft_bytes; tok/s is the target's alone (speculative decoding's gain is not predicted)")
     if not feasible:
         result.unfittable = unfittable(facts, devices, cpu, options, candidates[0])
         notes.append("unfittable: " + result.unfittable["summary"])
@@ -300,7 +343,16 @@ def server_args(model_path, result, kv_flags):
         entries = placemod.override_patterns(placement, devices)
         if entries:
             args += ["-ot", ",".join(f"{pattern}={target}" for pattern, target in entries)]
-    return args + kv_flags + ["--fit", "off"]
+    return args + kv_flags + draft_args(result.draft) + ["--fit", "off"]
+
+
+def draft_args(draft):
+    """llama-server's flags for the draft model: -md, -ngld and its cache types (llama.cpp's draft
+    cache defaults to f16 whatever -ctk says, so they are always spelled out)."""
+    if draft is None:
+        return []
+    return ["-md", draft.path, "-ngld", "all" if draft.ngl is None else str(draft.ngl),
+            "-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv]
 
 
 def _weight_text(weight):
@@ -350,4 +402,13 @@ def result_doc(result, facts, model_path, kv_flags):
     }
     if chosen:
         doc["launch"] = {"llama": {"args": server_args(model_path, result, kv_flags)}}
+    if result.draft is not None:
+        draft = result.draft
+        shares = (chosen or result.alternatives[0]).draft_shares or {}
+        doc["draft"] = {"model": draft.path, "architecture": draft.facts.architecture, "ngl": draft.ngl,
+                        "ctk": draft.kv.ctk, "ctv": draft.kv.ctv,
+                        "devices": [{"name": share.device.name, "resident_bytes": share.resident_bytes,
+                                     "expert_bytes": share.expert_bytes, "kv_bytes": share.kv_bytes,
+                                     "compute_bytes": share.compute_bytes, "layers": placemod.ranges_text(share.layers)}
+                                    for share in shares.values()]}
     return doc

@@ -1,0 +1,102 @@
+"""A draft model for speculative decoding beside the target (`--draft MODEL`, llama.cpp's `-md`).
+
+llama.cpp loads the draft with the target's parameters except what common_base_params_to_speculative
+(common/speculative.cpp) replaces: its own `-ngld` (default all layers), `-devd` (default the target's
+devices), no tensor overrides, the draft cache types `-ctkd`/`-ctvd` (default f16, not the target's
+`-ctk`/`-ctv`), and one output row per sequence (n_outputs_max = -np). Context, batch, -np, the cache's
+unification and the `-ts` split are the target's. So its layers go to the devices by the same split,
+its KV lives with its layers, and its own compute buffers sit beside the target's on each device.
+
+It refuses a draft whose vocabulary is not the target's, as common_speculative_are_compatible does:
+another tokenizer model, more than 128 tokens apart, a token text differing from id 5 on, or a
+different BOS/EOS token when it is added.
+"""
+
+from moetools.devicefit.record import REQUIRED, Record
+from moetools.errors import UsageError
+
+VOCAB_MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+VOCAB_CHECK_START_TOKEN_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
+
+
+class Vocab(Record):
+    """What llama.cpp compares of a vocabulary, from the header (None: the key is absent)."""
+
+    FIELDS = (
+        ("kind", ""),  # tokenizer.ggml.model: llama (SPM), gpt2 (BPE), bert (WPM), t5 (UGM), ...
+        ("size", 0),
+        ("add_bos", None),
+        ("bos", None),
+        ("add_eos", None),
+        ("eos", None),
+        ("tokens", None),  # the tokenizer.ggml.tokens array (a LazyArray or a list), decoded on demand
+    )
+
+
+def vocab_of(model, decode=False):
+    """The Vocab of an open moetools.gguf.Model (decode: read the token texts now, while it is open)."""
+    tokens = model.metadata.get("tokenizer.ggml.tokens")
+    if decode and tokens is not None:
+        tokens = _texts(tokens)
+    return Vocab(kind=str(model.metadata.get("tokenizer.ggml.model", "")), size=len(tokens) if tokens is not None else 0,
+                 add_bos=model.metadata.get("tokenizer.ggml.add_bos_token"),
+                 bos=model.metadata.get("tokenizer.ggml.bos_token_id"),
+                 add_eos=model.metadata.get("tokenizer.ggml.add_eos_token"),
+                 eos=model.metadata.get("tokenizer.ggml.eos_token_id"), tokens=tokens)
+
+
+def _texts(tokens):
+    if tokens is None:
+        return []
+    return tokens.load() if hasattr(tokens, "load") else list(tokens)
+
+
+def incompatibility(target, draft):
+    """Why llama.cpp would refuse `draft` (Vocab) as a draft for `target` (Vocab), or "" when it would not.
+
+    A BOS/EOS flag or id absent from one header is llama.cpp's per-tokenizer default, not compared."""
+    if target.kind != draft.kind:
+        return "another tokenizer model"
+    if abs(target.size - draft.size) > VOCAB_MAX_SIZE_DIFFERENCE:
+        return f"sizes more than {VOCAB_MAX_SIZE_DIFFERENCE} tokens apart"
+    for flag, token, name in (("add_bos", "bos", "BOS"), ("add_eos", "eos", "EOS")):
+        ours, theirs = getattr(target, flag), getattr(draft, flag)
+        if ours is not None and theirs is not None and bool(ours) != bool(theirs):
+            return f"one adds a {name} token, the other does not"
+        added = ours if ours is not None else theirs
+        ours_id, theirs_id = getattr(target, token), getattr(draft, token)
+        if added and ours_id is not None and theirs_id is not None and ours_id != theirs_id:
+            return f"{name} token {ours_id} vs {theirs_id}"
+    ours, theirs = _texts(target.tokens), _texts(draft.tokens)
+    for index in range(VOCAB_CHECK_START_TOKEN_ID, min(len(ours), len(theirs))):
+        if ours[index] != theirs[index]:
+            return f"token {index} differs ({ours[index]!r} vs {theirs[index]!r})"
+    return ""
+
+
+def check_compatible(target_path, target, draft_path, draft):
+    """Raise UsageError (exit 2, one line naming both vocabularies) when llama.cpp refuses the draft."""
+    reason = incompatibility(target, draft)
+    if reason:
+        raise UsageError(f"--draft {draft_path}: its vocabulary ({draft.size} tokens, {draft.kind or 'no tokenizer model'}) "
+                         f"is not the target's ({target.size} tokens, {target.kind or 'no tokenizer model'}) of {target_path}: "
+                         f"{reason}; llama.cpp refuses such a draft model for speculative decoding")
+
+
+class Draft(Record):
+    """A draft model to plan beside the target: its ModelFacts, path, KV settings (the draft cache
+    types with the target's context settings) and -ngld (None: all layers)."""
+
+    FIELDS = (
+        ("facts", REQUIRED),
+        ("path", REQUIRED),
+        ("kv", REQUIRED),
+        ("ngl", None),
+    )
+
+
+def draft_kv(settings, ctk, ctv):
+    """The draft's KVSettings: the target's context settings with the draft cache types."""
+    values = {name: getattr(settings, name) for name, _ in settings.FIELDS}
+    values.update(ctk=ctk, ctv=ctv)
+    return type(settings)(**values)

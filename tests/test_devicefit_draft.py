@@ -1,0 +1,119 @@
+"""device-fit --draft: a speculative-decoding draft model planned beside the target (--runtime llama)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from moetools import synth
+from moetools.cli import cli
+from moetools.devicefit import draft as draftmod
+from tests import devicefit_llama_case as case
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("draft")
+    target = synth.write_model(case.fixture_spec(), folder / "target.gguf", sparse=True)[0]
+    same = synth.write_model(synth.tiny("dense", n_layer=4, n_embd=256, vocab=2048, ctx=8192), folder / "draft.gguf", sparse=True)[0]
+    other = synth.write_model(synth.tiny("dense", n_layer=4, n_embd=256, vocab=4096, ctx=8192), folder / "other.gguf", sparse=True)[0]
+    return {"target": str(target), "draft": str(same), "other": str(other)}
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["device-fit", *map(str, args)], catch_exceptions=False)
+
+
+def plan(models, *extra):
+    args = case.device_fit_args(models["target"])
+    result = run(*args, "--json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_draft_takes_its_share_of_every_device(models):
+    alone = plan(models)
+    doc = plan(models, "--draft", models["draft"])
+    draft_devices = {device["name"]: device for device in doc["draft"]["devices"]}
+    for device in doc["devices"]:
+        mine = draft_devices[device["name"]]
+        assert device["draft_bytes"] == mine["resident_bytes"] + mine["expert_bytes"] + mine["kv_bytes"] + mine["compute_bytes"]
+        used = sum(device[key] for key in ("resident_bytes", "expert_bytes", "kv_bytes", "compute_bytes", "margin_bytes", "draft_bytes"))
+        assert device["free_bytes"] == device["capacity_bytes"] - used
+    rpc = [device for device in doc["draft"]["devices"] if device["name"] != "CPU"]
+    # 4 draft layers split by the target's -ts, their KV with them (f16, 4096 cells)
+    assert sum(len(range(int(d["layers"].split("-")[0]), int(d["layers"].split("-")[-1]) + 1)) for d in rpc) == 4
+    assert all(device["kv_bytes"] > 0 and device["compute_bytes"] > 0 for device in rpc)
+    # the target gives way: fewer of its bytes stay on the RPC devices than without a draft
+    on_rpc = lambda d: sum(x["resident_bytes"] + x["expert_bytes"] for x in d["devices"] if x["kind"] == "rpc")  # noqa: E731
+    assert on_rpc(doc) < on_rpc(alone)
+    args = doc["launch"]["llama"]["args"]
+    position = args.index("-md")
+    assert args[position:position + 8] == ["-md", models["draft"], "-ngld", "all", "-ctkd", "f16", "-ctvd", "f16"]
+
+
+def test_draft_cache_types_and_layers_follow_their_own_flags(models):
+    base = plan(models, "--draft", models["draft"])
+    q8 = plan(models, "--draft", models["draft"], "-ctkd", "q8_0", "-ctvd", "q8_0")
+    kv = lambda d: sum(x["kv_bytes"] for x in d["draft"]["devices"])  # noqa: E731
+    assert kv(q8) < kv(base) and q8["launch"]["llama"]["args"][-4:] == ["-ctvd", "q8_0", "--fit", "off"]
+    cpu_only = plan(models, "--draft", models["draft"], "-ngld", "0")
+    homes = {d["name"]: d for d in cpu_only["draft"]["devices"]}
+    assert homes["CPU"]["layers"] == "0-3" and homes["CPU"]["kv_bytes"] > 0
+    assert all(d["kv_bytes"] == 0 for name, d in homes.items() if name != "CPU")
+
+
+def test_a_draft_with_another_vocabulary_is_refused(models):
+    result = run(*case.device_fit_args(models["target"]), "--draft", models["other"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "4096 tokens, gpt2" in lines[0] and "2048 tokens, gpt2" in lines[0]
+
+
+def test_draft_needs_the_llama_runtime(models):
+    result = run(models["target"], "--vram", "24G", "--draft", models["draft"])
+    assert result.exit_code == 2 and "--runtime llama" in result.output
+
+
+def test_negative_draft_ngl_is_refused(models):
+    result = run(*case.device_fit_args(models["target"]), "--draft", models["draft"], "-ngld", "-1")
+    assert result.exit_code == 2 and "--draft-ngl" in result.output
+
+
+def vocab(**values):
+    base = {"kind": "gpt2", "size": 10, "add_bos": False, "bos": 1, "add_eos": False, "eos": 2,
+            "tokens": [f"t{i}" for i in range(10)]}
+    return draftmod.Vocab(**(base | values))
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({}, ""),
+    ({"kind": "llama"}, "another tokenizer model"),
+    ({"size": 139, "tokens": [f"t{i}" for i in range(139)]}, "more than 128"),
+    ({"size": 138, "tokens": [f"t{i}" for i in range(138)]}, ""),
+    ({"tokens": [f"t{i}" for i in range(5)] + ["x"] + [f"t{i}" for i in range(6, 10)]}, "token 5 differs"),
+    ({"tokens": ["x"] + [f"t{i}" for i in range(1, 10)]}, ""),  # ids below 5 are not compared
+    ({"add_bos": True, "bos": 1}, "adds a BOS"),
+    ({"add_eos": True}, "adds a EOS"),
+    ({"bos": 7}, ""),  # BOS not added: its id does not matter
+])
+def test_vocabulary_compatibility_is_llama_cpps(changes, reason):
+    target = vocab()
+    got = draftmod.incompatibility(target, vocab(**changes))
+    assert (reason in got) if reason else got == ""
+
+
+def test_added_bos_must_be_the_same_token():
+    assert "BOS token 1 vs 3" in draftmod.incompatibility(vocab(add_bos=True), vocab(add_bos=True, bos=3))
+
+
+def test_the_table_shows_the_draft_column(models):
+    from moetools.devicefit.command import llama_tables
+
+    ledger = llama_tables(plan(models, "--draft", models["draft"]))[0]
+    labels = [row[0] for row in ledger.rows]
+    position = labels.index("draft")
+    assert labels[position + 1] == "free" and all(cell.endswith("MiB") for cell in ledger.rows[position][1:])
+    assert "draft" not in [row[0] for row in llama_tables(plan(models))[0].rows]
