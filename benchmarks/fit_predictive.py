@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from moetools.tracetail import demand, importers, predictive
-from moetools.tracetail.core import Settings, analyse, item_space
+from moetools.tracetail.core import item_space, working_set_gaps
 
 
 def decode_tokens(path):
@@ -47,13 +47,7 @@ def fit(x, y, lam=1.0, steps=30):
 
 def gap_closed(path):
     imported, _ = decode_tokens(path)
-    working_set = imported.top_k * imported.n_layers
-    budgets = [working_set // 4, working_set // 2, working_set, 2 * working_set]
-    settings = Settings(budget=working_set, curve_budgets=budgets, top_k=imported.top_k, moe_layers=imported.n_layers,
-                        n_expert=imported.n_expert)
-    curve = analyse(imported.tokens, imported.phases, settings).curve
-    lru, belady = np.array(curve["hit"]["lru"]), np.array(curve["hit"]["belady"])
-    return {name: (np.array(curve["hit"][name]) - lru) / (belady - lru) for name in curve["demand_policies"]}
+    return working_set_gaps(imported)[1]
 
 
 def main():

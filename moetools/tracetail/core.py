@@ -204,6 +204,23 @@ def gap_closed(hit, lru, belady):
     return (hit - lru) / (belady - lru)
 
 
+WORKING_SET_MULTIPLES = (0.25, 0.5, 1, 2)  # the policy table's budgets, in tokens' working sets
+
+
+def working_set_gaps(imported, multiples=WORKING_SET_MULTIPLES):
+    """(budgets, {demand policy: share of the LRU -> Belady gap it closes at each budget}) of an
+    imported trace (importers.import_trace) at `multiples` of a token's working set (top-k x MoE
+    layers): the figures of the README's policy table, checked by the tests and printed by
+    benchmarks/fit_predictive.py."""
+    working_set = imported.top_k * imported.n_layers
+    budgets = [max(1, int(working_set * multiple)) for multiple in multiples]
+    settings = Settings(budget=working_set, curve_budgets=budgets, top_k=imported.top_k, moe_layers=imported.n_layers,
+                        n_expert=imported.n_expert)
+    curve = analyse(imported.tokens, imported.phases, settings).curve
+    lru, belady = np.array(curve["hit"]["lru"]), np.array(curve["hit"]["belady"])
+    return budgets, {name: (np.array(curve["hit"][name]) - lru) / (belady - lru) for name in curve["demand_policies"]}
+
+
 def summarise(engine, belady=None):
     """The summary document of an engine after a trace (policy hit ratios at the main budget).
     `belady`: MIN hits per budget (adds the ceiling, the gaps and the share of the LRU -> Belady
