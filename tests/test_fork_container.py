@@ -119,6 +119,8 @@ def test_container_verify_and_read_take_the_fork_packers_own_containers(tiny_mod
     assert alone.exit_code == 0, alone.output
     doc = json.loads(alone.stdout)
     assert doc["packer"] == "fork" and "no checksum sidecars" in doc["notes"][0]
+    from moetools.container.command import verify_notes
+    assert "(headers, bank sizes)" in verify_notes(doc)[0] and "checksums)" not in verify_notes(doc)[0]
     full = run("container-verify", folder, "--model", model, "--json")
     assert full.exit_code == 0, full.output
     read = run("container-read", folder, "--layer", 1, "--expert", 2, "--json")
