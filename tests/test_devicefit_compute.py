@@ -141,3 +141,18 @@ def test_views_keep_their_source_alive():
     # big stays allocated until its view's consumer runs, so `small` cannot take big's place (that would
     # peak at 6464); `last` then takes the input's freed block
     assert g.peak() == 64 + 6400 + 64
+
+
+K3 = json.loads((Path(__file__).parent / "data" / "devicefit_llama_k3.json").read_text())
+
+
+def test_kimi_k3_compute_within_10_percent_of_llama_cpp(preset_model):
+    """kimi-k3 (KDA and MLA layers, latent MoE of 896 experts, situ activation, the attention-residual
+    checkpoint stack) against llama-fit-params' Host compute (whole MiB) at 4k-64k, ubatch 128-2048,
+    flash attention on and off; measured ratios 0.92-1.10."""
+    assert K3["llama_cpp_commit"] == "0c1e57098" and len(K3["cases"]) >= 6
+    graph, shape = shapes(preset_model("kimi-k3"))
+    assert graph.attn_res_block == 8 and graph.situ
+    for case in K3["cases"]:
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings_of(case)).device_bytes / 2**20
+        assert abs(ours / case["host_compute_mib"] - 1) <= 0.10, (case, ours)

@@ -413,6 +413,9 @@ class GraphShape(Record):
         ("mla_v_head", 0),
         ("kv_lora", 0),
         ("embd_scale", False),
+        ("attn_res_block", 0),  # kimi-k3's attention residuals: a checkpoint banked every N layers
+        ("situ", False),  # kimi-k3's situ activation instead of swiglu
+        ("situ_linear", False),  # ... with the up branch transformed too (situ_linear_beta > 0)
         ("notes", list),
     )
 
@@ -523,6 +526,10 @@ def graph_shape(model, kvshape=None):
               for il in range(kvshape.trunk_layers)]
     head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0)]
     shape = GraphShape(architecture=arch, n_embd=n_embd, n_vocab=n_vocab, layers=layers, n_head=head_count)
+    if arch in ATTN_RES_ARCHES:
+        shape.attn_res_block = model.get_int("{arch}.attn_res.block_size", 0)
+        shape.situ = True
+        shape.situ_linear = float(model.get("{arch}.activation.situ_linear_beta", 0.0) or 0.0) > 0.0
     if kvshape.mla:
         shape.kv_lora = model.get_int(Keys.KV_LORA_RANK, 0)
         shape.mla_rope = model.get_int(Keys.ROPE_DIMENSION_COUNT, 0)
@@ -858,7 +865,10 @@ def _moe(b, il, x, layer):
         gate = g.op(b.f32(ff, top_k, T), b.expert_weights(il, "gate"), cur, selected)
         if layer.expert_bias:
             gate = g.op(gate.nbytes, gate, b.expert_weights(il, "gate"), selected, inplace=(0,))
-    act = g.op(b.f32(ff, top_k, T), gate, up)  # swiglu / swiglu_oai: a new tensor
+    if b.shape.situ:
+        act = _situ(b, gate, up)
+    else:
+        act = g.op(b.f32(ff, top_k, T), gate, up)  # swiglu / swiglu_oai: a new tensor
     out_width = layer.expert_in if layer.expert_in and layer.expert_in != n_embd else n_embd
     down = g.op(b.f32(out_width, top_k, T), b.expert_weights(il, "down"), act, selected)
     if layer.expert_bias:
@@ -879,11 +889,57 @@ def _moe(b, il, x, layer):
     return out
 
 
+ATTN_RES_ARCHES = ("kimi-k3",)
+
+
+class _ResidualStack:
+    """kimi-k3's cross-layer residual attention (src/models/kimi-k3.cpp res_push / res_mix): the raw
+    input of every block_size-th layer is appended to a stack [n_embd, n_ckpt, tokens] (a concat: a new,
+    larger tensor each time, alive to the end), and each mixer and FFN reads a softmax-weighted mix of
+    the stack and the current stream."""
+
+    def __init__(self, b):
+        self.b = b
+        self.top = None
+        self.count = 0
+
+    def push(self, cur):
+        b, g = self.b, self.b.g
+        checkpoint = g.view(cur)
+        self.top = checkpoint if self.top is None else g.op(b.f32(b.shape.n_embd, self.count + 1, b.T), self.top, checkpoint)
+        self.count += 1
+
+    def mix(self, cur):
+        if self.top is None:
+            return cur
+        b, g, T, n_embd, count = self.b, self.b.g, self.b.T, self.b.shape.n_embd, self.count
+        scores = b.norm(self.top, n_embd * count)  # rms_norm over every checkpoint, times the score weights
+        scores = g.view(g.op(b.f32(1, count, T), scores))  # sum_rows
+        current = g.op(b.f32(1, T), b.norm(cur, n_embd))
+        probs = g.op(b.f32(count + 1, T), scores, current)  # concat
+        probs = b.unary(probs, probs.nbytes)  # soft_max
+        p_stack = g.op(b.f32(count, T), g.view(probs))  # cont
+        p_current = g.op(b.f32(1, T), g.view(probs))
+        mixed = g.op(b.f32(n_embd, T), self.top, p_stack)  # dsv4_hc_pre
+        return g.op(b.f32(n_embd, T), mixed, g.op(b.f32(n_embd, T), cur, p_current, inplace=(0,)), inplace=(0, 1))
+
+
+def _situ(b, gate, up):
+    """kimi-k3's situ activation (LLM_FFN_SITU): beta*tanh(gate/beta)*sigmoid(gate) times
+    linear_beta*tanh(up/linear_beta) — scale, tanh, scale and mul in place, sigmoid taking the gate."""
+    g = b.g
+    a = b.unary(b.unary(b.unary(gate, gate.nbytes), gate.nbytes), gate.nbytes)  # scale (a new tensor: the gate is read twice)
+    a = g.op(gate.nbytes, a, b.unary(gate, gate.nbytes), inplace=(0,))
+    if b.shape.situ_linear:
+        up = b.unary(b.unary(b.unary(up, up.nbytes), up.nbytes), up.nbytes)
+    return g.op(gate.nbytes, a, up, inplace=(0,))
+
+
 def _ffn(b, x, n_ff):
     g = b.g
     up = b.mm(n_ff, x)
     gate = b.mm(n_ff, x)
-    act = g.op(up.nbytes, gate, up)
+    act = _situ(b, gate, up) if b.shape.situ else g.op(up.nbytes, gate, up)
     return b.mm(b.shape.n_embd, act)
 
 
@@ -902,6 +958,8 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
             where = (homes.layer_device[il], tuple(sorted(homes.expert_device.get(il, {}).items())))
         return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
                 kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where)
+    if graph_shape.attn_res_block:
+        return set()  # the residual stack grows: no two layers see the same allocator state
     skipped, run, previous = set(), 0, None
     last = len(graph_shape.layers) - 1
     for il in sorted(layer_set):
@@ -937,13 +995,23 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     _attention_inputs(b, kinds)
     out_ids = g.input(I32_BYTES * n_out)
     last = len(graph_shape.layers) - 1
+    stack = _ResidualStack(b) if graph_shape.attn_res_block else None
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
             continue
         if homes is not None:
             b.dev, b.il = homes.layer_device[il], il
         residual = cur
+        banked = False
+        if stack is not None:
+            mixed_in = stack.mix(cur)
+            if il % graph_shape.attn_res_block == 0:
+                stack.push(cur)  # banks the raw layer input
+                banked = True
+            cur = mixed_in
         x = b.norm(cur, n_embd)
+        if stack is not None:
+            g.expand(x)  # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push)
         if layer.mixer == "attention":
             mixed = _gqa_layer(b, il, x, layer)
         elif layer.mixer == "mla":
@@ -956,21 +1024,26 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = _mamba2_layer(b, il, x, layer)
         else:
             mixed = None
-        if il == last and graph_shape.architecture not in NEXTN_TAIL:
+        if il == last and graph_shape.architecture not in NEXTN_TAIL and stack is None:
             if mixed is not None:
                 mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
             residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
             T = b.T = n_out  # the rest runs on the output rows only
-        if mixed is not None:
+        if banked and mixed is not None:
+            cur = mixed  # the stream restarts from the mixer's output
+        elif mixed is not None:
             cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
         else:
             cur = residual
         if layer.ffn != "none":
             ffn_in = cur
-            x = b.norm(cur, n_embd)
+            x = b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
             out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
             cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
         g.expand(cur)
+    if stack is not None:  # the final mix, then the output rows
+        cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
+        T = b.T = n_out
     if graph_shape.architecture in NEXTN_TAIL:
         cur.is_output = True  # t_h_nextn
         cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
