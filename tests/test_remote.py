@@ -256,6 +256,17 @@ def test_trace_tail_layer_map_reads_a_remote_header(k3_server):
     assert (remote.table, remote.moe_layers, remote.n_expert, remote.top_k) == (local.table, local.moe_layers, local.n_expert, local.top_k)
 
 
+def test_trace_tail_takes_the_remote_source_options(k3_server, tmp_path):
+    """trace-tail --model URL honours --offline and --timeout like inspect and device-fit."""
+    server, first = k3_server
+    trace = tmp_path / "empty.trace"
+    trace.write_bytes(b"")
+    line = fail("trace-tail", trace, "--model", server.url(first.name), "--once", "--offline")
+    assert "offline" in line and "header cache" in line and server.requests == 0
+    server.behaviour.delay = 3.0
+    assert "no answer within 0.3 s" in fail("trace-tail", trace, "--model", server.url(first.name), "--once", "--timeout", "0.3")
+
+
 def test_a_remote_model_refuses_tensor_reads(k3_server):
     server, first = k3_server
     with open_model(server.url(first.name), FetchSettings()) as model:

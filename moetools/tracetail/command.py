@@ -15,6 +15,7 @@ import click
 from moetools import helptext
 from moetools import output
 from moetools.errors import InputError, UsageError
+from moetools.sourceopts import source_options
 
 POLICY_ORDER = ("belady", "predictive", "decay_bandit", "lfu", "lru", "prefill_pin")
 
@@ -49,11 +50,11 @@ class _Inputs:
         self.open_last = False
 
 
-def _layer_map(model, synth_layers, experts, top_k):
+def _layer_map(model, synth_layers, experts, top_k, fetch=None):
     from moetools.tracetail.reader import LayerMap
 
     if model:
-        return LayerMap.from_model(model)
+        return LayerMap.from_model(model, fetch)
     if synth_layers:
         return LayerMap.synth(synth_layers, experts or 0, top_k or 0)
     return None
@@ -341,9 +342,10 @@ def _write_plan(path, budget_bytes, pins):
 @click.option("--max-idle", type=click.FloatRange(min=0), metavar="SECONDS", help="--follow: stop after this long without new records.")
 @click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="--follow: stop after N decode tokens.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
+@source_options
 def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
                        window, curve, plot, write_trace, plan_path, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
-                       json_flag):
+                       json_flag, fetch):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
     Rebuilds tokens from the fork's 12-byte records (or a CSV/JSON-lines/numpy import), splits
@@ -367,7 +369,7 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
 
     check_pin_policy(pin_policy)
     options["pin_policy"] = pin_policy
-    layer_map = _layer_map(model, synth_layers, experts, top_k)
+    layer_map = _layer_map(model, synth_layers, experts, top_k, fetch)
     if table_path:
         if layer_map is None:
             raise UsageError("--write-table needs --model GGUF or --synth-layers N")

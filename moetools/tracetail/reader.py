@@ -63,11 +63,12 @@ class LayerMap:
                    names=[(name, layer, name.split("_")[1]) for name, layer in pairs])
 
     @classmethod
-    def from_model(cls, path):
-        """Layer map from a GGUF's routed-expert tensor names (opened through moetools.gguf)."""
+    def from_model(cls, path, fetch=None):
+        """Layer map from a GGUF's routed-expert tensor names (opened through moetools.gguf; `fetch`:
+        the FetchSettings of a remote MODEL, --timeout and --offline)."""
         from moetools.gguf import expert_tensor_kind, open_model
 
-        with open_model(path) as model:
+        with open_model(path, fetch) as model:
             pairs, names = [], []
             for tensor in model.tensors:
                 kind = expert_tensor_kind(tensor.name)
