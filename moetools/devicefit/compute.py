@@ -554,9 +554,8 @@ class _Build:
         self.streams = streams
         self.cells = {cache.kind: cache.cells for cache in caches}
         self.homes = homes  # Homes: which device holds each layer and expert matrix (None: one device)
-        self.dev = 0  # the device of the layer being built
-        self.il = -1
         self._externals = {}
+        self.move(0, -1)
         self.masks = {}
         self.k_idxs = {}
         self.v_idxs = {}
@@ -569,14 +568,14 @@ class _Build:
             tensor = self._externals[key] = self.g.external(device, weight, nbytes)
         return tensor
 
-    @property
-    def weights(self):
-        """The weights of the layer being built (one external per device: only where they live matters)."""
-        return self._external(("w", self.dev), self.dev, True, self._dense_copy_bytes())
-
-    @property
-    def cache(self):
-        return self._external(("kv", self.dev), self.dev, False)
+    def move(self, dev, il):
+        """Build layer il (-1: the input or output layer) on device `dev`: `weights` and `cache` are
+        its weights and KV cache there (one external per device — only where they live matters — and
+        per CPU layer, whose largest weight sizes the copy a GPU makes when it offloads the layer's ops)."""
+        self.dev, self.il = dev, il
+        key = il if dev == HOST and self.homes is not None else None
+        self.weights = self._external(("w", dev, key), dev, True, self._dense_copy_bytes())
+        self.cache = self._external(("kv", dev), dev, False)
 
     def expert_weights(self, il, part):
         """An expert matrix of block il: on the device its -ot override (or its layer) puts it."""
@@ -983,7 +982,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     tokens_in = g.input(I32_BYTES * T)
     embd_in = g.input(b.f32(n_embd, T))
     if homes is not None:
-        b.dev = HOST  # the input layer (token embeddings) stays on the CPU
+        b.move(HOST, -1)  # the input layer (token embeddings) stays on the CPU
     lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
     lookup.host = True
     lookup.offloadable = False  # GET_ROWS: batch size 0 for ggml-cuda's offload_op
@@ -1000,7 +999,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         if il not in layer_set or il in skipped:
             continue
         if homes is not None:
-            b.dev, b.il = homes.layer_device[il], il
+            b.move(homes.layer_device[il], il)
         residual = cur
         banked = False
         if stack is not None:
@@ -1050,7 +1049,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         T = b.T = n_out
     if output:
         if homes is not None:
-            b.dev, b.il = homes.layer_device[-1], -1
+            b.move(homes.layer_device[-1], -1)
         cur = b.norm(cur, n_embd)
         cur.is_output = True  # t_embd
         logits = b.mm(graph_shape.n_vocab, cur)
