@@ -26,9 +26,16 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name == "nt"
                                 reason="sends a POSIX SIGINT to a running subprocess")
 
 
+def default_sigint():
+    """In the child before exec: SIGINT back to its default. A shell starts background jobs with SIGINT
+    ignored, and Python keeps an ignored SIGINT ignored (no KeyboardInterrupt), so a suite run from a
+    background job would otherwise test nothing but the timeout."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*args, **popen):
     return subprocess.Popen([sys.executable, "-m", "moetools", *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **popen)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint, **popen)
 
 
 def interrupt_when(process, ready, what):
@@ -144,8 +151,8 @@ def test_trace_tail_waiting_on_stdin(tmp_path):
     half = write_tokens(tmp_path / "t.trace", skewed_tokens(50)).read_bytes()
     process = start("trace-tail", "-", "--synth-layers", "4", "--experts", "16", "--budget-slots", "8",
                     "--plan", tmp_path / "plan.json", "--expert-bytes", "1M", stdin=subprocess.PIPE)
-    process.stdin.write(half.decode("latin-1"))  # text-mode pipe: latin-1 maps bytes 1:1
-    process.stdin.flush()
+    process.stdin.buffer.write(half)  # the raw records (the text-mode pipe would re-encode them)
+    process.stdin.buffer.flush()
     _, stderr = interrupt_when(process, reading_a_pipe_after(process.pid, len(half)), "trace-tail reading the first half")
     assert_interrupted(process, stderr)
     assert not (tmp_path / "plan.json").exists() and not temps_in(tmp_path)

@@ -46,8 +46,10 @@ def test_the_line_names_the_exception_type():
 def test_ctrl_c_is_interrupted_exit_130(tmp_path):
     fifo = tmp_path / "blocked.gguf"
     os.mkfifo(fifo)
+    # SIGINT back to its default in the child: a suite run from a shell's background job inherits it ignored
     process = subprocess.Popen([sys.executable, "-m", "moetools", "inspect", str(fifo)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # wait until the command is blocked opening the FIFO (elsewhere than Linux: give it up to 30 s)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _blocked_on(process.pid, fifo):
