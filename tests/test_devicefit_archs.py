@@ -226,3 +226,33 @@ def test_gemma4_shared_layers_leaving_fewer_than_two_is_refused(tmp_path):
     path = synth.write_model(spec, tmp_path / "g4.gguf", sparse=True)[0]
     with pytest.raises(GGUFError, match="fewer than 2 layers"):
         shape_of(path)
+
+
+def _renamed(arch, new, tmp_path):
+    spec = synth.tiny(arch)
+    old = spec.architecture
+    spec.architecture = new
+    spec.metadata = [(key.replace(old + ".", new + ".", 1), value, kind) for key, value, kind in spec.metadata]
+    return synth.write_model(spec, tmp_path / f"{new}.gguf", sparse=True)[0]
+
+
+@pytest.mark.parametrize("arch, needle", [
+    ("mystery-moe", r"'mystery-moe' is not one llama\.cpp knows"),
+    ("llada-moe", r"'llada-moe': llama\.cpp gives it no KV cache"),
+])
+def test_unknown_and_memoryless_architectures_are_refused(tmp_path, arch, needle):
+    with pytest.raises(GGUFError, match=needle):
+        shape_of(_renamed("qwen3moe", arch, tmp_path))
+
+
+def test_cli_refusal_is_one_line_exit_2(tmp_path):
+    """device-fit on an architecture it cannot size: one line naming it and the missing memory model, exit 2."""
+    import subprocess
+    import sys
+
+    path = _renamed("qwen3moe", "minimax-m3", tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "moetools", "device-fit", str(path), "--vram", "24G"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "minimax-m3" in lines[0] and "MSA indexer cache" in lines[0], proc.stderr

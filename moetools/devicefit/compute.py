@@ -498,7 +498,7 @@ _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe"
 _NORM_W_NEVER = ("gpt-oss",)  # openai-moe.cpp passes false whatever the key says
 # Loaders whose graph keeps the trunk's last hidden state as an output (t_h_nextn) and drops the
 # non-output rows after the trunk instead of inside the last layer (src/models/*.cpp).
-NEXTN_TAIL = ("bailingmoe3", "cohere2moe", "gemma4", "hy-v3", "nemotron_h", "nemotron_h_moe", "gpt-oss", "qwen35",
+NEXTN_TAIL = ("bailingmoe3", "cohere2moe", "gemma4", "hy_v3", "nemotron_h", "nemotron_h_moe", "gpt-oss", "qwen35",
               "qwen35moe", "qwen3next", "step35")
 
 

@@ -58,9 +58,9 @@ SWA_RULES = {
     "smallthinker": ("key>0", 4, True, 4096, "standard"),
     "mimo2": ("array", 0, False, None, "standard"),
     "maple": ("array", 0, False, None, "standard"),
-    "granite-swa": ("array", 0, False, None, "standard"),
+    "granite_swa": ("array", 0, False, None, "standard"),
     "step35": ("array", 0, False, None, "standard"),
-    "spark2-5": ("array", 0, False, None, "standard"),
+    "spark2_5": ("array", 0, False, None, "standard"),
 }
 FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
@@ -114,12 +114,32 @@ UNSUPPORTED = {
     "minimax-01": "its lightning-attention state (n_embd_head_la)",
     "minimax-m3": "its MSA indexer cache (llama_kv_cache_msa)",
     "dots3note": "its DSA + sliding-window cache (llama_kv_cache_dsa_iswa)",
-    "hy-v4": "its DSA indexer over shared layers",
+    "hy_v4": "its DSA indexer over shared layers",
     "gemma4-assistant": "its KV shared with another model's context",
     "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
     "modern-bert": "no KV cache (an encoder device-fit does not plan)",
     "exaone4": "its sliding-window layout",
 }
+# llama_model::create_memory gives these no memory at all (encoders, diffusion models): device-fit
+# plans autoregressive serving and refuses them.
+NO_MEMORY = ("bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert", "eurobert",
+             "wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1")
+# Every architecture name llama.cpp 0c1e570 knows (src/llama-arch.cpp LLM_ARCH_NAMES, less clip): any
+# other is refused, as llama.cpp's loader refuses it ("unknown model architecture").
+KNOWN_ARCHES = frozenset("""
+llama llama4 deci falcon grok gpt2 gptj gptneox mpt baichuan starcoder refact bert modern-bert nomic-bert
+nomic-bert-moe neo-bert jina-bert-v2 jina-bert-v3 eurobert bloom stablelm qwen qwen2 qwen2moe qwen2vl qwen3
+qwen3moe qwen3next qwen3vl qwen3vlmoe qwen35 qwen35moe qwen4exp phi2 phi3 phimoe plamo plamo2 plamo3 codeshell
+orion internlm2 minicpm minicpm3 gemma gemma2 gemma3 gemma3n gemma4 gemma4-assistant gemma-embedding starcoder2
+mamba mamba2 maple jamba falcon-h1 xverse command-r cohere2 cohere2moe dbrx olmo olmo2 olmoe muse-glimmer
+openelm arctic deepseek deepseek2 deepseek2-ocr deepseek32 deepseek4 chatglm glm4 glm4moe glm-dsa bitnet t5
+t5encoder jais jais2 nemotron nemotron_h nemotron_h_moe exaone exaone4 exaone-moe rwkv6 rwkv6qwen2 rwkv7 arwkv7
+granite granitemoe granitehybrid graniteswitch granite_swa chameleon wavtokenizer-dec plm bailingmoe bailingmoe2
+bailingmoe3 dots1 dots3note arcee afmoe laguna ernie4_5 ernie4_5-moe hunyuan-moe hunyuan-dense hunyuan_vl hy_v3
+hy_v4 smollm3 gpt-oss lfm2 lfm2moe dream smallthinker llada llada-moe seed_oss grovemoe apertus minimax-01
+hrm_text minimax-m2 minimax-m3 cogvlm rnd1 pangu-embedded mistral3 eagle3 dflash mistral4 paddleocr mimo2 step35
+spark2_5 llama-embed maincoder kimi-linear kimi-k3 glm5-next talkie mellum nanbeige qwen3tts pockettts
+""".split())
 
 
 def pad(value, to=PAD):
@@ -338,6 +358,13 @@ def _indexer_layers(model, arch, trunk, n_layer):
 def kv_shape(model):
     """The KVShape of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
     arch = model.architecture
+    if arch not in KNOWN_ARCHES:
+        raise GGUFError(model.path, f"architecture {arch!r} is not one llama.cpp knows (src/llama-arch.cpp at 0c1e570): "
+                                    "device-fit cannot size its memory", key=Keys.ARCHITECTURE)
+    if arch in NO_MEMORY:
+        raise GGUFError(model.path, f"device-fit cannot size architecture {arch!r}: llama.cpp gives it no KV cache "
+                                    "(an encoder or diffusion model), and device-fit plans autoregressive serving",
+                        key=Keys.ARCHITECTURE)
     if arch in UNSUPPORTED:
         raise GGUFError(model.path, f"device-fit cannot size architecture {arch!r}: it has no model of "
                                     f"{UNSUPPORTED[arch]}", key=Keys.ARCHITECTURE)

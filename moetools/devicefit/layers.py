@@ -21,7 +21,7 @@ CUDA_ROW_PADDING = 512  # ggml-cuda MATRIX_ROW_PADDING: a quantized row's alloca
 # drafting (llama_model_params.load_mtp, set by --spec-type draft-mtp): llama.cpp then allocates none
 # of them ("model has unused tensor ... -- ignoring"). src/models/*.cpp load_arch_tensors.
 MTP_SKIP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
-                   "glm5-next", "hy-v3", "mimo2", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe",
+                   "glm5-next", "hy_v3", "mimo2", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe",
                    "qwen3next", "step35")
 # Tensors of those blocks a loader still creates without the MTP flags (so llama.cpp loads them anyway).
 MTP_KEPT = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",)}
