@@ -31,7 +31,14 @@ def pread(fd, length, offset):
     """Up to `length` bytes at `offset` without moving other readers: os.pread where present, else
     seek+read under a lock. Short only at the end of the file."""
     if hasattr(os, "pread"):
-        return os.pread(fd, length, offset)
+        pieces, got = [], 0
+        while got < length:  # os.pread may return less before the end (network file systems)
+            piece = os.pread(fd, length - got, offset + got)
+            if not piece:
+                break
+            pieces.append(piece)
+            got += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
     pieces = []
     with _SEEK_LOCK:
         os.lseek(fd, offset, os.SEEK_SET)

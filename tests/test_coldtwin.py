@@ -599,13 +599,13 @@ def test_verifying_leaves_atime_alone(trees):
 def test_quick_digest_sees_a_file_changing_while_read(tmp_path, monkeypatch):
     path = write(tmp_path / "f", payload(3 * MIB, 1))
     member = stat_of(path)
-    real = hashing._pread_all
+    real = hashing.pread
 
     def pread_then_truncate(fd, length, offset):
         data = real(fd, length, offset)
         os.truncate(path, MIB)
         return data
 
-    monkeypatch.setattr(hashing, "_pread_all", pread_then_truncate)
+    monkeypatch.setattr(hashing, "pread", pread_then_truncate)
     with pytest.raises(hashing.FileChanged, match=r"changed while being read \(size 3145728 -> 1048576\)"):
         quick_digest(str(path), member)

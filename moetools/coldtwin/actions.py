@@ -41,11 +41,16 @@ from moetools.coldtwin.hashing import (
 )
 from moetools.coldtwin.scan import FileStat, is_inside
 from moetools.errors import OutputError
+from moetools.locking import pid_alive
 
 # Left free on the cold tier beyond the bytes copied (file system metadata, the folder entries).
 LOG_NAME = "coldtwin-actions.jsonl"
 TEMP_MARK = ".moetools-"
 _PATH_FIELDS = ("hot", "twin", "src", "temp", "dest", "path")
+
+
+class LogWriteError(OutputError):
+    """The action log could not be written: the run stops (no action goes on unrecorded)."""
 
 
 class ActionFailed(Exception):
@@ -69,26 +74,55 @@ class Action:
 
 
 class ActionLog:
-    """Append-only JSON lines; each line is flushed and fsynced before the action it announces."""
+    """Append-only JSON lines; each line is flushed and fsynced before the action it announces.
+
+    A line that cannot be written (a full disk, a file size limit) stops the run with an OutputError
+    naming the log: an action must never go on unrecorded."""
 
     def __init__(self, path):
         self.path = path
         self.run = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+        refuse_irregular_log(path)
         folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        self.handle = open(path, "a", encoding="utf-8")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            self.handle = open(path, "a", encoding="utf-8")
+        except OSError as err:
+            raise OutputError(f"{path}: cannot open the action log: {err.strerror or err}") from None
 
     def write(self, event, **fields):
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "run": self.run, "event": event}
         # Absolute paths: the log outlives the working folder of the run that wrote it.
         record.update({key: os.path.abspath(value) if key in _PATH_FIELDS and isinstance(value, str) else value
                        for key, value in fields.items()})
-        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
+        try:
+            self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+        except OSError as err:
+            raise LogWriteError(f"{self.path}: cannot write the action log ({err.strerror or err}); "
+                              f"stopped before the next step of {event.split('-')[0]}") from None
 
     def close(self):
-        self.handle.close()
+        try:
+            self.handle.close()
+        except OSError:  # the line that failed is still buffered: write() has reported it already
+            pass
+
+
+def refuse_irregular_log(path):
+    """OutputError when `path` exists and is not a regular file (a device such as /dev/full would be
+    read for ever when the log is searched for interrupted runs)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise OutputError(f"{path}: cannot use as the action log: {err.strerror or err}") from None
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"{path}: the action log must be a regular file")
 
 
 class NullLog:
@@ -105,6 +139,7 @@ class NullLog:
 
 def interrupted_actions(path):
     """Actions a previous run started and never finished, from the log at `path`: [record]."""
+    refuse_irregular_log(path)
     open_actions = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -148,10 +183,7 @@ MARKER_PREFIX = ".moetools-evict-check-"
 
 
 def _remove_stale_markers(folder):
-    """Remove the marker files of runs killed inside `_refuse_same_folder` (their pid is gone).
-    POSIX only: elsewhere a live run's marker cannot be told from a dead one's, and is left."""
-    if os.name != "posix":
-        return
+    """Remove the marker files of runs killed inside `_refuse_same_folder` (their pid is gone)."""
     try:
         names = os.listdir(folder)
     except OSError:
@@ -160,7 +192,7 @@ def _remove_stale_markers(folder):
         if not name.startswith(MARKER_PREFIX):
             continue
         pid = name[len(MARKER_PREFIX):].split("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             try:
                 os.unlink(os.path.join(folder, name))
             except OSError:
@@ -281,18 +313,6 @@ def _remove_members(artifact, twin, log):
     return freed, [artifact.folder]
 
 
-def _pid_alive(pid):
-    if os.name != "posix":
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def temp_name(dest_folder, name):
     return os.path.join(dest_folder, f".{name}{TEMP_MARK}{os.getpid()}.tmp")
 
@@ -308,7 +328,7 @@ def remove_stale_temps(dest_folder, names, log):
             prefix = f".{name}{TEMP_MARK}"
             if entry.startswith(prefix) and entry.endswith(".tmp"):
                 pid = entry[len(prefix):-len(".tmp")]
-                if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+                if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
                     raise ActionFailed(f"{os.path.join(dest_folder, entry)}: another moetools run (pid {pid}) is copying here")
                 path = os.path.join(dest_folder, entry)
                 os.unlink(path)
@@ -356,6 +376,8 @@ def _copy_member(member, dest_folder, log, hasher, name=None):
                 os.unlink(temp)
             except OSError:
                 pass
+        if isinstance(err, LogWriteError):
+            raise
         if isinstance(err, (FileChanged, OutputError)):
             raise ActionFailed(str(err)) from None
         if isinstance(err, OSError):
@@ -421,21 +443,44 @@ def migrate(artifact, dest_folder, log, hasher, disk_usage=shutil.disk_usage, tr
         cold = existing.get(member.name)
         if cold is None:
             placed.append(_copy_member(member, dest_folder, log, hasher))
-            continue
-        if cold.identity == member.identity:
-            raise ActionFailed(f"{cold.path}: is the hot file itself (same device and inode)")
-        if cold.size != member.size:
-            raise ActionFailed(f"{cold.path}: already exists with {cold.size} bytes (hot: {member.size}); not overwritten")
-        try:
-            same = (hasher.full(cold) if trust_cache else hasher.reread(cold)) == hasher.full(member)
-        except (OSError, FileChanged) as err:
-            raise ActionFailed(f"cannot compare with the existing {cold.path}: {err}") from None
-        if not same:
-            raise ActionFailed(f"{cold.path}: already exists with different content (xxh3-128); not overwritten")
-        log.write("reuse", src=member.path, dest=cold.path)
-        placed.append(cold)
+        else:
+            placed.append(reuse_existing(member, cold, log, hasher, trust_cache))
     log.write("migrate-copied", hot=artifact.path, dest=dest_folder)
     return Twin(dest_folder, placed)
+
+
+def place_member(member, final, log, hasher, trust_cache):
+    """Put hot `member` at `final` for a migration (plain folders and Hugging Face blobs alike):
+    copy it when nothing is there, else keep what is there if it is the same content. Returns the
+    FileStat of the cold copy."""
+    folder = os.path.dirname(final)
+    _make_folder(folder)
+    remove_stale_temps(folder, [os.path.basename(final)], log)
+    if not os.path.lexists(final):
+        return _copy_member(member, folder, log, hasher, name=os.path.basename(final))
+    try:
+        cold = FileStat.from_stat(final, os.stat(final))
+    except OSError as err:
+        raise ActionFailed(f"{final}: cannot read the file already there ({err.strerror or err})") from None
+    return reuse_existing(member, cold, log, hasher, trust_cache)
+
+
+def reuse_existing(member, cold, log, hasher, trust_cache):
+    """Keep the file `cold` already at a migration's destination as the copy of hot `member` when its
+    bytes, read again now from the disk (unless `trust_cache`), have the hot member's digest; a
+    different file under the same name is never overwritten. Returns `cold`."""
+    if cold.identity == member.identity:
+        raise ActionFailed(f"{cold.path}: is the hot file itself (same device and inode)")
+    if cold.size != member.size:
+        raise ActionFailed(f"{cold.path}: already exists with {cold.size} bytes (hot: {member.size}); not overwritten")
+    try:
+        same = (hasher.full(cold) if trust_cache else hasher.reread(cold)) == hasher.full(member)
+    except (OSError, FileChanged) as err:
+        raise ActionFailed(f"cannot compare with the existing {cold.path}: {err}") from None
+    if not same:
+        raise ActionFailed(f"{cold.path}: already exists with different content (xxh3-128); not overwritten")
+    log.write("reuse", src=member.path, dest=cold.path)
+    return cold
 
 
 def is_kept(artifact, patterns, hot_root):

@@ -23,6 +23,7 @@ from moetools.coldtwin.hfcache import repo_summaries
 from moetools.coldtwin.report import build_report
 from moetools.coldtwin.scan import check_folders, index_cold, scan_hot
 from moetools.errors import UsageError
+from moetools.locking import folder_locks
 from moetools.output import Table, render, warn
 from moetools.progress import progress
 from moetools.sizes import format_size, parse_size
@@ -193,15 +194,19 @@ def _hf_table(doc, name_width):
               help="RISK: evict on the hash cache's word. Without it an eviction (and a migration reusing a cold "
                    "copy) reads the cold copy again in full first; with it, a cold copy damaged since it was "
                    "hashed (bit rot keeps size and mtime) passes, and the hot copy, the only good one, is deleted.")
+@click.option("--wait", is_flag=True,
+              help="If another run is acting on the same cold folder or log, wait for it instead of stopping.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output (the default when stdout is not a terminal).")
 def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to, free, keep, yes, log_path, no_cache,
-                      trust_cache, json_flag):
+                      trust_cache, wait, json_flag):
     """Is each model in HOT_DIR safely duplicated in a COLD_DIR, and can the hot copy go?
 
     A twin is a folder below a COLD_DIR holding every file of the model (all GGUF shards, or a
     safetensors set with its index) under the same names and sizes, verified by xxh3-128. Hashes are
     cached by (device, inode, size, mtime) in the cache folder ($MOETOOLS_CACHE_DIR to move it).
     Exit 0 when every artifact has a verified twin (or the action succeeded), 1 otherwise.
+    With --yes an action holds a lock on the --migrate folder and the log's folder: a second run on
+    the same folders stops ("in use by pid N since ...") or, with --wait, waits.
     """
     if not cold_dirs and not migrate_to:
         raise UsageError("give at least one COLD_DIR (or --migrate COLD_DIR)")
@@ -224,6 +229,26 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
         raise UsageError(f"a COLD_DIR lies inside {hot}: a copy on the same drive is no cold twin; "
                          "nothing is evicted or migrated (check without --evict/--migrate/--free)")
 
+    if acting and yes:
+        log_path = log_path or os.path.join(cache_dir(), act.LOG_NAME)
+    with _action_locks(log_path if acting and yes else None, migrate_to if yes else None, wait):
+        _check_and_act(hot, cold, hot_exclude, cold_exclude, level, depth, min_bytes, evict, migrate_to, free_bytes,
+                       keep, yes, acting, log_path, no_cache, trust_cache, json_flag)
+
+
+def _action_locks(log_path, migrate_to, wait):
+    """The locks a run that acts holds: the --migrate folder (written into) and the log's folder
+    (the log and its resume records); none for a check or a dry run."""
+    folders = [os.path.dirname(os.path.abspath(log_path))] if log_path else []
+    if migrate_to:
+        folders.append(migrate_to)
+    if not folders:
+        return _quiet()
+    return folder_locks(folders, tool="cold-twin", wait=wait, on_wait=warn)
+
+
+def _check_and_act(hot, cold, hot_exclude, cold_exclude, level, depth, min_bytes, evict, migrate_to, free_bytes, keep,
+                   yes, acting, log_path, no_cache, trust_cache, json_flag):
     deeper = {}
     artifacts, hot_problems = scan_hot(hot, depth, min_bytes, hot_exclude, deeper=deeper)
     for path, found_depth in sorted(deeper.values()):
@@ -239,12 +264,12 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
     cache = HashCache(None if no_cache else os.path.join(cache_dir(), CACHE_NAME))
     for line in cache.warnings:
         warn(line)
+    shown = len(cache.warnings)  # later lines (a save that failed during the run) are shown at the end
     to_hash = 0
     if level == "full":  # what the progress bar counts: both sides of every artifact with a candidate twin
         to_hash = sum(2 * artifact.bytes for artifact in artifacts if structural_twins(artifact, index)[0])
     log = act.NullLog()
     if acting and yes:
-        log_path = log_path or os.path.join(cache_dir(), act.LOG_NAME)
         for record in act.interrupted_actions(log_path):
             ours = act.is_below(record.get("hot"), hot)
             warn(f"run {record.get('run')} was interrupted during {record.get('event', '').split('-')[0]} of "
@@ -256,8 +281,14 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
                     progress=lambda desc, total: progress(total=total, desc=desc))
     try:
         hasher = Hasher(cache)
-        with progress(total=to_hash or None, desc="verify full: reading hot and cold") if to_hash else _quiet() as bar:
-            hasher.bar = bar
+        if to_hash:
+            with progress(total=to_hash, desc="verify full: reading hot and cold") as bar:
+                hasher.bar = bar
+                results = check_all(artifacts, index, level, hasher)
+        elif level == "quick" and artifacts:
+            with progress(total=len(artifacts), desc="quick check: first/last MiB", unit="model") as bar:
+                results = check_all(artifacts, index, level, hasher, on_checked=bar.update)
+        else:
             results = check_all(artifacts, index, level, hasher)
         hasher.bar = None
         actions, freed = {}, 0
@@ -265,10 +296,9 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
             actions, freed = act.apply(results, plan, index, hasher, log, disk_usage=shutil.disk_usage)
     finally:
         cache.prune([hot] + [folder for folder in cold if os.path.isdir(folder)])
-        shown = len(cache.warnings)
         cache.save()
         log.close()
-        for line in cache.warnings[shown:]:
+        for line in dict.fromkeys(cache.warnings[shown:]):  # each failure once, however often it recurred
             warn(line)
 
     doc = build_report(hot, cold, level, plan, results, actions, freed, hot_problems + cold_problems,

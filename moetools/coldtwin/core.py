@@ -263,11 +263,14 @@ def check_artifact(artifact, index, level, hasher, pool=None):
     return first_failure
 
 
-def check_all(artifacts, index, level, hasher):
-    """Results for every artifact, in order; hashing runs on two threads (hot and cold)."""
+def check_all(artifacts, index, level, hasher, on_checked=None):
+    """Results for every artifact, in order; hashing runs on two threads (hot and cold).
+    `on_checked(1)` is called after each artifact (a progress bar counting artifacts)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         results = []
         for artifact in artifacts:
             results.append(check_artifact(artifact, index, level, hasher, pool))
             hasher.cache.save(min_interval=SAVE_INTERVAL)
+            if on_checked is not None:
+                on_checked(1)
     return results

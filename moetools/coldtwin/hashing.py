@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from moetools.fileio import advise
+from moetools.fileio import advise, pread
 
 QUICK_SPAN = 1024 * 1024
 # Read size for hashing and copying. The kernel's readahead (POSIX_FADV_SEQUENTIAL) keeps the drive
@@ -180,12 +180,12 @@ def quick_digest(path, member):
         check_unchanged(path, member, os.fstat(fd), "since the scan")
         size = member.size
         if size <= 2 * QUICK_SPAN:
-            head, tail_offset = _pread_all(fd, size, 0), max(0, size - QUICK_SPAN)
+            head, tail_offset = pread(fd, size, 0), max(0, size - QUICK_SPAN)
             tail = head[tail_offset:]
             hasher.update(head)
         else:
-            head = _pread_all(fd, QUICK_SPAN, 0)
-            tail = _pread_all(fd, QUICK_SPAN, size - QUICK_SPAN)
+            head = pread(fd, QUICK_SPAN, 0)
+            tail = pread(fd, QUICK_SPAN, size - QUICK_SPAN)
             hasher.update(head)
             hasher.update(tail)
         st = os.fstat(fd)
@@ -198,21 +198,6 @@ def quick_digest(path, member):
     if len(head) + (len(tail) if size > 2 * QUICK_SPAN else 0) != expected:
         raise FileChanged(f"{path}: shorter than its size {size} (changed while being read)")
     return hasher.hexdigest(), tail_zero, tail_hole
-
-
-def _pread_all(fd, length, offset):
-    parts, got = [], 0
-    while got < length:
-        if hasattr(os, "pread"):
-            piece = os.pread(fd, length - got, offset + got)
-        else:  # Windows
-            os.lseek(fd, offset + got, os.SEEK_SET)
-            piece = os.read(fd, length - got)
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    return b"".join(parts)
 
 
 class HashCache:

@@ -17,17 +17,10 @@ stands in, and where neither works the migration stops before anything is remove
 import os
 
 from moetools.atomic import fsync_dir, write_text
-from moetools.coldtwin.actions import (
-    ActionFailed,
-    _copy_member,
-    _make_folder,
-    is_below,
-    remove_stale_temps,
-)
+from moetools.coldtwin.actions import ActionFailed, _make_folder, is_below, place_member
 from moetools.coldtwin.core import Twin
-from moetools.coldtwin.hashing import FileChanged, test_pause
+from moetools.coldtwin.hashing import test_pause
 from moetools.coldtwin.hfcache import BLOB_KEY, parse_repo
-from moetools.coldtwin.scan import FileStat
 from moetools.errors import OutputError
 
 
@@ -108,29 +101,7 @@ def migrate_revision(artifact, dest_repo, log, hasher, disk_usage, trust_cache, 
     log.write("migrate-start", hot=artifact.path, dest=dest_repo, bytes=artifact.bytes)
     placed = []
     for member, key in zip(artifact.files, revision.member_keys):
-        final = _path(dest_repo, key)
-        folder = os.path.dirname(final)
-        _make_folder(folder)
-        remove_stale_temps(folder, [os.path.basename(final)], log)
-        if not os.path.lexists(final):
-            placed.append(_copy_member(member, folder, log, hasher, name=os.path.basename(final)))
-            continue
-        try:
-            cold = FileStat.from_stat(final, os.stat(final))
-        except OSError as err:
-            raise ActionFailed(f"{final}: cannot read the file already there ({err.strerror or err})") from None
-        if cold.identity == member.identity:
-            raise ActionFailed(f"{final}: is the hot file itself (same device and inode)")
-        if cold.size != member.size:
-            raise ActionFailed(f"{final}: already exists with {cold.size} bytes (hot: {member.size}); not overwritten")
-        try:
-            same = (hasher.full(cold) if trust_cache else hasher.reread(cold)) == hasher.full(member)
-        except (OSError, FileChanged) as err:
-            raise ActionFailed(f"cannot compare with the existing {final}: {err}") from None
-        if not same:
-            raise ActionFailed(f"{final}: already exists with different content (xxh3-128); not overwritten")
-        log.write("reuse", src=member.path, dest=final)
-        placed.append(cold)
+        placed.append(place_member(member, _path(dest_repo, key), log, hasher, trust_cache))
     snapshot = os.path.join(dest_repo, "snapshots", revision.commit)
     for relative, key in sorted(revision.entries.items()):
         if key.startswith(BLOB_KEY):
