@@ -47,3 +47,20 @@ def hermetic_storage_root(tmp_path_factory):
         os.environ.pop("CONTINUUM_STORAGE_PATH", None)
     else:
         os.environ["CONTINUUM_STORAGE_PATH"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
+def hermetic_cache_dir(tmp_path_factory):
+    """moetools' cache folder (MOETOOLS_CACHE_DIR: cold-twin's hash cache and action log, header
+    caches) is a fresh folder for the whole run, never this machine's ~/.cache/moetools: two suites
+    running at once would otherwise share one action log (and its lock) and see each other's runs.
+    Tests that need their own folder still set it per test."""
+    import os
+
+    old = os.environ.get("MOETOOLS_CACHE_DIR")
+    os.environ["MOETOOLS_CACHE_DIR"] = str(tmp_path_factory.mktemp("moetools-cache"))
+    yield
+    if old is None:
+        os.environ.pop("MOETOOLS_CACHE_DIR", None)
+    else:
+        os.environ["MOETOOLS_CACHE_DIR"] = old

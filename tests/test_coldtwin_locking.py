@@ -32,11 +32,14 @@ def slow_env():
 def wait_for_lock(folder, process):
     lock = Path(folder) / ".moetools.lock"
     deadline = time.monotonic() + 60
-    while not lock.exists():
+    while True:
+        try:
+            return json.loads(lock.read_text())
+        except (OSError, ValueError):  # not there yet, or still being written
+            pass
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "the first run never took the lock"
         time.sleep(0.01)
-    return json.loads(lock.read_text())
 
 
 def test_a_second_migration_into_the_same_cold_folder_stops_naming_the_first(trees):

@@ -72,3 +72,22 @@ def test_no_allocation_bigger_than_the_file(tiny_models, tmp_path):
             assert peak <= max(len(mutant), 1) * 16 + 1_000_000
     finally:
         tracemalloc.stop()
+
+
+def test_an_mla_attention_layer_without_its_kv_tensor_is_refused_by_device_fit(tiny_models, tmp_path):
+    # Found by benchmarks/fuzz_reader.py: a block number mutated so that kimi-k3's layer 7 (an MLA
+    # layer; the others are linear attention) lost attn_kv_a_mqa to layer 1 crashed the compute
+    # model with KeyError 'full'. llama.cpp refuses it at load ("missing tensor").
+    from click.testing import CliRunner
+
+    from moetools.cli import cli
+
+    data = bytearray(tiny_models["kimi-k3"].read_bytes())
+    at = data.index(b"blk.7.attn_kv_a_mqa.weight")
+    data[at + 4:at + 5] = b"1"
+    mutant = tmp_path / "moved.gguf"
+    mutant.write_bytes(bytes(data))
+    result = CliRunner().invoke(cli, ["device-fit", str(mutant), "--vram", "24G", "--json"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {mutant}: tensor blk.7.attn_kv_a_mqa.weight is missing: layer 7 is an "
+                                     "MLA attention layer (its KV cache is sized from kv_lora_rank)")

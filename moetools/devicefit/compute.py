@@ -440,7 +440,10 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
         mixer = "kda"
     elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
         mixer = "mamba2"
-    elif kvshape.head_count_kv[il] and kvshape.mla and _has(model, blk + "attn_kv_a_mqa.weight"):
+    elif kvshape.head_count_kv[il] and kvshape.mla:
+        if not _has(model, blk + "attn_kv_a_mqa.weight"):  # llama.cpp: "missing tensor" at load
+            raise GGUFError(model.path, f"tensor {blk}attn_kv_a_mqa.weight is missing: layer {il} is an MLA "
+                                        "attention layer (its KV cache is sized from kv_lora_rank)")
         mixer = "mla"
     elif kvshape.head_count_kv[il]:
         mixer = "attention"
