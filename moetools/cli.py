@@ -52,8 +52,9 @@ def error_line(err):
         return str(err), err.exit_code
     if isinstance(err, OSError):
         words = _OS_ERROR_WORDS.get(err.errno, err.strerror or str(err))
-        target = err.filename if err.filename is not None else ""
-        return (f"{target}: {words}" if target else words), EXIT_USAGE
+        # a descriptor-level error carries no name, or the descriptor's number: never print "4: ..."
+        target = os.fsdecode(err.filename) if isinstance(err.filename, (str, bytes)) else ""
+        return (f"{target}: {words}" if target else f"{words} (the file was not named: please report it)"), EXIT_USAGE
     return None, None
 
 

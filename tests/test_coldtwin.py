@@ -609,3 +609,35 @@ def test_quick_digest_sees_a_file_changing_while_read(tmp_path, monkeypatch):
     monkeypatch.setattr(hashing, "pread", pread_then_truncate)
     with pytest.raises(hashing.FileChanged, match=r"changed while being read \(size 3145728 -> 1048576\)"):
         quick_digest(str(path), member)
+
+
+@pytest.mark.parametrize("digest", ["read_digest", "quick_digest"])
+def test_a_read_error_names_the_file(tmp_path, digest):
+    # A read on a descriptor fails with an OSError that names no file (or the descriptor's number):
+    # here a folder opened for reading, which reads as EISDIR on Linux.
+    folder = tmp_path / "not a file"
+    folder.mkdir()
+    member = stat_of(folder)
+    with pytest.raises(OSError) as raised:
+        getattr(hashing, digest)(str(folder), member)
+    assert raised.value.filename == str(folder)
+
+
+def test_a_dead_runs_temporaries_in_the_cache_folder_are_removed(trees, cache_folder):
+    import subprocess
+    import sys
+
+    hot, cold = trees
+    write(hot / "m.gguf", payload(3000, 1))
+    write(cold / "m.gguf", payload(3000, 1))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    cache_folder.mkdir(parents=True, exist_ok=True)
+    stale = write(cache_folder / f".coldtwin-hashes.json.{dead.pid}-abcd1234.tmp", b"{")
+    alive = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        live = write(cache_folder / f".coldtwin-hashes.json.{alive.pid}-abcd1234.tmp", b"{")
+        assert run(hot, cold)[0] == 0
+        assert not stale.exists() and live.exists()  # a running process's temporary is its own business
+    finally:
+        alive.communicate(b"")

@@ -67,3 +67,14 @@ def _blocked_on(pid, path):
             return handle.read().strip() == "wait_for_partner"
     except OSError:
         return False
+
+
+def test_an_os_error_line_names_its_file_and_never_a_descriptor_number():
+    from moetools.cli import error_line
+
+    assert error_line(FileNotFoundError(2, "No such file or directory", "/m/x.gguf")) == (
+        "/m/x.gguf: no such file or folder", 2)
+    line, code = error_line(IsADirectoryError(21, "Is a directory", 4))  # what os.fdopen(fd) raises
+    assert code == 2 and not line.startswith("4:") and "report it" in line
+    line, _ = error_line(OSError(28, "No space left on device"))
+    assert line == "no space left on device (the file was not named: please report it)"

@@ -33,6 +33,7 @@ from moetools.coldtwin.hashing import (
     Stopped,
     check_unchanged,
     chunk_bytes,
+    naming,
     new_xxh3,
     open_for_reading,
     read_digest,
@@ -350,7 +351,8 @@ def _copy_member(member, dest_folder, log, hasher, name=None):
         with os.fdopen(open_for_reading(member.path), "rb", buffering=0) as source, open(temp, "xb") as out:
             check_unchanged(member.path, member, os.fstat(source.fileno()), "since the scan")
             while True:
-                count = source.readinto(buffer)
+                with naming(member.path):  # a failed read names the source; a failed write, the temporary
+                    count = source.readinto(buffer)
                 if not count:
                     break
                 source_hash.update(view[:count])

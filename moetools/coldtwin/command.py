@@ -23,7 +23,7 @@ from moetools.coldtwin.hfcache import repo_summaries
 from moetools.coldtwin.report import build_report
 from moetools.coldtwin.scan import check_folders, index_cold, scan_hot
 from moetools.errors import UsageError
-from moetools.locking import folder_locks
+from moetools.locking import folder_locks, remove_stale_temps
 from moetools.output import Table, render, warn
 from moetools.progress import progress
 from moetools.sizes import format_size, parse_size
@@ -262,6 +262,7 @@ def _check_and_act(hot, cold, hot_exclude, cold_exclude, level, depth, min_bytes
             warn(f"{artifact.path}: {line}")
 
     cache = HashCache(None if no_cache else os.path.join(cache_dir(), CACHE_NAME))
+    remove_stale_temps(cache_dir())  # a cache save (or log folder write) a killed run left half-done
     for line in cache.warnings:
         warn(line)
     shown = len(cache.warnings)  # later lines (a save that failed during the run) are shown at the end

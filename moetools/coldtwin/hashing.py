@@ -9,6 +9,7 @@ and whether it is a hole (no data allocated there, where the file system says so
 of every byte. A file whose size or mtime changes while it is read raises FileChanged.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -95,7 +96,24 @@ def _drop_cache(fd):
     advise(fd, 0, 0, "DONTNEED")
 
 
+@contextlib.contextmanager
+def naming(path):
+    """Reads on a descriptor raise OSErrors that carry no file name (or the descriptor's number):
+    give them `path`, so the line the user sees says which file could not be read."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err.filename, (str, bytes)):
+            raise
+        raise OSError(err.errno, err.strerror or str(err), path) from None
+
+
 def read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
+    with naming(path):
+        return _read_digest(path, member, on_bytes, from_disk, stop)
+
+
+def _read_digest(path, member, on_bytes=None, from_disk=False, stop=None):
     """xxh3-128 hex digest of every byte of `path`, which must still match `member` (a FileStat).
 
     Reads in CHUNK_BYTES pieces into one reused buffer (xxhash releases the GIL on large buffers,
@@ -174,6 +192,11 @@ def tail_is_hole(fd, size):
 def quick_digest(path, member):
     """(xxh3-128 hex of the first and last MiB, whether the last MiB is all zeros, whether it is a
     hole) of `path`."""
+    with naming(path):
+        return _quick_digest(path, member)
+
+
+def _quick_digest(path, member):
     hasher = new_xxh3()
     fd = open_for_reading(path)
     try:
