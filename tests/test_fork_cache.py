@@ -72,3 +72,27 @@ def test_one_cache_in_vram_without_a_host_budget(k3, tmp_path):
     assert written["cache_device"] == "vram" and active_cache_budget(written) == written["device_budget_bytes"]
     env = run(k3, "--vram", "32G", "--ctx", 32768, "--emit", "env").stdout.splitlines()
     assert "unset GGML_MOE_HOST_CACHE_GB" in env and any(line.startswith("export GGML_MOE_VRAM_CACHE_GB=") for line in env)
+
+
+def test_a_budget_the_pools_cannot_use_is_explained(preset_model):
+    """Kimi-K3-class experts come in two matrix sizes: the fork's two pools get 2/6 of the budget, so the
+    ledger's slots hold a third of the budget it shows; device-fit says why (ensure_pool's 1/MAX_POOLS)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from moetools.cli import cli
+
+    doc = json.loads(CliRunner().invoke(cli, ["device-fit", str(preset_model("kimi-k3")), "--vram", "32G", "--ctx",
+                                              "32768", "--json"]).stdout)
+    cache = doc["fork_cache"]
+    assert len(cache["pools"]) == 2 and cache["pooled_bytes"] < 0.5 * cache["budget_bytes"]
+    notes = [note for note in doc["notes"] if "possible pools" in note]
+    assert len(notes) == 1 and notes[0].endswith(f"2 expert matrix sizes use 1.22 GiB of it: {cache['expert_slots']} slots")
+
+
+def test_a_budget_the_pools_use_needs_no_note():
+    from moetools.devicefit.command import pool_notes
+
+    assert pool_notes({"pools": [{}] * 6, "pooled_bytes": 95, "budget_bytes": 100, "expert_slots": 9}) == []
+    assert pool_notes(None) == []

@@ -62,6 +62,20 @@ def _cell_summary(doc):
     return "; ".join(parts) or "-"
 
 
+def pool_notes(cache):
+    """Why the fork's slots hold less than its budget: ResidencyCache gives each of its six possible
+    pools a sixth of the budget, whatever the number of expert sizes the model has."""
+    if not cache or not cache["pools"] or cache["pooled_bytes"] >= 0.9 * cache["budget_bytes"]:
+        return []
+    from moetools.devicefit.fork_cache import MAX_POOLS
+
+    count = len(cache["pools"])
+    return [f"the fork's cache gives each of its {MAX_POOLS} possible pools 1/{MAX_POOLS} of the "
+            f"{format_size(cache['budget_bytes'])} budget (ggml-moe-residency.hpp ResidencyCache::ensure_pool); this model's "
+            f"{count} expert matri{'x size uses' if count == 1 else 'x sizes use'} {format_size(cache['pooled_bytes'])} of it: "
+            f"{cache['expert_slots']} slots"]
+
+
 def footnoted(rows):
     """Rows whose last cell (a note sentence) becomes a letter, and the caption that spells the letters
     out: a sentence in the ninth column of a table folded it into a letter per line at 80 columns."""
@@ -381,7 +395,7 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     doc["contexts"] = context_rows
     doc["devices"] = core.fork_ledger(result, inputs.gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
-    doc["notes"] = doc["notes"] + inputs.fork_notes
+    doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache"))
     if result.chosen is None:
         doc["unfittable"] = _fork_unfittable(facts, tiers, inputs.options, coverage, inputs.gpus, inputs.ram_bytes)
         doc["notes"].append(doc["unfittable"]["summary"])
