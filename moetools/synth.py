@@ -589,6 +589,40 @@ def mamba2(t=Types(), **p):
     return spec
 
 
+def granitehybrid(t=Types(), **p):
+    """Granite 4.0-H (`granitehybrid`): Mamba-2 blocks (head_count_kv 0, d_inner = 2 x n_embd) and
+    attention blocks in a `pattern` of M and *, every block with routed experts and a shared expert
+    (llama.cpp src/models/granite-hybrid.cpp)."""
+    p = {"pattern": "MMM*MMM*", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 128, "n_ff_shexp": 256,
+         "n_expert": 16, "top_k": 4, "conv": 4, "ssm_heads": 8, "ssm_head": 64, "state": 64, "groups": 1,
+         "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    spec = ModelSpec("granitehybrid", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd = p["n_embd"]
+    head = n_embd // p["n_head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta("{arch}.rope.dimension_count", head)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            _mamba2_block(spec, il, p, t)
+        else:
+            _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
 def nemotron_h_moe(t=Types(), **p):
     """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
     (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
@@ -706,6 +740,7 @@ BUILDERS = {
     "mamba2": mamba2,
     "llama4": llama4,
     "rwkv7": rwkv7,
+    "granitehybrid": granitehybrid,
     "gemma4": gemma4,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }

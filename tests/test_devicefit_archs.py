@@ -53,10 +53,10 @@ def test_kv_and_state_equal_llama_cpp(preset_model, preset):
         assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
 
 
-@pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7"])
+@pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
-    (state only) and llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
+    (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid and llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
     in three layers of four), measured on tiny real models up to 40k context."""
     cases = [case for case in DATA["tiny_cases"] if case["tiny"] == arch]
     assert cases
@@ -67,6 +67,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     if arch == "gemma4":
         assert shape.has_kv == [True] * 4 + [False] * 4
         assert any("reuse an earlier layer" in note for note in shape.notes)
+    elif arch == "granitehybrid":
+        assert shape.is_recurrent == [c == "M" for c in "MMM*MMM*"] and shape.has_kv == [c == "*" for c in "MMM*MMM*"]
     elif arch in ("mamba2", "rwkv7"):
         assert shape.recurrent_kind == {"mamba2": "mamba", "rwkv7": "rwkv"}[arch]
         assert all(shape.is_recurrent) and not any(shape.has_kv)
