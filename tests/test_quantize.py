@@ -553,3 +553,16 @@ def test_dry_run_writes_nothing(tmp_path):
     # a dry run does not mind existing outputs
     assert invoke(source, "--pure", "--type", "q8_0", "--dry-run", "--json").exit_code == 0
     assert command._tables(planned)[0].rows[0][3:6] == ["-", "-", "-"]
+
+
+def test_no_error_skips_the_measurement_and_writes_the_same_bytes(tmp_path):
+    source = small(tmp_path)
+    measured = invoke(source, "--full", "--pure", "--type", "q4_K", "-o", tmp_path / "a", "--json")
+    skipped = invoke(source, "--full", "--pure", "--type", "q4_K", "-o", tmp_path / "b", "--json", "--no-error")
+    assert measured.exit_code == 0 and skipped.exit_code == 0, skipped.output
+    a, b = json.loads(measured.stdout)["tiers"][0], json.loads(skipped.stdout)["tiers"][0]
+    assert a["rmse"] > 0 and a["worst_tensors"]
+    assert (b["rmse"], b["rel_rmse"], b["max_rel_error"], b["worst_tensors"]) == (None, None, None, [])
+    assert Path(a["gguf"]).read_bytes() == Path(b["gguf"]).read_bytes()
+    refused = invoke(source, "--pure", "--type", "q4_K", "--no-error")
+    assert refused.exit_code == 2 and "--no-error applies to --full" in refused.output

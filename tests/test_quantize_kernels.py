@@ -286,3 +286,26 @@ def test_compiled_threads_do_not_change_bytes(name, compiled):
     for imatrix in (None, weights):
         one = kernels.quantize(x, IMATRIX_TYPES[name], threads=1, imatrix=imatrix)
         assert np.array_equal(kernels.quantize(x, IMATRIX_TYPES[name], threads=3, imatrix=imatrix), one)
+
+
+@pytest.mark.parametrize("name", ["q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs", "iq4_nl"])
+def test_compiled_dequantizers_give_gguf_floats(name, golden_input, compiled):
+    """The compiled dequantizers (a tier's error measurement) give gguf's floats bit for bit, for
+    quantizer output and for random bytes (every bit pattern of the levels and scale bytes)."""
+    x, _ = golden_input
+    type_id = kernels.GGML_TYPE_IDS[name]
+    block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
+    rows = x.reshape(-1, 256)
+    quantized = kernels.quantize(rows, type_id).reshape(rows.shape[0], -1)
+    noise = np.random.default_rng(7).integers(0, 256, size=(64, 256 // block * block_bytes), dtype=np.uint8)
+    blocks = noise.reshape(-1, block_bytes)
+    half_at = {"q2_K": (80, 82), "q3_K": (108,), "q4_K": (0, 2), "q5_K": (0, 2), "q6_K": (208,), "iq4_xs": (0,),
+               "iq4_nl": (0,)}[name]
+    for offset in half_at:  # finite float16 scales (random ones may be NaN, which compare unequal)
+        blocks[:, offset] = np.random.default_rng(offset).integers(0, 256, size=blocks.shape[0], dtype=np.uint8)
+        blocks[:, offset + 1] = np.random.default_rng(offset + 1).integers(0, 0x7B, size=blocks.shape[0], dtype=np.uint8)
+    for data in (quantized, noise):
+        ours = compiled.dequantize_rows(name, data, data.shape[0], 256)
+        theirs = quants.dequantize(data, GGMLQuantizationType(type_id)).reshape(data.shape[0], 256)
+        assert ours.view(np.uint32).tolist() == theirs.view(np.uint32).tolist()
+        assert np.array_equal(kernels.dequantize(data, type_id, (data.shape[0], 256)).view(np.uint32), ours.view(np.uint32))

@@ -173,9 +173,12 @@ def _install_override(folder, results):
 @click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
 @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
 @click.option("--wait", is_flag=True, help="If another run is writing into the output folder, wait for it instead of stopping.")
+@click.option("--no-error", "no_error", is_flag=True,
+              help="With --full: do not measure each tier's error against the source (a dequantize pass per tensor "
+                   "llama-quantize does not do); the error figures are then null.")
 def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, token_embedding_type, tensor_types,
                      resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run, threads, worst,
-                     json_flag, wait):
+                     json_flag, wait, no_error):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
@@ -208,6 +211,8 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
         token_embd_type=core.parse_ggml_type(token_embedding_type, "--token-embedding-type") if token_embedding_type else None,
         tensor_types=core.parse_tensor_types(tensor_types), has_imatrix=imatrix is not None and bool(imatrix.entries))
     full = not resident_only
+    if no_error and not full:
+        raise UsageError("--no-error applies to --full (a resident tier's manifest records its error, which device-fit reads)")
     if keep_split and not full:
         raise UsageError("--keep-split applies to --full (a resident-only tier is always one file)")
     if install and (full or output_dir):
@@ -243,6 +248,8 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
             notes.append("the model has no routed experts: every tensor is resident" if resident_only
                          else "the model has no routed experts: the full model is every tensor re-quantized")
         plans = core.plan_tiers(model, tiers, out_dir, full=full, force=True, keep_split=keep_split, imatrix=imatrix)
+        for plan in plans:
+            plan.measure = not no_error
         for note in notes:
             info(f"note: {note}")
         if dry_run:

@@ -206,6 +206,7 @@ class TierPlan:
     pending: set = None  # indices of the files still to write (core.stage), None before staging
     reused: dict = field(default_factory=dict)  # file name -> staged piece a killed run finished
     run_key: str = ""
+    measure: bool = True  # measure the error against the source (--no-error: not, --full only)
 
     @property
     def gguf_path(self):
@@ -489,9 +490,14 @@ def _quantize_rows(source, out_type, first_row, rows_per_matrix, weights):
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def _quantize_task(model, tensor, first_row, n_rows, out_types):
+def rows_per_matrix(tensor):
+    """Rows of one matrix of `tensor` (an expert tensor stacks several; llama-quantize gives each its imatrix slice)."""
+    return tensor.shape[1] if len(tensor.shape) > 1 else 1
+
+
+def _quantize_task(model, tensor, first_row, n_rows, out_types, measure=True):
     """Dequantize rows of `tensor`, quantize them to each (type, imatrix weights or None) in
-    `out_types`, measure the errors.
+    `out_types`, measure the errors (unless not `measure`: then the figures are 0).
 
     Returns [(bytes (uint8 array), sse, ss_source, max_abs_error, max_abs_source)] per type."""
     import numpy as np
@@ -503,15 +509,17 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types):
     # pread through the reader's open file (thread-safe), not a new memory map per task
     raw = np.frombuffer(model.read_tensor_bytes(tensor, first_row * row_bytes, n_rows * row_bytes), dtype=np.uint8)
     source = kernels.dequantize(raw, tensor.type_id, (n_rows, row_length))
+    if not measure:
+        return [(_quantize_rows(source, out_type, first_row, rows_per_matrix(tensor), weights), 0.0, 0.0, 0.0, 0.0)
+                for out_type, weights in out_types]
     ss_source, peak_source = _squares_and_peak(source)
     if not (math.isfinite(ss_source) and math.isfinite(peak_source)):
         bad_row = first_row + int(np.argmin(np.isfinite(source).all(axis=1)))
         raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} holds NaN or infinite values (row {bad_row}); "
                          "it cannot be quantized", offset=tensor.offset + bad_row * row_bytes)
     results = []
-    rows_per_matrix = tensor.shape[1] if len(tensor.shape) > 1 else 1
     for out_type, weights in out_types:
-        data = _quantize_rows(source, out_type, first_row, rows_per_matrix, weights)
+        data = _quantize_rows(source, out_type, first_row, rows_per_matrix(tensor), weights)
         sse, peak_error = _squares_and_peak(kernels.dequantize(data, out_type, source.shape) - source)
         results.append((data, sse, ss_source, peak_error, peak_source))
     return results
@@ -673,20 +681,24 @@ def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
     """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)],
     writing to `outputs` {tier index: file handle}."""
     out_types = [(plan.out_type, plan.imatrix) for _, plan in quantize]
+    measure = any(plans[index].measure for index, _ in quantize)
     for index, plan in quantize:
-        plans[index].errors[tensor.name] = TensorError(tensor.name, tensor.type_name, type_name(plan.out_type), tensor.n_elements)
+        if plans[index].measure:
+            plans[index].errors[tensor.name] = TensorError(tensor.name, tensor.type_name, type_name(plan.out_type),
+                                                           tensor.n_elements)
     row_length = tensor.shape[0]
     row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
     for first, n_rows in _slabs(tensor):
         # split the slab into tasks so both cores work; results come back in row order
         per_task = max(1, WORK_VALUES // max(1, row_length))
-        tasks = [pool.submit(_quantize_task, model, tensor, row, min(per_task, first + n_rows - row), out_types)
+        tasks = [pool.submit(_quantize_task, model, tensor, row, min(per_task, first + n_rows - row), out_types, measure)
                  for row in range(first, first + n_rows, per_task)]
         for future in tasks:
             results = future.result()
             for (index, plan), (data, sse, ss_source, max_err, max_source) in zip(quantize, results):
                 _write(outputs[index], data)
-                plans[index].errors[tensor.name].add(sse, ss_source, max_err, max_source)
+                if plans[index].measure:
+                    plans[index].errors[tensor.name].add(sse, ss_source, max_err, max_source)
         if progress is not None:
             progress.update(n_rows * row_bytes)
 
@@ -712,10 +724,12 @@ def tier_seconds(tier, threads=None):
 
 
 def _result(model, tier, written=True, threads=None, paths=None):
+    files_written = written
     resident = [plan for plan in tier.tensors if not plan.expert]
     resident_bytes = sum(plan.out_bytes for plan in resident)
     resident_values = sum(plan.tensor.n_elements for plan in resident)
     errors = list(tier.errors.values())
+    written = written and tier.measure  # error figures only where they were measured (else None)
     n_values = sum(error.n_values for error in errors)
     sse = sum(error.sse for error in errors)
     ss_source = sum(error.ss_source for error in errors)
@@ -725,7 +739,7 @@ def _result(model, tier, written=True, threads=None, paths=None):
         gguf=tier.gguf_path,
         gguf_files=list(tier.gguf_paths),
         manifest=tier.manifest_path or None,
-        file_bytes=sum(os.path.getsize(path) for path in (paths or tier.gguf_paths)) if written else None,
+        file_bytes=sum(os.path.getsize(path) for path in (paths or tier.gguf_paths)) if files_written else None,
         resident_bytes=resident_bytes,
         total_tensor_bytes=sum(plan.out_bytes for plan in tier.tensors),
         tensor_count=len(tier.tensors),

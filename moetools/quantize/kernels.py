@@ -597,8 +597,8 @@ IGNORES_IMATRIX = {Q8_0, F16, BF16, 0}
 # measured, so these are what a busy machine gives; README has the figures). quantize's ETA uses
 # them; unknown types count at the slowest figure.
 MEASURED_MB_PER_S = {
-    "numba": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 14.0, "q5_K": 12.0,
-              "q4_K": 10.0, "q3_K": 45.0, "q2_K": 9.0, "iq4_xs": 3.5, "iq4_nl": 3.5, "f16": 500.0, "bf16": 300.0},
+    "numba": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 36.0, "q5_K": 12.0,
+              "q4_K": 10.0, "q3_K": 50.0, "q2_K": 9.0, "iq4_xs": 4.5, "iq4_nl": 4.5, "f16": 500.0, "bf16": 300.0},
     "numpy": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 12.0, "q5_K": 9.0,
               "q4_K": 7.0, "q3_K": 9.0, "q2_K": 7.0, "f16": 500.0, "bf16": 300.0},
 }
@@ -619,8 +619,14 @@ def needs_compiled(type_id, imatrix=False):
     return type_id not in KERNELS or (imatrix and type_id not in IGNORES_IMATRIX)
 
 
-def _run_compiled(rows_function, rows, qw, threads, block, block_bytes):
-    """Run a compiled row function over `rows` (n, row) in spans of rows, one per thread."""
+def _run_compiled(driver, rows, qw, threads, block, block_bytes):
+    """Run a compiled row driver (kernels_jit.ROWS: (function, kind)) over `rows` (n, row) in spans
+    of rows, one per thread."""
+    function, kind = driver
+
+    def rows_function(x, out, weights, has_qw):
+        function(kind, x, out, weights, has_qw, block_bytes)
+
     out = np.empty((rows.shape[0], rows.shape[1] // block * block_bytes), dtype=np.uint8)
     has_qw = qw is not None
     weights = qw if has_qw else np.zeros(0, dtype=F32)
@@ -701,7 +707,8 @@ def can_dequantize(type_id):
 
 
 def dequantize(data, type_id, shape):
-    """ggml bytes of `type_id` -> float32 array of numpy `shape` (reversed ggml shape), via gguf.
+    """ggml bytes of `type_id` -> float32 array of numpy `shape` (reversed ggml shape), via gguf
+    (the K-quants and IQ4 through the compiled dequantizers when they are there, the same floats).
 
     Raises NotImplementedError for a type gguf cannot dequantize.
     """
@@ -714,4 +721,10 @@ def dequantize(data, type_id, shape):
     if type_id == F16:
         return data.view(np.float16).astype(F32).reshape(shape)
     n_rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    compiled = compiled_kernels()
+    name = GGML_TYPES[type_id][0] if type_id in GGML_TYPES else None
+    if compiled is not None and name in compiled.DEQUANT:
+        # the K-quants and IQ4 compiled: gguf's numpy dequantizers were as slow as the quantizers,
+        # and a tier's error measurement runs one per tensor (same floats: tests compare them)
+        return compiled.dequantize_rows(name, data, n_rows, shape[-1]).reshape(shape)
     return quants.dequantize(data.reshape(n_rows, -1), qtype).reshape(shape)

@@ -10,8 +10,8 @@ numba, like numpy, would otherwise widen a float32 combined with an int or a Pyt
 are never fused (numba does not allow LLVM to contract a*b+c without fastmath), and float16 is
 converted with round-to-nearest-even as ggml's GGML_FP32_TO_FP16 does.
 
-Row functions take (x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,)
-float32, has_qw) and release the GIL, so kernels.quantize runs them on every core, one span of rows
+Row drivers take (kind, x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,)
+float32, has_qw, block_bytes) and release the GIL, so kernels.quantize runs them on every core, one span of rows
 per thread. Imported lazily and only by kernels.py (numba's import costs a few hundred ms); the
 machine code is cached beside this file, so the compile happens once per install.
 """
@@ -139,6 +139,29 @@ def best_index_int8(n, values, x):
         else:
             ml = mav
     return mu - 1 if F32(x - F32(values[mu - 1])) < F32(F32(values[mu]) - x) else mu
+
+
+# --- the imatrix weighting shared by the K-quants, IQ4 and the 32-value types ---------------------
+
+@numba.njit(inline="always", **_JIT)
+def _sum_squares(x, start, n):
+    """x[start]^2 + ... + x[start+n-1]^2, added in order in float32 (ggml's sumx2 loops)."""
+    total = F32(0)
+    for j in range(start, start + n):
+        total = F32(total + F32(x[j] * x[j]))
+    return total
+
+
+@numba.njit(inline="always", **_JIT)
+def _imatrix_weights(x, qw, start, n, sigma2, weights):
+    """weights[l] = qw[start+l] * sqrtf(sigma2 + x[start+l]^2) for l < n, as every `_impl` quantizer
+    weighs its values by the importance matrix; returns their sum (added in order)."""
+    total = F32(0)
+    for l in range(n):
+        w = F32(qw[start + l] * _sqrt(F32(sigma2 + F32(x[start + l] * x[start + l]))))
+        weights[l] = w
+        total = F32(total + w)
+    return total
 
 
 # --- the scale searches ------------------------------------------------------------------------
@@ -433,17 +456,9 @@ def _requant_k4(x, y, L, nmax):
 def q2_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
     """quantize_row_q2_K_ref (no qw) or quantize_row_q2_K_impl: y (84,) = scales, qs, d, dmin."""
     if has_qw:
-        sumx2 = F32(0)
-        for j in range(256):
-            sumx2 = F32(sumx2 + F32(x[j] * x[j]))
-        sigma2 = F32(sumx2 / F32(256))
+        sigma2 = F32(_sum_squares(x, 0, 256) / F32(256))
         for j in range(16):
-            for l in range(16):
-                weights[l] = F32(qw[16 * j + l] * _sqrt(F32(sigma2 + F32(x[16 * j + l] * x[16 * j + l]))))
-            total = F32(0)
-            for l in range(16):
-                total = F32(total + weights[l])
-            sw[j] = total
+            sw[j] = _imatrix_weights(x, qw, 16 * j, 16, sigma2, weights)
             scales[j], mins[j] = make_qkx(16, 3, x[16 * j:16 * j + 16], weights, L[16 * j:16 * j + 16], Laux,
                                           F32(-0.9), F32(0.05), 36, False)
         dm = make_qp_quants(16, 15, scales, Ls, sw)
@@ -506,17 +521,9 @@ def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls, work):
     for k in range(96, 108):
         y[k] = 0
     if has_qw:
-        sumx2 = F32(0)
-        for j in range(256):
-            sumx2 = F32(sumx2 + F32(x[j] * x[j]))
-        sigma2 = F32(F32(F32(2) * sumx2) / F32(256))
+        sigma2 = F32(F32(F32(2) * _sum_squares(x, 0, 256)) / F32(256))
         for j in range(16):
-            for l in range(16):
-                weights[l] = F32(qw[16 * j + l] * _sqrt(F32(sigma2 + F32(x[16 * j + l] * x[16 * j + l]))))
-            total = F32(0)
-            for l in range(16):
-                total = F32(total + weights[l])
-            sw[j] = total
+            sw[j] = _imatrix_weights(x, qw, 16 * j, 16, sigma2, weights)
             scales[j] = make_qx_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16], weights, True, work)
         d_block = make_qx_quants(16, 32, scales, Ls, sw, True, work)
         for j in range(16):
@@ -571,17 +578,9 @@ def _qk_min_block(x, y, qw, has_qw, nmax, rmin, nstep, L, Laux, weights, scales,
     """The shared part of Q4_K (nmax 15) and Q5_K (nmax 31): d, dmin and scale bytes into y[0:16],
     the final levels into L."""
     if has_qw:
-        sum_x2 = F32(0)
-        for l in range(256):
-            sum_x2 = F32(sum_x2 + F32(x[l] * x[l]))
-        sigma2 = F32(F32(F32(2) * sum_x2) / F32(256))
+        sigma2 = F32(F32(F32(2) * _sum_squares(x, 0, 256)) / F32(256))
         for j in range(8):
-            for l in range(32):
-                weights[l] = F32(qw[32 * j + l] * _sqrt(F32(sigma2 + F32(x[32 * j + l] * x[32 * j + l]))))
-            total = F32(0)
-            for l in range(32):
-                total = F32(total + weights[l])
-            sw[j] = total
+            sw[j] = _imatrix_weights(x, qw, 32 * j, 32, sigma2, weights)
             scales[j], mins[j] = make_qkx(32, nmax, x[32 * j:32 * j + 32], weights, L[32 * j:32 * j + 32], Laux,
                                           F32(-0.9), F32(0.05), 36, False)
         d_block = make_qp_quants(8, 63, scales, Ls, sw)
@@ -596,10 +595,7 @@ def _qk_min_block(x, y, qw, has_qw, nmax, rmin, nstep, L, Laux, weights, scales,
         max_scale = F32(0)
         max_min = F32(0)
         for j in range(8):
-            sum_x2 = F32(0)
-            for l in range(32):
-                sum_x2 = F32(sum_x2 + F32(x[32 * j + l] * x[32 * j + l]))
-            av_x = _sqrt(F32(sum_x2 / F32(32)))
+            av_x = _sqrt(F32(_sum_squares(x, 32 * j, 32) / F32(32)))
             for l in range(32):
                 weights[l] = F32(av_x + abs(x[32 * j + l]))
             scales[j], mins[j] = make_qkx(32, nmax, x[32 * j:32 * j + 32], weights, L[32 * j:32 * j + 32], Laux,
@@ -694,10 +690,7 @@ def iq4_block(super_block, x, y, qw, has_qw, L, scales, weight):
     (super_block 32, y (18,) = d, qs) and quantize_iq4_xs (256, y (136,) = d, scales_h, scales_l, qs) call it."""
     values = KVALUES_IQ4NL
     ntry = 7
-    sigma2 = F32(0)
-    for j in range(super_block):
-        sigma2 = F32(sigma2 + F32(x[j] * x[j]))
-    sigma2 = F32(sigma2 * F32(F32(2) / F32(super_block)))
+    sigma2 = F32(_sum_squares(x, 0, super_block) * F32(F32(2) / F32(super_block)))
     n_blocks = super_block // 32
     q4 = 2 if n_blocks == 1 else 8
     for k in range(super_block // 2):
@@ -706,10 +699,10 @@ def iq4_block(super_block, x, y, qw, has_qw, L, scales, weight):
     amax_scale = F32(0)
     for ib in range(n_blocks):
         xb = x[ib * 32:ib * 32 + 32]
-        for j in range(32):
-            if has_qw:
-                weight[j] = F32(qw[ib * 32 + j] * _sqrt(F32(sigma2 + F32(xb[j] * xb[j]))))
-            else:
+        if has_qw:
+            _imatrix_weights(x, qw, ib * 32, 32, sigma2, weight)
+        else:
+            for j in range(32):
                 weight[j] = F32(xb[j] * xb[j])
         amax = F32(0)
         vmax = F32(0)
@@ -784,16 +777,7 @@ def iq4_block(super_block, x, y, qw, has_qw, L, scales, weight):
 @numba.njit(**_JIT)
 def _row_sigma2(x):
     """sum(x^2) / n over a whole row (the 32-block imatrix variants weigh by the row's spread)."""
-    total = F32(0)
-    for j in range(x.shape[0]):
-        total = F32(total + F32(x[j] * x[j]))
-    return F32(total / F32(x.shape[0]))
-
-
-@numba.njit(**_JIT)
-def _weights32(x, qw, sigma2, weight):
-    for j in range(32):
-        weight[j] = F32(qw[j] * _sqrt(F32(sigma2 + F32(x[j] * x[j]))))
+    return F32(_sum_squares(x, 0, x.shape[0]) / F32(x.shape[0]))
 
 
 @numba.njit(**_JIT)
@@ -849,7 +833,7 @@ def _put_q5_bits(y, at_qh, at_qs, L):
 @numba.njit(**_JIT)
 def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
-        _weights32(x, qw, sigma2, weight)
+        _imatrix_weights(x, qw, 0, 32, sigma2, weight)
         put_half(y, 0, make_qx_quants(32, 8, x, L, weight, True, work))
         for j in range(16):
             y[2 + j] = np.int64(L[j]) | (np.int64(L[j + 16]) << 4)
@@ -866,7 +850,7 @@ def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 @numba.njit(**_JIT)
 def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
-        _weights32(x, qw, sigma2, weight)
+        _imatrix_weights(x, qw, 0, 32, sigma2, weight)
         put_half(y, 0, make_qx_quants(32, 16, x, L, weight, True, work))
         _put_q5_bits(y, 2, 6, L)
         return
@@ -881,7 +865,7 @@ def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 @numba.njit(**_JIT)
 def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
-        _weights32(x, qw, sigma2, weight)
+        _imatrix_weights(x, qw, 0, 32, sigma2, weight)
         d, the_min = make_qkx(32, 15, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
         put_half(y, 0, d)
         put_half(y, 2, F32(-the_min))
@@ -902,7 +886,7 @@ def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 @numba.njit(**_JIT)
 def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
     if has_qw:
-        _weights32(x, qw, sigma2, weight)
+        _imatrix_weights(x, qw, 0, 32, sigma2, weight)
         d, the_min = make_qkx(32, 31, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
         put_half(y, 0, d)
         put_half(y, 2, F32(-the_min))
@@ -921,115 +905,50 @@ def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 # --- row drivers (one per type; the GIL is released) ---------------------------------------------
 
 @numba.njit(**_JIT)
-def rows_q2_k(x, out, qw, has_qw):
-    L = np.zeros(256, np.uint8)
-    Laux = np.zeros(16, np.uint8)
-    weights = np.zeros(16, np.float32)
+def _rows_256(kind, x, out, qw, has_qw, block_bytes):
+    """The 256-value super-block types over rows (kind 2..6: Q2_K..Q6_K, 7: IQ4_XS), with one set of
+    scratch arrays sized for the largest of them."""
+    levels = np.zeros(256, np.uint8)
+    signed_levels = np.zeros(256, np.int8)
+    Laux = np.zeros(32, np.uint8)
+    weights = np.zeros(32, np.float32)
     scales = np.zeros(16, np.float32)
     mins = np.zeros(16, np.float32)
     sw = np.zeros(16, np.float32)
     Ls = np.zeros(16, np.uint8)
     Lm = np.zeros(16, np.uint8)
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 256):
-            q2_k_block(x[r, 256 * i:256 * i + 256], out[r, 84 * i:84 * i + 84], qw[256 * i:256 * i + 256], has_qw,
-                       L, Laux, weights, scales, mins, sw, Ls, Lm)
-
-
-@numba.njit(**_JIT)
-def rows_q3_k(x, out, qw, has_qw):
-    L = np.zeros(256, np.int8)
-    scales = np.zeros(16, np.float32)
-    weights = np.zeros(16, np.float32)
-    sw = np.zeros(16, np.float32)
-    Ls = np.zeros(16, np.int8)
+    signed_Ls = np.zeros(16, np.int8)
     work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
         for i in range(x.shape[1] // 256):
-            q3_k_block(x[r, 256 * i:256 * i + 256], out[r, 110 * i:110 * i + 110], qw[256 * i:256 * i + 256], has_qw,
-                       L, scales, weights, sw, Ls, work)
-
-
-@numba.njit(**_JIT)
-def rows_q4_k(x, out, qw, has_qw):
-    L = np.zeros(256, np.uint8)
-    Laux = np.zeros(32, np.uint8)
-    weights = np.zeros(32, np.float32)
-    scales = np.zeros(8, np.float32)
-    mins = np.zeros(8, np.float32)
-    sw = np.zeros(8, np.float32)
-    Ls = np.zeros(8, np.uint8)
-    Lm = np.zeros(8, np.uint8)
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 256):
-            q4_k_block(x[r, 256 * i:256 * i + 256], out[r, 144 * i:144 * i + 144], qw[256 * i:256 * i + 256], has_qw,
-                       L, Laux, weights, scales, mins, sw, Ls, Lm)
-
-
-@numba.njit(**_JIT)
-def rows_q5_k(x, out, qw, has_qw):
-    L = np.zeros(256, np.uint8)
-    Laux = np.zeros(32, np.uint8)
-    weights = np.zeros(32, np.float32)
-    scales = np.zeros(8, np.float32)
-    mins = np.zeros(8, np.float32)
-    sw = np.zeros(8, np.float32)
-    Ls = np.zeros(8, np.uint8)
-    Lm = np.zeros(8, np.uint8)
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 256):
-            q5_k_block(x[r, 256 * i:256 * i + 256], out[r, 176 * i:176 * i + 176], qw[256 * i:256 * i + 256], has_qw,
-                       L, Laux, weights, scales, mins, sw, Ls, Lm)
-
-
-@numba.njit(**_JIT)
-def rows_q6_k(x, out, qw, has_qw):
-    L = np.zeros(256, np.int8)
-    scales = np.zeros(16, np.float32)
-    work = np.zeros((3, QX_STEPS), np.float32)
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 256):
-            q6_k_block(x[r, 256 * i:256 * i + 256], out[r, 210 * i:210 * i + 210], qw[256 * i:256 * i + 256], has_qw, L, scales, work)
-
-
-@numba.njit(**_JIT)
-def rows_iq4_xs(x, out, qw, has_qw):
-    L = np.zeros(256, np.uint8)
-    scales = np.zeros(8, np.float32)
-    weight = np.zeros(32, np.float32)
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 256):
-            iq4_block(256, x[r, 256 * i:256 * i + 256], out[r, 136 * i:136 * i + 136], qw[256 * i:256 * i + 256], has_qw,
-                      L, scales, weight)
-
-
-@numba.njit(**_JIT)
-def rows_iq4_nl(x, out, qw, has_qw):
-    L = np.zeros(32, np.uint8)
-    scales = np.zeros(1, np.float32)
-    weight = np.zeros(32, np.float32)
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 32):
-            iq4_block(32, x[r, 32 * i:32 * i + 32], out[r, 18 * i:18 * i + 18], qw[32 * i:32 * i + 32], has_qw,
-                      L, scales, weight)
-
-
-@numba.njit(**_JIT)
-def rows_q8_0(x, out, qw, has_qw):
-    for r in range(x.shape[0]):
-        for i in range(x.shape[1] // 32):
-            q8_0_block(x[r, 32 * i:32 * i + 32], out[r, 34 * i:34 * i + 34])
+            xb = x[r, 256 * i:256 * i + 256]
+            yb = out[r, block_bytes * i:block_bytes * i + block_bytes]
+            qb = qw[256 * i:256 * i + 256]
+            if kind == 2:
+                q2_k_block(xb, yb, qb, has_qw, levels, Laux, weights, scales, mins, sw, Ls, Lm)
+            elif kind == 3:
+                q3_k_block(xb, yb, qb, has_qw, signed_levels, scales, weights, sw, signed_Ls, work)
+            elif kind == 4:
+                q4_k_block(xb, yb, qb, has_qw, levels, Laux, weights, scales, mins, sw, Ls, Lm)
+            elif kind == 5:
+                q5_k_block(xb, yb, qb, has_qw, levels, Laux, weights, scales, mins, sw, Ls, Lm)
+            elif kind == 6:
+                q6_k_block(xb, yb, qb, has_qw, signed_levels, scales, work)
+            else:
+                iq4_block(256, xb, yb, qb, has_qw, levels, scales, weights)
 
 
 @numba.njit(**_JIT)
 def _rows_32(kind, x, out, qw, has_qw, block_bytes):
+    """The 32-value block types over rows (kind 0..3: Q4_0, Q4_1, Q5_0, Q5_1; 4: Q8_0; 5: IQ4_NL)."""
+    scale = np.zeros(1, np.float32)
     L = np.zeros(32, np.int8)
     Lu = np.zeros(32, np.uint8)
     Laux = np.zeros(32, np.uint8)
     weight = np.zeros(32, np.float32)
     work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
-        sigma2 = _row_sigma2(x[r]) if has_qw else F32(0)
+        sigma2 = _row_sigma2(x[r]) if has_qw and kind < 4 else F32(0)
         for i in range(x.shape[1] // 32):
             xb = x[r, 32 * i:32 * i + 32]
             yb = out[r, block_bytes * i:block_bytes * i + block_bytes]
@@ -1040,31 +959,195 @@ def _rows_32(kind, x, out, qw, has_qw, block_bytes):
                 q4_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
             elif kind == 2:
                 q5_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight, work)
-            else:
+            elif kind == 3:
                 q5_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
+            elif kind == 4:
+                q8_0_block(xb, yb)
+            else:
+                iq4_block(32, xb, yb, qb, has_qw, Lu, scale, weight)
+
+
+# ggml type name -> (row driver, kind): kernels.quantize calls driver(kind, x, out, qw, has_qw, block_bytes)
+# with x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,) float32 (GIL released)
+ROWS = {"q2_K": (_rows_256, 2), "q3_K": (_rows_256, 3), "q4_K": (_rows_256, 4), "q5_K": (_rows_256, 5),
+        "q6_K": (_rows_256, 6), "iq4_xs": (_rows_256, 7), "q4_0": (_rows_32, 0), "q4_1": (_rows_32, 1),
+        "q5_0": (_rows_32, 2), "q5_1": (_rows_32, 3), "q8_0": (_rows_32, 4), "iq4_nl": (_rows_32, 5)}
+
+
+# --- dequantizers (ggml's dequantize_row_*): the error measurement of a tier reads them -----------
+
+@numba.njit(inline="always", **_JIT)
+def _half_at(y, offset):
+    return half_value(np.int64(y[offset]) | (np.int64(y[offset + 1]) << 8))
 
 
 @numba.njit(**_JIT)
-def rows_q4_0(x, out, qw, has_qw):
-    _rows_32(0, x, out, qw, has_qw, 18)
+def deq_q2_k(y, out):
+    d = _half_at(y, 80)
+    dmin = _half_at(y, 82)
+    at = 0
+    sc_index = 0
+    for n in range(0, 256, 128):
+        shift = 0
+        for _ in range(4):
+            for half in range(2):
+                sc = np.int64(y[sc_index])
+                sc_index += 1
+                dl = F32(d * F32(sc & 0xF))
+                ml = F32(dmin * F32(sc >> 4))
+                for l in range(16):
+                    q = (np.int64(y[16 + n // 4 + 16 * half + l]) >> shift) & 3
+                    out[at] = F32(F32(dl * F32(q)) - ml)
+                    at += 1
+            shift += 2
 
 
 @numba.njit(**_JIT)
-def rows_q4_1(x, out, qw, has_qw):
-    _rows_32(1, x, out, qw, has_qw, 20)
+def deq_q3_k(y, out):
+    d_all = _half_at(y, 108)
+    at = 0
+    j = 0
+    m = 1
+    for n in range(0, 256, 128):
+        shift = 0
+        for _ in range(4):
+            for half in range(2):
+                if j < 8:
+                    sc = np.int64(y[96 + j]) & 0xF
+                else:
+                    sc = np.int64(y[96 + j - 8]) >> 4
+                sc = (sc | ((np.int64(y[96 + 8 + j % 4]) >> (2 * (j // 4))) & 3) << 4) - 32
+                j += 1
+                dl = F32(d_all * F32(sc))
+                for l in range(16):
+                    k = 16 * half + l
+                    q = ((np.int64(y[32 + n // 4 + k]) >> shift) & 3) - (0 if np.int64(y[k]) & m else 4)
+                    out[at] = F32(dl * F32(q))
+                    at += 1
+            shift += 2
+            m <<= 1
 
 
 @numba.njit(**_JIT)
-def rows_q5_0(x, out, qw, has_qw):
-    _rows_32(2, x, out, qw, has_qw, 22)
+def _deq_k4(y, out, high_bits):
+    """Q4_K (high_bits False) and Q5_K: d, dmin, 6-bit scales and mins, nibbles (and fifth bits)."""
+    d = _half_at(y, 0)
+    dmin = _half_at(y, 2)
+    qs = 48 if high_bits else 16
+    at = 0
+    u1 = 1
+    u2 = 2
+    for group in range(4):
+        sc, m = _scale_min_k4(2 * group, y)
+        d1 = F32(d * F32(sc))
+        m1 = F32(dmin * F32(m))
+        sc, m = _scale_min_k4(2 * group + 1, y)
+        d2 = F32(d * F32(sc))
+        m2 = F32(dmin * F32(m))
+        for l in range(32):
+            q = np.int64(y[qs + 32 * group + l]) & 0xF
+            if high_bits and np.int64(y[16 + l]) & u1:
+                q += 16
+            out[at + l] = F32(F32(d1 * F32(q)) - m1)
+        for l in range(32):
+            q = np.int64(y[qs + 32 * group + l]) >> 4
+            if high_bits and np.int64(y[16 + l]) & u2:
+                q += 16
+            out[at + 32 + l] = F32(F32(d2 * F32(q)) - m2)
+        at += 64
+        u1 <<= 2
+        u2 <<= 2
 
 
 @numba.njit(**_JIT)
-def rows_q5_1(x, out, qw, has_qw):
-    _rows_32(3, x, out, qw, has_qw, 24)
+def deq_q4_k(y, out):
+    _deq_k4(y, out, False)
 
 
-# ggml type name -> row function
-ROWS = {"q2_K": rows_q2_k, "q3_K": rows_q3_k, "q4_K": rows_q4_k, "q5_K": rows_q5_k, "q6_K": rows_q6_k,
-        "iq4_xs": rows_iq4_xs, "iq4_nl": rows_iq4_nl, "q8_0": rows_q8_0, "q4_0": rows_q4_0, "q4_1": rows_q4_1,
-        "q5_0": rows_q5_0, "q5_1": rows_q5_1}
+@numba.njit(**_JIT)
+def deq_q5_k(y, out):
+    _deq_k4(y, out, True)
+
+
+@numba.njit(**_JIT)
+def deq_q6_k(y, out):
+    d = _half_at(y, 208)
+    for n in range(2):
+        ql = 64 * n
+        qh = 128 + 32 * n
+        sc = 192 + 8 * n
+        for l in range(32):
+            s = l // 16
+            h = np.int64(y[qh + l])
+            q1 = ((np.int64(y[ql + l]) & 0xF) | ((h & 3) << 4)) - 32
+            q2 = ((np.int64(y[ql + l + 32]) & 0xF) | (((h >> 2) & 3) << 4)) - 32
+            q3 = ((np.int64(y[ql + l]) >> 4) | (((h >> 4) & 3) << 4)) - 32
+            q4 = ((np.int64(y[ql + l + 32]) >> 4) | (((h >> 6) & 3) << 4)) - 32
+            base = 128 * n
+            out[base + l] = F32(F32(d * F32(_int8(y[sc + s]))) * F32(q1))
+            out[base + l + 32] = F32(F32(d * F32(_int8(y[sc + s + 2]))) * F32(q2))
+            out[base + l + 64] = F32(F32(d * F32(_int8(y[sc + s + 4]))) * F32(q3))
+            out[base + l + 96] = F32(F32(d * F32(_int8(y[sc + s + 6]))) * F32(q4))
+
+
+@numba.njit(inline="always", **_JIT)
+def _int8(byte):
+    value = np.int64(byte)
+    return value - 256 if value > 127 else value
+
+
+@numba.njit(**_JIT)
+def deq_iq4_nl(y, out):
+    d = _half_at(y, 0)
+    for j in range(16):
+        byte = np.int64(y[2 + j])
+        out[j] = F32(d * F32(KVALUES_IQ4NL[byte & 0xF]))
+        out[j + 16] = F32(d * F32(KVALUES_IQ4NL[byte >> 4]))
+
+
+@numba.njit(**_JIT)
+def deq_iq4_xs(y, out):
+    d = _half_at(y, 0)
+    scales_h = np.int64(y[2]) | (np.int64(y[3]) << 8)
+    for ib in range(8):
+        ls = ((np.int64(y[4 + ib // 2]) >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4)
+        dl = F32(d * F32(ls - 32))
+        for j in range(16):
+            byte = np.int64(y[8 + 16 * ib + j])
+            out[32 * ib + j] = F32(dl * F32(KVALUES_IQ4NL[byte & 0xF]))
+            out[32 * ib + j + 16] = F32(dl * F32(KVALUES_IQ4NL[byte >> 4]))
+
+
+@numba.njit(**_JIT)
+def _dequantize_rows(kind, data, out, block, block_bytes):
+    for r in range(data.shape[0]):
+        for i in range(out.shape[1] // block):
+            y = data[r, block_bytes * i:block_bytes * i + block_bytes]
+            o = out[r, block * i:block * i + block]
+            if kind == 2:
+                deq_q2_k(y, o)
+            elif kind == 3:
+                deq_q3_k(y, o)
+            elif kind == 4:
+                deq_q4_k(y, o)
+            elif kind == 5:
+                deq_q5_k(y, o)
+            elif kind == 6:
+                deq_q6_k(y, o)
+            elif kind == 7:
+                deq_iq4_xs(y, o)
+            else:
+                deq_iq4_nl(y, o)
+
+
+# ggml type name -> (kind for _dequantize_rows, values per block, bytes per block)
+DEQUANT = {"q2_K": (2, 256, 84), "q3_K": (3, 256, 110), "q4_K": (4, 256, 144), "q5_K": (5, 256, 176),
+           "q6_K": (6, 256, 210), "iq4_xs": (7, 256, 136), "iq4_nl": (8, 32, 18)}
+
+
+def dequantize_rows(name, data, n_rows, row):
+    """float32 (n_rows, row) of ggml `name` bytes `data` (uint8, n_rows * row_bytes), as ggml's dequantize_row_*."""
+    kind, block, block_bytes = DEQUANT[name]
+    out = np.empty((n_rows, row), dtype=np.float32)
+    _dequantize_rows(kind, np.ascontiguousarray(data).reshape(n_rows, row // block * block_bytes), out, block, block_bytes)
+    return out

@@ -50,6 +50,7 @@ def run_key(model, plans):
         doc["tiers"].append({
             "tier": plan.tier, "file_type": plan.file_type, "files": [os.path.basename(path) for path in plan.gguf_paths],
             "manifest": os.path.basename(plan.manifest_path) if plan.manifest_path else "", "full": plan.full,
+            "measure": plan.measure,
             "imatrix": None if plan.imatrix is None else [str(plan.imatrix.path), list(plan.imatrix.datasets),
                                                            len(plan.imatrix.entries), plan.imatrix.chunk_count],
             "tensors": [[p.tensor.name, p.out_type, p.action, p.out_shard] for p in plan.tensors]})
