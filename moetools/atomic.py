@@ -68,6 +68,15 @@ def _usual_mode():
     return 0o666 & ~umask
 
 
+def _remove_own_temps(folder, prefix):
+    """Remove this process's temporaries named `prefix*.tmp` in `folder` (best effort)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="wb", overwrite=True, durable=True):
     """Yield a file object for `path`'s temporary twin; rename it into place on success.
@@ -83,12 +92,14 @@ def atomic_write(path, mode="wb", overwrite=True, durable=True):
     folder = os.path.dirname(os.path.abspath(path))
     if not overwrite and os.path.exists(path):
         raise OutputError(f"{path}: already exists (use --force to replace it)")
-    try:
-        # the pid in the name lets a later run remove it once its owner is dead (locking.remove_stale_temps)
-        fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}-", suffix=".tmp", dir=folder)
-    except OSError as err:
-        raise OutputError(f"{folder}: cannot write here: {err.strerror or err}") from None
-    try:
+    # the pid in the name lets a later run remove it once its owner is dead (locking.remove_stale_temps)
+    prefix = f".{os.path.basename(path)}.{os.getpid()}-"
+    tmp_path = None
+    try:  # one try from the temporary's creation on: a Ctrl-C at any point leaves no temporary behind
+        try:
+            fd, tmp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+        except OSError as err:
+            raise OutputError(f"{folder}: cannot write here: {err.strerror or err}") from None
         os.chmod(tmp_path, _usual_mode())  # by path: os.fchmod is absent on Windows before Python 3.13
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as handle:
@@ -101,8 +112,11 @@ def atomic_write(path, mode="wb", overwrite=True, durable=True):
         else:
             place_new(tmp_path, path)
     except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_path)
+        if tmp_path is None:  # interrupted inside mkstemp, after it created the file: find it by our prefix
+            _remove_own_temps(folder, prefix)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_path)
         if isinstance(err, OSError):
             raise OutputError(f"{path}: write failed: {err.strerror or err}") from None
         raise
