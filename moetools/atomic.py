@@ -77,6 +77,25 @@ def _remove_own_temps(folder, prefix):
                     os.unlink(os.path.join(folder, name))
 
 
+def remove_dead_twins(folder, name):
+    """Remove the temporaries of `name` (`.NAME.PID-XXXX.tmp`) that killed processes of this host left
+    in `folder`: every tool's next write of the same file cleans up after the run that died writing it,
+    in any folder (a `-o` file, a curve, a table), not only in the folders a tool locks."""
+    from moetools.locking import pid_alive, temp_owner
+
+    prefix = f".{name}."
+    try:
+        names = [entry for entry in os.listdir(folder) if entry.startswith(prefix)]
+    except OSError:
+        return
+    for entry in names:
+        pid = temp_owner(entry)
+        if pid is None or pid == os.getpid() or pid_alive(pid) or not entry[len(prefix):].startswith(f"{pid}-"):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, entry))
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="wb", overwrite=True, durable=True):
     """Yield a file object for `path`'s temporary twin; rename it into place on success.
@@ -92,6 +111,7 @@ def atomic_write(path, mode="wb", overwrite=True, durable=True):
     folder = os.path.dirname(os.path.abspath(path))
     if not overwrite and os.path.exists(path):
         raise OutputError(f"{path}: already exists (use --force to replace it)")
+    remove_dead_twins(folder, os.path.basename(path))
     # the pid in the name lets a later run remove it once its owner is dead (locking.remove_stale_temps)
     prefix = f".{os.path.basename(path)}.{os.getpid()}-"
     tmp_path = None

@@ -122,6 +122,19 @@ def test_atomic_temporaries_carry_the_owner_pid(tmp_path):
     assert len(names) == 1 and locking.temp_owner(names[0]) == os.getpid()
 
 
+def test_an_atomic_write_removes_what_a_dead_writer_of_the_same_file_left(tmp_path):
+    # any folder, no lock: e.g. trace-tail -o curve.json killed mid-write, then run again
+    dead = dead_pid()
+    stale = tmp_path / f".curve.json.{dead}-abc123.tmp"
+    live = tmp_path / f".curve.json.{os.getppid()}-def456.tmp"
+    other_file = tmp_path / f".other.json.{dead}-abc123.tmp"
+    look_alike = tmp_path / f".curve.json.x.{dead}-abc123.tmp"  # a file named "curve.json.x": not ours to touch
+    for path in (stale, live, other_file, look_alike):
+        path.write_bytes(b"x")
+    atomic.write_json(tmp_path / "curve.json", {})
+    assert not stale.exists() and live.exists() and other_file.exists() and look_alike.exists()
+
+
 # --- the tools hold their output folders ---------------------------------------------------------
 
 def moetools(*args, wait=True):
