@@ -431,10 +431,13 @@ def _open_writer(model, plan, handle, file_index=0):
             tensor = tensor_plan.tensor
             writer.add_tensor_info(tensor.name, tuple(reversed(tensor.shape)), np.dtype(np.float32), tensor_plan.out_bytes,
                                    raw_dtype=GGMLQuantizationType(tensor_plan.out_type))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        writer.close()
+        try:
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            writer.close()
+        except OSError as err:  # gguf's writer names no file: say which output and where its header was built
+            raise OutputError(f"{handle.path}: writing its header in {folder} failed: {err.strerror or err}") from None
         with open(header_path, "rb") as header:
             shutil.copyfileobj(header, handle, COPY_BYTES)
 
