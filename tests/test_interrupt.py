@@ -50,7 +50,12 @@ def interrupt_when(process, ready, what):
             pytest.fail(f"never saw {what} in {WAIT_SECONDS} s")
         time.sleep(0.002)
     process.send_signal(signal.SIGINT)
-    return process.communicate(timeout=WAIT_SECONDS)
+    try:
+        return process.communicate(timeout=WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()  # never leave it blocked on its FIFO after the test
+        process.communicate()
+        pytest.fail(f"{what}: still running {WAIT_SECONDS} s after SIGINT")
 
 
 def assert_interrupted(process, stderr):

@@ -55,7 +55,12 @@ def test_ctrl_c_is_interrupted_exit_130(tmp_path):
     while time.monotonic() < deadline and not _blocked_on(process.pid, fifo):
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=30)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()  # never leave it blocked on its FIFO after the test
+        process.communicate()
+        pytest.fail("still running 30 s after SIGINT")
     assert process.returncode == 130, stderr
     assert stderr.strip() == "interrupted"
 
