@@ -70,6 +70,23 @@ def logged(log):
         return 0
 
 
+def run_and_kill(command, env, log, rng, log_lines):
+    """Start `command` and SIGKILL it once its log holds a random number of lines (a point inside the
+    run however fast the machine is), plus a random few milliseconds: inside a copy, a re-read or
+    between unlinks. Returns 1 when the kill landed before the run ended, else 0."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = rng.randint(1, log_lines)
+    deadline = time.monotonic() + 30
+    while process.poll() is None and time.monotonic() < deadline and logged(log) < target:
+        time.sleep(0.001)
+    time.sleep(rng.uniform(0, 0.02))
+    killed = process.poll() is None
+    if killed:
+        process.send_signal(signal.SIGKILL)
+    process.wait()
+    return int(killed)
+
+
 def test_kill_during_migrate_and_evict(tmp_path, monkeypatch):
     rng = random.Random(20261129)
     monkeypatch.setenv("MOETOOLS_CACHE_DIR", str(tmp_path / "cache"))
@@ -81,18 +98,7 @@ def test_kill_during_migrate_and_evict(tmp_path, monkeypatch):
         log = base / "actions.jsonl"
         command = [sys.executable, "-m", "moetools", "cold-twin", str(hot), str(cold), "--migrate", str(cold),
                    "--evict", "--yes", "--json", "--log", str(log)]
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Kill once the log holds a random number of lines (a point inside the run however fast
-        # the machine is), plus a random few milliseconds: inside a copy, a re-read or between unlinks.
-        target = rng.randint(1, LOG_LINES)
-        deadline = time.monotonic() + 30
-        while process.poll() is None and time.monotonic() < deadline and logged(log) < target:
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.02))
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            killed_mid_action += 1
-        process.wait()
+        killed_mid_action += run_and_kill(command, env, log, rng, LOG_LINES)
         check_invariant(hot, cold, artifacts, f"after the kill in iteration {iteration}")
         unfinished = interrupted_actions(str(log))
         code, doc, result = run(hot, cold, "--migrate", cold, "--evict", "--yes", "--log", log)
@@ -151,16 +157,7 @@ def test_kill_during_migrate_and_evict_of_a_hugging_face_cache(tmp_path, monkeyp
         log = base / "actions.jsonl"
         command = [sys.executable, "-m", "moetools", "cold-twin", str(hot), "--migrate", str(cold),
                    "--yes", "--json", "--log", str(log)]
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        target = rng.randint(1, HF_LOG_LINES)
-        deadline = time.monotonic() + 30
-        while process.poll() is None and time.monotonic() < deadline and logged(log) < target:
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.02))
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            killed += 1
-        process.wait()
+        killed += run_and_kill(command, env, log, rng, HF_LOG_LINES)
         hf_complete_somewhere(hot, cold, files, f"after the kill in iteration {iteration}")
         code, doc, result = run(hot, "--migrate", cold, "--yes", "--log", log)
         assert code == 0, result.output

@@ -189,37 +189,14 @@ def test_the_quick_check_shows_a_bar_counting_models(trees, monkeypatch):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
 def test_the_quick_check_bar_draws_on_a_terminal_and_not_in_a_pipe(trees):
-    import fcntl
-    import pty
-    import struct
-    import termios
+    from tests.terminal import run_on_terminal
 
     hot, cold = trees
     write(hot / "m.gguf", payload(3000, 1))
     write(cold / "m.gguf", payload(3000, 1))
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # a new pty is 0 columns wide
-    try:
-        process = cold_twin(hot, cold, "--json", stderr=follower)
-        process.stderr = None
-        out, _ = process.communicate(timeout=60)
-        os.close(follower)
-        follower = None
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other end is closed
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        if follower is not None:
-            os.close(follower)
-        os.close(leader)
-    assert process.returncode == 0
-    assert b"quick check: first/last MiB" in drawn and b"0/1 [" in drawn  # the total, and an ETA field
+    code, drawn = run_on_terminal(["cold-twin", hot, cold, "--json"])
+    assert code == 0
+    assert "quick check: first/last MiB" in drawn and "0/1 [" in drawn  # the total, and an ETA field
     piped = cold_twin(hot, cold, "--json")
     _, err = piped.communicate(timeout=60)
     assert piped.returncode == 0 and err == ""

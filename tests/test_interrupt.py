@@ -103,6 +103,13 @@ linux_proc = pytest.mark.skipif(not Path("/proc/self/wchan").exists() or not has
                                 reason="needs Linux /proc and FIFOs to know the command is waiting")
 
 
+def encoded_container(tmp_path, model):
+    container = tmp_path / "c"
+    subprocess.run([sys.executable, "-m", "moetools", "container-encode", model, "-o", container], cwd=ROOT, check=True,
+                   capture_output=True)
+    return container
+
+
 @pytest.fixture(scope="module")
 def big_moe(tmp_path_factory):
     """A sparse (header-only) MoE whose expert and resident bytes take seconds to write out."""
@@ -125,9 +132,7 @@ def test_device_fit_waiting_on_its_model(tmp_path):
 
 @linux_proc
 def test_container_verify_waiting_on_the_source(tmp_path, tiny_models):
-    container = tmp_path / "c"
-    subprocess.run([sys.executable, "-m", "moetools", "container-encode", tiny_models["mixtral"], "-o", container],
-                   cwd=ROOT, check=True, capture_output=True)
+    container = encoded_container(tmp_path, tiny_models["mixtral"])
     fifo = tmp_path / "source.gguf"
     os.mkfifo(fifo)
     process = start("container-verify", container, "--model", fifo)
@@ -137,9 +142,7 @@ def test_container_verify_waiting_on_the_source(tmp_path, tiny_models):
 
 @linux_proc
 def test_container_read_waiting_on_a_bank(tmp_path, tiny_models):
-    container = tmp_path / "c"
-    subprocess.run([sys.executable, "-m", "moetools", "container-encode", tiny_models["mixtral"], "-o", container],
-                   cwd=ROOT, check=True, capture_output=True)
+    container = encoded_container(tmp_path, tiny_models["mixtral"])
     bank = sorted(container.glob("experts-L*.bin"))[0]
     layer = int(bank.stem.split("L")[1])
     bank.unlink()

@@ -4,50 +4,19 @@ tqdm can show an ETA); in a pipe nothing but the answer.
 Real subprocesses with stderr on a real pseudo-terminal (the pty module), not a patched isatty.
 """
 
-import os
 import re
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.terminal import run_on_terminal
 from tests.test_tracetail_cli import skewed_tokens, write_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pty = pytest.importorskip("pty", reason="needs a POSIX pseudo-terminal to show a progress bar")
-fcntl = pytest.importorskip("fcntl", reason="needs a POSIX pseudo-terminal to show a progress bar")
-termios = pytest.importorskip("termios", reason="needs a POSIX pseudo-terminal to show a progress bar")
-
-
-def run_on_terminal(args):
-    """(exit code, everything the command wrote to its terminal stderr) with stdout in a pipe."""
-    leader, follower = pty.openpty()
-    # an 80x24 window, as a terminal has (a fresh pty is 0x0 and tqdm draws nothing in 0 columns)
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    try:
-        process = subprocess.Popen([sys.executable, "-m", "moetools", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                   stderr=follower, stdin=subprocess.DEVNULL)
-        os.close(follower)
-        follower = None
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the command closed its end
-                break
-            if not chunk:
-                break
-            seen += chunk
-        process.stdout.read()
-        process.wait(timeout=120)
-        return process.returncode, seen.decode("utf-8", "replace")
-    finally:
-        os.close(leader)
-        if follower is not None:
-            os.close(follower)
+pytest.importorskip("pty", reason="needs a POSIX pseudo-terminal to show a progress bar")
 
 
 def bars_with_totals(text):

@@ -634,8 +634,9 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         return fit_repo(model_path, fetch, inputs, json_flag)
     doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
-    if fork_notes[:1] and fork_notes[0].startswith("--vram "):  # the first GPU's size was decimal: say so in its row
-        doc["vram_asked"] = vram.split(",")[0].strip()
+    first_vram = vram.split(",")[0].strip() if vram else ""
+    if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
+        doc["vram_asked"] = first_vram
     for message in doc["warnings"]:
         warn(message)
     if plan_path:
