@@ -1,6 +1,23 @@
+import contextlib
+import os
+
 import pytest
 
 from tests import factory
+
+
+@contextlib.contextmanager
+def session_env(name, value):
+    """Set environment variable `name` to `value` (subprocesses inherit it), restoring it after."""
+    old = os.environ.get(name)
+    os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 @pytest.fixture(scope="session")
@@ -38,15 +55,8 @@ def hermetic_storage_root(tmp_path_factory):
     """The serving daemon's storage root (CONTINUUM_STORAGE_PATH, else ~/.continuum) points at an
     empty folder for the whole run: device-fit and quantize --install read and write there, and a
     test must never see (or touch) this machine's real ~/.continuum."""
-    import os
-
-    old = os.environ.get("CONTINUUM_STORAGE_PATH")
-    os.environ["CONTINUUM_STORAGE_PATH"] = str(tmp_path_factory.mktemp("continuum-storage"))
-    yield
-    if old is None:
-        os.environ.pop("CONTINUUM_STORAGE_PATH", None)
-    else:
-        os.environ["CONTINUUM_STORAGE_PATH"] = old
+    with session_env("CONTINUUM_STORAGE_PATH", tmp_path_factory.mktemp("continuum-storage")):
+        yield
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -55,12 +65,5 @@ def hermetic_cache_dir(tmp_path_factory):
     caches) is a fresh folder for the whole run, never this machine's ~/.cache/moetools: two suites
     running at once would otherwise share one action log (and its lock) and see each other's runs.
     Tests that need their own folder still set it per test."""
-    import os
-
-    old = os.environ.get("MOETOOLS_CACHE_DIR")
-    os.environ["MOETOOLS_CACHE_DIR"] = str(tmp_path_factory.mktemp("moetools-cache"))
-    yield
-    if old is None:
-        os.environ.pop("MOETOOLS_CACHE_DIR", None)
-    else:
-        os.environ["MOETOOLS_CACHE_DIR"] = old
+    with session_env("MOETOOLS_CACHE_DIR", tmp_path_factory.mktemp("moetools-cache")):
+        yield
