@@ -51,14 +51,15 @@ def test_the_draft_takes_its_share_of_every_device(models):
     assert on_rpc(doc) < on_rpc(alone)
     args = doc["launch"]["llama"]["args"]
     position = args.index("-md")
-    assert args[position:position + 8] == ["-md", models["draft"], "-ngld", "all", "-ctkd", "f16", "-ctvd", "f16"]
+    assert args[position:position + 10] == ["-md", models["draft"], "-ngld", "all", "-ctkd", "f16", "-ctvd", "f16",
+                                            "--spec-type", "draft-simple"]
 
 
 def test_draft_cache_types_and_layers_follow_their_own_flags(models):
     base = plan(models, "--draft", models["draft"])
     q8 = plan(models, "--draft", models["draft"], "-ctkd", "q8_0", "-ctvd", "q8_0")
     kv = lambda d: sum(x["kv_bytes"] for x in d["draft"]["devices"])  # noqa: E731
-    assert kv(q8) < kv(base) and q8["launch"]["llama"]["args"][-4:] == ["-ctvd", "q8_0", "--fit", "off"]
+    assert kv(q8) < kv(base) and q8["launch"]["llama"]["args"][-6:-2] == ["-ctvd", "q8_0", "--spec-type", "draft-simple"]
     cpu_only = plan(models, "--draft", models["draft"], "-ngld", "0")
     homes = {d["name"]: d for d in cpu_only["draft"]["devices"]}
     assert homes["CPU"]["layers"] == "0-3" and homes["CPU"]["kv_bytes"] > 0

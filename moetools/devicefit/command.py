@@ -509,6 +509,8 @@ def repo_tables(text, listing, rows):
 @click.option("--draft", "-md", "draft_path", metavar="MODEL", help="llama: a draft model for speculative decoding (-md), planned beside the target.")
 @click.option("--draft-ngl", "-ngld", type=int, metavar="N", help="llama: the draft's -ngld (default all layers).")
 @click.option("--draft-ctk", "-ctkd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's K cache type (-ctkd).")
+@click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
+              help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
 @click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
 @click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False),
               help="Folder of *.resident.json tiers, searched first; the daemon's <storage root>/device-fit/<slug>/, "
@@ -538,7 +540,7 @@ def repo_tables(text, listing, rows):
 @source_options
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
@@ -566,6 +568,8 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         raise UsageError("--draft is planned with --runtime llama (the fork's division of one GPU has no draft model)")
     if draft_ngl is not None and draft_ngl < 0:
         raise UsageError("--draft-ngl must be 0 or more")
+    if draft_device is not None and not draft_path:
+        raise UsageError("--device-draft places a draft model: give --draft MODEL")
     facts = fetch_stats = target_vocab = None
     if not repo:
         with open_model(model_path, fetch) as model:
@@ -584,7 +588,9 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             with open_model(draft_path, fetch) as model:
                 draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
-            options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv), draft_ngl)
+            placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
+            options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv), draft_ngl,
+                                           placed_on)
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram))
         return
     if rpcs:

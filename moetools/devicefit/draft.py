@@ -2,9 +2,12 @@
 
 llama.cpp loads the draft with the target's parameters except what common_base_params_to_speculative
 (common/speculative.cpp) replaces: its own `-ngld` (default all layers), `-devd` (default the target's
-devices), no tensor overrides, the draft cache types `-ctkd`/`-ctvd` (default f16, not the target's
-`-ctk`/`-ctv`), and one output row per sequence (n_outputs_max = -np). Context, batch, -np, the cache's
-unification and the `-ts` split are the target's. So its layers go to the devices by the same split,
+devices; named devices in the order given, `none` = the CPU only; one device means split mode layer),
+no tensor overrides, the draft cache types `-ctkd`/`-ctvd` (default f16, not the target's
+`-ctk`/`-ctv`), and one output row per sequence (n_outputs_max = -np, n_outputs_max_per_seq = 1).
+Context (common_speculative_init_result sets the draft's n_ctx to the target context's: there is no
+draft context size flag at this commit), batch, ubatch, -np, the cache's unification and the `-ts`
+split (by position in the draft's own device list) are the target's; n_rs_seq is 0. So its layers go to the devices by the same split,
 its KV lives with its layers, and its own compute buffers sit beside the target's on each device.
 
 It refuses a draft whose vocabulary is not the target's, as common_speculative_are_compatible does:
@@ -92,7 +95,43 @@ class Draft(Record):
         ("path", REQUIRED),
         ("kv", REQUIRED),
         ("ngl", None),
+        ("devices", None),  # -devd: indices into the offload devices in the order named ((): none); None: the target's
     )
+
+
+def llama_device_names(devices):
+    """llama.cpp's device names (--list-devices, what -devd takes) of device-fit's offload devices:
+    CUDA0.. as their buffers are named; an RPC server's device is RPC<n> numbered across every --rpc
+    server in order (its buffers are RPC0[host:port], per server)."""
+    names, n_rpc = [], 0
+    for device in devices:
+        if device.kind == "rpc":
+            names.append(f"RPC{n_rpc}")
+            n_rpc += 1
+        else:
+            names.append(device.name)
+    return names
+
+
+def draft_devices(text, devices):
+    """The offload-device indices `-devd TEXT` names (a comma list of llama.cpp device names — or
+    device-fit's buffer names RPC0[host:port] — or `none`: an empty tuple), as parse_device_list reads
+    it. Raises UsageError on a name not among the devices."""
+    items = [item.strip() for item in text.split(",")]
+    if items == ["none"]:
+        return ()
+    names = llama_device_names(devices)
+    indices = []
+    for item in items:
+        if item in names:
+            indices.append(names.index(item))
+        elif item in [device.name for device in devices]:
+            indices.append([device.name for device in devices].index(item))
+        else:
+            known = ", ".join(names) if names else "none: give --vram/--gpu/--rpc"
+            raise UsageError(f"--device-draft: no device {item!r} (llama.cpp refuses it as an invalid device; "
+                             f"the offload devices are: {known})")
+    return tuple(indices)
 
 
 def draft_kv(settings, ctk, ctv):

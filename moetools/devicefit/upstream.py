@@ -7,6 +7,7 @@ Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOption
 
 from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
+from moetools.devicefit import draft as draftmod
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit import placement as placemod
 from moetools.devicefit import speed as speedmod
@@ -111,20 +112,31 @@ def placement_compute_fn(facts, devices, options, ctx, placement):
 
 def draft_footprint(draft, devices, cpu, placement, ctx):
     """{device key: Share} of a draft model loaded beside the target's placement (None: before one is
-    chosen, split by capacity), as llama.cpp loads it: the target's -ts split (and split mode) with the
-    draft's own -ngld, no overrides, its KV with its layers at the draft cache types, its compute
-    buffers with one output row per sequence."""
+    chosen, split by capacity), as llama.cpp loads it: on the target's devices or the -devd ones (in
+    that order), the target's -ts split by position in that list (and split mode none on the target's
+    main GPU unless one device is named: then layer), the draft's own -ngld, no overrides, its KV with
+    its layers at the draft cache types, its compute buffers with one output row per sequence. Devices
+    the draft is not on get no Share."""
     layers = draft.facts.layers
+    homes = list(range(len(devices))) if draft.devices is None else list(draft.devices)
+    mine = [devices[index] for index in homes]
     main_gpu = placement.main_gpu if placement is not None else None
     ts = placement.ts if placement is not None and main_gpu is None else None
-    dplacement = placemod.user_placement(layers, len(devices), ngl=draft.ngl, ts=ts,
-                                         capacities=[d.capacity_bytes for d in devices], main_gpu=main_gpu)
-    kinds = {index: device.kind for index, device in enumerate(devices)}
+    if draft.devices is not None:
+        ts = list(ts[:len(mine)]) if ts else None
+        if len(mine) == 1:
+            main_gpu = None  # common_base_params_to_speculative: one draft device means split mode layer
+        elif main_gpu is not None and main_gpu >= len(mine):
+            raise UsageError(f"--main-gpu {main_gpu} with --device-draft of {len(mine)} devices: llama.cpp refuses "
+                             f"the draft (invalid value for main_gpu: {main_gpu})")
+    dplacement = placemod.user_placement(layers, len(mine), ngl=draft.ngl, ts=ts,
+                                         capacities=[d.capacity_bytes for d in mine], main_gpu=main_gpu)
+    kinds = {index: device.kind for index, device in enumerate(mine)}
     kinds[CPU] = "cpu"
     buffers = computemod.placement_compute(draft.facts, dplacement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
     kv_layers = kvmod.per_layer(draft.facts.shape, ctx, draft.kv)
-    shares = placemod.ledger(layers, dplacement, devices, cpu, kv_layers, lambda key, mine, out: buffers[key], {})
-    return dict(zip([*range(len(devices)), CPU], shares))
+    shares = placemod.ledger(layers, dplacement, mine, cpu, kv_layers, lambda key, mine, out: buffers[key], {})
+    return dict(zip([*homes, CPU], shares))
 
 
 def _draft_bytes(footprint, key):
@@ -343,16 +355,21 @@ def server_args(model_path, result, kv_flags):
         entries = placemod.override_patterns(placement, devices)
         if entries:
             args += ["-ot", ",".join(f"{pattern}={target}" for pattern, target in entries)]
-    return args + kv_flags + draft_args(result.draft) + ["--fit", "off"]
+    return args + kv_flags + draft_args(result.draft, devices) + ["--fit", "off"]
 
 
-def draft_args(draft):
-    """llama-server's flags for the draft model: -md, -ngld and its cache types (llama.cpp's draft
-    cache defaults to f16 whatever -ctk says, so they are always spelled out)."""
+def draft_args(draft, devices):
+    """llama-server's flags for the draft model: -md, -ngld, -devd when given, its cache types
+    (llama.cpp's draft cache defaults to f16 whatever -ctk says, so they are always spelled out) and
+    `--spec-type draft-simple`: without a type llama-server loads the draft (its memory is taken) but
+    common_speculative_init finds no implementation and never drafts with it."""
     if draft is None:
         return []
-    return ["-md", draft.path, "-ngld", "all" if draft.ngl is None else str(draft.ngl),
-            "-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv]
+    args = ["-md", draft.path, "-ngld", "all" if draft.ngl is None else str(draft.ngl)]
+    if draft.devices is not None:
+        names = draftmod.llama_device_names(devices)
+        args += ["-devd", ",".join(names[index] for index in draft.devices) if draft.devices else "none"]
+    return args + ["-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv, "--spec-type", "draft-simple"]
 
 
 def _weight_text(weight):
@@ -407,6 +424,7 @@ def result_doc(result, facts, model_path, kv_flags):
         shares = (chosen or result.alternatives[0]).draft_shares or {}
         doc["draft"] = {"model": draft.path, "architecture": draft.facts.architecture, "ngl": draft.ngl,
                         "ctk": draft.kv.ctk, "ctv": draft.kv.ctv,
+                        "placed_on": None if draft.devices is None else [result.devices[i].name for i in draft.devices],
                         "devices": [{"name": share.device.name, "resident_bytes": share.resident_bytes,
                                      "expert_bytes": share.expert_bytes, "kv_bytes": share.kv_bytes,
                                      "compute_bytes": share.compute_bytes, "layers": placemod.ranges_text(share.layers)}

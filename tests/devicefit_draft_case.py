@@ -1,0 +1,53 @@
+"""The case device-fit's --draft ledger is checked on against llama.cpp itself: the qwen3moe target of
+tests/devicefit_llama_case.py, a dense llama draft with the same vocabulary, two llama.cpp RPC servers
+on loopback and the CPU, in several settings.
+
+`benchmarks/check_devicefit_draft.py` runs llama.cpp's llama-speculative-simple on each setting with the
+flags device-fit emits and records the draft model's buffers llama.cpp logs per device in
+tests/data/devicefit_llama_draft.json; tests/test_devicefit_draft_llama.py checks device-fit's draft
+bytes against that record without llama.cpp.
+"""
+
+from moetools import synth
+from tests import devicefit_llama_case as target_case
+
+RPC_PORTS = (50162, 50163)  # not the target case's ports: both checks may run at once
+RPC_SIZES = ("160M", "120M")
+RECORD = "tests/data/devicefit_llama_draft.json"
+DRAFT_DEVICE = "RPC1"  # llama.cpp's name of the second --rpc server's device
+
+# name -> device-fit flags beyond the common ones (each is also the llama.cpp flag device-fit emits)
+SETTINGS = {
+    "base": [],
+    "ctx-8192": ["-c", "8192"],
+    "ngld-3": ["-ngld", "3"],
+    "ngld-0": ["-ngld", "0"],
+    "draft-q8_0-cache": ["-ctkd", "q8_0", "-ctvd", "q8_0"],
+    "target-q8_0-cache": ["-ctk", "q8_0", "-ctv", "q8_0"],
+    "no-flash-attn": ["-fa", "off"],
+    "ubatch-256": ["-ub", "256"],
+    "parallel-2": ["-np", "2"],
+    "devd-second": ["-devd", DRAFT_DEVICE],
+    "devd-reversed": ["-devd", "RPC1,RPC0"],  # the target's -ts applies by position in this list
+    "devd-none": ["-devd", "none"],
+}
+
+
+def target_spec():
+    return target_case.fixture_spec()
+
+
+def draft_spec():
+    spec = synth.tiny("dense", n_layer=6, n_embd=256, vocab=2048, ctx=8192)
+    spec.merges = 16  # the same synthetic vocabulary and merges as the target's
+    return spec
+
+
+def device_fit_args(target, draft, setting):
+    extra = SETTINGS[setting]
+    args = [str(target), "--runtime", "llama", "--ram", "16G", "--margin", "0", "--draft", str(draft)]
+    if "-c" not in extra:
+        args += ["-c", "4096"]
+    for port, size in zip(RPC_PORTS, RPC_SIZES):
+        args += ["--rpc", f"127.0.0.1:{port}={size}"]
+    return args + extra
