@@ -190,6 +190,15 @@ def _mla_keys(spec, p):
     spec.meta("{arch}.rope.dimension_count", p["rope"])
 
 
+def _router_groups(spec, p):
+    """llama.cpp's converter writes the router's expert groups when config.json has them (`n_group`,
+    `topk_group`; conversion/base.py, nemotron.py): grouped top-k in build_moe_ffn when more than one."""
+    if p.get("expert_groups") is not None:
+        spec.meta("{arch}.expert_group_count", p["expert_groups"])
+    if p.get("expert_groups_used") is not None:
+        spec.meta("{arch}.expert_group_used_count", p["expert_groups_used"])
+
+
 def deepseek2(t=Types(), **p):
     """DeepSeek-V3 / Kimi-K2 layout: MLA, leading dense blocks, shared expert, sigmoid router bias."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
@@ -209,6 +218,7 @@ def deepseek2(t=Types(), **p):
     spec.meta("{arch}.expert_shared_count", p["n_shared"])
     spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
     spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _router_groups(spec, p)
     _mla_keys(spec, p)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
@@ -433,6 +443,7 @@ def glm4moe(t=Types(), **p):
     spec.meta("{arch}.expert_gating_func", 2)
     spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
     spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _router_groups(spec, p)
     if p["nextn"]:
         spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     _embeddings(spec, p, t)
@@ -650,6 +661,7 @@ def nemotron_h_moe(t=Types(), **p):
     spec.meta("{arch}.expert_weights_norm", True, "bool")
     spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
     spec.meta("{arch}.expert_gating_func", 2)
+    _router_groups(spec, p)
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
@@ -800,27 +812,43 @@ PRESETS = {
     # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B (Megatron-Bridge Nemotron3NanoProvider / its config.json):
     # 52 blocks "MEMEM*EMEMEM*...", 2688 wide, 32 query / 2 KV heads of 128, Mamba-2 64 heads of 64,
     # state 128, 8 groups, conv 4, 128 experts of 1856 (top-6) plus a 3712-wide shared expert.
+    # Re-read 2026-12-01 from NVIDIA-NeMo Megatron-Bridge models/nemotronh/nemotron_h_provider.py
+    # (Nemotron3NanoProvider over NemotronHModelProvider: mamba_num_groups 8, mamba_head_dim 64,
+    # num_query_groups 2, moe_router_topk_scaling_factor 2.5, moe_router_num_groups 1): all as above;
+    # one router group, which llama.cpp's conversion/nemotron.py writes as expert_group_count.
     "nemotron-3-nano-30b-a3b": lambda: nemotron_h_moe(
         Types(expert=Q4_0, resident=Q8_0, embed=Q8_0, output=Q8_0), name="Nemotron-3-Nano-30B-A3B (synthetic)",
         pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", n_embd=2688, n_head=32, n_head_kv=2,
         head=128, n_ff_exp=1856, n_ff_shexp=3712, n_expert=128, top_k=6, conv=4, ssm_heads=64, ssm_head=64,
-        state=128, groups=8, vocab=131072, ctx=262144, file_type=15),
+        state=128, groups=8, expert_groups=1, vocab=131072, ctx=262144, file_type=15),
     # deepseek-ai/DeepSeek-V3.2 config.json: DeepSeek-V3's widths, an indexer of 64 heads of 128 picking
-    # 2048 tokens, one NextN/MTP block (62 blocks in the GGUF).
+    # 2048 tokens, one NextN/MTP block (62 blocks in the GGUF). Re-read 2026-12-01 from copies of
+    # DeepseekV32ForCausalLM's config.json in public repos (a Rust test fixture `deepseek_v32_config`, a
+    # DSA_MODEL_DIMS table): as above, plus n_group 8 / topk_group 4 (grouped routing), which
+    # llama.cpp's converter writes as expert_group_count / expert_group_used_count: they were missing.
     "deepseek-v3.2": lambda: deepseek32(
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
         name="DeepSeek-V3.2 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
         n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
-        idx_heads=64, idx_head=128, idx_top_k=2048, nextn=1, vocab=129280, ctx=163840, file_type=15),
+        idx_heads=64, idx_head=128, idx_top_k=2048, nextn=1, expert_groups=8, expert_groups_used=4, vocab=129280,
+        ctx=163840, file_type=15),
     # zai-org/GLM-4.5-Air config.json: 46 layers + 1 NextN block, 4096 wide, 96 query / 8 KV heads of 128
     # (half rotary, q/k/v biases), one dense block of 10944, 128 experts of 1408 (top-8) + 1 shared.
     # Rows of 1408/704 values (2688 for Nemotron) do not fill Q4_K's 256-value blocks: those are Q8_0/Q4_0.
+    # Re-read 2026-12-01 from slime's scripts/models/glm4.5-106B-A12B.sh (Megatron args of the same
+    # checkpoint: 1 dense + 45 MoE layers, 96 heads / 8 query groups of 128, rotary 0.5, q/k/v biases, no
+    # q/k norm, ffn 10944, experts and shared expert 1408, top-8 of 128, vocab 151552, rope 1e6): all as
+    # above; config.json's n_group 1 / topk_group 1 are written as llama.cpp's converter does.
     "glm-4.5-air": lambda: glm4moe(
         Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q4_K, output=Q6_K), name="GLM-4.5-Air (synthetic)",
         n_layer=46, nextn=1, n_embd=4096, n_head=96, n_head_kv=8, head=128, n_ff=10944, n_ff_exp=1408,
-        n_expert=128, top_k=8, n_shared=1, n_dense=1, vocab=151552, ctx=131072, file_type=15),
+        n_expert=128, top_k=8, n_shared=1, n_dense=1, expert_groups=1, expert_groups_used=1, vocab=151552,
+        ctx=131072, file_type=15),
     # MiniMaxAI/MiniMax-M2 config.json: 62 layers, 3072 wide, 48 query / 8 KV heads of 128 (64 rotary),
-    # 256 experts of 1536 (top-8), no shared expert.
+    # 256 experts of 1536 (top-8), no shared expert. Re-read 2026-12-01 from copies of its config.json in
+    # public repos (MiniMaxM2ForCausalLM: vocab 200064, max_position_embeddings 196608, use_qk_norm
+    # per_layer, no n_group): all as above. Its 3 MTP modules are not converted by llama.cpp
+    # (conversion/minimax.py keeps no mtp tensors for the text model), so the preset has none.
     "minimax-m2": lambda: minimax_m2(
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-M2 (synthetic)",
         n_layer=62, n_embd=3072, n_head=48, n_head_kv=8, head=128, rope=64, n_ff_exp=1536, n_expert=256,
