@@ -194,10 +194,11 @@ def test_container_encode_mid_write(tmp_path, big_moe):
     assert not (out / "manifest.json").exists()  # the container is published only when complete
 
 
-def test_quantize_mid_write(tmp_path, big_moe):
+@pytest.mark.parametrize("options", [["-t", "Q8_0"], ["-t", "Q4_K_M", "--full", "--no-error"]])  # --full: experts too
+def test_quantize_mid_write(tmp_path, big_moe, options):
     out = tmp_path / "tiers"
     out.mkdir()
-    process = start("quantize", big_moe, "-t", "Q8_0", "-o", out)
+    process = start("quantize", big_moe, *options, "-o", out)
     _, stderr = interrupt_when(process, temp_appears(out), "quantize's temporary tier")
     assert_interrupted(process, stderr)
     assert not temps_in(out)

@@ -249,9 +249,15 @@ def test_full_model(tmp_path):
         assert [t.name for t in out.tensors] == [t.name for t in src.tensors]
         assert out.metadata["moetools.resident_only"] is False
         assert out.metadata["general.file_type"] == 17
-        for tensor in src.expert_tensors:
-            assert out.tensor_by_name[tensor.name].type_name == ("mxfp4" if tensor.name.endswith(".weight") else "f32")
-            assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
+        for tensor in src.expert_tensors:  # re-quantized from MXFP4 as llama-quantize --pure does; biases kept
+            if tensor.name.endswith(".weight"):
+                written = out.tensor_by_name[tensor.name]
+                assert written.type_name == ("q5_K" if tensor.shape[0] % 256 == 0 else "q5_1")  # rows of 128 fall back
+                assert tensor_bytes(out, tensor.name) == kernels.quantize(dequantized(src, tensor.name).reshape(
+                    -1, tensor.shape[0]), written.type_id).tobytes()
+            else:
+                assert out.tensor_by_name[tensor.name].type_name == "f32"
+                assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
         assert out.tensor_by_name["blk.0.attn_q.weight"].type_name == "q5_K"
         assert tier["resident_bytes"] == out.resident_bytes
         assert tier["total_tensor_bytes"] == out.total_bytes
@@ -531,7 +537,10 @@ def test_full_keep_split(tmp_path):
         assert out.metadata["general.file_type"] == 15 and out.metadata["split.count"] == 3
         assert "general.file_type" not in out.headers[1].metadata
         for tensor in src.expert_tensors:
-            assert tensor_bytes(out, tensor.name) == tensor_bytes(src, tensor.name)
+            written = out.tensor_by_name[tensor.name]
+            assert written.type_name == ("q4_K" if tensor.shape[0] % 256 == 0 else "q5_0")  # rows of 128 fall back
+            assert tensor_bytes(out, tensor.name) == kernels.quantize(dequantized(src, tensor.name).reshape(
+                -1, tensor.shape[0]), written.type_id).tobytes()
     for path in tier["gguf_files"]:
         assert len(GGUFReader(path).tensors) > 0
     usage = invoke(source, "--keep-split", "--pure", "--type", "q4_K")

@@ -1,10 +1,11 @@
 """llama-quantize's type mixes and importance matrices: rules, imatrix files, golden tiers, bad input.
 
-tests/data/quantize_llama_quantize_mixes.json holds, per resident tensor, the type and a digest of
-the bytes llama-quantize (llama.cpp 0c1e57098) wrote for the mixes Q4_K_M, Q5_K_M, Q3_K_M and
-IQ4_XS of the shared Q8_0 models (--allow-requantize: both tools quantize the Q8_0 weights
-dequantized to float32), and Q4_K_M with the imatrix files beside it (made by llama-imatrix on a
-small text: a GGUF imatrix for qwen3moe, a legacy .dat for deepseekv3).
+tests/data/quantize_llama_quantize_mixes.json holds, per tensor of the whole output (routed experts
+included), the type and a digest of the bytes llama-quantize (llama.cpp 0c1e57098) wrote for the
+mixes Q4_K_M, Q5_K_M, Q3_K_M and IQ4_XS of the shared Q8_0 models (--allow-requantize: both tools
+quantize the Q8_0 weights dequantized to float32), and Q4_K_M with the imatrix files beside it (made
+by llama-imatrix on a small text: GGUF imatrices for qwen3moe and mixtral, legacy .dat for
+deepseekv3 and gptoss).
 """
 
 import json
@@ -23,6 +24,7 @@ from moetools.formats.imatrix import read_imatrix
 from moetools.gguf import open_model
 from moetools.quantize import rules
 from tests import factory
+from tests.llama_tools import llama_tool
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "quantize_llama_quantize_mixes.json"
@@ -315,23 +317,53 @@ def tensor_digests(path):
 
 @pytest.mark.parametrize("model_name", GOLDEN_MODELS)
 def test_mixes_equal_llama_quantize(tmp_path, shared_models, model_name):
-    """Every resident tensor (type and bytes) of each mix equals what llama-quantize wrote for it,
-    the imatrix-weighted Q4_K included."""
+    """Every tensor (type and bytes) of each --full mix, the routed experts included, equals what
+    llama-quantize wrote for it, the imatrix-weighted Q4_K included; a resident-only tier holds
+    exactly llama-quantize's resident tensors."""
     golden = json.loads(GOLDEN.read_text())["models"][model_name]
     path = next(path for path in shared_models if path.name == model_name)
     mixes = [label for label in golden if label not in ("imatrix", "Q4_K_M+imatrix")]
-    result = invoke(path, "--type", ",".join(mixes), "-o", tmp_path / "mix", "--json")
+    result = invoke(path, "--full", "--no-error", "--type", ",".join(mixes), "-o", tmp_path / "mix", "--json")
     assert result.exit_code == 0, result.output
     runs = [(tier["tier"], tier["gguf"]) for tier in json.loads(result.stdout)["tiers"]]
-    if "imatrix" in golden:
-        result = invoke(path, "--type", "Q4_K", "--imatrix", DATA / golden["imatrix"], "-o", tmp_path / "imatrix", "--json")
-        assert result.exit_code == 0, result.output
-        runs.append(("Q4_K_M+imatrix", json.loads(result.stdout)["tiers"][0]["gguf"]))
+    result = invoke(path, "--full", "--type", "Q4_K", "--imatrix", DATA / golden["imatrix"], "-o", tmp_path / "imatrix", "--json")
+    assert result.exit_code == 0, result.output
+    runs.append(("Q4_K_M+imatrix", json.loads(result.stdout)["tiers"][0]["gguf"]))
+    assert len(runs) == 5
     for label, gguf in runs:
         mine = tensor_digests(gguf)
         assert set(mine) == set(golden[label]), label
         differ = [name for name in mine if mine[name] != golden[label][name]]
         assert not differ, f"{model_name} {label}: {len(differ)} tensors differ from llama-quantize, e.g. {differ[:3]}"
+    with open_model(path) as model:
+        experts = {tensor.name for tensor in model.expert_tensors}
+    assert experts and any(golden["Q4_K_M"][name][0] != "q8_0" for name in experts)  # the experts were re-quantized
+    result = invoke(path, "--type", "Q4_K_M", "-o", tmp_path / "resident", "--json")
+    assert result.exit_code == 0, result.output
+    mine = tensor_digests(json.loads(result.stdout)["tiers"][0]["gguf"])
+    assert mine == {name: digest for name, digest in golden["Q4_K_M"].items() if name not in experts}
+
+
+@pytest.mark.parametrize("model_name", GOLDEN_MODELS)
+def test_llama_cpp_runs_a_full_mix(tmp_path, shared_models, model_name):
+    """llama.cpp loads a --full Q3_K_M (experts re-quantized) and generates with it; its loader
+    counts the tensor types llama-quantize's own Q3_K_M holds."""
+    import re
+    import subprocess
+    from collections import Counter
+
+    completion = llama_tool("llama-completion")
+    path = next(path for path in shared_models if path.name == model_name)
+    result = invoke(path, "--full", "--no-error", "--type", "Q3_K_M", "-o", tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    gguf = json.loads(result.stdout)["tiers"][0]["gguf"]
+    proc = subprocess.run([completion, "-m", gguf, "-p", "The meaning of life", "-n", "8", "-no-cnv", "-nr", "--temp", "0",
+                           "-s", "1", "-c", "256", "--no-warmup", "-t", "1", "-lv", "4"], capture_output=True, text=True, errors="replace", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "The meaning of life" in proc.stdout and len(proc.stdout.strip()) > len("The meaning of life")  # generated text
+    loaded = {kind: int(count) for kind, count in re.findall(r"llama_model_loader: - type +(\w+): +(\d+) tensors", proc.stderr)}
+    golden = json.loads(GOLDEN.read_text())["models"][model_name]["Q3_K_M"]
+    assert loaded == dict(Counter(kind for kind, _ in golden.values()))
 
 
 def test_estimate_and_type_counts(tmp_path):

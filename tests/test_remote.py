@@ -19,6 +19,7 @@ from moetools.gguf.remote import LATER_SHARD_CHUNK, next_read_end, sibling_urls
 from moetools.gguf.sources import DEFAULT_CHUNK, FetchSettings, parse_hf
 from tests import factory
 from tests.httpfixture import Repo, Server
+from tests.llama_tools import llama_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 FETCH_KEYS = ("fetched_bytes", "requests", "cached_shards")
@@ -435,17 +436,6 @@ def test_device_fit_launch_lines_never_pass_a_url_to_dash_m(k3_server, hub):
         "-hf", "org/kimi", "-hff", "UD-Q2/kimi-k2-00001-of-00003.gguf"]
     pinned = emitted_command(f"hf://org/kimi@{COMMIT}/tiny-Q8_0.gguf")
     assert pinned[0] == "-mu" and pinned[1].endswith(f"/org/kimi/resolve/{COMMIT}/tiny-Q8_0.gguf")
-
-
-def llama_tool(name):
-    """A llama.cpp tool from $MOETOOLS_LLAMA_BIN (a folder) or PATH, else skip."""
-    import shutil
-
-    folder = os.environ.get("MOETOOLS_LLAMA_BIN")
-    found = os.path.join(folder, name) if folder else shutil.which(name)
-    if not found or not os.access(found, os.X_OK):
-        pytest.skip(f"{name} not found (set MOETOOLS_LLAMA_BIN to the folder of llama.cpp's tools)")
-    return found
 
 
 def test_llama_cpp_loads_a_remote_model_from_the_emitted_launch_line(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
     moetools quantize k3-00001-of-00014.gguf --type q8_0,q6_K,q4_K
     moetools quantize model.gguf --type q4_0 -o tiers/ --json | jq '.tiers[] | {tier, resident_bytes, rmse}'
-    moetools quantize model.gguf --full --type q4_K     # a complete model, experts copied as they are
+    moetools quantize model.gguf --full --type q4_K     # a complete model, experts quantized by the mix too
     moetools quantize k3-00001-of-00014.gguf --full --keep-split --type q4_K   # ... in 14 files
     moetools quantize model.gguf --type q6_K,q4_K,q3_K --dry-run   # bytes per tier from the headers only
 """
@@ -153,7 +153,7 @@ def _install_override(folder, results):
                    "as llama-quantize's --tensor-type.")
 @click.option("--resident-only/--full", default=True, show_default=True,
               help="Write only the resident tensors (a tier for LLAMA_RESIDENT_OVERRIDE, with its manifest), or a complete "
-                   "model with the routed experts copied byte for byte.")
+                   "model: every tensor, the routed experts included, quantized by the mix as llama-quantize does.")
 @click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
                    "with --full, MODEL's folder.")

@@ -142,7 +142,7 @@ class TensorPlan:
 
     tensor: object  # moetools.gguf.TensorInfo of the source
     out_type: int  # ggml type id written
-    action: str  # "quantize" (re-quantized), "keep" (llama-quantize keeps it), "copy" (already the type; or expert)
+    action: str  # "quantize" (re-quantized), "keep" (llama-quantize keeps it), "copy" (already the type)
     reason: str = ""  # why kept, or why the type fell back
     fallback: bool = False
     expert: bool = False  # a routed-expert tensor (only in --full tiers)
@@ -252,7 +252,8 @@ def plan_tiers(model, mixes, out_dir, full=False, force=False, keep_split=False,
 
     `mixes`: [rules.Mix] (parse_mixes). Each tensor's type is llama-quantize's choice for the mix
     (rules.choose_types over every tensor of the model, in llama-quantize's order, so the layer
-    rules see the same counters); routed experts are left out (resident-only) or copied (--full).
+    rules see the same counters); routed experts are left out (resident-only) or, with `full`,
+    quantized by the same mix as every other tensor (as llama-quantize writes the whole model).
     `imatrix`: a formats.imatrix.Imatrix whose entries weigh the quantized tensors, or None.
     With `full` and `keep_split`, a tier is written as many files as the source has shards, each
     holding the tensors of its source shard (as llama-quantize --keep-split does).
@@ -281,18 +282,18 @@ def plan_tiers(model, mixes, out_dir, full=False, force=False, keep_split=False,
         gguf_names, manifest_name = output_names(model.path, mix.label, full, n_files)
         tensors = []
         for tensor in model.tensors:
-            if tensor.name in expert_names:
-                if full:
-                    tensors.append(TensorPlan(tensor, tensor.type_id, "copy", "routed expert", expert=True))
+            expert = tensor.name in expert_names
+            if expert and not full:
                 continue
             choice = choices[tensor.name]
             if choice.type is None:
-                tensors.append(TensorPlan(tensor, tensor.type_id, "keep", choice.keep_reason))
+                tensors.append(TensorPlan(tensor, tensor.type_id, "keep", choice.keep_reason, expert=expert))
                 continue
             chosen, fallback = choice.type, choice.fallback_reason
             chosen_id = GGML_TYPE_IDS[chosen]
             if chosen_id == tensor.type_id:
-                tensors.append(TensorPlan(tensor, chosen_id, "copy", fallback or "already " + chosen, bool(fallback)))
+                tensors.append(TensorPlan(tensor, chosen_id, "copy", fallback or "already " + chosen, bool(fallback),
+                                          expert=expert))
                 continue
             weights = _imatrix_for(model, tensor, imatrix, choice) if imatrix is not None else None
             if kernels.needs_compiled(chosen_id, weights is not None) and kernels.engine() == "numpy":
@@ -301,7 +302,8 @@ def plan_tiers(model, mixes, out_dir, full=False, force=False, keep_split=False,
             if not kernels.can_dequantize(tensor.type_id):
                 raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} is {tensor.type_name}, which cannot be "
                                  f"dequantized to re-quantize it to {chosen}", offset=tensor.offset)
-            tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback), imatrix=weights))
+            tensors.append(TensorPlan(tensor, chosen_id, "quantize", fallback or "", bool(fallback), expert=expert,
+                                      imatrix=weights))
         if n_files > 1:
             for tensor_plan in tensors:
                 tensor_plan.out_shard = tensor_plan.tensor.shard
