@@ -51,3 +51,35 @@ def device_fit_args(target, draft, setting):
     for port, size in zip(RPC_PORTS, RPC_SIZES):
         args += ["--rpc", f"127.0.0.1:{port}={size}"]
     return args + extra
+
+
+# --spec-type draft-mtp: the model's own NextN/MTP block drafts (an MTP context on the target model)
+MTP_RECORD = "tests/data/devicefit_llama_mtp.json"
+MTP_SETTINGS = {
+    "base": [],
+    "ctx-8192": ["-c", "8192"],
+    "draft-q8_0-cache": ["-ctkd", "q8_0", "-ctvd", "q8_0"],
+    "no-flash-attn": ["-fa", "off"],
+    "ubatch-256": ["-ub", "256"],
+    "parallel-2": ["-np", "2"],
+    "ngl-3": ["-ngl", "3"],  # the NextN block (the last) on the CPU with its KV
+}
+
+
+def mtp_specs():
+    """{name: spec} of the MTP targets: the two graph_mtp layouts device-fit replays (GQA and MLA)."""
+    specs = {"glm4moe": synth.tiny("glm4moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
+             "deepseek32": synth.tiny("deepseek32", n_layer=4, n_embd=256, vocab=2048, ctx=8192)}
+    for spec in specs.values():
+        spec.merges = 16
+    return specs
+
+
+def mtp_device_fit_args(target, setting):
+    extra = MTP_SETTINGS[setting]
+    args = [str(target), "--runtime", "llama", "--ram", "16G", "--margin", "0", "--spec-type", "draft-mtp"]
+    if "-c" not in extra:
+        args += ["-c", "4096"]
+    for port, size in zip(RPC_PORTS, RPC_SIZES):
+        args += ["--rpc", f"127.0.0.1:{port}={size}"]
+    return args + extra

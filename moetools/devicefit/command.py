@@ -509,6 +509,9 @@ def repo_tables(text, listing, rows):
 @click.option("--draft", "-md", "draft_path", metavar="MODEL", help="llama: a draft model for speculative decoding (-md), planned beside the target.")
 @click.option("--draft-ngl", "-ngld", type=int, metavar="N", help="llama: the draft's -ngld (default all layers).")
 @click.option("--draft-ctk", "-ctkd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's K cache type (-ctkd).")
+@click.option("--spec-type", "spec_type", type=click.Choice(["draft-simple", "draft-mtp"]),
+              help="llama: the speculative type (--spec-type): draft-simple with --draft (the default then); "
+                   "draft-mtp drafts with the model's own NextN/MTP blocks (loaded, plus an MTP context's KV and compute).")
 @click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
               help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
 @click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
@@ -540,7 +543,7 @@ def repo_tables(text, listing, rows):
 @source_options
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, spec_type, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
@@ -568,13 +571,24 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         raise UsageError("--draft is planned with --runtime llama (the fork's division of one GPU has no draft model)")
     if draft_ngl is not None and draft_ngl < 0:
         raise UsageError("--draft-ngl must be 0 or more")
+    mtp = spec_type == "draft-mtp"
+    if mtp and draft_path:
+        raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
+                         "(a separate MTP head GGUF as --draft is not planned)")
+    if spec_type == "draft-simple" and not draft_path:
+        raise UsageError("--spec-type draft-simple needs a draft model: give --draft MODEL")
+    if mtp and runtime != "llama":
+        raise UsageError("--spec-type draft-mtp is planned with --runtime llama")
+    if mtp and (draft_ngl is not None or draft_device is not None):
+        raise UsageError("--draft-ngl/--device-draft place a separate draft model; the MTP context runs on the "
+                         "target's own layers and devices")
     if draft_device is not None and not draft_path:
         raise UsageError("--device-draft places a draft model: give --draft MODEL")
     facts = fetch_stats = target_vocab = None
     if not repo:
         with open_model(model_path, fetch) as model:
             _refuse_a_tier(model_path, model.metadata)
-            facts = core.model_facts(model)
+            facts = core.model_facts(model, load_mtp=mtp)
             fetch_stats = model.fetch_stats
             if draft_path:
                 target_vocab = draftmod.vocab_of(model, decode=True)
@@ -584,13 +598,19 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         options = _llama_options(settings, ctx=ctx, reserve=reserve, margin=margin, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
                                  main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
                                  threads=threads, os_reserve=os_reserve)
+        if mtp:
+            draftmod.check_mtp(model_path, facts)
+            options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
+                                           spec_type="draft-mtp")
         if draft_path:
             with open_model(draft_path, fetch) as model:
                 draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
             placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
-            options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv), draft_ngl,
-                                           placed_on)
+            options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
+                                           ngl=draft_ngl, devices=placed_on)
+        if options.draft is not None:
+            draftmod.check_draft_cache(options.draft)
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram))
         return
     if rpcs:

@@ -417,6 +417,7 @@ class GraphShape(Record):
         ("situ", False),  # kimi-k3's situ activation instead of swiglu
         ("situ_linear", False),  # ... with the up branch transformed too (situ_linear_beta > 0)
         ("notes", list),
+        ("mtp_layers", dict),  # {block: LayerShape} of the NextN/MTP blocks an MTP context runs (MTP_GRAPH_ARCHES)
     )
 
 
@@ -539,6 +540,8 @@ def graph_shape(model, kvshape=None):
         k_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
         shape.mla_nope = k_mla - shape.mla_rope
         shape.mla_v_head = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
+    if arch in MTP_GRAPH_ARCHES:
+        shape.mtp_layers = _mtp_layer_shapes(model, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
     return shape
 
 
@@ -1202,4 +1205,103 @@ def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
         pipeline = pipeline_parallel(placement, len(kinds) - 1)
         memo[key] = placement_buffers(facts.graph, facts.shape, ctx, settings, homes_of(facts, placement), kinds,
                                       pipeline=pipeline, outputs=outputs)
+    return memo[key]
+
+
+# --- the MTP draft context (--spec-type draft-mtp) ---------------------------------------------
+
+# Loaders whose graph_mtp (LLM_GRAPH_TYPE_DECODER_MTP) runs one NextN block as a trunk block fed by
+# eh_proj(concat(enorm(token embedding), hnorm(the trunk's hidden state))), then the shared head norm,
+# the output rows and the LM head: src/models/deepseek2.cpp, deepseek32.cpp (dense MLA, no indexer),
+# glm4-moe.cpp. Other MTP graphs (the hybrids' Qwen3.5 / Nemotron-H heads, DeepSeek-V4, ...) differ.
+MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe")
+
+
+def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):
+    """{block: LayerShape} of the NextN blocks, or {} when one is not a block llama.cpp's MTP graph can
+    run (the trunk loads without them, so that is not an error here)."""
+    shapes = {}
+    for il in range(kvshape.trunk_layers, kvshape.block_count):
+        try:
+            layer = _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w)
+        except GGUFError:
+            return {}
+        if layer.mixer not in ("attention", "mla") or not _has(model, f"blk.{il}.nextn.eh_proj.weight"):
+            return {}
+        shapes[il] = layer
+    return shapes
+
+
+def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=None, outputs=None):
+    """The MTP context's worst-case graph (graph_mtp at nextn_layer_offset 0: its first NextN block)."""
+    b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
+    g, T, n_embd = b.g, tokens, graph_shape.n_embd
+    n_out = min(outputs, T) if outputs else T
+    il = min(graph_shape.mtp_layers)
+    layer = graph_shape.mtp_layers[il]
+    tokens_in = g.input(I32_BYTES * T)
+    if homes is not None:
+        b.move(HOST, -1)
+    lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)  # the token embedding stays on the CPU
+    lookup.host = True
+    lookup.offloadable = False
+    hidden = g.input(b.f32(n_embd, T))  # mtp_h_input: the target's last hidden state
+    b.pos = g.input(I32_BYTES * T)
+    out_ids = g.input(I32_BYTES * n_out)
+    _attention_inputs(b, ["full"])
+    if homes is not None:
+        b.move(homes.layer_device[il], il)
+    h_norm = b.norm(hidden, n_embd)
+    e_norm = b.norm(lookup, n_embd)
+    concat = g.op(b.f32(2 * n_embd, T), e_norm, h_norm)
+    cur = b.mm(n_embd, concat)  # eh_proj
+    residual = cur
+    x = b.norm(cur, n_embd)
+    mixed = _mla_layer(b, il, x, layer) if layer.mixer == "mla" else _gqa_layer(b, il, x, layer)
+    cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
+    ffn_in = cur
+    x = b.norm(cur, n_embd)
+    out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
+    cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
+    cur = b.norm(cur, n_embd)  # shared_head_norm: t_h_nextn, an output of every row
+    cur.is_output = True
+    cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+    T = b.T = n_out
+    if homes is not None:
+        b.move(homes.layer_device[-1], -1)  # the LM head (model.output) lives with the output layer
+    logits = b.mm(graph_shape.n_vocab, cur)
+    logits.is_output = True
+    g.expand(logits)
+    return g
+
+
+def mtp_kv_shape(kvshape, blocks):
+    """The KVShape of an MTP context: a plain attention cache of the NextN blocks only (the
+    ctx_type MTP branches of llama_model::create_memory: no DSA indexer, no recurrent state)."""
+    values = {name: getattr(kvshape, name) for name, _ in kvshape.FIELDS}
+    n = kvshape.block_count
+    values.update(has_kv=[il in blocks and bool(kvshape.head_count_kv[il]) for il in range(n)],
+                  indexer_layers=[False] * n, is_recurrent=[False] * n)
+    return type(kvshape)(**values)
+
+
+def mtp_placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
+    """{device key: compute buffer bytes} of the MTP context over the target's placement (the same
+    model, so the same devices, pipeline parallelism and op offload), memoised on the facts.
+    settings: the MTP context's (draft cache types); outputs: its n_outputs_max (-np)."""
+    memo = facts.graph.__dict__.setdefault("_mtp_memo", {})
+    experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
+    key = (tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs)
+    if key not in memo:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        kvshape = mtp_kv_shape(facts.shape, set(facts.graph.mtp_layers))
+        caches = kvmod.kv_caches(kvshape, ctx, settings)
+        tokens, streams = reserve_tokens(settings, ctx)
+        graph = _build_mtp(facts.graph, kvshape, caches, settings, tokens, streams, homes_of(facts, placement), outputs)
+        backends = [k for k in kinds if k != HOST] + [HOST]
+        offload_to = next((k for k in backends if kinds[k] == "gpu"), None)
+        pipeline = pipeline_parallel(placement, len(kinds) - 1)
+        leafs, nodes = schedule(graph, backends, offload_to, tokens, PIPELINE_COPIES if pipeline else 1)
+        memo[key] = peaks(graph, leafs, nodes, {k: ALIGNMENT[kinds[k]] for k in backends})
     return memo[key]

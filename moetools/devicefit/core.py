@@ -49,6 +49,7 @@ class ModelFacts(Record):
         ("layers", None),  # layers.LayerBytes: per-block dense and expert-matrix bytes (upstream placement)
         ("expert_matrix_bytes", list),  # [(block, bytes of one expert's slice)] per expert tensor: the fork's pools
         ("mtp_blocks", tuple),  # NextN/MTP blocks llama.cpp leaves unloaded (no --spec-type draft-mtp): not in `layers`
+        ("mtp_loaded", False),  # model_facts(load_mtp=True): the NextN tensors are in `layers` (MTP drafting)
     )
 
     @property
@@ -60,8 +61,11 @@ class ModelFacts(Record):
         return not self.moe_layers
 
 
-def model_facts(model):
-    """ModelFacts of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
+def model_facts(model, load_mtp=False):
+    """ModelFacts of an open moetools.gguf.Model. Raises GGUFError naming a missing key.
+
+    load_mtp: as llama_model_params.load_mtp (--spec-type draft-mtp): the NextN/MTP blocks' tensors
+    are loaded with the trunk's, so they stay in `layers`."""
     shape = kvmod.kv_shape(model)
     per_expert = model.expert_bytes_by_layer
     # the reader checked every expert tensor holds expert_count experts, so a layer's bytes are exact
@@ -79,9 +83,9 @@ def model_facts(model):
             top_k_of[block] = top_k[block]
     mean = -(-sum(per_expert.values()) // len(moe_layers)) if moe_layers else 0
     mtp = layersmod.mtp_blocks(model)
-    mtp_skipped = layersmod.mtp_skipped_tensors(model)
+    mtp_skipped = frozenset() if load_mtp else layersmod.mtp_skipped_tensors(model)
     warnings = list(model.warnings) + list(shape.notes)
-    if mtp:
+    if mtp and not load_mtp:
         skipped = sum(tensor.n_bytes for tensor in model.tensors if tensor.name in mtp_skipped)
         warnings.append(f"NextN/MTP block(s) {', '.join(map(str, mtp))} ({format_size(skipped)}) are not loaded by "
                         "llama.cpp without --spec-type draft-mtp: left out of the llama runtime's placement")
@@ -102,6 +106,7 @@ def model_facts(model):
         warnings=warnings,
         layers=layersmod.layer_bytes(model, top_k_of, skip_names=mtp_skipped),
         mtp_blocks=mtp,
+        mtp_loaded=bool(load_mtp and mtp),
         expert_matrix_bytes=[(expert_tensor_block(tensor.name), tensor.n_bytes // tensor.shape[-1])
                              for tensor in model.expert_tensors],
     )

@@ -88,7 +88,13 @@ def check_compatible(target_path, target, draft_path, draft):
 
 class Draft(Record):
     """A draft model to plan beside the target: its ModelFacts, path, KV settings (the draft cache
-    types with the target's context settings) and -ngld (None: all layers)."""
+    types with the target's context settings) and -ngld (None: all layers).
+
+    spec_type "draft-mtp": the target's own NextN/MTP blocks draft (`--spec-type draft-mtp`): facts
+    and path are the target's (loaded with load_mtp), and llama.cpp creates an MTP context on the
+    target model (common_speculative_init_result): a KV cache of the NextN blocks only at the draft
+    cache types, the target's context size and -np, one output row per sequence, and its own compute
+    buffers for graph_mtp, on the target's devices (-ngld/-devd do not apply: no second model)."""
 
     FIELDS = (
         ("facts", REQUIRED),
@@ -96,6 +102,7 @@ class Draft(Record):
         ("kv", REQUIRED),
         ("ngl", None),
         ("devices", None),  # -devd: indices into the offload devices in the order named ((): none); None: the target's
+        ("spec_type", "draft-simple"),  # or "draft-mtp"
     )
 
 
@@ -132,6 +139,35 @@ def draft_devices(text, devices):
             raise UsageError(f"--device-draft: no device {item!r} (llama.cpp refuses it as an invalid device; "
                              f"the offload devices are: {known})")
     return tuple(indices)
+
+
+def check_mtp(model_path, facts):
+    """Raise UsageError (exit 2) when --spec-type draft-mtp cannot be planned for this model: it has no
+    NextN/MTP blocks llama.cpp loads for drafting, or its MTP graph is not one device-fit replays."""
+    from moetools.devicefit.compute import MTP_GRAPH_ARCHES
+
+    if not facts.mtp_blocks:
+        raise UsageError(f"--spec-type draft-mtp: {model_path} ({facts.architecture}) has no NextN/MTP blocks "
+                         "(nextn_predict_layers) that llama.cpp loads for MTP drafting")
+    if not facts.graph.mtp_layers:
+        if facts.architecture in MTP_GRAPH_ARCHES:
+            reason = "its NextN blocks lack an attention block with nextn.eh_proj"
+        else:
+            reason = (f"the MTP context of {facts.architecture} (its graph_mtp and memory) is not modelled; "
+                      f"sized: {', '.join(MTP_GRAPH_ARCHES)}")
+        raise UsageError(f"--spec-type draft-mtp: {model_path}: {reason}")
+
+
+def check_draft_cache(draft):
+    """Refuse draft cache types llama.cpp refuses for the draft (or MTP) context, as for the target's
+    (kv.check_settings): the context is not created and llama-server stops."""
+    from moetools.devicefit import kv as kvmod
+
+    try:
+        kvmod.check_settings(draft.facts.shape, draft.kv)
+    except UsageError as err:
+        text = str(err).replace("--ctk", "--draft-ctk").replace("--ctv", "--draft-ctv")
+        raise UsageError(f"the draft's cache ({draft.spec_type}): {text}") from None
 
 
 def draft_kv(settings, ctk, ctv):

@@ -116,7 +116,9 @@ def draft_footprint(draft, devices, cpu, placement, ctx):
     that order), the target's -ts split by position in that list (and split mode none on the target's
     main GPU unless one device is named: then layer), the draft's own -ngld, no overrides, its KV with
     its layers at the draft cache types, its compute buffers with one output row per sequence. Devices
-    the draft is not on get no Share."""
+    the draft is not on get no Share. A draft-mtp Draft: mtp_footprint."""
+    if draft.spec_type == "draft-mtp":
+        return mtp_footprint(draft, devices, cpu, placement, ctx)
     layers = draft.facts.layers
     homes = list(range(len(devices))) if draft.devices is None else list(draft.devices)
     mine = [devices[index] for index in homes]
@@ -137,6 +139,25 @@ def draft_footprint(draft, devices, cpu, placement, ctx):
     kv_layers = kvmod.per_layer(draft.facts.shape, ctx, draft.kv)
     shares = placemod.ledger(layers, dplacement, mine, cpu, kv_layers, lambda key, mine, out: buffers[key], {})
     return dict(zip([*homes, CPU], shares))
+
+
+def mtp_footprint(draft, devices, cpu, placement, ctx):
+    """{device key: Share} of the MTP context on the target's placement (None: before one is chosen,
+    split by capacity): no weights of its own (the NextN tensors are in the target's layers), the
+    NextN blocks' KV with their layers, graph_mtp's compute buffers per device."""
+    facts = draft.facts
+    if placement is None:
+        placement = placemod.user_placement(facts.layers, len(devices), capacities=[d.capacity_bytes for d in devices])
+    kinds = {index: device.kind for index, device in enumerate(devices)}
+    kinds[CPU] = "cpu"
+    buffers = computemod.mtp_placement_compute(facts, placement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
+    kv_layers = kvmod.per_layer(computemod.mtp_kv_shape(facts.shape, set(facts.graph.mtp_layers)), ctx, draft.kv)
+    shares = {}
+    for key, device in zip([*range(len(devices)), CPU], [*devices, cpu]):
+        mine = [il for il, home in enumerate(placement.layer_device[:-1]) if home == key and kv_layers[il]]
+        shares[key] = placemod.Share(device=device, layers=mine, kv_bytes=sum(kv_layers[il] for il in mine),
+                                     compute_bytes=buffers.get(key, 0))
+    return shares
 
 
 def _draft_bytes(footprint, key):
@@ -246,8 +267,14 @@ def plan(facts, devices, cpu, options):
     result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings,
                             draft=options.draft)
     if options.draft is not None:
-        notes.append(f"draft model {options.draft.path}: its weights, KV and compute buffers are in each device's "
-                     "draft_bytes; tok/s is the target's alone (speculative decoding's gain is not predicted)")
+        if options.draft.spec_type == "draft-mtp":
+            blocks = ", ".join(map(str, facts.mtp_blocks))
+            notes.append(f"--spec-type draft-mtp: the NextN/MTP block(s) {blocks} are loaded with the model (in its layers); "
+                         "the MTP context's KV and compute buffers are in each device's draft_bytes; tok/s is the "
+                         "target's alone (speculative decoding's gain is not predicted)")
+        else:
+            notes.append(f"draft model {options.draft.path}: its weights, KV and compute buffers are in each device's "
+                         "draft_bytes; tok/s is the target's alone (speculative decoding's gain is not predicted)")
     if not feasible:
         result.unfittable = unfittable(facts, devices, cpu, options, candidates[0])
         notes.append("unfittable: " + result.unfittable["summary"])
@@ -365,6 +392,8 @@ def draft_args(draft, devices):
     common_speculative_init finds no implementation and never drafts with it."""
     if draft is None:
         return []
+    if draft.spec_type == "draft-mtp":  # the model's own NextN blocks: no second model, its cache types
+        return ["--spec-type", "draft-mtp", "-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv]
     args = ["-md", draft.path, "-ngld", "all" if draft.ngl is None else str(draft.ngl)]
     if draft.devices is not None:
         names = draftmod.llama_device_names(devices)
@@ -422,7 +451,8 @@ def result_doc(result, facts, model_path, kv_flags):
     if result.draft is not None:
         draft = result.draft
         shares = (chosen or result.alternatives[0]).draft_shares or {}
-        doc["draft"] = {"model": draft.path, "architecture": draft.facts.architecture, "ngl": draft.ngl,
+        doc["draft"] = {"spec_type": draft.spec_type, "model": draft.path, "architecture": draft.facts.architecture,
+                        "ngl": draft.ngl,
                         "ctk": draft.kv.ctk, "ctv": draft.kv.ctv,
                         "placed_on": None if draft.devices is None else [result.devices[i].name for i in draft.devices],
                         "devices": [{"name": share.device.name, "resident_bytes": share.resident_bytes,
