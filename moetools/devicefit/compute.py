@@ -78,25 +78,32 @@ class _Blocks:
         return -(-size // self.alignment) * self.alignment
 
     def alloc(self, size):
-        size = self._pad(size)
-        best, best_size = -1, None
-        for index in range(len(self.free) - 1):  # best fit among all but the last block
-            block_size = self.free[index][1]
+        return self.take(self._pad(size))
+
+    def release(self, offset, size):
+        self.give(offset, self._pad(size))
+
+    def take(self, size):
+        """alloc of a size already padded to the alignment."""
+        free = self.free
+        last = len(free) - 1
+        best, best_size = last, None
+        for index in range(last):  # best fit among all but the last block (which takes what none fits)
+            block_size = free[index][1]
             if block_size >= size and (best_size is None or block_size <= best_size):
                 best, best_size = index, block_size
-        if best < 0:
-            best = len(self.free) - 1
-        block = self.free[best]
+        block = free[best]
         offset = block[0]
         block[0] += size
         block[1] -= size
         if block[1] == 0:
-            del self.free[best]
-        self.max_size = max(self.max_size, offset + size)
+            del free[best]
+        if offset + size > self.max_size:
+            self.max_size = offset + size
         return offset
 
-    def release(self, offset, size):
-        size = self._pad(size)
+    def give(self, offset, size):
+        """release of a size already padded to the alignment."""
         free = self.free
         for index, block in enumerate(free):
             if block[0] + block[1] == offset:
@@ -221,6 +228,237 @@ class Graph:
                             free(root)
                     elif parent.allocated:
                         free(parent)
+
+
+# --- the compiled replay: the allocator's events once, their sizes per context ----------------
+
+class NotAffine(Exception):
+    """A builder used a context-dependent size in a way the compiled replay cannot follow (a
+    comparison, min/max, a product of two): the graph is then built again for each context."""
+
+
+class Affine:
+    """A byte count that depends on the KV cells: const + sum(coef x cells[kind]). The graph is built
+    once with these in place of the cell counts (which are the only sizes a context changes at a
+    fixed ubatch) and every tensor's bytes are evaluated per context. Anything but +, - and products
+    with an int raises NotAffine, so a builder that compares such a size falls back to the per-context
+    build instead of being answered wrongly."""
+
+    __slots__ = ("const", "terms")
+
+    def __init__(self, const=0, terms=()):
+        self.const = const
+        self.terms = terms  # ((kind, coef), ...) sorted by kind, no zero coefficients
+
+    @classmethod
+    def cells(cls, kind):
+        return cls(0, ((kind, 1),))
+
+    @staticmethod
+    def _split(value):
+        if isinstance(value, Affine):
+            return value.const, dict(value.terms)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, {}
+        raise NotAffine(f"cell-dependent size combined with {type(value).__name__}")
+
+    def _combine(self, other, sign):
+        const, terms = self._split(other)
+        merged = dict(self.terms)
+        for kind, coef in terms.items():
+            merged[kind] = merged.get(kind, 0) + sign * coef
+        return Affine.of(self.const + sign * const, merged)
+
+    @staticmethod
+    def of(const, terms):
+        terms = tuple(sorted((kind, coef) for kind, coef in terms.items() if coef))
+        return Affine(const, terms) if terms else const
+
+    def __add__(self, other):
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._combine(other, -1)
+
+    def __rsub__(self, other):
+        return (-self)._combine(other, 1)
+
+    def __neg__(self):
+        return Affine(-self.const, tuple((kind, -coef) for kind, coef in self.terms))
+
+    def __mul__(self, other):
+        if not isinstance(other, int) or isinstance(other, bool):
+            raise NotAffine("a product of two cell-dependent sizes")
+        return Affine.of(self.const * other, {kind: coef * other for kind, coef in self.terms})
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        if not isinstance(other, int) or other <= 0 or self.const % other or any(coef % other for _, coef in self.terms):
+            raise NotAffine("a cell-dependent size divided inexactly")
+        return Affine.of(self.const // other, {kind: coef // other for kind, coef in self.terms})
+
+    def __bool__(self):
+        if self.const >= 0 and all(coef > 0 for _, coef in self.terms):
+            return True  # cells are never 0
+        raise NotAffine("the truth of a cell-dependent size")
+
+    def _refuse(self, *_):
+        raise NotAffine("a comparison of a cell-dependent size")
+
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = __index__ = __int__ = __float__ = _refuse
+    __hash__ = None
+
+    def at(self, cells):
+        return self.const + sum(coef * cells[kind] for kind, coef in self.terms)
+
+
+class _CellsOnly:
+    """A stand-in KV cache for the symbolic build: the builders read only its kind and cells."""
+
+    __slots__ = ("kind", "cells")
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.cells = Affine.cells(kind)
+
+
+class Program:
+    """Graph.replay compiled: what the allocator does, in order, with the sizes left open.
+
+    Which tensor is allocated when, which parents a node may take over in place and which tensors are
+    freed after each node depend only on the graph's structure (children and views are counted, not
+    sized); the sizes enter only through the allocator's best fit and the in-place test `parent bytes
+    >= node bytes`. So the structure is walked once and each context replays only the size-dependent
+    part (`peaks`), with the same _Blocks, in the same order, as Graph.replay — tested equal to it.
+    buffer_of(tensor): the index of the tensor's buffer (0 for one device)."""
+
+    def __init__(self, leafs, nodes, buffer_of=None):
+        # The walk uses the tensors' own bookkeeping slots, as Graph.replay does (a graph is compiled
+        # or replayed once): `allocated` is the static part of ggml-alloc's flag, `offset` the tensor's
+        # index in the program plus one.
+        tensors, buffers = [], []
+
+        def tid(tensor):
+            if not tensor.offset:
+                tensors.append(tensor)
+                buffers.append(0 if buffer_of is None else buffer_of(tensor))
+                tensor.offset = len(tensors)
+            return tensor.offset - 1
+
+        def claim(tensor):  # Graph._allocate's static part: does this tensor get memory now?
+            if tensor.allocated or tensor.external or tensor.view_src is not None:
+                return False
+            tensor.allocated = True
+            return True
+
+        for tensor in (*leafs, *nodes):
+            tensor.offset = 0
+            for src in tensor.srcs:
+                src.offset = 0
+        prologue = []
+        for leaf in leafs:
+            if claim(leaf):
+                prologue.append(tid(leaf))
+        for node in nodes:
+            if node.view_src is not None and not node.dep:
+                node.view_src.views += 1
+            if node.is_input and claim(node):
+                prologue.append(tid(node))
+            for src in node.srcs:
+                src.children += 1
+                if src.is_input and claim(src):
+                    prologue.append(tid(src))
+        steps = []  # (tensor to allocate or -1, in-place candidates, tensors freed after it)
+        for node in nodes:
+            srcs = node.srcs
+            for parent in srcs:
+                if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
+                    claim(parent)
+                    steps.append((tid(parent), (), ()))
+            target, candidates = -1, ()
+            if claim(node):
+                target = tid(node)
+                if node.inplace:
+                    candidates = tuple(tid(srcs[index]) for index in node.inplace
+                                       if srcs[index].allocated and srcs[index].view_src is None
+                                       and not srcs[index].is_output and srcs[index].children == 1
+                                       and srcs[index].views == 0)
+            freed = ()
+            for parent in srcs:
+                parent.children -= 1
+                if parent.children == 0 and parent.views == 0:
+                    victim = parent
+                    if parent.view_src is not None:
+                        root = victim = parent.view_src
+                        root.views -= 1
+                        if root.views or root.children:
+                            continue
+                    if victim.allocated and not victim.is_output:
+                        victim.allocated = False
+                        freed += (tid(victim),)
+            if target >= 0 or freed:
+                steps.append((target, candidates, freed))
+        self.buffers = buffers
+        self.prologue = prologue
+        self.steps = steps
+        self.sized = [(index, tensor.nbytes) for index, tensor in enumerate(tensors) if isinstance(tensor.nbytes, Affine)]
+        self.fixed = [0 if isinstance(tensor.nbytes, Affine) else tensor.nbytes for tensor in tensors]
+        self._padded = {}
+
+    def sizes(self, cells):
+        """Every tensor's bytes for a context's cell counts {kind: cells}."""
+        sizes = list(self.fixed)
+        for index, size in self.sized:
+            sizes[index] = size.at(cells)
+        return sizes
+
+    def _pad_all(self, sizes, alignments):
+        key = tuple(alignments)
+        padded = self._padded.get(key)
+        if padded is None:
+            padded = self._padded[key] = [-(-size // alignments[buffer]) * alignments[buffer]
+                                          for size, buffer in zip(self.fixed, self.buffers)]
+        padded = list(padded)
+        for index, _ in self.sized:
+            alignment = alignments[self.buffers[index]]
+            padded[index] = -(-sizes[index] // alignment) * alignment
+        return padded
+
+    def peaks(self, cells, alignments):
+        """The high-water mark of each buffer (alignments: one per buffer index) for these cells."""
+        sizes = self.sizes(cells)
+        padded = self._pad_all(sizes, alignments)
+        pools = [_Blocks(alignment) for alignment in alignments]
+        buffers = self.buffers
+        offset = [0] * len(sizes)
+        alive = [False] * len(sizes)
+        for index in self.prologue:
+            offset[index] = pools[buffers[index]].take(padded[index])
+            alive[index] = True
+        for target, candidates, freed in self.steps:
+            if target >= 0:
+                pool = pools[buffers[target]]
+                size = sizes[target]
+                for parent in candidates:
+                    if sizes[parent] >= size:  # ggml-alloc's in-place reuse: the node takes its parent's memory
+                        offset[target] = offset[parent]
+                        alive[parent] = False
+                        if sizes[parent] > size:
+                            extra = pool._pad(sizes[parent]) - pool._pad(size)
+                            if extra:
+                                pool.give(offset[parent] + pool._pad(size), extra)
+                        break
+                else:
+                    offset[target] = pool.take(padded[target])
+                alive[target] = True
+            for index in freed:
+                if alive[index]:
+                    pools[buffers[index]].give(offset[index], padded[index])
+                    alive[index] = False
+        return [pool.max_size for pool in pools]
 
 
 # --- ggml-backend's scheduler: which backend runs each node, and the copies between them ---------
@@ -1098,14 +1336,52 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
     The host share is the token-embedding lookup (its weights stay on the CPU in llama.cpp)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
-    graph = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output)
-    total = graph.peak(alignment)
+    layers = None if layers is None else tuple(sorted(set(layers)))
+    key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output))
+    program = _program(graph_shape, kvshape, caches, key, lambda symbolic: _one_program(
+        _build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output)))
+    if program is not None:
+        total = program.peaks(_cells(caches), [alignment])[0]
+    else:  # a builder needs the concrete cells: the plain replay at this context
+        total = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output).peak(alignment)
     host = -(-(graph_shape.n_embd * tokens * F32_BYTES) // alignment) * alignment
     return ComputeBuffers(device_bytes=total, host_bytes=host, tokens=tokens, streams=streams,
                           logits_bytes=graph_shape.n_vocab * tokens * F32_BYTES if output else 0)
 
 
 ALIGNMENT = {"gpu": CUDA_ALIGNMENT, "rpc": CUDA_ALIGNMENT, "cpu": CPU_ALIGNMENT}
+_PROGRAMS_MAX = 32  # compiled graphs kept per model (each a few MB for a 90-layer model)
+
+
+def _kinds(caches):
+    return tuple(cache.kind for cache in caches)
+
+
+def _cells(caches):
+    return {cache.kind: cache.cells for cache in caches}
+
+
+def _one_program(graph):
+    return Program(graph.leafs, graph.nodes)
+
+
+def _program(graph_shape, kvshape, caches, key, compile_symbolic):
+    """The Program of a graph whose structure `key` names (everything but the cell counts), built once
+    per model with symbolic cells (compile_symbolic(caches) -> Program); None when a builder needs
+    the concrete cells (NotAffine), and the caller replays each context plainly."""
+    programs = graph_shape.__dict__.setdefault("_programs", {})
+    key = (id(kvshape), *key)
+    entry = programs.get(key)
+    if entry is None or entry[0] is not kvshape:
+        if len(programs) >= _PROGRAMS_MAX:
+            programs.pop(next(iter(programs)))
+        try:
+            program = compile_symbolic([_CellsOnly(cache.kind) for cache in caches])
+        except NotAffine:
+            program = None
+        entry = programs[key] = (kvshape, program)
+    return entry[1]
+
 
 
 _MEMO_MAX = 256
@@ -1174,11 +1450,32 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
     is given (llama_context's constructor)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
-    graph = _build(graph_shape, kvshape, caches, settings, tokens, streams, None, True, homes, outputs)
     backends = [key for key in kinds if key != HOST] + [HOST]
     offload_to = next((key for key in backends if kinds[key] == "gpu"), None) if op_offload else None
-    leafs, nodes = schedule(graph, backends, offload_to, tokens, PIPELINE_COPIES if pipeline else 1)
-    return peaks(graph, leafs, nodes, {key: ALIGNMENT[kinds[key]] for key in backends})
+    n_copies = PIPELINE_COPIES if pipeline else 1
+
+    def scheduled(cache_list):
+        graph = _build(graph_shape, kvshape, cache_list, settings, tokens, streams, None, True, homes, outputs)
+        return graph, schedule(graph, backends, offload_to, tokens, n_copies)
+
+    def compile_symbolic(symbolic):
+        _, (leafs, nodes) = scheduled(symbolic)
+        position = {key: index for index, key in enumerate(backends)}
+        return Program(leafs, nodes, lambda tensor: position[tensor.device])
+
+    key = ("split", settings.as_tuple(), tokens, streams, _homes_key(homes), tuple(kinds.items()), bool(op_offload),
+           n_copies, outputs, _kinds(caches))
+    program = _program(graph_shape, kvshape, caches, key, compile_symbolic)
+    if program is None:  # a builder needs the concrete cells: the plain replay at this context
+        graph, (leafs, nodes) = scheduled(caches)
+        return peaks(graph, leafs, nodes, {key: ALIGNMENT[kinds[key]] for key in backends})
+    return dict(zip(backends, program.peaks(_cells(caches), [ALIGNMENT[kinds[key]] for key in backends])))
+
+
+def _homes_key(homes):
+    nested = lambda table: tuple(sorted((block, tuple(sorted(parts.items()))) for block, parts in table.items()))  # noqa: E731
+    return (tuple(homes.layer_device), nested(homes.expert_device), nested(homes.expert_bytes),
+            tuple(sorted(homes.dense_max_bytes.items())))
 
 
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES

@@ -1,0 +1,126 @@
+"""The compiled replay (compute.Program, graphs built once with symbolic cell counts) against the plain
+replay it replaces (compute._build at the context's cells + Graph.peak, and the scheduler's graph + peaks):
+equal to the byte on every preset family, context, ubatch, flash-attention, cache-type and placement tried."""
+
+import pytest
+
+from moetools.devicefit import compute, core, kv, placement
+from moetools.devicefit.kv import KVSettings
+from moetools.gguf import open_model
+
+
+def facts_of(path):
+    with open_model(path) as model:
+        return core.model_facts(model)
+
+
+def plain_peak(facts, ctx, settings, alignment, layers=None, output=True):
+    """The reference: the graph built for this context's concrete cells, replayed by Graph.replay."""
+    caches = kv.kv_caches(facts.shape, ctx, settings)
+    tokens, streams = compute.reserve_tokens(settings, ctx)
+    graph = compute._build(facts.graph, facts.shape, caches, settings, tokens, streams, layers, output)
+    return graph.peak(alignment)
+
+
+def plain_placement(facts, chosen, kinds, settings, ctx, outputs=None):
+    caches = kv.kv_caches(facts.shape, ctx, settings)
+    tokens, streams = compute.reserve_tokens(settings, ctx)
+    homes = compute.homes_of(facts, chosen)
+    graph = compute._build(facts.graph, facts.shape, caches, settings, tokens, streams, None, True, homes, outputs)
+    backends = [key for key in kinds if key != compute.HOST] + [compute.HOST]
+    offload_to = next((key for key in backends if kinds[key] == "gpu"), None)
+    copies = compute.PIPELINE_COPIES if compute.pipeline_parallel(chosen, len(kinds) - 1) else 1
+    leafs, nodes = compute.schedule(graph, backends, offload_to, tokens, copies)
+    return compute.peaks(graph, leafs, nodes, {key: compute.ALIGNMENT[kinds[key]] for key in backends})
+
+
+def compiled(facts):
+    """The programs the fast path built (None where it fell back to the plain replay)."""
+    return [program for _, program in facts.graph.__dict__.get("_programs", {}).values()]
+
+
+SETTINGS = [
+    KVSettings(),
+    KVSettings(flash_attn=False),
+    KVSettings(ubatch=128),
+    KVSettings(ubatch=2048, flash_attn=False),
+    KVSettings(ctk="q8_0", ctv="q8_0"),
+    KVSettings(n_seq=2),
+    KVSettings(n_seq=3, unified=True, flash_attn=False),
+]
+CONTEXTS = (300, 4096, 20000, 65536)  # 300: fewer tokens than the ubatch
+
+PRESETS = ("kimi-k3", "deepseek-v3", "qwen3-235b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b",
+           "gemma-4-26b-a4b", "deepseek-v3.2", "minimax-m2")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_compiled_replay_equals_the_plain_replay(preset_model, preset):
+    facts = facts_of(preset_model(preset))
+    checked = 0
+    for index, settings in enumerate(SETTINGS):
+        if facts.shape.mla and settings.ctk != settings.ctv:
+            continue
+        for ctx in CONTEXTS if index == 0 else CONTEXTS[1 + index % 3:][:1]:
+            alignment = (compute.CUDA_ALIGNMENT, compute.CPU_ALIGNMENT)[(index + ctx) % 2]
+            fast = compute.compute_buffers(facts.graph, facts.shape, ctx, settings, alignment=alignment).device_bytes
+            assert fast == plain_peak(facts, ctx, settings, alignment), (preset, settings.as_tuple(), ctx, alignment)
+            checked += 1
+    assert checked >= 9
+    programs = compiled(facts)
+    assert programs and all(program is not None for program in programs)  # the fast path ran, not the fallback
+
+
+def test_compiled_replay_of_a_device_share(preset_model):
+    """Some blocks without the head (a device of a -ts split) and the head alone."""
+    facts = facts_of(preset_model("kimi-k3"))
+    for layers, output in ((range(0, 40), False), (range(40, 93), True), ((), True)):
+        for ctx in (4096, 131072):
+            fast = compute.compute_buffers(facts.graph, facts.shape, ctx, KVSettings(), layers=layers, output=output,
+                                           alignment=compute.CUDA_ALIGNMENT).device_bytes
+            assert fast == plain_peak(facts, ctx, KVSettings(), compute.CUDA_ALIGNMENT, layers, output)
+
+
+@pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b"))
+def test_compiled_placement_replay_equals_the_plain_one(preset_model, preset):
+    """The scheduler's split graph: CPU experts (op offload on CUDA, none on RPC), a -ts split, and a
+    full offload over two devices (pipeline parallelism, 4 copies of every input)."""
+    facts = facts_of(preset_model(preset))
+    layers = facts.layers
+    n_layer = layers.n_layer
+    placements = [
+        placement.user_placement(layers, 2, n_cpu_moe=n_layer // 2, capacities=[24, 24]),
+        placement.user_placement(layers, 2, ts=[3, 1], ngl=n_layer - 3, capacities=[24, 24]),
+        placement.user_placement(layers, 2, capacities=[24, 24]),
+    ]
+    assert compute.pipeline_parallel(placements[2], 2)
+    cuda, rpc = {0: "gpu", 1: "gpu", placement.CPU: "cpu"}, {0: "rpc", 1: "gpu", placement.CPU: "cpu"}
+    cases = [(placements[0], cuda, KVSettings(), 8192), (placements[0], rpc, KVSettings(flash_attn=False), 16384),
+             (placements[1], cuda, KVSettings(), 65536), (placements[2], cuda, KVSettings(), 8192),
+             (placements[2], rpc, KVSettings(ubatch=128), 65536)]
+    for chosen, kinds, settings, ctx in cases:
+        fast = compute.placement_compute(facts, chosen, kinds, settings, ctx)
+        assert fast == plain_placement(facts, chosen, kinds, settings, ctx), (preset, kinds, ctx)
+    assert all(program is not None for program in compiled(facts))
+
+
+def test_affine_sizes_refuse_what_they_cannot_follow():
+    cells = compute.Affine.cells("full")
+    size = 4 * cells * 512 + 64
+    assert size.at({"full": 1024}) == 4 * 1024 * 512 + 64
+    assert ((size - 64) // 512 * 3).at({"full": 7}) == 84
+    assert bool(size) and (size - size) == 0
+    for refused in (lambda: size < 10, lambda: min(size, 10), lambda: size * cells, lambda: size // 3,
+                    lambda: range(cells), lambda: size == 5, lambda: bool(-cells)):
+        with pytest.raises(compute.NotAffine):
+            refused()
+
+
+def test_a_builder_comparing_cells_falls_back_to_the_plain_replay(preset_model):
+    facts = facts_of(preset_model("llama3-8b"))
+
+    def compares(caches):
+        return min(caches[0].cells, 4096)  # what a top-k over n_kv would do
+
+    caches = kv.kv_caches(facts.shape, 8192, KVSettings())
+    assert compute._program(facts.graph, facts.shape, caches, ("test",), compares) is None
