@@ -81,6 +81,20 @@ def test_compiled_replay_of_a_device_share(preset_model):
             assert fast == plain_peak(facts, ctx, KVSettings(), compute.CUDA_ALIGNMENT, layers, output)
 
 
+@pytest.mark.parametrize("preset", ("kimi-k3", "gpt-oss-120b", "qwen3-next-80b-a3b"))
+def test_layers_replayed_for_another_context_are_reused_exactly(preset_model, preset):
+    """A layer replayed from a state equivalent to one seen at another context (the same free blocks
+    and tensors, moved by the larger mask below them) is not replayed again; in any order of
+    contexts every figure stays the plain replay's."""
+    facts = facts_of(preset_model(preset))
+    contexts = (65536, 4096, 4352, 131072, 8192)
+    for ctx in contexts:
+        fast = compute.compute_buffers(facts.graph, facts.shape, ctx, KVSettings(), alignment=compute.CUDA_ALIGNMENT)
+        assert fast.device_bytes == plain_peak(facts, ctx, KVSettings(), compute.CUDA_ALIGNMENT), (preset, ctx)
+    (program,) = compiled(facts)
+    assert program.replayed < len(program.segments) // 2  # the last context came mostly from the memo
+
+
 @pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b"))
 def test_compiled_placement_replay_equals_the_plain_one(preset_model, preset):
     """The scheduler's split graph: CPU experts (op offload on CUDA, none on RPC), a -ts split, and a
@@ -95,9 +109,11 @@ def test_compiled_placement_replay_equals_the_plain_one(preset_model, preset):
     ]
     assert compute.pipeline_parallel(placements[2], 2)
     cuda, rpc = {0: "gpu", 1: "gpu", placement.CPU: "cpu"}, {0: "rpc", 1: "gpu", placement.CPU: "cpu"}
-    cases = [(placements[0], cuda, KVSettings(), 8192), (placements[0], rpc, KVSettings(flash_attn=False), 16384),
-             (placements[1], cuda, KVSettings(), 65536), (placements[2], cuda, KVSettings(), 8192),
-             (placements[2], rpc, KVSettings(ubatch=128), 65536)]
+    # one graph serves every placement of the same settings (rebound each time): a pipeline-parallel
+    # placement first, whose input copies must not leak into the next
+    cases = [(placements[2], cuda, KVSettings(), 8192), (placements[0], cuda, KVSettings(), 8192),
+             (placements[0], rpc, KVSettings(flash_attn=False), 16384), (placements[1], cuda, KVSettings(), 65536),
+             (placements[2], rpc, KVSettings(ubatch=128), 65536), (placements[1], rpc, KVSettings(ubatch=128), 4096)]
     for chosen, kinds, settings, ctx in cases:
         fast = compute.placement_compute(facts, chosen, kinds, settings, ctx)
         assert fast == plain_placement(facts, chosen, kinds, settings, ctx), (preset, kinds, ctx)

@@ -131,6 +131,7 @@ class Graph:
     def __init__(self):
         self.nodes = []
         self.leafs = []
+        self.boundaries = []  # tensors that end a layer: the compiled replay's memo segments
 
     def external(self, device=0, weight=False, nbytes=0):
         """A weight or a KV-cache tensor: lives in its own buffer (on `device`)."""
@@ -325,6 +326,23 @@ class _CellsOnly:
         self.cells = Affine.cells(kind)
 
 
+_MEMO_SEGMENTS = 20000  # replayed layers a Program remembers (per alignment set)
+
+
+def _relative(where, bases):
+    """An offset as (region, offset in it): regions start at 0 and at each fence's end (sorted)."""
+    region = len(bases) - 1
+    while bases[region] > where:
+        region -= 1
+    return region, where - bases[region]
+
+
+def _relative_blocks(free, bases):
+    """Free blocks in region terms; the last, unbounded block's size (which moves with it) as None."""
+    last = len(free) - 1
+    return tuple((*_relative(block[0], bases), None if index == last else block[1]) for index, block in enumerate(free))
+
+
 class Program:
     """Graph.replay compiled: what the allocator does, in order, with the sizes left open.
 
@@ -335,57 +353,51 @@ class Program:
     part (`peaks`), with the same _Blocks, in the same order, as Graph.replay — tested equal to it.
     buffer_of(tensor): the index of the tensor's buffer (0 for one device)."""
 
-    def __init__(self, leafs, nodes, buffer_of=None):
-        # The walk uses the tensors' own bookkeeping slots, as Graph.replay does (a graph is compiled
-        # or replayed once): `allocated` is the static part of ggml-alloc's flag, `offset` the tensor's
-        # index in the program plus one.
+    def __init__(self, leafs, nodes, buffer_of=None, boundaries=()):
+        # The walk uses the tensors' own bookkeeping slots, as Graph.replay does, so the graph must be
+        # fresh (or _reset): `allocated` is the static part of ggml-alloc's flag, `offset` the tensor's
+        # index in the program plus one, given when the tensor first gets memory.
         tensors, buffers = [], []
+        keep, place = tensors.append, buffers.append
 
-        def tid(tensor):
-            if not tensor.offset:
-                tensors.append(tensor)
-                buffers.append(0 if buffer_of is None else buffer_of(tensor))
-                tensor.offset = len(tensors)
+        def claim(tensor):  # Graph._allocate's static part: the tensor's index if it gets memory now
+            if tensor.allocated or tensor.external or tensor.view_src is not None:
+                return -1
+            tensor.allocated = True
+            keep(tensor)
+            place(0 if buffer_of is None else buffer_of(tensor))
+            tensor.offset = len(tensors)
             return tensor.offset - 1
 
-        def claim(tensor):  # Graph._allocate's static part: does this tensor get memory now?
-            if tensor.allocated or tensor.external or tensor.view_src is not None:
-                return False
-            tensor.allocated = True
-            return True
-
-        for tensor in (*leafs, *nodes):
-            tensor.offset = 0
-            for src in tensor.srcs:
-                src.offset = 0
         prologue = []
         for leaf in leafs:
-            if claim(leaf):
-                prologue.append(tid(leaf))
+            if claim(leaf) >= 0:
+                prologue.append(leaf.offset - 1)
         for node in nodes:
             if node.view_src is not None and not node.dep:
                 node.view_src.views += 1
-            if node.is_input and claim(node):
-                prologue.append(tid(node))
+            if node.is_input and claim(node) >= 0:
+                prologue.append(node.offset - 1)
             for src in node.srcs:
                 src.children += 1
-                if src.is_input and claim(src):
-                    prologue.append(tid(src))
+                if src.is_input and not src.allocated and claim(src) >= 0:
+                    prologue.append(src.offset - 1)
         steps = []  # (tensor to allocate or -1, in-place candidates, tensors freed after it)
+        add = steps.append
+        ends = {id(tensor) for tensor in boundaries}
+        cuts = []  # step indices where a segment (a layer) ends
         for node in nodes:
             srcs = node.srcs
             for parent in srcs:
                 if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
-                    claim(parent)
-                    steps.append((tid(parent), (), ()))
-            target, candidates = -1, ()
-            if claim(node):
-                target = tid(node)
-                if node.inplace:
-                    candidates = tuple(tid(srcs[index]) for index in node.inplace
-                                       if srcs[index].allocated and srcs[index].view_src is None
-                                       and not srcs[index].is_output and srcs[index].children == 1
-                                       and srcs[index].views == 0)
+                    add((claim(parent), (), ()))
+            target = -1 if node.view_src is not None else claim(node)
+            candidates = ()
+            if target >= 0 and node.inplace:
+                candidates = tuple(srcs[index].offset - 1 for index in node.inplace
+                                   if srcs[index].allocated and srcs[index].view_src is None
+                                   and not srcs[index].is_output and srcs[index].children == 1
+                                   and srcs[index].views == 0)
             freed = ()
             for parent in srcs:
                 parent.children -= 1
@@ -398,15 +410,56 @@ class Program:
                             continue
                     if victim.allocated and not victim.is_output:
                         victim.allocated = False
-                        freed += (tid(victim),)
+                        freed += (victim.offset - 1,)
             if target >= 0 or freed:
-                steps.append((target, candidates, freed))
+                add((target, candidates, freed))
+            if id(node) in ends and (not cuts or cuts[-1] != len(steps)):
+                cuts.append(len(steps))
         self.buffers = buffers
         self.prologue = prologue
         self.steps = steps
         self.sized = [(index, tensor.nbytes) for index, tensor in enumerate(tensors) if isinstance(tensor.nbytes, Affine)]
         self.fixed = [0 if isinstance(tensor.nbytes, Affine) else tensor.nbytes for tensor in tensors]
         self._padded = {}
+        self._memo = {}
+        self._cuts = cuts
+        self._segments_of = None
+        self.replayed = 0
+        self.calls = 0
+
+    @property
+    def segments(self):
+        if self._segments_of is None:
+            self._segments_of = self._segments(self._cuts)
+        return self._segments_of
+
+    def _segments(self, cuts):
+        """The steps cut at the layer ends, each with what its replay depends on besides the free
+        blocks: (start, end, context-sized tensors it names, outside tensors it names, its own tensors
+        a later segment names, buffers it touches, every tensor it names)."""
+        affine = {index for index, _ in self.sized}
+        buffers, steps = self.buffers, self.steps
+        ranges = [(start, end) for start, end in zip([0, *cuts], [*cuts, len(steps)]) if end > start]
+        named_of, own_of = [], []
+        for start, end in ranges:
+            named, own = set(), []
+            for target, candidates, freed in steps[start:end]:
+                if target >= 0:
+                    own.append(target)
+                named.update(candidates)
+                named.update(freed)
+            named.update(own)
+            named_of.append(named)
+            own_of.append(own)
+        later, segments = set(), []
+        for (start, end), named, own in reversed(list(zip(ranges, named_of, own_of))):
+            own_set = set(own)
+            segments.append((start, end, tuple(tid for tid in named if tid in affine),
+                             tuple(tid for tid in named if tid not in own_set), tuple(tid for tid in own if tid in later),
+                             tuple(sorted({buffers[tid] for tid in named})), frozenset(named)))
+            later |= named
+        segments.reverse()
+        return segments
 
     def sizes(self, cells):
         """Every tensor's bytes for a context's cell counts {kind: cells}."""
@@ -438,7 +491,64 @@ class Program:
         for index in self.prologue:
             offset[index] = pools[buffers[index]].take(padded[index])
             alive[index] = True
-        for target, candidates, freed in self.steps:
+        self.calls += 1
+        if self.calls == 1:  # most programs serve one context: no memo for the first
+            self._run(self.steps, 0, len(self.steps), sizes, padded, pools, offset, alive)
+            self.replayed = None
+            return [pool.max_size for pool in pools]
+        memo = self._memo.setdefault(tuple(alignments), {})
+        if len(memo) > _MEMO_SEGMENTS:
+            memo.clear()
+        steps = self.steps
+        self.replayed = 0  # segments this call replayed (the rest came from the memo)
+        living = [tid for tid, _ in self.sized if alive[tid]]  # live tensors whose size follows the context
+        for index, (start, end, affine, outside, own, touched, named) in enumerate(self.segments):
+            # Fences: live context-sized tensors this segment neither frees nor takes over. They cut each
+            # buffer into regions; the segment's replay depends on the free blocks and its outside
+            # tensors only by region and offset within it (best fit compares sizes, merging needs
+            # adjacency, which no fence lets cross), so a state equal in those terms replays the same,
+            # each region moved by its fence's end — that is what a larger context's mask does.
+            bases = {p: [0] for p in touched}
+            for tid in living:
+                if alive[tid] and tid not in named and buffers[tid] in bases and padded[tid]:
+                    bases[buffers[tid]].append(offset[tid] + padded[tid])
+            for p in touched:
+                bases[p].sort()
+            key = (index, tuple(sizes[tid] for tid in affine),
+                   tuple(_relative_blocks(pools[p].free, bases[p]) for p in touched),
+                   tuple(_relative(offset[tid], bases[buffers[tid]]) if alive[tid] else None for tid in outside))
+            done = memo.get(key)
+            if done is not None:  # this layer replayed before (another context) from an equivalent state
+                free_lists, maxes, own_offsets, own_alive, outside_alive = done
+                for p, free, top in zip(touched, free_lists, maxes):
+                    base = bases[p]
+                    pools[p].free = [[base[region] + where, _FREE_END - base[region] - where if size is None else size]
+                                     for region, where, size in free]
+                    if top is not None and base[top[0]] + top[1] > pools[p].max_size:
+                        pools[p].max_size = base[top[0]] + top[1]
+                for tid, where, flag in zip(own, own_offsets, own_alive):
+                    offset[tid] = bases[buffers[tid]][where[0]] + where[1]
+                    alive[tid] = flag
+                for tid, flag in zip(outside, outside_alive):
+                    alive[tid] = flag
+                continue
+            before = [pools[p].max_size for p in touched]
+            for p in touched:
+                pools[p].max_size = -1
+            self._run(steps, start, end, sizes, padded, pools, offset, alive)
+            self.replayed += 1
+            maxes = [None if pools[p].max_size < 0 else _relative(pools[p].max_size, bases[p]) for p in touched]
+            for p, old in zip(touched, before):
+                pools[p].max_size = max(pools[p].max_size, old)
+            memo[key] = (tuple(_relative_blocks(pools[p].free, bases[p]) for p in touched), maxes,
+                         tuple(_relative(offset[tid], bases[buffers[tid]]) for tid in own),
+                         tuple(alive[tid] for tid in own), tuple(alive[tid] for tid in outside))
+        return [pool.max_size for pool in pools]
+
+    def _run(self, steps, start, end, sizes, padded, pools, offset, alive):
+        buffers = self.buffers
+        for step in range(start, end):
+            target, candidates, freed = steps[step]
             if target >= 0:
                 pool = pools[buffers[target]]
                 size = sizes[target]
@@ -458,7 +568,6 @@ class Program:
                 if alive[index]:
                     pools[buffers[index]].give(offset[index], padded[index])
                     alive[index] = False
-        return [pool.max_size for pool in pools]
 
 
 # --- ggml-backend's scheduler: which backend runs each node, and the copies between them ---------
@@ -817,6 +926,9 @@ class _Build:
         its weights and KV cache there (one external per device — only where they live matters — and
         per CPU layer, whose largest weight sizes the copy a GPU makes when it offloads the layer's ops)."""
         self.dev, self.il = dev, il
+        if isinstance(self.homes, _Slots):
+            self.weights, self.cache = self.homes.layer_externals(self, dev, il)
+            return
         key = il if dev == HOST and self.homes is not None else None
         self.weights = self._external(("w", dev, key), dev, True, self._dense_copy_bytes())
         self.cache = self._external(("kv", dev), dev, False)
@@ -825,6 +937,8 @@ class _Build:
         """An expert matrix of block il: on the device its -ot override (or its layer) puts it."""
         if self.homes is None:
             return self.weights
+        if isinstance(self.homes, _Slots):
+            return self.homes.expert_external(self, il, part)
         device = self.homes.expert_device.get(il, {}).get(part, self.dev)
         return self._external(("x", il, part), device, True, self.homes.expert_bytes.get(il, {}).get(part, 0))
 
@@ -845,7 +959,9 @@ class _Build:
 
     def norm(self, x, width, weight=True):
         cur = self.g.op(self.f32(width, self.T), x, inplace=(0,))
-        if weight and self.il >= 0 and self.homes is not None and self.homes.full_offload:
+        if weight and self.il >= 0 and isinstance(self.homes, _Slots):
+            self.homes.pins.append((cur, self.il))
+        elif weight and self.il >= 0 and self.homes is not None and self.homes.full_offload:
             # llama_context::graph_get_cb pins a layer's "norm" to the layer's device when every layer is
             # offloaded (else the scheduler would run it on the previous layer's device)
             cur.device = self.dev
@@ -855,6 +971,66 @@ class _Build:
 
     def unary(self, x, nbytes):
         return self.g.op(nbytes, x, inplace=(0,))
+
+
+class _Slots:
+    """The homes of a graph built once for every placement of a model (placement_buffers): each layer
+    gets its own weight, KV-cache and expert-matrix externals and every pinnable norm is noted, so a
+    placement only binds their devices and bytes (`bind`) instead of rebuilding 13,000 tensors. Sharing
+    one external between a device's layers (the plain build) changes nothing the scheduler or the
+    allocator sees: a node runs where its weight lives, so only host weights are ever copied, and those
+    are per layer in both; tests/test_devicefit_compute_fast.py checks the figures equal."""
+
+    def __init__(self, homes):
+        self.real = homes  # the placement the build was asked for (its skipped layers)
+        self.n_layer = len(homes.layer_device) - 1
+        self.layer_device = [("layer", il) for il in range(self.n_layer)] + [("layer", -1)]
+        self.full_offload = True
+        self.input_weights = None
+        self.dense = []  # (external, layer key): the layer's weights (-1: the output layer)
+        self.caches = []  # (external, layer key)
+        self.experts = []  # (external, block, part)
+        self.pins = []  # (norm node, block)
+
+    def layer_externals(self, b, dev, il):
+        if not isinstance(dev, tuple):  # the input layer (HOST: its token embeddings stay on the CPU)
+            weights = b._external(("w", dev, -1), dev, True)
+            if dev == HOST:
+                self.input_weights = weights
+            return weights, b._external(("kv", dev), dev, False)
+        key = dev[1]
+        weights = b._externals.get(("w", key))
+        if weights is None:
+            weights = b._external(("w", key), None, True)
+            cache = b._external(("kv", key), None, False)
+            self.dense.append((weights, key))
+            self.caches.append((cache, key))
+        return weights, b._externals[("kv", key)]
+
+    def expert_external(self, b, il, part):
+        tensor = b._externals.get(("x", il, part))
+        if tensor is None:
+            tensor = b._external(("x", il, part), None, True)
+            self.experts.append((tensor, il, part))
+        return tensor
+
+    def bind(self, homes):
+        """Give every external and pinned norm the device (and copy bytes) `homes` puts it on."""
+        where = lambda key: homes.layer_device[key]  # noqa: E731  (key -1: the output layer)
+        for tensor, key in self.dense:
+            tensor.device = where(key)
+            tensor.nbytes = homes.dense_max_bytes.get(key, 0) if tensor.device == HOST else 0
+        input_weights = self.input_weights
+        if input_weights is not None:
+            input_weights.nbytes = homes.dense_max_bytes.get(-1, 0)
+        for tensor, key in self.caches:
+            tensor.device = where(key)
+        for tensor, il, part in self.experts:
+            tensor.device = homes.expert_device.get(il, {}).get(part, homes.layer_device[il])
+            tensor.nbytes = homes.expert_bytes.get(il, {}).get(part, 0)
+        pin = homes.full_offload
+        for node, il in self.pins:
+            node.device = homes.layer_device[il] if pin else None
 
 
 def _attention_inputs(b, kinds):
@@ -1222,7 +1398,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     n_out = min(outputs, T) if outputs else T
     # NextN/MTP blocks a device holds are not in the main graph (graph_shape.layers is the trunk)
     layer_set = set(range(len(graph_shape.layers))) if layers is None else {il for il in layers if il < len(graph_shape.layers)}
-    skipped = _repeats(graph_shape, kvshape, layer_set, homes)
+    skipped = _repeats(graph_shape, kvshape, layer_set, homes.real if isinstance(homes, _Slots) else homes)
     tokens_in = g.input(I32_BYTES * T)
     embd_in = g.input(b.f32(n_embd, T))
     if homes is not None:
@@ -1284,6 +1460,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
             cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
         g.expand(cur)
+        g.boundaries.append(cur)
     if stack is not None:  # the final mix, then the output rows
         cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
         T = b.T = n_out
@@ -1329,21 +1506,24 @@ def reserve_tokens(settings, ctx):
     return tokens, (1 if settings.unified else n_seq)
 
 
-def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=True, alignment=CPU_ALIGNMENT):
+def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=True, alignment=CPU_ALIGNMENT,
+                    outputs=None):
     """The compute buffers llama.cpp reserves for a context of `ctx` tokens (ComputeBuffers).
 
-    layers: block indices this device computes (None: all); output: whether it computes the head.
-    The host share is the token-embedding lookup (its weights stay on the CPU in llama.cpp)."""
+    layers: block indices this device computes (None: all); output: whether it computes the head;
+    outputs: the rows the graph outputs (None: every token). The host share is the token-embedding
+    lookup (its weights stay on the CPU in llama.cpp)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
     layers = None if layers is None else tuple(sorted(set(layers)))
-    key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output))
+    key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output), outputs)
     program = _program(graph_shape, kvshape, caches, key, lambda symbolic: _one_program(
-        _build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output)))
+        _build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output, outputs=outputs)))
     if program is not None:
         total = program.peaks(_cells(caches), [alignment])[0]
     else:  # a builder needs the concrete cells: the plain replay at this context
-        total = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output).peak(alignment)
+        total = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output,
+                       outputs=outputs).peak(alignment)
     host = -(-(graph_shape.n_embd * tokens * F32_BYTES) // alignment) * alignment
     return ComputeBuffers(device_bytes=total, host_bytes=host, tokens=tokens, streams=streams,
                           logits_bytes=graph_shape.n_vocab * tokens * F32_BYTES if output else 0)
@@ -1362,7 +1542,7 @@ def _cells(caches):
 
 
 def _one_program(graph):
-    return Program(graph.leafs, graph.nodes)
+    return Program(graph.leafs, graph.nodes, boundaries=graph.boundaries)
 
 
 def _program(graph_shape, kvshape, caches, key, compile_symbolic):
@@ -1387,19 +1567,19 @@ def _program(graph_shape, kvshape, caches, key, compile_symbolic):
 _MEMO_MAX = 256
 
 
-def compute_bytes(facts, layers, holds_output, settings, ctx, kind="gpu"):
+def compute_bytes(facts, layers, holds_output, settings, ctx, kind="gpu", outputs=None):
     """One device's compute buffer (bytes): the blocks in `layers`, the logits if `holds_output`.
 
     facts: core.ModelFacts (its .graph and .shape); kind "gpu"/"rpc" (128-byte alignment) or "cpu".
     Memoised: a placement search asks for the same device many times."""
     layers = None if layers is None else tuple(sorted(layers))
     memo = facts.graph.__dict__.setdefault("_compute_memo", {})
-    key = (layers, bool(holds_output), settings.as_tuple(), ctx, kind)
+    key = (layers, bool(holds_output), settings.as_tuple(), ctx, kind, outputs)
     if key not in memo:
         if len(memo) >= _MEMO_MAX:
             memo.clear()
         memo[key] = compute_buffers(facts.graph, facts.shape, ctx, settings, layers=layers, output=holds_output,
-                                    alignment=ALIGNMENT[kind]).device_bytes
+                                    alignment=ALIGNMENT[kind], outputs=outputs).device_bytes
     return memo[key]
 
 
@@ -1459,9 +1639,10 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
         return graph, schedule(graph, backends, offload_to, tokens, n_copies)
 
     def compile_symbolic(symbolic):
-        _, (leafs, nodes) = scheduled(symbolic)
+        graph = _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
+        leafs, nodes = schedule(graph, backends, offload_to, tokens, n_copies)
         position = {key: index for index, key in enumerate(backends)}
-        return Program(leafs, nodes, lambda tensor: position[tensor.device])
+        return Program(leafs, nodes, lambda tensor: position[tensor.device], graph.boundaries)
 
     key = ("split", settings.as_tuple(), tokens, streams, _homes_key(homes), tuple(kinds.items()), bool(op_offload),
            n_copies, outputs, _kinds(caches))
@@ -1470,6 +1651,48 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
         graph, (leafs, nodes) = scheduled(caches)
         return peaks(graph, leafs, nodes, {key: ALIGNMENT[kinds[key]] for key in backends})
     return dict(zip(backends, program.peaks(_cells(caches), [ALIGNMENT[kinds[key]] for key in backends])))
+
+
+_GRAPHS_MAX = 4  # placement graphs kept per model: one per ubatch/settings in use
+
+
+def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
+    """The split graph of `homes`: built once per model, settings and skipped layers with per-layer
+    externals (_Slots), then reset and bound to each placement in turn."""
+    layer_set = set(range(len(graph_shape.layers)))
+    skipped = frozenset(_repeats(graph_shape, kvshape, layer_set, homes))
+    graphs = graph_shape.__dict__.setdefault("_split_graphs", {})
+    key = (id(kvshape), settings.as_tuple(), tokens, streams, outputs, skipped, tuple(cache.kind for cache in symbolic),
+           len(homes.layer_device))
+    entry = graphs.get(key)
+    if entry is None or entry[0] is not kvshape:
+        if len(graphs) >= _GRAPHS_MAX:
+            graphs.pop(next(iter(graphs)))
+        slots = _Slots(homes)
+        graph = _build(graph_shape, kvshape, symbolic, settings, tokens, streams, None, True, slots, outputs)
+        entry = graphs[key] = (kvshape, graph, slots, [node.srcs for node in graph.nodes],
+                               [leaf.is_output for leaf in graph.leafs])
+    else:
+        _reset(*entry[1:])
+    graph, slots = entry[1], entry[2]
+    slots.bind(homes)
+    return graph
+
+
+def _reset(graph, slots, srcs, outputs):
+    """Undo what schedule() and Program() did to a graph's tensors: sources (split inputs' copies),
+    devices, the allocator's bookkeeping and the inputs pipeline parallelism marks as outputs."""
+    for node, original in zip(graph.nodes, srcs):
+        node.srcs = original
+        node.device = None
+        node.children = node.views = node.offset = 0
+        node.allocated = False
+    for leaf, output in zip(graph.leafs, outputs):
+        if not leaf.external:
+            leaf.device = None
+        leaf.is_output = output
+        leaf.children = leaf.views = leaf.offset = 0
+        leaf.allocated = False
 
 
 def _homes_key(homes):
