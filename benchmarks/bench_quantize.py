@@ -12,13 +12,15 @@ llama-quantize binary, against ggml's C on the same machine.
    called through ctypes on the same rows (bytes checked identical), without and with an importance
    matrix (`--imatrix`: random positive weights): the figure is C's time over the compiled kernel's
    (above 1: moetools is faster per core).
-2. Whole tiers (with $LLAMA_QUANTIZE): one F32 GGUF (a dense llama of 2 blocks, 1024 wide, 76 MB) quantized
+2. Whole tiers (with $LLAMA_QUANTIZE): one F32 GGUF (a dense llama of 2 blocks, 1024 wide, 76 MB;
+   `--tier-layers N` for a larger one) quantized
    by `llama-quantize --pure IN OUT TYPE THREADS` and by `moetools quantize IN --pure --type TYPE
    --full --threads THREADS`, same input, same thread count, wall time of the whole process; the
    figure is llama-quantize's time over moetools' (above 1: moetools is faster), per core (1 thread)
    and on every core. moetools' tier also measures its error against the source (a dequantize pass
    llama-quantize does not do): timed with it and with `--no-error`, which skips it. Each time is
-   given as wall time and as the child's CPU time (user + system), the steadier figure under load.
+   given as wall time and as the child's CPU time (user + system), the steadier figure under load,
+   beside moetools' fixed start-up: the same command with `--dry-run` (imports, header, plan).
 The load average is printed with the figures: on a shared machine every figure is a ratio against a
 baseline timed in the same run.
 """
@@ -146,13 +148,13 @@ def timed_process(argv):
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def tier_figures(binary, names, threads):
+def tier_figures(binary, names, threads, n_layer=2):
     from moetools import synth
 
     with scratch("bench-quantize-") as folder:
         source = os.path.join(folder, "dense-f32.gguf")
         types = synth.Types(resident=synth.F32, embed=synth.F32, output=synth.F32)
-        synth.write_model(synth.tiny("dense", types, n_layer=2, n_embd=1024, n_head=16, n_head_kv=4, n_ff=2048,
+        synth.write_model(synth.tiny("dense", types, n_layer=n_layer, n_embd=1024, n_head=16, n_head_kv=4, n_ff=2048,
                                      vocab=1024), source)
         size_mb = os.path.getsize(source) / 1e6
         print(f"tiers: {source} ({size_mb:.0f} MB F32); load average {os.getloadavg()[0]:.1f}")
@@ -161,6 +163,10 @@ def tier_figures(binary, names, threads):
             # once untimed: numba compiles (or loads) this type's kernels on a process's first use
             subprocess.run([*MOETOOLS, "quantize", source, "--pure", "--type", name, "--full", "-o", folder, "--force",
                             "--json"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # moetools' fixed cost: the same command planning only (Python, numpy, gguf, numba's import)
+            dry_s, dry_cpu = timed_process([*MOETOOLS, "quantize", source, "--pure", "--type", name, "--full", "-o", folder,
+                                            "--force", "--json", "--dry-run"])
+            figures.append(f"start-up (--dry-run) {dry_s:5.2f} s ({dry_cpu:.2f} s CPU)")
             for count in sorted({1, threads}):
                 out = os.path.join(folder, f"llama-{name}.gguf")
                 c_s, c_cpu = timed_process([binary, "--pure", source, out, name.upper(), str(count)])
@@ -180,6 +186,8 @@ def main():
     parser.add_argument("--mib", type=int, default=32, help="size of the float32 slab for the kernels (MiB)")
     parser.add_argument("--types", default=",".join(TYPES), help="comma-separated ggml types")
     parser.add_argument("--skip", default="", help="comma-separated parts to leave out: kernels, c, tiers")
+    parser.add_argument("--tier-layers", type=int, default=2,
+                        help="blocks of the tiers' F32 model (2: 80 MB; each block adds about 29 MB)")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     names = [name.strip() for name in args.types.split(",") if name.strip()]
@@ -198,7 +206,7 @@ def main():
         c_figures(reference, c_rows, names, None)
         c_figures(reference, c_rows, [name for name in names if name not in ("q8_0",)], weights)
     if binary and "tiers" not in skip:
-        tier_figures(binary, names, threads)
+        tier_figures(binary, names, threads, args.tier_layers)
     else:
         print("tiers: set LLAMA_QUANTIZE to a llama-quantize binary to time whole tiers against ggml's C")
 

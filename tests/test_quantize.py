@@ -575,3 +575,22 @@ def test_no_error_skips_the_measurement_and_writes_the_same_bytes(tmp_path):
     assert Path(a["gguf"]).read_bytes() == Path(b["gguf"]).read_bytes()
     refused = invoke(source, "--pure", "--type", "q4_K", "--no-error")
     assert refused.exit_code == 2 and "--no-error applies to --full" in refused.output
+
+
+def test_row_tasks_keep_every_thread_busy_and_stay_bounded(tmp_path, monkeypatch):
+    """A tensor smaller than a task is still split across the threads; a large one is cut into tasks
+    of at most WORK_VALUES values; the ranges cover every row once, in order."""
+    from moetools.quantize import core
+
+    with open_model(small(tmp_path)) as model:
+        tensor = model.tensor_by_name["blk.0.attn_q.weight"]
+        n_rows = tensor.n_elements // tensor.shape[0]
+        for threads in (1, 2, 3):
+            tasks = core._row_tasks(tensor, threads)
+            assert len(tasks) == min(threads, n_rows)
+            assert [first for first, _ in tasks] == list(np.cumsum([0] + [n for _, n in tasks])[:-1])
+            assert sum(n for _, n in tasks) == n_rows
+        big = next(t for t in model.tensors if t.name == "token_embd.weight")
+        monkeypatch.setattr(core, "WORK_VALUES", big.shape[0] * 3)  # three rows per task
+        tasks = core._row_tasks(big, 2)
+        assert all(n <= 3 for _, n in tasks) and sum(n for _, n in tasks) == big.n_elements // big.shape[0]

@@ -4,10 +4,11 @@
     plans = plan_tiers(model, ["q8_0", "q4_K"], out_dir, full=False)
     report = run(model, plans, threads=2)
 
-One pass over the source: each resident tensor is read in row slabs, dequantized once to float32,
-quantized to every requested tier, written to each tier's GGUF and compared with the source to
-measure the error. Peak memory is a slab (at most `SLAB_VALUES` float32 values, or one row), not a
-tensor or the model. Every output goes to a temporary name and is renamed into place only when all
+One pass over the source: each tensor is read in row ranges (tasks of at most `WORK_VALUES` values,
+run on every core, the next tensors' tasks starting while one is written), dequantized once to
+float32, quantized to every requested tier, written to each tier's GGUF in order and compared with
+the source to measure the error. Peak memory is the tasks in flight (at most `SLAB_VALUES` float32
+values, or one row each), not a tensor or the model. Every output goes to a temporary name and is renamed into place only when all
 of them are complete, so an error (disk full, bad tensor) leaves no partial file.
 """
 
@@ -24,7 +25,7 @@ from moetools.gguf import model_stem, shard_path
 from moetools.gguf.constants import GGML_TYPE_IDS, Keys, tensor_nbytes, type_name
 from moetools.quantize import rules
 
-SLAB_VALUES = 1 << 24  # float32 values dequantized at once (64 MiB)
+SLAB_VALUES = 1 << 24  # float32 values in flight at once (64 MiB), at least WORK_VALUES per thread
 COPY_BYTES = 64 << 20  # bytes copied at once for tensors written unchanged
 WORK_VALUES = 1 << 20  # values per worker task inside a slab
 
@@ -456,14 +457,6 @@ def _pad(handle, alignment):
         _write(handle, b"\0" * padding)
 
 
-def _slabs(tensor, values_per_slab=SLAB_VALUES):
-    """Row ranges [(first_row, n_rows)] of at most `values_per_slab` values (at least one row)."""
-    row_length = tensor.shape[0]
-    n_rows = tensor.n_elements // row_length if row_length else 0
-    per_slab = max(1, values_per_slab // max(1, row_length))
-    return [(first, min(per_slab, n_rows - first)) for first in range(0, n_rows, per_slab)]
-
-
 def _squares_and_peak(values):
     """(sum of squares accumulated in float64, largest |value|) of a float32 array; NaN if any is."""
     import numpy as np
@@ -643,35 +636,139 @@ def _write_pending(model, plans, out_dir, key, pieces, threads, progress):
                 _open_writer(model, tier, handle, file_index)
                 if (index, file_index) not in last_tensor:
                     close(index, file_index)
-        for tensor in model.tensors:
-            wanted = [(index, table[tensor.name]) for index, table in enumerate(by_name) if tensor.name in table]
-            if not wanted:
-                continue
-            outputs = {index: open_files[(index, plan.out_shard)][1] for index, plan in wanted}
-            for handle in outputs.values():
-                _pad(handle, alignment)
+        def write_step(job, kind, result):
+            if kind == "begin":
+                for handle in job.outputs.values():
+                    _pad(handle, alignment)
+                _start_errors(job, plans)
+            elif kind == "copy":
+                _copy_tensor(model, job, progress)
+            elif kind == "rows":
+                _write_rows(job, plans, result, progress)
+            else:  # "end": close the files this tensor completes
+                for index, plan in job.wanted:
+                    if last_tensor[(index, plan.out_shard)] == job.tensor.name:
+                        close(index, plan.out_shard)
+
+        def jobs():
+            for tensor in model.tensors:
+                wanted = [(index, table[tensor.name]) for index, table in enumerate(by_name) if tensor.name in table]
+                if wanted:
+                    yield _TensorJob(tensor, wanted, {index: open_files[(index, plan.out_shard)][1] for index, plan in wanted},
+                                     any(plans[index].measure for index, _ in wanted))
+
+        _run_in_order(pool, _steps(jobs(), threads), model, write_step, max(SLAB_VALUES, threads * WORK_VALUES))
+
+
+@dataclass
+class _TensorJob:
+    """One source tensor of the pass and every tier file it goes to."""
+
+    tensor: object
+    wanted: list  # [(tier index, TensorPlan)]
+    outputs: dict  # tier index -> HashingWriter
+    measure: bool  # whether any tier re-quantizing it measures its error
+
+    @property
+    def quantize(self):
+        return [(index, plan) for index, plan in self.wanted if plan.action == "quantize"]
+
+    @property
+    def out_types(self):
+        return [(plan.out_type, plan.imatrix) for _, plan in self.quantize]
+
+
+def _row_tasks(tensor, threads):
+    """Row ranges [(first_row, n_rows)] of one tensor's re-quantization tasks: at most WORK_VALUES
+    values each (at least one row), and at least `threads` of them when the tensor has the rows,
+    so a small tensor keeps every core busy too."""
+    row_length = max(1, tensor.shape[0])
+    n_rows = tensor.n_elements // row_length
+    per_task = max(1, min(WORK_VALUES // row_length, -(-n_rows // max(1, threads))))
+    return [(first, min(per_task, n_rows - first)) for first in range(0, n_rows, per_task)]
+
+
+def _steps(jobs, threads):
+    """The pass as steps in output order: per tensor ("begin"), ("copy") for the tiers that take
+    it as it is, ("rows", first, n) per re-quantization task, ("end")."""
+    for job in jobs:
+        yield job, "begin", None
+        if len(job.quantize) < len(job.wanted):
+            yield job, "copy", None
+        if job.quantize:
+            for task in _row_tasks(job.tensor, threads):
+                yield job, "rows", task
+        yield job, "end", None
+
+
+def _run_in_order(pool, steps, model, write_step, max_values):
+    """Run `steps` with their re-quantization tasks in `pool` ahead of the writes (at most
+    `max_values` source values in flight: the memory bound, and what lets the next tensors' tasks
+    start while this one's are written), writing every step in order with `write_step(job, kind,
+    result)`. On an error or interrupt the queued tasks are cancelled."""
+    import collections
+
+    window = collections.deque()
+    in_flight = 0
+    steps = iter(steps)
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and (not window or in_flight < max_values):
+                step = next(steps, None)
+                if step is None:
+                    exhausted = True
+                    break
+                job, kind, task = step
+                future = None
+                if kind == "rows":
+                    future = pool.submit(_quantize_task, model, job.tensor, task[0], task[1], job.out_types, job.measure)
+                    in_flight += task[1] * job.tensor.shape[0]
+                window.append((job, kind, task, future))
+            if not window:
+                return
+            job, kind, task, future = window.popleft()
+            if future is not None:
+                in_flight -= task[1] * job.tensor.shape[0]
             try:
-                _write_tensor(model, tensor, wanted, plans, outputs, pool, progress)
+                write_step(job, kind, (task, future.result()) if future is not None else None)
             except OSError as err:  # a write failed (a full disk): name the file, as atomic_write would
-                raise OutputError(f"{next(iter(outputs.values())).path}: write failed: {err.strerror or err}") from None
-            for index, plan in wanted:
-                if last_tensor[(index, plan.out_shard)] == tensor.name:
-                    close(index, plan.out_shard)
+                raise OutputError(f"{next(iter(job.outputs.values())).path}: write failed: {err.strerror or err}") from None
+    except BaseException:
+        for _, _, _, future in window:
+            if future is not None:
+                future.cancel()
+        raise
 
 
-def _write_tensor(model, tensor, wanted, plans, outputs, pool, progress):
-    """Write one source tensor to every tier wanting it [(tier index, TensorPlan)]: copied, or re-quantized."""
-    quantize = [(index, plan) for index, plan in wanted if plan.action == "quantize"]
-    unchanged = [index for index, plan in wanted if plan.action != "quantize"]
-    if unchanged:
-        for start in range(0, tensor.n_bytes, COPY_BYTES):
-            chunk = model.read_tensor_bytes(tensor, start, min(COPY_BYTES, tensor.n_bytes - start))
-            for index in unchanged:
-                _write(outputs[index], chunk)
-            if not quantize and progress is not None:
-                progress.update(len(chunk))
-    if quantize:
-        _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress)
+def _start_errors(job, plans):
+    for index, plan in job.quantize:
+        if plans[index].measure:
+            plans[index].errors[job.tensor.name] = TensorError(job.tensor.name, job.tensor.type_name,
+                                                               type_name(plan.out_type), job.tensor.n_elements)
+
+
+def _copy_tensor(model, job, progress):
+    """Write one source tensor as it is to every tier that keeps or already has its type."""
+    tensor = job.tensor
+    unchanged = [index for index, plan in job.wanted if plan.action != "quantize"]
+    for start in range(0, tensor.n_bytes, COPY_BYTES):
+        chunk = model.read_tensor_bytes(tensor, start, min(COPY_BYTES, tensor.n_bytes - start))
+        for index in unchanged:
+            _write(job.outputs[index], chunk)
+        if not job.quantize and progress is not None:
+            progress.update(len(chunk))
+
+
+def _write_rows(job, plans, result, progress):
+    """Write one finished re-quantization task (its rows for every tier) and add up its errors."""
+    (_, n_rows), results = result
+    for (index, plan), (data, sse, ss_source, max_err, max_source) in zip(job.quantize, results):
+        _write(job.outputs[index], data)
+        if plans[index].measure:
+            plans[index].errors[job.tensor.name].add(sse, ss_source, max_err, max_source)
+    if progress is not None:
+        progress.update(n_rows * tensor_nbytes(job.tensor.type_id, (job.tensor.shape[0],)))
 
 
 def _abandon(writing, open_files, file_key):
@@ -680,32 +777,6 @@ def _abandon(writing, open_files, file_key):
         open_files.pop(file_key)
         with contextlib.suppress(BaseException):
             writing.__exit__(OSError, OSError("abandoned"), None)
-
-
-def _quantize_tensor(model, tensor, quantize, plans, outputs, pool, progress):
-    """Re-quantize one tensor slab by slab for every tier in `quantize` [(tier index, TensorPlan)],
-    writing to `outputs` {tier index: file handle}."""
-    out_types = [(plan.out_type, plan.imatrix) for _, plan in quantize]
-    measure = any(plans[index].measure for index, _ in quantize)
-    for index, plan in quantize:
-        if plans[index].measure:
-            plans[index].errors[tensor.name] = TensorError(tensor.name, tensor.type_name, type_name(plan.out_type),
-                                                           tensor.n_elements)
-    row_length = tensor.shape[0]
-    row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
-    for first, n_rows in _slabs(tensor):
-        # split the slab into tasks so both cores work; results come back in row order
-        per_task = max(1, WORK_VALUES // max(1, row_length))
-        tasks = [pool.submit(_quantize_task, model, tensor, row, min(per_task, first + n_rows - row), out_types, measure)
-                 for row in range(first, first + n_rows, per_task)]
-        for future in tasks:
-            results = future.result()
-            for (index, plan), (data, sse, ss_source, max_err, max_source) in zip(quantize, results):
-                _write(outputs[index], data)
-                if plans[index].measure:
-                    plans[index].errors[tensor.name].add(sse, ss_source, max_err, max_source)
-        if progress is not None:
-            progress.update(n_rows * row_bytes)
 
 
 def estimate(model, tiers, threads=None):
