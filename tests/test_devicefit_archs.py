@@ -53,6 +53,34 @@ def test_kv_and_state_equal_llama_cpp(preset_model, preset):
         assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
 
 
+# compute buffer: ours / llama.cpp's, worst case over the committed cases (context 4k-64k, ubatch
+# 128-2048, flash attention on and off, parallel, unified, quantized caches); the issue allows 10%
+COMPUTE_TOLERANCE = {"deepseek-v3.2": 0.0, "glm-4.5-air": 0.003, "minimax-m2": 0.003, "nemotron-3-nano-30b-a3b": 0.003,
+                     "gemma-4-26b-a4b": 0.04}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_compute_buffer_matches_llama_cpp(preset_model, preset):
+    """DeepSeek-V3.2's DSA graph (lightning indexer, top-k, the unmasked KQ mask, one zero-filled leaf per
+    layer allocated before the first node) to the logged 0.01 MiB; Nemotron-H's gate-less relu^2 experts
+    and rope-less attention within 1%; the rest as the tolerance table says."""
+    from moetools.devicefit import compute
+
+    path = preset_model(preset)
+    with open_model(path) as model:
+        shape = kv.kv_shape(model)
+        graph = compute.graph_shape(model, shape)
+    cases = [case for case in DATA["cases"] if case["preset"] == preset]
+    assert len(cases) >= 20 and {c["ubatch"] for c in cases} >= {128, 512, 2048} and {c["ctx"] for c in cases} >= {4096, 65536}
+    assert {c["flash_attn"] for c in cases} == {True, False}
+    for case in cases:
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings_of(case)).device_bytes / 2**20
+        if COMPUTE_TOLERANCE[preset]:
+            assert abs(ours / case["compute_mib"] - 1) <= COMPUTE_TOLERANCE[preset], (case, ours)
+        else:
+            assert abs(ours - case["compute_mib"]) < 0.006, (case, ours)
+
+
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models

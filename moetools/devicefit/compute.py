@@ -15,9 +15,12 @@ the parent is the node's last consumer). Read, not copied: the code is moetools'
 What is modelled exactly: the attention scores without flash attention (n_kv x tokens x heads f32 per
 stream), the KQ masks (f16 with flash attention, f32 without) and index inputs, MLA's absorbed query
 and latent outputs, the router/top-k/weights and the selected experts' activations, dense and shared
-FFNs, logits (n_vocab x n_ubatch f32, an output, never freed). Recurrent layers (KDA, gated delta net,
-Mamba-2) are replayed by their projections, conv inputs and scan outputs; their chunked scan's own
-scratch (a few MiB at 512 tokens) is below the 10% the tests allow and is not modelled op by op.
+FFNs, logits (n_vocab x n_ubatch f32, an output, never freed), the DSA lightning indexer (scores,
+top-k, the rebuilt KQ mask) and Mamba-2 layers op by op. The KDA and gated delta net layers are
+replayed by their projections, conv inputs and scan outputs; their chunked scan's own scratch (a few
+MiB at 512 tokens) is below the 10% the tests allow and is not modelled op by op.
+A view's memory is never reused in place: ggml-alloc's reserve sees a view's data unallocated and
+takes it for external memory (so an in-place op on a reshape is a new tensor).
 
 Per device: `layers` says which blocks a device computes and `output` whether it computes the output
 head. Tensors that live on the host (the token-embedding lookup, whose weights llama.cpp keeps on the
@@ -732,10 +735,14 @@ class LayerShape(Record):
         ("n_ff_exp", 0),
         ("expert_in", 0),  # width the experts read (latent MoE: expert_latent_length)
         ("gate_up_merged", False),
+        ("exp_gated", True),  # routed experts have a gate (ffn_gate_exps / merged): GLU, else up -> activation
+        ("shexp_gated", True),  # the shared expert has ffn_gate_shexp
+        ("ffn_gated", True),  # the dense FFN has ffn_gate
         ("expert_bias", False),
         ("router_bias", False),  # ffn_gate_inp.bias
         ("probs_bias", False),  # exp_probs_b (DeepSeek-V3 selection bias)
         ("norm_w", False),
+        ("w_scale", False),  # expert_weights_scale other than 0 and 1: the weights are scaled
         ("gating", 1),  # 1 softmax, 2 sigmoid, 3 softmax over the selected
         ("n_ff_shexp", 0),
         ("ssm_in_rows", 0),  # recurrent input projection rows
@@ -743,6 +750,7 @@ class LayerShape(Record):
         ("ssm_conv_channels", 0),
         ("ssm_state", 0),
         ("ssm_heads", 0),
+        ("ssm_norm", False),  # Mamba-2's grouped RMS norm before the output projection
     )
 
 
@@ -763,6 +771,11 @@ class GraphShape(Record):
         ("attn_res_block", 0),  # kimi-k3's attention residuals: a checkpoint banked every N layers
         ("situ", False),  # kimi-k3's situ activation instead of swiglu
         ("situ_linear", False),  # ... with the up branch transformed too (situ_linear_beta > 0)
+        ("rope", True),  # attention layers rope q and k (Nemotron-H and Jamba attention has no positions)
+        ("relu_sqr", False),  # ungated FFNs use relu^2 (two in-place ops) instead of one activation
+        ("indexer_heads", 0),  # DSA lightning indexer (deepseek32, glm-dsa): query heads,
+        ("indexer_head", 0),  # ... their width (one key head of it cached per cell),
+        ("indexer_top_k", 0),  # ... and the cells each token attends to
         ("notes", list),
         ("mtp_layers", dict),  # {block: LayerShape} of the NextN/MTP blocks an MTP context runs (MTP_GRAPH_ARCHES)
     )
@@ -779,7 +792,7 @@ def _has(model, name):
     return name in model.tensor_by_name
 
 
-def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
+def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=False):
     blk = f"blk.{il}."
     mixer = "none"
     if kvshape.is_recurrent[il] and kvshape.architecture in kvmod.GDN_ARCHES:
@@ -821,11 +834,15 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
         conv = model.tensor_by_name.get(blk + "ssm_conv1d.weight")
         shape.ssm_conv_channels = conv.shape[-1] if conv is not None else 0
-        shape.ssm_heads = _rows(model, blk + "ssm_a", 0) or _rows(model, blk + "ssm_dt.bias", 0)
+        ssm_a = model.tensor_by_name.get(blk + "ssm_a")
+        shape.ssm_heads = _rows(model, blk + "ssm_dt.bias", 0) or (max(ssm_a.shape) if ssm_a is not None else 0)
+        shape.ssm_norm = _has(model, blk + "ssm_norm.weight")
     up_exps = model.tensor_by_name.get(blk + "ffn_up_exps.weight") or model.tensor_by_name.get(blk + "ffn_gate_up_exps.weight")
     if up_exps is not None:
         shape.ffn = "moe"
         shape.gate_up_merged = _has(model, blk + "ffn_gate_up_exps.weight")
+        shape.exp_gated = shape.gate_up_merged or _has(model, blk + "ffn_gate_exps.weight")
+        shape.shexp_gated = _has(model, blk + "ffn_gate_shexp.weight")
         shape.n_ff_exp = up_exps.shape[1] // (2 if shape.gate_up_merged else 1)
         shape.expert_in = up_exps.shape[0]
         shape.n_expert = up_exps.shape[2] if len(up_exps.shape) > 2 else n_expert
@@ -835,10 +852,12 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w):
         shape.probs_bias = _has(model, blk + "exp_probs_b.bias")
         shape.gating = gating
         shape.norm_w = norm_w
+        shape.w_scale = w_scale
         shape.n_ff_shexp = _rows(model, blk + "ffn_up_shexp.weight")
     elif _has(model, blk + "ffn_up.weight") or _has(model, blk + "ffn_down.weight"):
         shape.ffn = "dense"
         shape.n_ff = _rows(model, blk + "ffn_up.weight") or _rows(model, blk + "ffn_down.weight", 0)
+        shape.ffn_gated = _has(model, blk + "ffn_gate.weight")
     return shape
 
 
@@ -847,6 +866,11 @@ _SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m
 _SOFTMAX_WEIGHT = ("gpt-oss",)
 _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
 _NORM_W_NEVER = ("gpt-oss",)  # openai-moe.cpp passes false whatever the key says
+# mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
+# on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
+STATE_FIRST_MIXERS = ("mamba2",)
+NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba")  # build_qkv without ggml_rope_ext
+RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, shared expert and dense FFN
 # Loaders whose graph keeps the trunk's last hidden state as an output (t_h_nextn) and drops the
 # non-output rows after the trunk instead of inside the last layer (src/models/*.cpp).
 NEXTN_TAIL = ("bailingmoe3", "cohere2moe", "gemma4", "hy_v3", "nemotron_h", "nemotron_h_moe", "gpt-oss", "qwen35",
@@ -873,10 +897,16 @@ def graph_shape(model, kvshape=None):
     if arch in _SOFTMAX_WEIGHT:
         gating = 3
     norm_w = bool(model.get("{arch}.expert_weights_norm", arch in _NORM_W_DEFAULT)) and arch not in _NORM_W_NEVER
-    layers = [_layer_shape(model, il, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
+    scale = model.get("{arch}.expert_weights_scale", 0.0)
+    w_scale = isinstance(scale, (int, float)) and float(scale) not in (0.0, 1.0)
+    layers = [_layer_shape(model, il, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w, w_scale)
               for il in range(kvshape.trunk_layers)]
     head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0)]
     shape = GraphShape(architecture=arch, n_embd=n_embd, n_vocab=n_vocab, layers=layers, n_head=head_count)
+    if arch in NO_ROPE_ARCHES:
+        shape.rope = False
+    if arch in RELU_SQR_ARCHES:
+        shape.relu_sqr = True
     if arch in ATTN_RES_ARCHES:
         shape.attn_res_block = model.get_int("{arch}.attn_res.block_size", 0)
         shape.situ = True
@@ -889,6 +919,12 @@ def graph_shape(model, kvshape=None):
         shape.mla_v_head = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
     if arch in MTP_GRAPH_ARCHES:
         shape.mtp_layers = _mtp_layer_shapes(model, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
+    if kvshape.indexer_width:
+        shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
+                                            required_for="the DSA lightning indexer's compute")
+        shape.indexer_head = kvshape.indexer_width
+        shape.indexer_top_k = model.get_int("{arch}.attention.indexer.top_k", None,
+                                            required_for="the DSA lightning indexer's compute")
     return shape
 
 
@@ -914,6 +950,7 @@ class _Build:
         self.v_idxs = {}
         self.pos = None
         self.k_rot = self.v_rot = None
+        self.s_copy = None
 
     def _external(self, key, device, weight, nbytes=0):
         tensor = self._externals.get(key)
@@ -1055,11 +1092,12 @@ def _attention_inputs(b, kinds):
         b.v_rot = g.input(b.f32(64, 64))
 
 
-def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=0):
-    """build_attn_mha: returns the attention output, n_head x v width x tokens (f32), contiguous."""
+def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=0, mask=None):
+    """build_attn_mha: returns the attention output, n_head x v width x tokens (f32), contiguous.
+    mask: the KQ mask it reads (None: the layer kind's input mask)."""
     g, T = b.g, b.T
     n_kv = b.cells[kind]
-    mask = b.masks[kind]
+    mask = b.masks[kind] if mask is None else mask
     k = g.view(b.cache)
     v = g.view(b.cache)
     qv = g.view(g.view(q))
@@ -1124,8 +1162,9 @@ def _gqa_layer(b, il, x, layer):
     if layer.qk_norm:
         q = b.norm(q, n_head * k_width)
         k = b.norm(k, hkv * k_width)
-    q = g.op(q_bytes, q, b.pos, inplace=(0,))  # rope (a new tensor when its source is a view)
-    k = g.op(k_bytes, k, b.pos, inplace=(0,))
+    if b.shape.rope:
+        q = g.op(q_bytes, q, b.pos, inplace=(0,))  # rope (a new tensor when its source is a view)
+        k = g.op(k_bytes, k, b.pos, inplace=(0,))
     if b.k_rot is not None:
         q = g.view(g.op(q_bytes, b.k_rot, g.view(q)))
         k = g.view(g.op(k_bytes, b.k_rot, g.view(k)))
@@ -1153,10 +1192,13 @@ def _mla_layer(b, il, x, layer):
     shape = b.shape
     n_head = shape.n_head[il]
     kv_lora, rope, nope, v_head = shape.kv_lora, shape.mla_rope, shape.mla_nope, shape.mla_v_head
+    mask = None
     if layer.q_lora:
-        q = b.mm(layer.q_lora, x)
-        q = b.norm(q, layer.q_lora)
-        q = b.mm(n_head * (nope + rope), q)
+        qr = b.mm(layer.q_lora, x)
+        qr = b.norm(qr, layer.q_lora)
+        if shape.indexer_heads:
+            mask = _dsa_mask(b, il, x, qr)
+        q = b.mm(n_head * (nope + rope), qr)
     else:
         q = b.mm(n_head * (nope + rope), x)
     q = g.view(q)
@@ -1173,12 +1215,68 @@ def _mla_layer(b, il, x, layer):
     g.expand(kv_c3)
     g.expand(k_cur)
     g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs["full"]))
-    cur = _mha(b, il, q_cur, kv_lora + rope, "full", n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head)
+    cur = _mha(b, il, q_cur, kv_lora + rope, "full", n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
     if layer.gate_rows:
         gate = b.mm(layer.gate_rows, x)
         gate = b.unary(gate, gate.nbytes)
         cur = g.op(b.f32(n_head * v_head, T), cur, gate)
     return b.mm(shape.n_embd, cur)
+
+
+def _dsa_inputs(b):
+    """build_attn_inp_k_dsa's indexer inputs: the indexer cache's k_idxs, its KQ mask (f16: the fused
+    lightning indexer, cparams.fused_lid, is always on) and the Hadamard rotation llama_kv_cache always
+    builds for a DeepSeek indexer (nrot: the largest power of two from 64 dividing the key width)."""
+    g, T = b.g, b.T
+    b.k_idxs["indexer"] = g.input(I64_BYTES * T)
+    b.masks["indexer"] = g.input(F16_BYTES * b.cells["indexer"] * T)
+    nrot = 64
+    while b.shape.indexer_head % (nrot * 2) == 0:
+        nrot *= 2
+    b.indexer_rot = g.input(b.f32(nrot, nrot))
+    b.top_k = None
+
+
+def _dsa_mask(b, il, x, qr):
+    """The DSA layer's KQ mask (src/models/deepseek32.cpp, glm-dsa.cpp lightning indexer and
+    llm_graph_context::build_attn for llm_graph_input_attn_k_dsa): indexer queries from the q latent,
+    one key head from the layer input (normed, roped, Hadamard-rotated, stored in the indexer cache),
+    per-head weights, the fused lightning indexer's scores (n_kv x tokens f32), their top-k cells (a
+    contiguous i32 copy), and a mask filled with -inf, unmasked at the top-k cells by set_rows from a
+    zero-filled tensor (whose empty source is a graph leaf: allocated before the first node) and added
+    to the layer's mask (a new mask-sized tensor). glm-dsa's shared layers reuse the last full layer's top-k.
+    Only the cache store is expanded here; the rest joins the graph when attention reads the mask."""
+    g, T, shape = b.g, b.T, b.shape
+    heads, width = shape.indexer_heads, shape.indexer_head
+    n_kv = b.cells["indexer"]
+    if b.kv.indexer_layers[il] or b.top_k is None:
+        # (a rope or scale of a reshaped/viewed tensor is a new tensor: ggml-alloc's reserve takes a
+        # view's unallocated data for external memory and never reuses it)
+        q = b.mm(heads * width, qr)
+        q = g.op(q.nbytes, g.view(q), b.pos, inplace=(0,))
+        k = b.mm(width, x)
+        k = g.op(k.nbytes, k)  # layer norm (GGML_OP_NORM is not in ggml_op_can_inplace), weight, bias
+        k = g.op(k.nbytes, k, b.weights, inplace=(0,))
+        k = g.op(k.nbytes, k, b.weights, inplace=(0,))
+        k = g.op(k.nbytes, g.view(k), b.pos, inplace=(0,))
+        q = g.op(q.nbytes, b.indexer_rot, q)
+        k = g.op(k.nbytes, b.indexer_rot, k)
+        g.expand(g.view(b.cache, g.view(k), b.k_idxs["indexer"]))
+        weights = b.mm(heads, x)
+        weights = g.op(weights.nbytes, g.view(weights), inplace=(0,))  # scale of the per-stream view
+        scores = g.op(b.f32(n_kv, T), g.view(q), g.view(b.cache), weights, b.masks["indexer"])
+        top_k = g.op(I32_BYTES * min(n_kv, shape.indexer_top_k) * T, scores)
+        b.top_k = g.op(top_k.nbytes, g.view(top_k))  # cont
+    top_k = b.top_k
+    mask = b.masks["full"]
+    filled = g.op(mask.nbytes, mask, inplace=(0,))  # ggml_fill (the mask input has other readers: a new tensor)
+    empty = _Tensor(b.f32(top_k.nbytes // I32_BYTES), has_op=False)
+    if b.homes is not None:
+        empty.device = b.dev  # the scheduler gives a leaf without a buffer its consumer's backend
+    zeros = g.op(empty.nbytes, empty, inplace=(0,))  # fill in place of its leaf
+    # set_rows: a view of the fill, reading the zeros, the top-k and (last) the fill
+    unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
+    return g.op(filled.nbytes, g.view(unmasked), mask, inplace=(0,))  # add: a new tensor (its source is a view)
 
 
 def _kda_layer(b, il, x, layer):
@@ -1228,17 +1326,44 @@ def _gdn_layer(b, il, x, layer):
     return b.mm(b.shape.n_embd, y)
 
 
+def _state_copy(b):
+    """build_rs_inp: the recurrent cache's s_copy input (i32, one per cell: n_seq of them)."""
+    if b.s_copy is None:
+        b.s_copy = b.g.input(I32_BYTES * max(1, b.settings.n_seq))
+    return b.s_copy
+
+
 def _mamba2_layer(b, il, x, layer):
+    """llm_build_mamba_base::build_mamba2_layer: the conv states gathered from the cache (get_rows),
+    the input projection, the conv input (states + tokens, concatenated), the conv and its bias/silu in
+    place, dt made contiguous, the scan (outputs and new states in one tensor, reading the ssm states
+    straight from the cache), y + x*D, z made contiguous, the gated output, the grouped norm and the
+    output projection. A new tensor wherever the source is a view (ggml-alloc never reuses a view)."""
     g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
+    channels, inner = layer.ssm_conv_channels, layer.ssm_inner
+    s_copy = _state_copy(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))  # get_rows
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))  # the extra states: none when reserving
     zxbcdt = b.mm(layer.ssm_in_rows, x)
-    channels = layer.ssm_conv_channels
-    conv_in = g.op(b.f32(channels, T + 3), g.view(zxbcdt))
-    conv = g.op(b.f32(channels, T), conv_in, b.weights)
-    conv = b.unary(conv, conv.nbytes)
-    scan = g.op(b.f32(layer.ssm_inner, T) + b.f32(channels * 64), g.view(conv), g.view(zxbcdt), b.weights)
-    y = g.op(b.f32(layer.ssm_inner, T), g.view(scan), g.view(zxbcdt))
-    y = b.norm(y, layer.ssm_inner)
-    return b.mm(b.shape.n_embd, y)
+    conv_in = g.op(b.f32(channels, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(zxbcdt))  # concat
+    g.expand(g.view(b.cache, g.view(conv_in)))  # the last d_conv-1 columns back to the cache
+    conv = g.op(b.f32(channels, T), conv_in, b.weights)  # ssm_conv
+    conv = g.op(conv.nbytes, conv, b.weights, inplace=(0,))  # bias
+    conv = b.unary(conv, conv.nbytes)  # silu
+    dt = g.op(b.f32(layer.ssm_heads, T), g.view(zxbcdt))  # cont
+    dt = g.op(dt.nbytes, dt, b.weights, inplace=(0,))
+    scan = g.expand(g.op(b.f32(inner, T) + b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(conv), dt,
+                         b.weights, g.view(conv), g.view(conv), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    g.expand(g.view(b.cache, g.view(scan)))  # the new states back to the cache
+    x_d = g.op(b.f32(inner, T), g.view(conv), b.weights)  # x * D
+    y = g.op(b.f32(inner, T), g.view(scan), x_d, inplace=(0, 1))
+    z = g.op(b.f32(inner, T), g.view(zxbcdt))  # cont
+    y = g.op(b.f32(inner, T), z, y)  # swiglu_split: a new tensor
+    if layer.ssm_norm:
+        y = b.norm(g.view(y), inner)
+    return b.mm(b.shape.n_embd, g.view(y))
 
 
 def _moe(b, il, x, layer):
@@ -1269,6 +1394,8 @@ def _moe(b, il, x, layer):
         total = g.op(b.f32(1, T), w2)
         total = b.unary(total, total.nbytes)
         weights = g.view(g.op(weights.nbytes, w2, total, inplace=(0,)))
+    if layer.w_scale:
+        weights = g.op(b.f32(top_k, T), weights, inplace=(0,))  # ggml_scale (a new tensor after the norm's reshape)
     g.expand(weights)
     cur = g.view(x_in)
     ff = layer.n_ff_exp
@@ -1281,10 +1408,14 @@ def _moe(b, il, x, layer):
         up = g.op(b.f32(ff, top_k, T), b.expert_weights(il, "up"), cur, selected)
         if layer.expert_bias:
             up = g.op(up.nbytes, up, b.expert_weights(il, "up"), selected, inplace=(0,))
-        gate = g.op(b.f32(ff, top_k, T), b.expert_weights(il, "gate"), cur, selected)
-        if layer.expert_bias:
-            gate = g.op(gate.nbytes, gate, b.expert_weights(il, "gate"), selected, inplace=(0,))
-    if b.shape.situ:
+        gate = None
+        if layer.exp_gated:
+            gate = g.op(b.f32(ff, top_k, T), b.expert_weights(il, "gate"), cur, selected)
+            if layer.expert_bias:
+                gate = g.op(gate.nbytes, gate, b.expert_weights(il, "gate"), selected, inplace=(0,))
+    if gate is None:
+        act = _ungated(b, up)
+    elif b.shape.situ:
         act = _situ(b, gate, up)
     else:
         act = g.op(b.f32(ff, top_k, T), gate, up)  # swiglu / swiglu_oai: a new tensor
@@ -1303,7 +1434,7 @@ def _moe(b, il, x, layer):
     if out_width != n_embd:
         out = b.mm(n_embd, b.norm(out, out_width))
     if layer.n_ff_shexp:
-        shared = _ffn(b, x, layer.n_ff_shexp)
+        shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated)
         out = g.op(b.f32(n_embd, T), out, shared, inplace=(0, 1))
     return out
 
@@ -1354,9 +1485,17 @@ def _situ(b, gate, up):
     return g.op(gate.nbytes, a, up, inplace=(0,))
 
 
-def _ffn(b, x, n_ff):
+def _ungated(b, up):
+    """An FFN without a gate: the activation in place of up (relu^2: relu then sqr)."""
+    act = b.unary(up, up.nbytes)
+    return b.unary(act, act.nbytes) if b.shape.relu_sqr else act
+
+
+def _ffn(b, x, n_ff, gated=True):
     g = b.g
     up = b.mm(n_ff, x)
+    if not gated:
+        return b.mm(b.shape.n_embd, _ungated(b, up))
     gate = b.mm(n_ff, x)
     act = _situ(b, gate, up) if b.shape.situ else g.op(up.nbytes, gate, up)
     return b.mm(b.shape.n_embd, act)
@@ -1379,6 +1518,11 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
                 kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where)
     if graph_shape.attn_res_block:
         return set()  # the residual stack grows: no two layers see the same allocator state
+    if graph_shape.indexer_heads:
+        # every DSA layer's zero-filled top-k source is a graph leaf, allocated before the first node
+        # and freed in its layer: the free blocks shift from layer to layer (measured: leaving repeats
+        # out lost a third of DeepSeek-V3.2's buffer)
+        return set()
     skipped, run, previous = set(), 0, None
     last = len(graph_shape.layers) - 1
     for il in sorted(layer_set):
@@ -1412,6 +1556,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     b.pos = g.input(I32_BYTES * T)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     _attention_inputs(b, kinds)
+    if graph_shape.indexer_heads:
+        _dsa_inputs(b)
     out_ids = g.input(I32_BYTES * n_out)
     last = len(graph_shape.layers) - 1
     stack = _ResidualStack(b) if graph_shape.attn_res_block else None
@@ -1457,9 +1603,11 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         if layer.ffn != "none":
             ffn_in = cur
             x = b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
-            out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
+            out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
             cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
-        g.expand(cur)
+        following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)
+        if following is None or following.mixer not in STATE_FIRST_MIXERS:
+            g.expand(cur)  # (else the next layer's state gathering joins the graph before this layer's tail)
         g.boundaries.append(cur)
     if stack is not None:  # the final mix, then the output rows
         cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
