@@ -1196,7 +1196,7 @@ def _mla_layer(b, il, x, layer):
     if layer.q_lora:
         qr = b.mm(layer.q_lora, x)
         qr = b.norm(qr, layer.q_lora)
-        if shape.indexer_heads:
+        if "indexer" in b.masks:  # (the MTP graph's dense MLA has no indexer)
             mask = _dsa_mask(b, il, x, qr)
         q = b.mm(n_head * (nope + rope), qr)
     else:
@@ -1556,7 +1556,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     b.pos = g.input(I32_BYTES * T)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     _attention_inputs(b, kinds)
-    if graph_shape.indexer_heads:
+    if graph_shape.indexer_heads and "indexer" in b.cells:
         _dsa_inputs(b)
     out_ids = g.input(I32_BYTES * n_out)
     last = len(graph_shape.layers) - 1
