@@ -634,6 +634,124 @@ def granitehybrid(t=Types(), **p):
     return spec
 
 
+def jamba(t=Types(), **p):
+    """Jamba (`jamba`): Mamba-1 blocks (head_count_kv 0; ssm_x, dt/B/C norms, d_inner = 2 x n_embd) and
+    rope-less attention blocks in a `pattern` of M and *, dense SwiGLU FFNs with routed experts in every
+    `moe_every`-th block (llama.cpp src/models/jamba.cpp, build_mamba_layer)."""
+    p = {"pattern": "MMM*MMMM", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_expert": 8, "top_k": 2,
+         "moe_every": 2, "conv": 4, "state": 16, "dt_rank": 16, "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    spec = ModelSpec("jamba", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd, d_inner, d_state, dt_rank = p["n_embd"], 2 * p["n_embd"], p["state"], p["dt_rank"]
+    head = n_embd // p["n_head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", d_state)
+    spec.meta("{arch}.ssm.time_step_rank", dt_rank)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
+            spec.add(blk + "ssm_conv1d.weight", (p["conv"], d_inner), t.norm)
+            spec.add(blk + "ssm_conv1d.bias", (d_inner,), t.norm)
+            spec.add(blk + "ssm_x.weight", (d_inner, dt_rank + 2 * d_state), t.resident)
+            spec.add(blk + "ssm_dt_norm.weight", (dt_rank,), t.norm)
+            spec.add(blk + "ssm_dt.weight", (dt_rank, d_inner), t.norm)
+            spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
+            spec.add(blk + "ssm_b_norm.weight", (d_state,), t.norm)
+            spec.add(blk + "ssm_c_norm.weight", (d_state,), t.norm)
+            spec.add(blk + "ssm_a", (d_state, d_inner), t.norm)
+            spec.add(blk + "ssm_d", (d_inner,), t.norm)
+            spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
+        else:
+            _gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["moe_every"] == 0:
+            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+        else:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+def lfm2(t=Types(), **p):
+    """LFM2 (`lfm2`) and LFM2-MoE (`lfm2moe`, with `n_expert`): short-convolution blocks (head_count_kv
+    0; in_proj to b/c/x, a `l_cache`-wide causal conv) and attention blocks with q/k norms in a
+    `pattern` of C and *, a dense SwiGLU FFN in the first `n_dense` blocks and routed experts (sigmoid
+    gate, selection bias, normalised weights) after (llama.cpp src/models/lfm2.cpp, lfm2moe.cpp)."""
+    p = {"pattern": "CC*CC*CC", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 0, "top_k": 4, "n_dense": 2, "l_cache": 3, "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    moe = p["n_expert"] > 0
+    spec = ModelSpec("lfm2moe" if moe else "lfm2", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd = p["n_embd"]
+    head = n_embd // p["n_head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.shortconv.l_cache", p["l_cache"])
+    if moe:
+        spec.meta("{arch}.expert_count", p["n_expert"])
+        spec.meta("{arch}.expert_used_count", p["top_k"])
+        spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+        spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+        spec.meta("{arch}.expert_gating_func", 2)
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("token_embd_norm.weight", (n_embd,), t.norm)  # llama.cpp's LFM2 output norm name
+    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    for il, kind in enumerate(pattern):
+        blk = f"blk.{il}."
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        if moe and il >= p["n_dense"]:
+            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            spec.add(blk + "exp_probs_b.bias", (p["n_expert"],), t.norm)
+        else:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if kind == "*":
+            spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+            spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+            _gqa_attention(spec, il, p, head, t)
+        else:
+            spec.add(blk + "shortconv.conv.weight", (p["l_cache"], n_embd), t.norm)
+            spec.add(blk + "shortconv.in_proj.weight", (n_embd, 3 * n_embd), t.resident)
+            spec.add(blk + "shortconv.out_proj.weight", (n_embd, n_embd), t.resident)
+    return spec
+
+
+def falcon_h1(t=Types(), **p):
+    """Falcon-H1 (`falcon-h1`): every block runs attention and a Mamba-2 mixer side by side on the same
+    norm and adds them, then a dense SwiGLU FFN (llama.cpp src/models/falcon-h1.cpp; the FFN norm is
+    named `blk.N.ffn_norm`, without `.weight`, as the loader asks)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "conv": 4, "ssm_heads": 8,
+         "ssm_head": 64, "state": 64, "groups": 1, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("falcon-h1", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _mamba2_block(spec, il, p, t)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "ffn_norm", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
 def nemotron_h_moe(t=Types(), **p):
     """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
     (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
@@ -753,6 +871,10 @@ BUILDERS = {
     "llama4": llama4,
     "rwkv7": rwkv7,
     "granitehybrid": granitehybrid,
+    "jamba": jamba,
+    "falcon-h1": falcon_h1,
+    "lfm2": lfm2,
+    "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
     "gemma4": gemma4,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }

@@ -718,7 +718,8 @@ class LayerShape(Record):
     """One block's graph-relevant widths (read from its tensors' shapes)."""
 
     FIELDS = (
-        ("mixer", REQUIRED),  # "attention", "mla", "kda", "gdn", "mamba2", "none"
+        ("mixer", REQUIRED),  # "attention", "mla", "kda", "gdn", "mamba", "mamba2", "shortconv",
+        # "attention+mamba2" (falcon-h1), "none"
         ("q_rows", 0),  # rows of the query projection output (attn_q / attn_q_b / fused qkv)
         ("k_rows", 0),
         ("v_rows", 0),
@@ -750,7 +751,9 @@ class LayerShape(Record):
         ("ssm_conv_channels", 0),
         ("ssm_state", 0),
         ("ssm_heads", 0),
-        ("ssm_norm", False),  # Mamba-2's grouped RMS norm before the output projection
+        ("ssm_norm", False),  # Mamba-2's grouped RMS norm before the output projection (Mamba-1: dt/B/C norms)
+        ("ssm_x_rows", 0),  # Mamba-1: rows of ssm_x (dt_rank + 2 d_state)
+        ("ssm_dt_rank", 0),
     )
 
 
@@ -773,6 +776,7 @@ class GraphShape(Record):
         ("situ_linear", False),  # ... with the up branch transformed too (situ_linear_beta > 0)
         ("rope", True),  # attention layers rope q and k (Nemotron-H and Jamba attention has no positions)
         ("relu_sqr", False),  # ungated FFNs use relu^2 (two in-place ops) instead of one activation
+        ("residual_first", False),  # the residual adds read the stream first (in-place reuse prefers it)
         ("indexer_heads", 0),  # DSA lightning indexer (deepseek32, glm-dsa): query heads,
         ("indexer_head", 0),  # ... their width (one key head of it cached per cell),
         ("indexer_top_k", 0),  # ... and the cells each token attends to
@@ -799,6 +803,10 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         mixer = "gdn"
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "kda":
         mixer = "kda"
+    elif _has(model, blk + "shortconv.in_proj.weight"):
+        mixer = "shortconv"  # LFM2
+    elif _has(model, blk + "ssm_x.weight"):
+        mixer = "mamba"  # Mamba-1 (jamba, mamba): dt/B/C from an x projection
     elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
         mixer = "mamba2"
     elif kvshape.head_count_kv[il] and kvshape.mla:
@@ -808,8 +816,10 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         mixer = "mla"
     elif kvshape.head_count_kv[il]:
         mixer = "attention"
+    if mixer == "mamba2" and kvshape.architecture in PARALLEL_SSM_ARCHES and kvshape.head_count_kv[il]:
+        mixer = "attention+mamba2"
     shape = LayerShape(mixer)
-    if mixer in ("attention", "mla"):
+    if mixer in ("attention", "mla", "attention+mamba2"):
         fused = _rows(model, blk + "attn_qkv.weight")
         shape.fused_qkv = bool(fused)
         shape.q_rows = fused or _rows(model, blk + "attn_q.weight") or _rows(model, blk + "attn_q_b.weight")
@@ -829,7 +839,15 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.ssm_heads = _rows(model, blk + "ssm_beta.weight") or _rows(model, blk + "ssm_ba.weight") // 2
         shape.ssm_state = model.get_int(Keys.SSM_STATE_SIZE, 0)
         shape.ssm_conv_channels = shape.ssm_in_rows
-    elif mixer == "mamba2":
+    elif mixer == "mamba":
+        shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
+        shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
+        shape.ssm_conv_channels = shape.ssm_inner
+        shape.ssm_x_rows = _rows(model, blk + "ssm_x.weight")
+        shape.ssm_dt_rank = _rows(model, blk + "ssm_dt.weight", 0)
+        shape.ssm_state = (shape.ssm_x_rows - shape.ssm_dt_rank) // 2
+        shape.ssm_norm = _has(model, blk + "ssm_dt_norm.weight") and _has(model, blk + "ssm_b_norm.weight")
+    if mixer in ("mamba2", "attention+mamba2"):
         shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
         conv = model.tensor_by_name.get(blk + "ssm_conv1d.weight")
@@ -865,11 +883,14 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
 _SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m2", "dots1", "deepseek32", "glm-dsa")
 _SOFTMAX_WEIGHT = ("gpt-oss",)
 _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
-_NORM_W_NEVER = ("gpt-oss",)  # openai-moe.cpp passes false whatever the key says
+_NORM_W_NEVER = ("gpt-oss", "jamba")  # openai-moe.cpp / jamba.cpp pass false whatever the key says
+_NORM_W_ALWAYS = ("lfm2moe",)  # lfm2.cpp passes true
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
-STATE_FIRST_MIXERS = ("mamba2",)
+STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
 NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba")  # build_qkv without ggml_rope_ext
+PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
+RESIDUAL_FIRST_ARCHES = ("jamba", "lfm2", "lfm2moe")  # ggml_add(residual, layer output)
 RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, shared expert and dense FFN
 # Loaders whose graph keeps the trunk's last hidden state as an output (t_h_nextn) and drops the
 # non-output rows after the trunk instead of inside the last layer (src/models/*.cpp).
@@ -896,7 +917,8 @@ def graph_shape(model, kvshape=None):
         2 if arch in _SIGMOID_DEFAULT else 3 if arch in _SOFTMAX_WEIGHT else 1)
     if arch in _SOFTMAX_WEIGHT:
         gating = 3
-    norm_w = bool(model.get("{arch}.expert_weights_norm", arch in _NORM_W_DEFAULT)) and arch not in _NORM_W_NEVER
+    norm_w = (bool(model.get("{arch}.expert_weights_norm", arch in _NORM_W_DEFAULT)) and arch not in _NORM_W_NEVER
+              or arch in _NORM_W_ALWAYS)
     scale = model.get("{arch}.expert_weights_scale", 0.0)
     w_scale = isinstance(scale, (int, float)) and float(scale) not in (0.0, 1.0)
     layers = [_layer_shape(model, il, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w, w_scale)
@@ -907,6 +929,8 @@ def graph_shape(model, kvshape=None):
         shape.rope = False
     if arch in RELU_SQR_ARCHES:
         shape.relu_sqr = True
+    if arch in RESIDUAL_FIRST_ARCHES:
+        shape.residual_first = True
     if arch in ATTN_RES_ARCHES:
         shape.attn_res_block = model.get_int("{arch}.attn_res.block_size", 0)
         shape.situ = True
@@ -1106,7 +1130,7 @@ def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=
         if v_mla_rows:
             cur = g.op(b.f32(v_mla_rows, T, n_head), b.weights, g.view(cur))
             cur = g.op(b.f32(v_mla_rows, n_head, T), g.view(cur))
-        return g.view(cur)
+        return g.expand(g.view(cur))  # build_attn_mha expands its output
     kq = g.op(b.f32(n_kv, T, n_head), g.view(k), qv)
     kq = g.op(kq.nbytes, kq, mask, inplace=(0,))  # soft_max_ext
     if b.kv.mla:
@@ -1115,7 +1139,7 @@ def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=
     if v_mla_rows:
         kqv = g.op(b.f32(v_mla_rows, T, n_head), b.weights, kqv)
         v_width = v_mla_rows
-    return g.op(b.f32(v_width * n_head, T), g.view(kqv))  # cont_2d
+    return g.expand(g.op(b.f32(v_width * n_head, T), g.view(kqv)))  # cont_2d
 
 
 def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
@@ -1331,6 +1355,63 @@ def _state_copy(b):
     if b.s_copy is None:
         b.s_copy = b.g.input(I32_BYTES * max(1, b.settings.n_seq))
     return b.s_copy
+
+
+def _shortconv_layer(b, il, x, layer):
+    """LFM2's short-convolution block (src/models/lfm2.cpp build_shortconv_block): the conv state
+    gathered first, in_proj to b/c/x, b*x (a new tensor: both are views), the state and b*x
+    concatenated, written back, the conv, c*conv in place of the conv and out_proj."""
+    g, T, n_embd = b.g, b.T, b.shape.n_embd
+    n_seq = max(1, b.settings.n_seq)
+    s_copy = _state_copy(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    bcx = b.mm(3 * n_embd, g.view(x))
+    bx = g.op(b.f32(n_embd, T), g.view(bcx), g.view(bcx))
+    conv_in = g.op(b.f32(n_embd, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(bx))
+    g.expand(g.view(b.cache, g.view(conv_in)))
+    conv = g.op(b.f32(n_embd, T), conv_in, b.weights)
+    y = g.op(conv.nbytes, g.view(bcx), conv, inplace=(0, 1))
+    return b.mm(n_embd, y)
+
+
+def _mamba_layer(b, il, x, layer):
+    """llm_build_mamba_base::build_mamba_layer (Mamba-1, jamba): conv states gathered, x/z projection,
+    conv input, conv with bias and silu, the x projection to dt/B/C (RMS-normed when the layer has the
+    norms, else dt made contiguous), dt's projection and bias, the scan (outputs and new state), y +
+    x*D (the mul in place of the conv output, which is not a view here), z made contiguous, the gated
+    output and the output projection."""
+    g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
+    inner, rank, state = layer.ssm_inner, layer.ssm_dt_rank, layer.ssm_state
+    s_copy = _state_copy(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    xz = b.mm(layer.ssm_in_rows, g.view(x))
+    conv_in = g.op(b.f32(inner, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(xz))
+    g.expand(g.view(b.cache, g.view(conv_in)))
+    conv = g.op(b.f32(inner, T), conv_in, b.weights)
+    conv = g.op(conv.nbytes, conv, b.weights, inplace=(0,))
+    conv = b.unary(conv, conv.nbytes)
+    x_db = b.mm(layer.ssm_x_rows, conv)
+    if layer.ssm_norm:
+        dt = b.norm(g.view(x_db), rank)
+        b_in = b.norm(g.view(x_db), state)
+        c_in = b.norm(g.view(x_db), state)
+    else:
+        dt = g.op(b.f32(rank, T), g.view(x_db))
+        b_in = c_in = g.view(x_db)
+    dt = b.mm(inner, dt)
+    dt = g.op(dt.nbytes, dt, b.weights, inplace=(0,))
+    scan = g.expand(g.op(b.f32(inner, T) + b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(conv), dt,
+                         b.weights, b_in, c_in, g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    g.expand(g.view(b.cache, g.view(scan)))
+    x_d = g.op(b.f32(inner, T), conv, b.weights, inplace=(0,))
+    y = g.op(b.f32(inner, T), g.view(scan), x_d, inplace=(0, 1))
+    z = g.op(b.f32(inner, T), g.view(xz))
+    y = g.op(b.f32(inner, T), z, y)
+    return b.mm(b.shape.n_embd, y)
 
 
 def _mamba2_layer(b, il, x, layer):
@@ -1587,9 +1668,23 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = _gdn_layer(b, il, x, layer)
         elif layer.mixer == "mamba2":
             mixed = _mamba2_layer(b, il, x, layer)
+        elif layer.mixer == "mamba":
+            mixed = _mamba_layer(b, il, x, layer)
+        elif layer.mixer == "attention+mamba2":  # falcon-h1.cpp: a second norm of the input feeds the SSM
+            attn = _gqa_layer(b, il, x, layer)
+            ssm = _mamba2_layer(b, il, b.norm(cur, n_embd), layer)
+            mixed = g.op(b.f32(n_embd, T), attn, ssm, inplace=(0, 1))
+        elif layer.mixer == "shortconv":
+            mixed = _shortconv_layer(b, il, x, layer)
         else:
             mixed = None
-        if il == last and graph_shape.architecture not in NEXTN_TAIL and stack is None:
+        if il == last and graph_shape.architecture in PARALLEL_SSM_ARCHES:
+            # falcon-h1.cpp adds the residual before dropping the non-output rows
+            cur = g.op(b.f32(n_embd, n_out), g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1)), out_ids)
+            mixed = None
+            residual = cur
+            T = b.T = n_out
+        elif il == last and graph_shape.architecture not in NEXTN_TAIL and stack is None:
             if mixed is not None:
                 mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
             residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
@@ -1597,14 +1692,16 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         if banked and mixed is not None:
             cur = mixed  # the stream restarts from the mixer's output
         elif mixed is not None:
-            cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
+            pair = (residual, mixed) if graph_shape.residual_first else (mixed, residual)
+            cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         else:
             cur = residual
         if layer.ffn != "none":
             ffn_in = cur
             x = b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
             out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
-            cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
+            pair = (ffn_in, out) if graph_shape.residual_first else (out, ffn_in)
+            cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)
         if following is None or following.mixer not in STATE_FIRST_MIXERS:
             g.expand(cur)  # (else the next layer's state gathering joins the graph before this layer's tail)
