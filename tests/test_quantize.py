@@ -2,6 +2,7 @@
 
 import errno
 import json
+import math
 import os
 from pathlib import Path
 
@@ -594,3 +595,18 @@ def test_row_tasks_keep_every_thread_busy_and_stay_bounded(tmp_path, monkeypatch
         monkeypatch.setattr(core, "WORK_VALUES", big.shape[0] * 3)  # three rows per task
         tasks = core._row_tasks(big, 2)
         assert all(n <= 3 for _, n in tasks) and sum(n for _, n in tasks) == big.n_elements // big.shape[0]
+
+
+def test_squares_and_peak_match_float64_and_see_nan():
+    from moetools.quantize import core
+
+    rng = np.random.default_rng(3)
+    values = (rng.standard_normal((64, 512)) * 0.05).astype(np.float32)
+    total, peak = core._squares_and_peak(values)
+    assert total == pytest.approx(float(np.sum(values.astype(np.float64) ** 2)), rel=1e-6)
+    assert peak == float(np.abs(values).max())
+    huge = np.array([[3e20, 1.0]], dtype=np.float32)  # a float32 row sum overflows: float64 then
+    assert core._squares_and_peak(huge)[0] == pytest.approx(9e40, rel=1e-6)
+    values[5, 7] = np.nan
+    assert all(math.isnan(x) for x in core._squares_and_peak(values))
+    assert core._squares_and_peak(np.zeros((0, 4), np.float32)) == (0.0, 0.0)

