@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from moetools import synth  # noqa: E402
 from tests import devicefit_draft_case as case  # noqa: E402
 
-BUFFER = re.compile(r"(?P<device>CPU|RPC\d+\[[^\]]+\])(?:_Mapped)? +(?P<kind>model|KV|compute) buffer size = +(?P<mib>[\d.]+) MiB")
+BUFFER = re.compile(r"(?P<device>CPU|RPC\d+\[[^\]]+\])(?:_Mapped)? +(?P<kind>model|KV|RS|compute) buffer size = +(?P<mib>[\d.]+) MiB")
 DRAFT_START = "loading draft model"
 MTP_START = "creating MTP draft context"
 SERVER_ONLY = ("--no-kv-unified", "-kvu")  # llama-server's flags; with -np N and a split cache, unchanged

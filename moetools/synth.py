@@ -331,9 +331,12 @@ def qwen35moe(t=Types(), **p):
     expert (llama.cpp src/models/qwen35moe.cpp, qwen3next.cpp)."""
     p = {"arch": "qwen35moe", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16,
          "n_ff_exp": 64, "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4,
-         "state": 32, "full_every": 4, "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
+         "state": 32, "full_every": 4, "nextn": 0, "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
     spec = ModelSpec(p["arch"], [])
-    _common(spec, p)
+    trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
+    if p["nextn"]:  # the MTP head: full-attention blocks after the trunk (never recurrent)
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     n_embd, head = p["n_embd"], p["head"]
     spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
     spec.meta("{arch}.attention.head_count", p["n_head"])
@@ -355,10 +358,12 @@ def qwen35moe(t=Types(), **p):
     spec.meta("{arch}.ssm.group_count", p["k_heads"])
     spec.meta("{arch}.full_attention_interval", p["full_every"])
     _embeddings(spec, p, t)
-    for il in range(p["n_layer"]):
+    for il in range(n_all):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
         spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
-        if (il + 1) % p["full_every"] == 0:
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+        if (il + 1) % p["full_every"] == 0 or il >= trunk:
             q = p["n_head"] * head
             kv = p["n_head_kv"] * head
             spec.add(f"blk.{il}.attn_q.weight", (n_embd, 2 * q), t.resident)

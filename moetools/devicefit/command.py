@@ -18,7 +18,7 @@ from moetools.devicefit import core, devices, upstream
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
-from moetools.devicefit.kv import CACHE_TYPES, KVSettings
+from moetools.devicefit.kv import CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings
 from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.gguf.sources import is_repo
 from moetools.output import Table, print_json, render, warn
@@ -512,6 +512,9 @@ def repo_tables(text, listing, rows):
 @click.option("--spec-type", "spec_type", type=click.Choice(["draft-simple", "draft-mtp"]),
               help="llama: the speculative type (--spec-type): draft-simple with --draft (the default then); "
                    "draft-mtp drafts with the model's own NextN/MTP blocks (loaded, plus an MTP context's KV and compute).")
+@click.option("--spec-draft-n-max", "draft_n_max", type=int, default=3, show_default=True, metavar="N",
+              help="llama: tokens drafted per step (--spec-draft-n-max); with draft-mtp a hybrid target keeps N "
+                   "recurrent-state snapshots per sequence.")
 @click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
               help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
 @click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
@@ -543,7 +546,7 @@ def repo_tables(text, listing, rows):
 @source_options
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, spec_type, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, spec_type, draft_n_max, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
@@ -572,6 +575,8 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     if draft_ngl is not None and draft_ngl < 0:
         raise UsageError("--draft-ngl must be 0 or more")
     mtp = spec_type == "draft-mtp"
+    if draft_n_max < 0:
+        raise UsageError("--spec-draft-n-max must be 0 or more")
     if mtp and draft_path:
         raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
                          "(a separate MTP head GGUF as --draft is not planned)")
@@ -595,20 +600,23 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     if runtime == "llama":
         if repo:
             raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
+        if mtp and facts.architecture in RS_ROLLBACK_ARCHES:
+            # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
+            settings.rs_seq = draft_n_max
         options = _llama_options(settings, ctx=ctx, reserve=reserve, margin=margin, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
                                  main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
                                  threads=threads, os_reserve=os_reserve)
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
-                                           spec_type="draft-mtp")
+                                           spec_type="draft-mtp", n_max=draft_n_max)
         if draft_path:
             with open_model(draft_path, fetch) as model:
                 draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
             placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
             options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
-                                           ngl=draft_ngl, devices=placed_on)
+                                           ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram))

@@ -1978,8 +1978,9 @@ def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
 # Loaders whose graph_mtp (LLM_GRAPH_TYPE_DECODER_MTP) runs one NextN block as a trunk block fed by
 # eh_proj(concat(enorm(token embedding), hnorm(the trunk's hidden state))), then the shared head norm,
 # the output rows and the LM head: src/models/deepseek2.cpp, deepseek32.cpp (dense MLA, no indexer),
-# glm4-moe.cpp. Other MTP graphs (the hybrids' Qwen3.5 / Nemotron-H heads, DeepSeek-V4, ...) differ.
-MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe")
+# glm4-moe.cpp, qwen35moe.cpp (gated-query attention). Other MTP graphs differ (Nemotron-H, DeepSeek-V4,
+# ...; qwen3next.cpp's head measured 8-13% below this replay's compute at 0c1e57098, so it is left out).
+MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe", "qwen35moe")
 
 
 def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):

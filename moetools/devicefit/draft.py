@@ -7,7 +7,11 @@ no tensor overrides, the draft cache types `-ctkd`/`-ctvd` (default f16, not the
 `-ctk`/`-ctv`), and one output row per sequence (n_outputs_max = -np, n_outputs_max_per_seq = 1).
 Context (common_speculative_init_result sets the draft's n_ctx to the target context's: there is no
 draft context size flag at this commit), batch, ubatch, -np, the cache's unification and the `-ts`
-split (by position in the draft's own device list) are the target's; n_rs_seq is 0. So its layers go to the devices by the same split,
+split (by position in the draft's own device list) are the target's; n_rs_seq is 0. Threads (-td,
+-tbd) change no memory. llama-server (tools/server/server-context.cpp load_model) derives the draft
+the same way (common_base_params_to_speculative, common_speculative_init_from_params) as
+llama-speculative-simple, where it was measured; the server differs for the TARGET: its
+n_outputs_max is min(n_batch, np * (1 + n_max)) (server_output_limits), not n_batch. So its layers go to the devices by the same split,
 its KV lives with its layers, and its own compute buffers sit beside the target's on each device.
 
 It refuses a draft whose vocabulary is not the target's, as common_speculative_are_compatible does:
@@ -103,6 +107,7 @@ class Draft(Record):
         ("ngl", None),
         ("devices", None),  # -devd: indices into the offload devices in the order named ((): none); None: the target's
         ("spec_type", "draft-simple"),  # or "draft-mtp"
+        ("n_max", 3),  # --spec-draft-n-max (llama.cpp's default 3)
     )
 
 
@@ -171,7 +176,8 @@ def check_draft_cache(draft):
 
 
 def draft_kv(settings, ctk, ctv):
-    """The draft's KVSettings: the target's context settings with the draft cache types."""
+    """The draft's KVSettings: the target's context settings with the draft cache types (and no
+    recurrent-state snapshots: common_speculative_init_result sets the draft context's n_rs_seq to 0)."""
     values = {name: getattr(settings, name) for name, _ in settings.FIELDS}
-    values.update(ctk=ctk, ctv=ctv)
+    values.update(ctk=ctk, ctv=ctv, rs_seq=0)
     return type(settings)(**values)

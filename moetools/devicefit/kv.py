@@ -468,6 +468,7 @@ class KVSettings(Record):
         ("unified", False),  # --kv-unified
         ("swa_full", False),
         ("flash_attn", True),
+        ("rs_seq", 0),  # n_rs_seq: recurrent-state snapshots per row for rollback (-spec-draft-n-max with draft-mtp)
     )
 
 
@@ -559,6 +560,17 @@ def _v_widest(shape, settings):
     return max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
 
 
+# llm_arch_supports_rs_rollback (src/llama-arch.cpp): llama_context clamps n_rs_seq to 0 for the others
+RS_ROLLBACK_ARCHES = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+                      "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3")
+
+
+def _state_rows(settings):
+    """Rows of each recurrent layer's r and s state: one per sequence, times 1 + n_rs_seq snapshots
+    (llama_memory_recurrent: mem_size * (1 + n_rs_seq); n_rs_seq is the draft's n_max with MTP drafting)."""
+    return max(1, settings.n_seq) * (1 + settings.rs_seq)
+
+
 def _recurrent_layers(shape):
     return [il for il in range(shape.trunk_layers) if shape.is_recurrent[il]]
 
@@ -588,7 +600,7 @@ def kv_caches(shape, ctx, settings):
     result = [cache for cache in caches.values() if cache.layers]
     recurrent_layers = len(_recurrent_layers(shape))
     if recurrent_layers:
-        rows = max(1, settings.n_seq)
+        rows = _state_rows(settings)
         result.append(KVCache("recurrent", rows, 1, recurrent_layers,
                               r_bytes=recurrent_layers * shape.state_r * rows * F32_BYTES,
                               s_bytes=recurrent_layers * shape.state_s * rows * F32_BYTES))
@@ -627,7 +639,7 @@ def per_layer(shape, ctx, settings):
     for il, flag in enumerate(shape.indexer_layers):
         if flag:
             result[il] += row_bytes(settings.ctk, shape.indexer_width) * cells * streams
-    rows = max(1, settings.n_seq)
+    rows = _state_rows(settings)
     for il in _recurrent_layers(shape):
         result[il] += (shape.state_r + shape.state_s) * rows * F32_BYTES
     return result

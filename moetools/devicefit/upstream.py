@@ -392,13 +392,14 @@ def draft_args(draft, devices):
     common_speculative_init finds no implementation and never drafts with it."""
     if draft is None:
         return []
+    n_max = ["--spec-draft-n-max", str(draft.n_max)] if draft.n_max != 3 else []
     if draft.spec_type == "draft-mtp":  # the model's own NextN blocks: no second model, its cache types
-        return ["--spec-type", "draft-mtp", "-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv]
+        return ["--spec-type", "draft-mtp", *n_max, "-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv]
     args = ["-md", draft.path, "-ngld", "all" if draft.ngl is None else str(draft.ngl)]
     if draft.devices is not None:
         names = draftmod.llama_device_names(devices)
         args += ["-devd", ",".join(names[index] for index in draft.devices) if draft.devices else "none"]
-    return args + ["-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv, "--spec-type", "draft-simple"]
+    return args + ["-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv, "--spec-type", "draft-simple", *n_max]
 
 
 def _weight_text(weight):
