@@ -262,6 +262,10 @@ def test_full_model(tmp_path):
         assert out.tensor_by_name["blk.0.attn_q.weight"].type_name == "q5_K"
         assert tier["resident_bytes"] == out.resident_bytes
         assert tier["total_tensor_bytes"] == out.total_bytes
+        # the counts cover every tensor written, the re-quantized experts included
+        changed = [t.name for t in src.tensors if out.tensor_by_name[t.name].type_id != t.type_id]
+        assert tier["quantized"] == len(changed) > len([name for name in changed if "_exps" not in name])
+        assert sum(tier["types"].values()) == tier["quantized"] + tier["copied"]
     reader = GGUFReader(tier["gguf"])
     assert len(reader.tensors) == len(src.tensors)
 

@@ -239,7 +239,7 @@ class TierResult:
     copied: int
     fallbacks: list
     tensors: list  # TensorError docs of the re-quantized tensors, worst (rel_rmse) first
-    types: dict = field(default_factory=dict)  # ggml type -> tensors written in it (resident)
+    types: dict = field(default_factory=dict)  # ggml type -> tensors written in it (kept ones apart), experts of --full included
     estimated_seconds: float = 0.0  # from the measured kernel speeds (kernels.MEASURED_MB_PER_S)
 
     def to_doc(self, worst=5):
@@ -829,19 +829,20 @@ def _result(model, tier, written=True, threads=None, paths=None):
         rmse=(math.sqrt(sse / n_values) if n_values else 0.0) if written else None,
         rel_rmse=(math.sqrt(sse / ss_source) if ss_source else 0.0) if written else None,
         max_rel_error=max((error.max_rel_error for error in errors), default=0.0) if written else None,
-        quantized=sum(1 for plan in resident if plan.action == "quantize"),
-        kept=sum(1 for plan in resident if plan.action == "keep"),
-        copied=sum(1 for plan in resident if plan.action == "copy"),
+        # counts over every tensor written (a --full tier's routed experts included)
+        quantized=sum(1 for plan in tier.tensors if plan.action == "quantize"),
+        kept=sum(1 for plan in tier.tensors if plan.action == "keep"),
+        copied=sum(1 for plan in tier.tensors if plan.action == "copy"),
         fallbacks=tier.fallbacks(),
         tensors=[error.to_doc() for error in errors],
-        types=_type_counts(resident),
+        types=_type_counts(tier.tensors),
         estimated_seconds=round(tier_seconds(tier, threads), 1),
     )
 
 
-def _type_counts(resident):
+def _type_counts(tensor_plans):
     counts = {}
-    for plan in resident:
+    for plan in tensor_plans:
         if plan.action != "keep":
             counts[type_name(plan.out_type)] = counts.get(type_name(plan.out_type), 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
