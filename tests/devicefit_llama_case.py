@@ -21,7 +21,8 @@ def fixture_spec():
 
 
 def device_fit_args(model_path):
-    args = [str(model_path), "--runtime", "llama", "--ram", "16G", "--margin", "0", "-c", str(CONTEXT)]
+    # --n-outputs 0: the record's launches are llama-completion's, whose context outputs every batch row
+    args = [str(model_path), "--runtime", "llama", "--ram", "16G", "--margin", "0", "-c", str(CONTEXT), "--n-outputs", "0"]
     for port, size in zip(RPC_PORTS, RPC_SIZES):
         args += ["--rpc", f"127.0.0.1:{port}={size}"]
     return args

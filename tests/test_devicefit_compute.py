@@ -62,6 +62,32 @@ def test_hybrid_compute_and_state_match_llama_cpp(preset_model, preset):
         assert attention == case["kv_mib"] and state == case["state_mib"], case
 
 
+@pytest.mark.parametrize("preset", EXACT + ("qwen3.5-35b-a3b",))
+def test_compute_buffer_with_llama_servers_outputs(preset_model, preset):
+    """llama-server's target context outputs one row per sequence (and per drafted token with a
+    speculative type), not every token of the batch: its logits and the last layer's rows shrink
+    (gpt-oss-120b at ubatch 512: 97 MiB instead of 414). Checked against llama.cpp with n_outputs_max
+    set as the server sets it; the gated delta net hybrid within 6%."""
+    graph, shape = shapes(preset_model(preset))
+    cases = [case for case in DATA["server_cases"] if case["preset"] == preset]
+    assert len(cases) >= 7
+    for case in cases:
+        settings = settings_of(case)
+        settings.outputs = case["outputs"]
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings)
+        if preset in EXACT:
+            assert abs(ours.device_bytes / 2**20 - case["compute_mib"]) < 0.006, case
+        else:
+            assert abs(ours.device_bytes / 2**20 / case["compute_mib"] - 1) < 0.06, case
+        assert ours.logits_bytes == graph.n_vocab * case["outputs"] * 4
+
+
+def test_llama_servers_output_rows():
+    assert kv.server_outputs(2048, 1) == 1 and kv.server_outputs(2048, 4) == 4
+    assert kv.server_outputs(2048, 4, kv.SERVER_DRAFT_MAX) == 16  # -np 4 with a draft: 1 + 3 rows each
+    assert kv.server_outputs(8, 4, 3) == 8  # never more than the batch
+
+
 def test_data_spans_the_checked_grid():
     cases = DATA["cases"]
     assert DATA["llama_cpp_commit"] == "0c1e57098"

@@ -283,6 +283,23 @@ def test_user_placement_that_fits_reports_its_speed(preset_model):
     assert args[args.index("--n-cpu-moe") + 1] == "30" and args[args.index("-ctk") + 1] == "q8_0"
 
 
+def test_the_plan_reserves_llama_servers_output_rows(preset_model):
+    """The launch is llama-server, whose target context outputs -np rows (x4 with a draft), not -b:
+    gpt-oss-120b's full-offload compute buffer on CUDA0 is the server's ~100 MiB, not llama-cli's ~400;
+    --n-outputs 0 plans llama-cli/llama-completion's context; the emitted flags do not change."""
+    base = ["--runtime", "llama", "--gpu", "a100-80g", "--ram", "64G", "-c", 8192, "-ngl", 99]
+    server = run_json(preset_model("gpt-oss-120b"), *base)
+    cli_ctx = run_json(preset_model("gpt-oss-120b"), *base, "--n-outputs", 0)
+    cuda = lambda doc: next(d for d in doc["devices"] if d["name"] == "CUDA0")["compute_bytes"]  # noqa: E731
+    assert cuda(server) < 0.4 * cuda(cli_ctx)
+    assert server["launch"]["llama"]["args"] == cli_ctx["launch"]["llama"]["args"]
+
+
+def test_negative_output_rows_are_refused(preset_model):
+    result = run(preset_model("gpt-oss-120b"), "--runtime", "llama", "--vram", "24G", "--n-outputs", -1)
+    assert result.exit_code == 2 and "--n-outputs must be 0" in result.output
+
+
 def test_unfittable_says_what_would_fit(preset_model):
     # 8 GiB: the first GPU runs the batch matmuls of the CPU's experts (op offload) and holds a copy of
     # one expert matrix (~1.8 GiB here) beside the 128k graph, so a 4 GiB card cannot even be CUDA0

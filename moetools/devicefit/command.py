@@ -18,7 +18,7 @@ from moetools.devicefit import core, devices, upstream
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
-from moetools.devicefit.kv import CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings
+from moetools.devicefit.kv import CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.gguf.sources import is_repo
 from moetools.output import Table, print_json, render, warn
@@ -515,6 +515,10 @@ def repo_tables(text, listing, rows):
 @click.option("--spec-draft-n-max", "draft_n_max", type=int, default=3, show_default=True, metavar="N",
               help="llama: tokens drafted per step (--spec-draft-n-max); with draft-mtp a hybrid target keeps N "
                    "recurrent-state snapshots per sequence.")
+@click.option("--n-outputs", "n_outputs", type=int, metavar="N",
+              help="llama: output rows of the target's context (its n_outputs_max: the logits' rows in the compute "
+                   "buffer). Default llama-server's: min(-b, -np x (1 + --spec-draft-n-max with a speculative type)); "
+                   "0 = -b, as llama-cli and llama-completion reserve.")
 @click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
               help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
 @click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
@@ -546,7 +550,7 @@ def repo_tables(text, listing, rows):
 @source_options
 def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
                        ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, spec_type, draft_n_max, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
+                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, spec_type, draft_n_max, n_outputs, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
                        disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
@@ -563,8 +567,13 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         raise UsageError("--coverage and --observations cannot both read stdin")
     if fa_text is not None:
         flash_attn = fa_text == "on"
+    if n_outputs is not None and n_outputs < 0:
+        raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
+    if n_outputs is None:  # llama-server's target context; the fork's server keeps llama.cpp's default (-b)
+        speculative = bool(draft_path) or spec_type == "draft-mtp"
+        n_outputs = server_outputs(batch, parallel, max(0, draft_n_max) if speculative else 0) if runtime == "llama" else 0
     settings = KVSettings(ctk=ctk, ctv=ctv, ubatch=ubatch, batch=batch, n_seq=parallel, unified=kv_unified,
-                          swa_full=swa_full, flash_attn=flash_attn)
+                          swa_full=swa_full, flash_attn=flash_attn, outputs=n_outputs)
     gpus, rpcs = _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw)
     ram_bytes = _ram_option(ram)
     from moetools.gguf import open_model

@@ -1616,8 +1616,10 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
 
 
 def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None, outputs=None):
-    """outputs: rows the graph outputs (llama_context's n_outputs_max; None: every token — a draft
-    model's context outputs one row per sequence)."""
+    """outputs: rows the graph outputs (llama_context's n_outputs_max; None: the settings' `outputs`,
+    whose 0 means every token — a draft model's context outputs one row per sequence, llama-server's
+    target one per sequence and drafted token)."""
+    outputs = outputs or settings.outputs or None
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
     n_out = min(outputs, T) if outputs else T
@@ -1770,8 +1772,9 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
         total = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output,
                        outputs=outputs).peak(alignment)
     host = -(-(graph_shape.n_embd * tokens * F32_BYTES) // alignment) * alignment
+    rows = min(outputs or settings.outputs or tokens, tokens)
     return ComputeBuffers(device_bytes=total, host_bytes=host, tokens=tokens, streams=streams,
-                          logits_bytes=graph_shape.n_vocab * tokens * F32_BYTES if output else 0)
+                          logits_bytes=graph_shape.n_vocab * rows * F32_BYTES if output else 0)
 
 
 ALIGNMENT = {"gpu": CUDA_ALIGNMENT, "rpc": CUDA_ALIGNMENT, "cpu": CPU_ALIGNMENT}

@@ -469,7 +469,20 @@ class KVSettings(Record):
         ("swa_full", False),
         ("flash_attn", True),
         ("rs_seq", 0),  # n_rs_seq: recurrent-state snapshots per row for rollback (-spec-draft-n-max with draft-mtp)
+        # n_outputs_max: rows the context outputs (sizes its logits; 0: the batch, llama.cpp's default for a
+        # bare context as llama-cli/llama-completion make it; llama-server's: server_outputs)
+        ("outputs", 0),
     )
+
+
+SERVER_DRAFT_MAX = 3  # common_params_speculative_draft::n_max, the tokens a draft proposes per step
+
+
+def server_outputs(batch, n_seq, n_draft=0):
+    """llama-server's n_outputs_max for the target context (tools/server/server-context.cpp
+    server_output_limits -> common_speculative_get_output_limits): one row per sequence, plus the
+    drafted tokens' rows with a speculative type, at most the batch."""
+    return min(batch, max(1, n_seq) * (1 + max(0, n_draft)))
 
 
 class KVCache(Record):

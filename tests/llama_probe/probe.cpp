@@ -1,6 +1,7 @@
 // One-off probe for tests/test_devicefit_llama.py: load a GGUF on the CPU, create a context, and let
 // llama.cpp log its KV / recurrent-state allocation (moetools code, linked against libllama).
-// usage: probe MODEL N_CTX N_SEQ TYPE_K TYPE_V FA(0/1) SWA_FULL(0/1) UNIFIED(0/1) UBATCH [BATCH]
+// usage: probe MODEL N_CTX N_SEQ TYPE_K TYPE_V FA(0/1) SWA_FULL(0/1) UNIFIED(0/1) UBATCH [BATCH [N_OUTPUTS_MAX]]
+// (N_OUTPUTS_MAX: llama-server sets it to -np x (1 + draft tokens); 0, the default, means the batch)
 // Weight repacking is off (use_extra_bufts = false, as -nr) and nothing is allocated (no_alloc): llama.cpp
 // sizes every buffer it would allocate and logs it, so header-only sparse models cost no RAM.
 #include "llama.h"
@@ -38,6 +39,7 @@ int main(int argc, char ** argv) {
     cp.kv_unified = atoi(argv[8]);
     cp.n_ubatch = atoi(argv[9]);
     cp.n_batch = argc > 10 ? atoi(argv[10]) : 2048;
+    cp.n_outputs_max = argc > 11 ? atoi(argv[11]) : 0;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "PROBE: context failed\n"); return 1; }
     fprintf(stderr, "PROBE: ok\n");
