@@ -309,3 +309,18 @@ def test_compiled_dequantizers_give_gguf_floats(name, golden_input, compiled):
         theirs = quants.dequantize(data, GGMLQuantizationType(type_id)).reshape(data.shape[0], 256)
         assert ours.view(np.uint32).tolist() == theirs.view(np.uint32).tolist()
         assert np.array_equal(kernels.dequantize(data, type_id, (data.shape[0], 256)).view(np.uint32), ours.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ["q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_block_bytes_do_not_depend_on_the_row_width(name, weighted, compiled):
+    """The compiled K-quant and IQ4 kernels search the groups of several blocks together (one SIMD
+    lane each) and pad a row's last batch with empty groups: a block's bytes must not depend on
+    its neighbours, so rows of one super-block and rows of eleven (a short last batch for every
+    batch size) give the same bytes, with and without an importance matrix."""
+    x = hashed_inputs(88)
+    imatrix = hashed_imatrix(256) if weighted else None
+    narrow = kernels.quantize(x, IMATRIX_TYPES[name], threads=1, imatrix=imatrix)
+    wide = kernels.quantize(x.reshape(8, 11 * 256), IMATRIX_TYPES[name], threads=1,
+                            imatrix=None if imatrix is None else np.tile(imatrix, 11))
+    assert narrow.tobytes() == wide.tobytes()

@@ -371,6 +371,13 @@ def test_estimate_and_type_counts(tmp_path):
     doc = json.loads(invoke(source, "--type", "Q4_K_M,Q8_0", "--dry-run", "--json").stdout)
     q4, q8 = doc["tiers"]
     assert q4["types"]["q4_K"] > 0 and q4["types"]["q6_K"] > 0 and set(q8["types"]) == {"q8_0"}
-    assert q4["estimated_seconds"] > q8["estimated_seconds"] >= 0  # K-quant searches cost more than Q8_0's rounding
+    assert q4["estimated_seconds"] >= q8["estimated_seconds"] >= 0  # (rounded to 0.1 s: this model takes less)
+    from moetools.quantize import kernels
+
+    # K-quant searches cost more than Q8_0's rounding, an imatrix search no less than a plain one
+    q4_k, q8_0 = kernels.GGML_TYPE_IDS["q4_K"], kernels.GGML_TYPE_IDS["q8_0"]
+    assert kernels.estimated_seconds(q4_k, 10**9) > kernels.estimated_seconds(q8_0, 10**9) > 0
+    assert kernels.estimated_seconds(q4_k, 10**9, imatrix=True) >= kernels.estimated_seconds(q4_k, 10**9)
+    assert kernels.estimated_seconds(q4_k, 10**9, threads=2) == kernels.estimated_seconds(q4_k, 10**9) / 2
     result = invoke(source, "--type", "Q4_K_M", "--json")
     assert result.exit_code == 0 and "quantize: about 1 s for 1 tier" in result.stderr

@@ -592,23 +592,28 @@ def engine():
 IGNORES_IMATRIX = {Q8_0, F16, BF16, 0}
 
 
-# Per-core speed of each engine, MB of float32 input per second, measured by
-# benchmarks/bench_quantize.py on the 2-core development machine (shared: load average ~9 while
-# measured, so these are what a busy machine gives; README has the figures). quantize's ETA uses
-# them; unknown types count at the slowest figure.
+# Per-core speed of each engine, MB of float32 input per second, as benchmarks/bench_quantize.py
+# measured them on the 2-core development machine (CPU time of one thread, so what one core gives
+# whatever the load; README has the figures), without and with an importance matrix. quantize's ETA
+# uses them; unknown types count at the slowest figure.
 MEASURED_MB_PER_S = {
-    "numba": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 36.0, "q5_K": 12.0,
-              "q4_K": 10.0, "q3_K": 50.0, "q2_K": 9.0, "iq4_xs": 4.5, "iq4_nl": 4.5, "f16": 500.0, "bf16": 300.0},
+    "numba": {"q8_0": 800.0, "q4_0": 730.0, "q4_1": 700.0, "q5_0": 700.0, "q5_1": 800.0, "q6_K": 160.0, "q5_K": 200.0,
+              "q4_K": 220.0, "q3_K": 370.0, "q2_K": 240.0, "iq4_xs": 175.0, "iq4_nl": 170.0, "f16": 500.0, "bf16": 300.0},
+    "numba imatrix": {"q4_0": 190.0, "q4_1": 26.0, "q5_0": 135.0, "q5_1": 25.0, "q6_K": 140.0, "q5_K": 100.0, "q4_K": 100.0,
+                      "q3_K": 90.0, "q2_K": 110.0, "iq4_xs": 175.0, "iq4_nl": 170.0},
     "numpy": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 12.0, "q5_K": 9.0,
               "q4_K": 7.0, "q3_K": 9.0, "q2_K": 7.0, "f16": 500.0, "bf16": 300.0},
+    "numpy imatrix": {},
 }
 
 
 def estimated_seconds(type_id, n_values, threads=1, imatrix=False):
-    """How long quantizing `n_values` float32 values to `type_id` takes with this engine on
-    `threads` cores, from MEASURED_MB_PER_S (an imatrix search costs about the same)."""
-    rates = MEASURED_MB_PER_S[engine()]
-    rate = rates.get(GGML_TYPES[type_id][0], min(rates.values()))
+    """How long quantizing `n_values` float32 values to `type_id` (with an importance matrix or not)
+    takes with this engine on `threads` cores, from MEASURED_MB_PER_S."""
+    weighted = imatrix and type_id not in IGNORES_IMATRIX
+    rates = MEASURED_MB_PER_S[engine() + (" imatrix" if weighted else "")] or MEASURED_MB_PER_S[engine()]
+    every = [rate for table in MEASURED_MB_PER_S.values() for rate in table.values()]
+    rate = rates.get(GGML_TYPES[type_id][0], min(every))
     return n_values * 4 / 1e6 / rate / max(1, threads)
 
 

@@ -1,14 +1,22 @@
 """ggml's quantizers compiled with numba: every K-quant, IQ4_NL/IQ4_XS and the 32-value block types,
 without and with an importance matrix, byte-identical to ggml (and to the numpy kernels in kernels.py).
 
-Each function follows ggml/src/ggml-quants.c loop for loop (the algorithms of `quantize_row_*_ref`,
-the `quantize_row_*_impl` imatrix variants, `make_qx_quants`, `make_q3_quants`, `make_qkx2_quants` /
-`make_qkx3_quants`, `make_qp_quants`, `quantize_row_iq4_nl_impl`), reimplemented as scalar loops a
-compiler turns into what the C compiler makes of ggml's. Byte identity needs the same float32
-operations in the same order, so every intermediate is rounded to float32 explicitly (`F32(...)`:
-numba, like numpy, would otherwise widen a float32 combined with an int or a Python float), products
-are never fused (numba does not allow LLVM to contract a*b+c without fastmath), and float16 is
-converted with round-to-nearest-even as ggml's GGML_FP32_TO_FP16 does.
+Each function follows ggml/src/ggml-quants.c (the algorithms of `quantize_row_*_ref`, the
+`quantize_row_*_impl` imatrix variants, `make_qx_quants`, `make_q3_quants`, `make_qkx2_quants` /
+`make_qkx3_quants`, `make_qp_quants`, `quantize_row_iq4_nl_impl`). Byte identity needs the same
+float32 operations in the same order, so every intermediate is rounded to float32 explicitly
+(`F32(...)`: numba, like numpy, would otherwise widen a float32 combined with an int or a Python
+float), products are never fused (numba does not allow LLVM to contract a*b+c without fastmath),
+and float16 is converted with round-to-nearest-even as ggml's GGML_FP32_TO_FP16 does.
+
+Speed: ggml searches the scale of one group (16 or 32 values) after the other, each search a chain
+of dependent float32 additions that no compiler may reorder. The groups do not depend on each
+other, so the searches that dominate (make_qkx2/3 for Q2_K/Q4_K/Q5_K, make_q3 for Q3_K, the IQ4
+search) run LANES groups at once (`make_*_lanes`): values laid out (element, group), every loop over
+the groups innermost, which the compiler turns into SIMD with one group per lane: each group still
+does ggml's operations in ggml's order, ggml's branches become per-lane selects. make_qx_quants
+(Q6_K, Q3_K with an imatrix) instead runs its 19 trial scales side by side within one group.
+Measured against ggml's C on one core by benchmarks/bench_quantize.py.
 
 Row drivers take (kind, x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,)
 float32, has_qw, block_bytes) and release the GIL, so kernels.quantize runs them on every core, one span of rows
@@ -50,6 +58,29 @@ def nearest_int(fval):
     """ggml's nearest_int: the mantissa bits of fval + 1.5*2^23, exactly as C computes it (round half
     to even below 2^22, C's wrap-around above). Inlined: it runs in every inner loop."""
     return (np.int64(_float32_bits(F32(fval + F32(12582912.0)))) & 0x007FFFFF) - 0x00400000
+
+
+@intrinsic
+def nearest_float(typingctx, value):
+    """float32(nearest_int(v)): ggml's nearest_int with every step in 32-bit lanes (fadd, bitcast, and,
+    sub, int32 -> float32), so a loop of it vectorises; exact, as nearest_int's result has at most
+    23 bits. The searches clamp levels as floats: min/max of small integers are the same either way."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        f32, i32 = ir.FloatType(), ir.IntType(32)
+        bits = builder.bitcast(builder.fadd(args[0], ir.Constant(f32, 12582912.0)), i32)
+        level = builder.sub(builder.and_(bits, ir.Constant(i32, 0x007FFFFF)), ir.Constant(i32, 0x00400000))
+        return builder.sitofp(level, f32)
+
+    return types.float32(types.float32), codegen
+
+
+@numba.njit(inline="always", **_JIT)
+def _clamped(v, low, high):
+    """min(max(float32(nearest_int(v)), low), high): C's MAX(low, MIN(high, nearest_int(v))) as a float."""
+    return min(max(nearest_float(v), low), high)
 
 
 @numba.njit(**_JIT)
@@ -121,24 +152,6 @@ def _c_int8(v):
     """C's (int8_t) of a float: truncation toward zero, then the low byte as signed."""
     i = int(math.trunc(F64(v))) & 0xFF
     return i - 256 if i > 127 else i
-
-
-@numba.njit(inline="always", **_JIT)
-def best_index_int8(n, values, x):
-    """Index of the entry of the sorted `values` nearest to x (ggml's best_index_int8)."""
-    if x <= F32(values[0]):
-        return 0
-    if x >= F32(values[n - 1]):
-        return n - 1
-    ml = 0
-    mu = n - 1
-    while mu - ml > 1:
-        mav = (ml + mu) // 2
-        if x < F32(values[mav]):
-            mu = mav
-        else:
-            ml = mav
-    return mu - 1 if F32(x - F32(values[mu - 1])) < F32(F32(values[mu]) - x) else mu
 
 
 # --- the imatrix weighting shared by the K-quants, IQ4 and the 32-value types ---------------------
@@ -223,55 +236,6 @@ def make_qx_quants(n, nmax, x, L, qw, has_qw, work):
 
 
 @numba.njit(inline="always", **_JIT)
-def make_q3_quants(n, nmax, x, L):
-    """make_q3_quants(n, nmax, x, L, do_rmse=true): L[i] = level + nmax (0 for an all-zero group)."""
-    vmax = F32(0)
-    amax = F32(0)
-    for i in range(n):
-        ax = abs(x[i])
-        if ax > amax:
-            amax = ax
-            vmax = x[i]
-    if amax < F32(GROUP_MAX_EPS):
-        for i in range(n):
-            L[i] = 0
-        return F32(0)
-    iscale = F32(F32(-nmax) / vmax)
-    sumlx = F32(0)
-    suml2 = F32(0)
-    for i in range(n):
-        lv = max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
-        L[i] = lv
-        w = F32(x[i] * x[i])
-        lf = F32(lv)
-        sumlx = F32(sumlx + F32(F32(w * x[i]) * lf))
-        suml2 = F32(suml2 + F32(F32(w * lf) * lf))
-    for _ in range(5):
-        n_changed = 0
-        for i in range(n):
-            w = F32(x[i] * x[i])
-            li = F32(L[i])
-            slx = F32(sumlx - F32(F32(w * x[i]) * li))
-            if slx > 0:
-                sl2 = F32(suml2 - F32(F32(w * li) * li))
-                new_l = max(-nmax, min(nmax - 1, nearest_int(F32(F32(x[i] * sl2) / slx))))
-                if new_l != L[i]:
-                    nf = F32(new_l)
-                    slx = F32(slx + F32(F32(w * x[i]) * nf))
-                    sl2 = F32(sl2 + F32(F32(w * nf) * nf))
-                    if sl2 > 0 and F32(F32(slx * slx) * suml2) > F32(F32(sumlx * sumlx) * sl2):
-                        L[i] = new_l
-                        sumlx = slx
-                        suml2 = sl2
-                        n_changed += 1
-        if n_changed == 0:
-            break
-    for i in range(n):
-        L[i] += nmax
-    return F32(sumlx / suml2) if suml2 > 0 else F32(0)
-
-
-@numba.njit(inline="always", **_JIT)
 def make_qkx(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
     """make_qkx2_quants / make_qkx3_quants (the same search when weights are given: qkx3's `max <= min`
     test is qkx2's `max == min` once min is clipped to <= 0). Returns (scale, the_min)."""
@@ -337,6 +301,184 @@ def make_qkx(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
                 scale = this_scale
                 vmin = this_min
     return scale, F32(-vmin)
+
+
+LANE_STATE = 17  # rows of the per-lane state make_qkx_lanes keeps (one float32 per group and quantity)
+
+
+@numba.njit(inline="always", **_JIT)
+def make_qkx_lanes(n, lanes, nmax, lane, state, rmin, rdelta, nstep, use_mad, scales, mins):
+    """make_qkx2_quants / make_qkx3_quants for `lanes` groups of n values at once, one group per lane:
+    lane[0] holds the values as (n, lanes) (element i of group g at [i, g]), lane[1] their weights;
+    the levels come back in lane[2] (as float32), the scales and the_min in scales[g] / mins[g].
+
+    ggml searches one group after the other, each a chain of dependent float32 additions; the groups
+    of a super-block do not depend on each other, so here every loop runs over the groups innermost
+    (a SIMD lane each, the compiler vectorises it) while each group still does exactly ggml's
+    operations in ggml's order. ggml's branches become per-lane selects: a trial is taken where
+    ggml takes it (det > 0 and a smaller error), a flat group keeps its start. As in the numpy
+    engine, the levels of the best trial are rebuilt once from the iscale and offset that made
+    them (the same float32 operations), rather than copied at every improvement."""
+    X, W, L, Laux = lane[0], lane[1], lane[2], lane[3]
+    vmin, vmax, sum_w, sum_x, best, scale, isc = state[0], state[1], state[2], state[3], state[4], state[5], state[6]
+    s_l, s_l2, s_xl, b_isc, b_low, ts, tm, cur, det, flat = (state[7], state[8], state[9], state[10], state[11],
+                                                             state[12], state[13], state[14], state[15], state[16])
+    nmax_f = F32(nmax)
+    zero = F32(0)
+    for g in range(lanes):
+        vmin[g] = X[0, g]
+        vmax[g] = X[0, g]
+        sum_w[g] = W[0, g]
+        sum_x[g] = F32(W[0, g] * X[0, g])
+    for i in range(1, n):
+        for g in range(lanes):
+            xv = X[i, g]
+            w = W[i, g]
+            vmin[g] = xv if xv < vmin[g] else vmin[g]
+            vmax[g] = xv if xv > vmax[g] else vmax[g]
+            sum_w[g] = F32(sum_w[g] + w)
+            sum_x[g] = F32(sum_x[g] + F32(w * xv))
+    for g in range(lanes):
+        low = zero if vmin[g] > 0 else vmin[g]
+        vmin[g] = low
+        b_low[g] = low
+        flat[g] = F32(1) if vmax[g] == low else zero
+        iscale = F32(nmax_f / F32(vmax[g] - low))
+        isc[g] = iscale
+        b_isc[g] = iscale
+        scale[g] = F32(F32(1) / iscale)
+        best[g] = zero
+    for i in range(n):
+        for g in range(lanes):
+            xv = X[i, g]
+            lv = _clamped(F32(isc[g] * F32(xv - vmin[g])), zero, nmax_f)
+            diff = F32(F32(F32(scale[g] * lv) + vmin[g]) - xv)
+            diff = abs(diff) if use_mad else F32(diff * diff)
+            best[g] = F32(best[g] + F32(W[i, g] * diff))
+    for step in range(nstep + 1):
+        numerator = F32(F32(rmin + F32(rdelta * F32(step))) + nmax_f)
+        for g in range(lanes):
+            isc[g] = F32(numerator / F32(vmax[g] - vmin[g]))
+            s_l[g] = zero
+            s_l2[g] = zero
+            s_xl[g] = zero
+        for i in range(n):
+            for g in range(lanes):
+                xv = X[i, g]
+                lv = _clamped(F32(isc[g] * F32(xv - vmin[g])), zero, nmax_f)
+                Laux[i, g] = lv
+                wl = F32(W[i, g] * lv)
+                s_l[g] = F32(s_l[g] + wl)
+                s_l2[g] = F32(s_l2[g] + F32(wl * lv))
+                s_xl[g] = F32(s_xl[g] + F32(wl * xv))
+        for g in range(lanes):
+            d = F32(F32(sum_w[g] * s_l2[g]) - F32(s_l[g] * s_l[g]))
+            det[g] = d
+            this_scale = F32(F32(F32(sum_w[g] * s_xl[g]) - F32(sum_x[g] * s_l[g])) / d)
+            this_min = F32(F32(F32(s_l2[g] * sum_x[g]) - F32(s_l[g] * s_xl[g])) / d)
+            positive = this_min > 0
+            tm[g] = zero if positive else this_min
+            ts[g] = F32(s_xl[g] / s_l2[g]) if positive else this_scale
+            cur[g] = zero
+        for i in range(n):
+            for g in range(lanes):
+                diff = F32(F32(F32(ts[g] * Laux[i, g]) + tm[g]) - X[i, g])
+                diff = abs(diff) if use_mad else F32(diff * diff)
+                cur[g] = F32(cur[g] + F32(W[i, g] * diff))
+        for g in range(lanes):
+            take = det[g] > 0 and cur[g] < best[g] and flat[g] == 0
+            best[g] = cur[g] if take else best[g]
+            scale[g] = ts[g] if take else scale[g]
+            b_isc[g] = isc[g] if take else b_isc[g]
+            b_low[g] = vmin[g] if take else b_low[g]
+            vmin[g] = tm[g] if take else vmin[g]
+    for i in range(n):
+        for g in range(lanes):
+            lv = _clamped(F32(b_isc[g] * F32(X[i, g] - b_low[g])), zero, nmax_f)
+            L[i, g] = zero if flat[g] != 0 else lv
+    for g in range(lanes):
+        scales[g] = zero if flat[g] != 0 else scale[g]
+        mins[g] = F32(-vmin[g])
+
+
+@numba.njit(inline="always", **_JIT)
+def _lanes_absmax(n, lanes, X, amax, vmax):
+    """ggml's `if (ax > amax) { amax = ax; max = x[i]; }` from 0 in every lane of X (n, lanes): the
+    largest |x| and the first value that has it."""
+    for g in range(lanes):
+        amax[g] = F32(0)
+        vmax[g] = F32(0)
+    for i in range(n):
+        for g in range(lanes):
+            xv = X[i, g]
+            ax = abs(xv)
+            a = amax[g]
+            m = vmax[g]
+            larger = ax > a
+            amax[g] = ax if larger else a
+            vmax[g] = xv if larger else m
+
+
+@numba.njit(inline="always", **_JIT)
+def make_q3_lanes(n, lanes, nmax, lane, state, scales):
+    """make_q3_quants(n, nmax, x, L, do_rmse=true) for `lanes` groups at once, laid out as in
+    make_qkx_lanes: values in lane[0] (n, lanes), levels (+ nmax, as float32) back in lane[2], scales
+    in scales[g]. ggml's passes over a group stop after one that changes nothing; here a pass runs
+    until no lane changes (a lane whose pass changed nothing would change nothing in the next one
+    either: the same state gives the same pass), so every lane ends where ggml's group ends."""
+    X, L = lane[0], lane[2]
+    vmax, amax, sumlx, suml2, isc, empty = state[0], state[1], state[2], state[3], state[4], state[5]
+    low = F32(-nmax)
+    high = F32(nmax - 1)
+    zero = F32(0)
+    _lanes_absmax(n, lanes, X, amax, vmax)
+    for g in range(lanes):
+        empty[g] = F32(1) if amax[g] < F32(GROUP_MAX_EPS) else zero
+        isc[g] = F32(low / vmax[g])
+        sumlx[g] = zero
+        suml2[g] = zero
+    for i in range(n):
+        for g in range(lanes):
+            xv = X[i, g]
+            lv = _clamped(F32(isc[g] * xv), low, high)
+            L[i, g] = lv
+            w = F32(xv * xv)
+            sumlx[g] = F32(sumlx[g] + F32(F32(w * xv) * lv))
+            suml2[g] = F32(suml2[g] + F32(F32(w * lv) * lv))
+    for attempt in range(5):
+        # every operand loaded once and every store unconditional, the levels written to the other
+        # buffer (lane[2] <-> lane[3]) and the changes counted: a store of a select back to where its
+        # operand came from becomes a masked store, slow on some processors (AMD's Zen)
+        source, target = (lane[2], lane[3]) if attempt % 2 == 0 else (lane[3], lane[2])
+        n_changed = 0
+        for i in range(n):
+            for g in range(lanes):
+                xv = X[i, g]
+                w = F32(xv * xv)
+                li = source[i, g]
+                lx = sumlx[g]
+                l2 = suml2[g]
+                slx = F32(lx - F32(F32(w * xv) * li))
+                sl2 = F32(l2 - F32(F32(w * li) * li))
+                new = _clamped(F32(F32(xv * sl2) / slx), low, high)
+                slx_new = F32(slx + F32(F32(w * xv) * new))
+                sl2_new = F32(sl2 + F32(F32(w * new) * new))
+                take = ((slx > 0) & (new != li) & (sl2_new > 0) & (empty[g] == 0)
+                        & (F32(F32(slx_new * slx_new) * l2) > F32(F32(lx * lx) * sl2_new)))
+                target[i, g] = new if take else li
+                sumlx[g] = slx_new if take else lx
+                suml2[g] = sl2_new if take else l2
+                n_changed += np.int64(take)
+        L = target
+        if n_changed == 0:
+            break
+    for g in range(lanes):
+        scale = F32(sumlx[g] / suml2[g]) if suml2[g] > 0 else zero
+        scales[g] = zero if empty[g] != 0 else scale
+    out = lane[2]
+    for i in range(n):
+        for g in range(lanes):
+            out[i, g] = zero if empty[g] != 0 else F32(L[i, g] + F32(nmax))
 
 
 @numba.njit(inline="always", **_JIT)
@@ -452,15 +594,51 @@ def _requant_k4(x, y, L, nmax):
 
 # --- 256-value super-block types -------------------------------------------------------------------
 
-@numba.njit(**_JIT)
-def q2_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
-    """quantize_row_q2_K_ref (no qw) or quantize_row_q2_K_impl: y (84,) = scales, qs, d, dmin."""
+LANES = 32  # groups searched together by make_qkx_lanes: the compiler's vector loop takes 8 floats x 4
+
+
+@numba.njit(inline="always", **_JIT)
+def _load_k_min(kind, x, qw, has_qw, lane, first, sw, weights):
+    """Put the groups of one super-block x (256,) of Q2_K (kind 2: 16 groups of 16) or Q4_K/Q5_K (8 of
+    32) into lanes first.. of lane[0] (values) and lane[1] (the weights ggml gives make_qkx2/3_quants),
+    and each group's weight sum into sw[lane] (the imatrix variants' make_qp_quants weights)."""
+    n = 16 if kind == 2 else 32
+    X, W = lane[0], lane[1]
+    sigma2 = F32(0)
     if has_qw:
-        sigma2 = F32(_sum_squares(x, 0, 256) / F32(256))
-        for j in range(16):
-            sw[j] = _imatrix_weights(x, qw, 16 * j, 16, sigma2, weights)
-            scales[j], mins[j] = make_qkx(16, 3, x[16 * j:16 * j + 16], weights, L[16 * j:16 * j + 16], Laux,
-                                          F32(-0.9), F32(0.05), 36, False)
+        total = _sum_squares(x, 0, 256)
+        sigma2 = F32(total / F32(256)) if kind == 2 else F32(F32(F32(2) * total) / F32(256))
+    for j in range(256 // n):
+        column = first + j
+        for i in range(n):
+            X[i, column] = x[n * j + i]
+        if has_qw:
+            sw[column] = _imatrix_weights(x, qw, n * j, n, sigma2, weights)
+            for i in range(n):
+                W[i, column] = weights[i]
+        elif kind == 2:
+            for i in range(n):
+                W[i, column] = abs(x[n * j + i])
+        else:
+            av_x = _sqrt(F32(_sum_squares(x, n * j, n) / F32(32)))
+            for i in range(n):
+                W[i, column] = F32(av_x + abs(x[n * j + i]))
+
+
+@numba.njit(inline="always", **_JIT)
+def _lane_levels(n, groups, lane, first, L):
+    """L[n*j + i] = the level make_qkx_lanes left for element i of the group in lane first + j."""
+    levels = lane[2]
+    for j in range(groups):
+        for i in range(n):
+            L[n * j + i] = np.uint8(levels[i, first + j])
+
+
+@numba.njit(**_JIT)
+def q2_k_finish(x, y, has_qw, L, scales, mins, sw, Ls, Lm):
+    """The rest of quantize_row_q2_K_ref (no qw) or quantize_row_q2_K_impl once the 16 groups' scales,
+    mins and levels (in L) are known: y (84,) = scales, qs, d, dmin."""
+    if has_qw:
         dm = make_qp_quants(16, 15, scales, Ls, sw)
         mm = make_qp_quants(16, 15, mins, Lm, sw)
         dm = put_half(y, 80, dm)
@@ -471,10 +649,6 @@ def q2_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
         max_scale = F32(0)
         max_min = F32(0)
         for j in range(16):
-            for l in range(16):
-                weights[l] = abs(x[16 * j + l])
-            scales[j], mins[j] = make_qkx(16, 3, x[16 * j:16 * j + 16], weights, L[16 * j:16 * j + 16], Laux,
-                                          F32(-0.5), F32(0.1), 15, True)
             if scales[j] > max_scale:
                 max_scale = scales[j]
             if mins[j] > max_min:
@@ -501,8 +675,125 @@ def q2_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
             continue
         m = F32(mm * F32(np.int64(y[j]) >> 4))
         for ii in range(16):
-            L[16 * j + ii] = max(0, min(3, nearest_int(F32(F32(x[16 * j + ii] + m) / d))))
+            L[16 * j + ii] = np.uint8(_clamped(F32(F32(x[16 * j + ii] + m) / d), F32(0), F32(3)))
     _pack_2bit(L, y, 16)
+
+
+@numba.njit(**_JIT)
+def k4_finish(x, y, has_qw, nmax, L, scales, mins, sw, Ls, Lm):
+    """The rest of Q4_K (nmax 15) / Q5_K (nmax 31), ref or _impl, once the 8 groups' scales, mins and
+    levels (in L) are known: d, dmin and the scale bytes into y[0:16], the final levels into L."""
+    if has_qw:
+        d_block = make_qp_quants(8, 63, scales, Ls, sw)
+        m_block = make_qp_quants(8, 63, mins, Lm, sw)
+        for j in range(8):
+            Ls[j] = min(63, Ls[j])
+            Lm[j] = min(63, Lm[j])
+        _pack_k4_scales(y, Ls, Lm)
+        put_half(y, 0, d_block)
+        put_half(y, 2, m_block)
+    else:
+        max_scale = F32(0)
+        max_min = F32(0)
+        for j in range(8):
+            if scales[j] > max_scale:
+                max_scale = scales[j]
+            if mins[j] > max_min:
+                max_min = mins[j]
+        inv_scale = F32(F32(63) / max_scale) if max_scale > 0 else F32(0)
+        inv_min = F32(F32(63) / max_min) if max_min > 0 else F32(0)
+        for j in range(8):
+            Ls[j] = min(63, nearest_int(F32(inv_scale * scales[j])) & 0xFF)
+            Lm[j] = min(63, nearest_int(F32(inv_min * mins[j])) & 0xFF)
+        _pack_k4_scales(y, Ls, Lm)
+        put_half(y, 0, F32(max_scale / F32(63)))
+        put_half(y, 2, F32(max_min / F32(63)))
+    _requant_k4(x, y, L, nmax)
+
+
+@numba.njit(inline="always", **_JIT)
+def _pack_q4_k(y, L):
+    """qs of Q4_K at y[16:144]."""
+    for j in range(0, 256, 64):
+        for l in range(32):
+            y[16 + j // 2 + l] = np.int64(L[j + l]) | (np.int64(L[j + l + 32]) << 4)
+
+
+@numba.njit(inline="always", **_JIT)
+def _pack_q5_k(y, L):
+    """qh (fifth bits) at y[16:48] and qs at y[48:176] of Q5_K."""
+    for j in range(32):
+        y[16 + j] = 0
+    m1 = 1
+    m2 = 2
+    for n in range(0, 256, 64):
+        for j in range(32):
+            l1 = np.int64(L[n + j])
+            if l1 > 15:
+                l1 -= 16
+                y[16 + j] = np.int64(y[16 + j]) | m1
+            l2 = np.int64(L[n + j + 32])
+            if l2 > 15:
+                l2 -= 16
+                y[16 + j] = np.int64(y[16 + j]) | m2
+            y[48 + n // 2 + j] = l1 | (l2 << 4)
+        m1 <<= 2
+        m2 <<= 2
+
+
+@numba.njit(**_JIT)
+def _rows_k_min(kind, x, out, qw, has_qw, block_bytes):
+    """Q2_K (kind 2), Q4_K (4) and Q5_K (5) over rows: the groups of LANES // groups-per-block
+    super-blocks are searched together (make_qkx_lanes), then each super-block is finished alone."""
+    n = 16 if kind == 2 else 32
+    groups = 256 // n
+    per_batch = LANES // groups
+    nmax = 3 if kind == 2 else (15 if kind == 4 else 31)
+    if has_qw:
+        rmin, rdelta, nstep, use_mad = F32(-0.9), F32(0.05), 36, False
+    elif kind == 2:
+        rmin, rdelta, nstep, use_mad = F32(-0.5), F32(0.1), 15, True
+    elif kind == 4:
+        rmin, rdelta, nstep, use_mad = F32(-1.0), F32(0.1), 20, False
+    else:
+        rmin, rdelta, nstep, use_mad = F32(-0.5), F32(0.1), 15, False
+    lane = np.zeros((4, 32, LANES), np.float32)
+    state = np.zeros((LANE_STATE, LANES), np.float32)
+    scales = np.zeros(LANES, np.float32)
+    mins = np.zeros(LANES, np.float32)
+    sw = np.zeros(LANES, np.float32)
+    weights = np.zeros(32, np.float32)
+    L = np.zeros(256, np.uint8)
+    Ls = np.zeros(16, np.uint8)
+    Lm = np.zeros(16, np.uint8)
+    n_blocks = x.shape[1] // 256
+    for r in range(x.shape[0]):
+        for first in range(0, n_blocks, per_batch):
+            count = min(per_batch, n_blocks - first)
+            for b in range(count):
+                _load_k_min(kind, x[r, 256 * (first + b):256 * (first + b) + 256],
+                            qw[256 * (first + b):256 * (first + b) + 256], has_qw, lane, groups * b, sw, weights)
+            for column in range(groups * count, LANES):  # a short last batch: flat groups in the rest
+                for i in range(n):
+                    lane[0][i, column] = F32(0)
+                    lane[1][i, column] = F32(0)
+            # the lane count is read from the array, not a constant: a constant trip count lets the
+            # compiler unroll the lane loops into scalar code before it can vectorise them
+            make_qkx_lanes(n, state.shape[1], nmax, lane, state, rmin, rdelta, nstep, use_mad, scales, mins)
+            for b in range(count):
+                block = first + b
+                xb = x[r, 256 * block:256 * block + 256]
+                yb = out[r, block_bytes * block:block_bytes * block + block_bytes]
+                at = groups * b
+                _lane_levels(n, groups, lane, at, L)
+                if kind == 2:
+                    q2_k_finish(xb, yb, has_qw, L, scales[at:at + 16], mins[at:at + 16], sw[at:at + 16], Ls, Lm)
+                else:
+                    k4_finish(xb, yb, has_qw, nmax, L, scales[at:at + 8], mins[at:at + 8], sw[at:at + 8], Ls, Lm)
+                    if kind == 4:
+                        _pack_q4_k(yb, L)
+                    else:
+                        _pack_q5_k(yb, L)
 
 
 @numba.njit(**_JIT)
@@ -516,37 +807,19 @@ def _pack_q3_scale(y, j, l):
 
 
 @numba.njit(**_JIT)
-def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls, work):
-    """quantize_row_q3_K_ref (no qw) or quantize_row_q3_K_impl: y (110,) = hmask, qs, scales, d."""
+def q3_k_block(x, y, qw, L, scales, weights, sw, Ls, work):
+    """quantize_row_q3_K_impl (with qw): y (110,) = hmask, qs, scales, d. (Without qw, Q3_K runs
+    through make_q3_lanes in _rows_q3_k.)"""
     for k in range(96, 108):
         y[k] = 0
-    if has_qw:
-        sigma2 = F32(F32(F32(2) * _sum_squares(x, 0, 256)) / F32(256))
-        for j in range(16):
-            sw[j] = _imatrix_weights(x, qw, 16 * j, 16, sigma2, weights)
-            scales[j] = make_qx_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16], weights, True, work)
-        d_block = make_qx_quants(16, 32, scales, Ls, sw, True, work)
-        for j in range(16):
-            _pack_q3_scale(y, j, np.int64(Ls[j]))
-        dval = put_half(y, 108, d_block)
-    else:
-        max_scale = F32(0)
-        amax = F32(0)
-        for j in range(16):
-            scales[j] = make_q3_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16])
-            scale = abs(scales[j])
-            if scale > amax:
-                amax = scale
-                max_scale = scales[j]
-        if max_scale != 0:
-            iscale = F32(F32(-32) / max_scale)
-            for j in range(16):
-                l = nearest_int(F32(iscale * scales[j])) & 0xFF  # int8_t l = nearest_int(...)
-                l = l - 256 if l > 127 else l
-                _pack_q3_scale(y, j, max(-32, min(31, l)) + 32)
-            dval = put_half(y, 108, F32(F32(1) / iscale))
-        else:
-            dval = put_half(y, 108, F32(0))
+    sigma2 = F32(F32(F32(2) * _sum_squares(x, 0, 256)) / F32(256))
+    for j in range(16):
+        sw[j] = _imatrix_weights(x, qw, 16 * j, 16, sigma2, weights)
+        scales[j] = make_qx_quants(16, 4, x[16 * j:16 * j + 16], L[16 * j:16 * j + 16], weights, True, work)
+    d_block = make_qx_quants(16, 32, scales, Ls, sw, True, work)
+    for j in range(16):
+        _pack_q3_scale(y, j, np.int64(Ls[j]))
+    dval = put_half(y, 108, d_block)
     for j in range(16):
         if j < 8:
             sc = np.int64(y[96 + j]) & 0xF
@@ -571,80 +844,6 @@ def q3_k_block(x, y, qw, has_qw, L, scales, weights, sw, Ls, work):
             m = 0
             hm <<= 1
     _pack_2bit(L, y, 32)
-
-
-@numba.njit(**_JIT)
-def _qk_min_block(x, y, qw, has_qw, nmax, rmin, nstep, L, Laux, weights, scales, mins, sw, Ls, Lm):
-    """The shared part of Q4_K (nmax 15) and Q5_K (nmax 31): d, dmin and scale bytes into y[0:16],
-    the final levels into L."""
-    if has_qw:
-        sigma2 = F32(F32(F32(2) * _sum_squares(x, 0, 256)) / F32(256))
-        for j in range(8):
-            sw[j] = _imatrix_weights(x, qw, 32 * j, 32, sigma2, weights)
-            scales[j], mins[j] = make_qkx(32, nmax, x[32 * j:32 * j + 32], weights, L[32 * j:32 * j + 32], Laux,
-                                          F32(-0.9), F32(0.05), 36, False)
-        d_block = make_qp_quants(8, 63, scales, Ls, sw)
-        m_block = make_qp_quants(8, 63, mins, Lm, sw)
-        for j in range(8):
-            Ls[j] = min(63, Ls[j])
-            Lm[j] = min(63, Lm[j])
-        _pack_k4_scales(y, Ls, Lm)
-        put_half(y, 0, d_block)
-        put_half(y, 2, m_block)
-    else:
-        max_scale = F32(0)
-        max_min = F32(0)
-        for j in range(8):
-            av_x = _sqrt(F32(_sum_squares(x, 32 * j, 32) / F32(32)))
-            for l in range(32):
-                weights[l] = F32(av_x + abs(x[32 * j + l]))
-            scales[j], mins[j] = make_qkx(32, nmax, x[32 * j:32 * j + 32], weights, L[32 * j:32 * j + 32], Laux,
-                                          rmin, F32(0.1), nstep, False)
-            if scales[j] > max_scale:
-                max_scale = scales[j]
-            if mins[j] > max_min:
-                max_min = mins[j]
-        inv_scale = F32(F32(63) / max_scale) if max_scale > 0 else F32(0)
-        inv_min = F32(F32(63) / max_min) if max_min > 0 else F32(0)
-        for j in range(8):
-            Ls[j] = min(63, nearest_int(F32(inv_scale * scales[j])) & 0xFF)
-            Lm[j] = min(63, nearest_int(F32(inv_min * mins[j])) & 0xFF)
-        _pack_k4_scales(y, Ls, Lm)
-        put_half(y, 0, F32(max_scale / F32(63)))
-        put_half(y, 2, F32(max_min / F32(63)))
-    _requant_k4(x, y, L, nmax)
-
-
-@numba.njit(**_JIT)
-def q4_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
-    """quantize_row_q4_K_ref / _impl: y (144,) = d, dmin, 12 scale bytes, 128 nibble bytes."""
-    _qk_min_block(x, y, qw, has_qw, 15, F32(-1.0), 20, L, Laux, weights, scales, mins, sw, Ls, Lm)
-    for j in range(0, 256, 64):
-        for l in range(32):
-            y[16 + j // 2 + l] = np.int64(L[j + l]) | (np.int64(L[j + l + 32]) << 4)
-
-
-@numba.njit(**_JIT)
-def q5_k_block(x, y, qw, has_qw, L, Laux, weights, scales, mins, sw, Ls, Lm):
-    """quantize_row_q5_K_ref / _impl: y (176,) = d, dmin, 12 scale bytes, 32 high-bit bytes, 128 nibble bytes."""
-    _qk_min_block(x, y, qw, has_qw, 31, F32(-0.5), 15, L, Laux, weights, scales, mins, sw, Ls, Lm)
-    for j in range(32):
-        y[16 + j] = 0
-    m1 = 1
-    m2 = 2
-    for n in range(0, 256, 64):
-        for j in range(32):
-            l1 = np.int64(L[n + j])
-            if l1 > 15:
-                l1 -= 16
-                y[16 + j] = np.int64(y[16 + j]) | m1
-            l2 = np.int64(L[n + j + 32])
-            if l2 > 15:
-                l2 -= 16
-                y[16 + j] = np.int64(y[16 + j]) | m2
-            y[48 + n // 2 + j] = l1 | (l2 << 4)
-        m1 <<= 2
-        m2 <<= 2
 
 
 @numba.njit(**_JIT)
@@ -680,96 +879,6 @@ def q6_k_block(x, y, qw, has_qw, L, scales, work):
             y[j // 2 + l] = (l1 & 0xF) | ((l3 & 0xF) << 4)
             y[j // 2 + l + 32] = (l2 & 0xF) | ((l4 & 0xF) << 4)
             y[128 + j // 4 + l] = (l1 >> 4) | ((l2 >> 4) << 2) | ((l3 >> 4) << 4) | ((l4 >> 4) << 6)
-
-
-# --- IQ4 (non-linear 4-bit) ------------------------------------------------------------------------
-
-@numba.njit(**_JIT)
-def iq4_block(super_block, x, y, qw, has_qw, L, scales, weight):
-    """quantize_row_iq4_nl_impl(super_block, 32, ..., kvalues_iq4nl, qw, ntry=7) as quantize_iq4_nl
-    (super_block 32, y (18,) = d, qs) and quantize_iq4_xs (256, y (136,) = d, scales_h, scales_l, qs) call it."""
-    values = KVALUES_IQ4NL
-    ntry = 7
-    sigma2 = F32(_sum_squares(x, 0, super_block) * F32(F32(2) / F32(super_block)))
-    n_blocks = super_block // 32
-    q4 = 2 if n_blocks == 1 else 8
-    for k in range(super_block // 2):
-        y[q4 + k] = 0
-    max_scale = F32(0)
-    amax_scale = F32(0)
-    for ib in range(n_blocks):
-        xb = x[ib * 32:ib * 32 + 32]
-        if has_qw:
-            _imatrix_weights(x, qw, ib * 32, 32, sigma2, weight)
-        else:
-            for j in range(32):
-                weight[j] = F32(xb[j] * xb[j])
-        amax = F32(0)
-        vmax = F32(0)
-        for j in range(32):
-            ax = abs(xb[j])
-            if ax > amax:
-                amax = ax
-                vmax = xb[j]
-        if amax < F32(GROUP_MAX_EPS):
-            scales[ib] = F32(0)
-            continue
-        d = F32(-vmax / F32(values[0]))
-        inv = F32(F32(1) / d)
-        sumqx = F32(0)
-        sumq2 = F32(0)
-        for j in range(32):
-            q = F32(values[best_index_int8(16, values, F32(inv * xb[j]))])
-            w = weight[j]
-            sumqx = F32(sumqx + F32(F32(w * q) * xb[j]))
-            sumq2 = F32(sumq2 + F32(F32(w * q) * q))
-        d = F32(sumqx / sumq2) if sumq2 > 0 else F32(0)
-        best = F32(d * sumqx)
-        for itry in range(-ntry, ntry + 1):
-            inv = F32(F32(itry + values[0]) / vmax)
-            sumqx = F32(0)
-            sumq2 = F32(0)
-            for j in range(32):
-                q = F32(values[best_index_int8(16, values, F32(inv * xb[j]))])
-                w = weight[j]
-                sumqx = F32(sumqx + F32(F32(w * q) * xb[j]))
-                sumq2 = F32(sumq2 + F32(F32(w * q) * q))
-            if sumq2 > 0 and F32(sumqx * sumqx) > F32(best * sumq2):
-                d = F32(sumqx / sumq2)
-                best = F32(d * sumqx)
-        scales[ib] = d
-        if abs(d) > amax_scale:
-            amax_scale = abs(d)
-            max_scale = d
-    if n_blocks > 1:
-        y[2] = 0
-        y[3] = 0
-        d = F32(-max_scale / F32(32))
-        put_half(y, 0, d)
-        inv = F32(F32(1) / d) if d != 0 else F32(0)
-        scales_h = 0
-        for ib in range(n_blocks):
-            l = max(-32, min(31, nearest_int(F32(inv * scales[ib]))))
-            dl = F32(d * F32(l))
-            idl = F32(F32(1) / dl) if dl != 0 else F32(0)
-            for j in range(32):
-                L[ib * 32 + j] = best_index_int8(16, values, F32(idl * x[ib * 32 + j]))
-            l += 32
-            if ib % 2 == 0:
-                y[4 + ib // 2] = l & 0xF
-            else:
-                y[4 + ib // 2] = np.int64(y[4 + ib // 2]) | ((l & 0xF) << 4)
-            scales_h |= (l >> 4) << (2 * (ib % 8))
-        y[2] = scales_h & 0xFF
-        y[3] = (scales_h >> 8) & 0xFF
-    else:
-        put_half(y, 0, scales[0])
-        inv = F32(F32(1) / scales[0]) if scales[0] != 0 else F32(0)
-        for j in range(super_block):
-            L[j] = best_index_int8(16, values, F32(inv * x[j]))
-    for i in range(super_block // 32):
-        for j in range(16):
-            y[q4 + 16 * i + j] = np.int64(L[32 * i + j]) | (np.int64(L[32 * i + 16 + j]) << 4)
 
 
 # --- 32-value block types ------------------------------------------------------------------------
@@ -906,42 +1015,27 @@ def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 
 @numba.njit(**_JIT)
 def _rows_256(kind, x, out, qw, has_qw, block_bytes):
-    """The 256-value super-block types over rows (kind 2..6: Q2_K..Q6_K, 7: IQ4_XS), with one set of
-    scratch arrays sized for the largest of them."""
-    levels = np.zeros(256, np.uint8)
-    signed_levels = np.zeros(256, np.int8)
-    Laux = np.zeros(32, np.uint8)
+    """Q6_K (kind 6) and Q3_K with an imatrix (3) over rows, block after block."""
+    levels = np.zeros(256, np.int8)
     weights = np.zeros(32, np.float32)
     scales = np.zeros(16, np.float32)
-    mins = np.zeros(16, np.float32)
     sw = np.zeros(16, np.float32)
-    Ls = np.zeros(16, np.uint8)
-    Lm = np.zeros(16, np.uint8)
-    signed_Ls = np.zeros(16, np.int8)
+    Ls = np.zeros(16, np.int8)
     work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
         for i in range(x.shape[1] // 256):
             xb = x[r, 256 * i:256 * i + 256]
             yb = out[r, block_bytes * i:block_bytes * i + block_bytes]
             qb = qw[256 * i:256 * i + 256]
-            if kind == 2:
-                q2_k_block(xb, yb, qb, has_qw, levels, Laux, weights, scales, mins, sw, Ls, Lm)
-            elif kind == 3:
-                q3_k_block(xb, yb, qb, has_qw, signed_levels, scales, weights, sw, signed_Ls, work)
-            elif kind == 4:
-                q4_k_block(xb, yb, qb, has_qw, levels, Laux, weights, scales, mins, sw, Ls, Lm)
-            elif kind == 5:
-                q5_k_block(xb, yb, qb, has_qw, levels, Laux, weights, scales, mins, sw, Ls, Lm)
-            elif kind == 6:
-                q6_k_block(xb, yb, qb, has_qw, signed_levels, scales, work)
+            if kind == 3:
+                q3_k_block(xb, yb, qb, levels, scales, weights, sw, Ls, work)
             else:
-                iq4_block(256, xb, yb, qb, has_qw, levels, scales, weights)
+                q6_k_block(xb, yb, qb, has_qw, levels, scales, work)
 
 
 @numba.njit(**_JIT)
 def _rows_32(kind, x, out, qw, has_qw, block_bytes):
-    """The 32-value block types over rows (kind 0..3: Q4_0, Q4_1, Q5_0, Q5_1; 4: Q8_0; 5: IQ4_NL)."""
-    scale = np.zeros(1, np.float32)
+    """The 32-value block types over rows (kind 0..3: Q4_0, Q4_1, Q5_0, Q5_1; 4: Q8_0)."""
     L = np.zeros(32, np.int8)
     Lu = np.zeros(32, np.uint8)
     Laux = np.zeros(32, np.uint8)
@@ -961,17 +1055,258 @@ def _rows_32(kind, x, out, qw, has_qw, block_bytes):
                 q5_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight, work)
             elif kind == 3:
                 q5_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
-            elif kind == 4:
-                q8_0_block(xb, yb)
             else:
-                iq4_block(32, xb, yb, qb, has_qw, Lu, scale, weight)
+                q8_0_block(xb, yb)
+
+
+# --- Q3_K without an imatrix ----------------------------------------------------------------------
+
+@numba.njit(inline="always", **_JIT)
+def _q3_k_scales(y, scales, first, dl):
+    """quantize_row_q3_K_ref's scale part for the 16 group scales[first:first+16] of one super-block:
+    the 12 scale bytes y[96:108] and d (y[108:110]); dl[first + j] = d * (6-bit scale j - 32), the
+    divisor of group j's final levels (0: keep the search's levels), as ggml reads it back."""
+    for k in range(96, 108):
+        y[k] = 0
+    max_scale = F32(0)
+    amax = F32(0)
+    for j in range(16):
+        scale = abs(scales[first + j])
+        if scale > amax:
+            amax = scale
+            max_scale = scales[first + j]
+    if max_scale != 0:
+        iscale = F32(F32(-32) / max_scale)
+        for j in range(16):
+            l = nearest_int(F32(iscale * scales[first + j])) & 0xFF  # int8_t l = nearest_int(...)
+            l = l - 256 if l > 127 else l
+            _pack_q3_scale(y, j, max(-32, min(31, l)) + 32)
+        dval = put_half(y, 108, F32(F32(1) / iscale))
+    else:
+        dval = put_half(y, 108, F32(0))
+    for j in range(16):
+        if j < 8:
+            sc = np.int64(y[96 + j]) & 0xF
+        else:
+            sc = np.int64(y[96 + j - 8]) >> 4
+        sc = (sc | ((np.int64(y[96 + 8 + j % 4]) >> (2 * (j // 4))) & 3) << 4) - 32
+        dl[first + j] = F32(dval * F32(sc))
+
+
+@numba.njit(inline="always", **_JIT)
+def _q3_k_pack(y, levels, first):
+    """hmask (y[0:32]: bit k of byte m set when element 32k + m is above 3) and qs (y[32:96]) of one
+    super-block whose levels 0..7 are in lanes first.. of `levels` (element 16j + i at [i, first + j])."""
+    for m in range(32):
+        mask = 0
+        for k in range(8):
+            e = 32 * k + m
+            mask |= np.int64(levels[e % 16, first + e // 16] > F32(3)) << k
+        y[m] = mask
+    for half in range(0, 256, 128):
+        for l in range(32):
+            byte = 0
+            for t in range(4):
+                e = half + l + 32 * t
+                byte |= (np.int64(levels[e % 16, first + e // 16]) & 3) << (2 * t)
+            y[32 + half // 4 + l] = byte
+
+
+@numba.njit(**_JIT)
+def _rows_q3_k(kind, x, out, qw, has_qw, block_bytes):
+    """Q3_K over rows. Without an imatrix the groups of LANES // 16 super-blocks are searched together
+    (make_q3_lanes), their final levels computed together, and each super-block's scales and bytes
+    written alone; with one, block after block (q3_k_block)."""
+    if has_qw:
+        _rows_256(kind, x, out, qw, has_qw, block_bytes)
+        return
+    per_batch = LANES // 16
+    lane = np.zeros((4, 32, LANES), np.float32)
+    state = np.zeros((LANE_STATE, LANES), np.float32)
+    lane_scales = np.zeros(LANES, np.float32)
+    dl = np.zeros(LANES, np.float32)
+    n_blocks = x.shape[1] // 256
+    X, levels, final = lane[0], lane[2], lane[3]
+    for r in range(x.shape[0]):
+        for first in range(0, n_blocks, per_batch):
+            count = min(per_batch, n_blocks - first)
+            for b in range(per_batch):
+                for j in range(16):
+                    for i in range(16):
+                        X[i, 16 * b + j] = x[r, 256 * (first + b) + 16 * j + i] if b < count else F32(0)
+            lanes = state.shape[1]  # from the array, not a constant: see _rows_k_min
+            make_q3_lanes(16, lanes, 4, lane, state, lane_scales)
+            for b in range(per_batch):
+                if b < count:
+                    block = first + b
+                    _q3_k_scales(out[r, block_bytes * block:block_bytes * block + block_bytes], lane_scales, 16 * b, dl)
+                else:
+                    for j in range(16):
+                        dl[16 * b + j] = F32(0)
+            for i in range(16):
+                for g in range(lanes):
+                    d = dl[g]
+                    fresh = F32(_clamped(F32(X[i, g] / d), F32(-4), F32(3)) + F32(4))
+                    final[i, g] = levels[i, g] if d == 0 else fresh
+            for b in range(count):
+                block = first + b
+                _q3_k_pack(out[r, block_bytes * block:block_bytes * block + block_bytes], final, 16 * b)
+
+
+# --- IQ4 (non-linear 4-bit) ------------------------------------------------------------------------
+
+@numba.njit(inline="always", **_JIT)
+def _iq4_nearest(v):
+    """(index, value) of the kvalues_iq4nl entry ggml's best_index_int8 picks for v, without branches
+    (so a loop of it vectorises): the pair (lo, hi) of neighbours around v found by comparing v with
+    each value, then ggml's own `v - lo < hi - v` test. The same index as the binary search for every
+    v: below the first value the pair is (v0, v1) and the test picks v0, above the last (v14, v15) and
+    it picks v15; a NaN, which the binary search walks up to the last entry, also gets the last."""
+    lo = F32(-127)
+    hi = F32(-104)
+    index = F32(1)
+    for k in range(1, 15):
+        above = v >= F32(KVALUES_IQ4NL[k])
+        lo = F32(KVALUES_IQ4NL[k]) if above else lo
+        hi = F32(KVALUES_IQ4NL[k + 1]) if above else hi
+        index = F32(k + 1) if above else index
+    low = F32(v - lo) < F32(hi - v)
+    nan = v != v
+    index = F32(15) if nan else (F32(index - F32(1)) if low else index)
+    value = F32(113) if nan else (lo if low else hi)
+    return index, value
+
+
+@numba.njit(inline="always", **_JIT)
+def _iq4_sums(n, lanes, X, W, inv, sqx, sq2):
+    """One trial of the IQ4 search in every lane: sqx[g] = sum w*q*x, sq2[g] = sum w*q*q (in ggml's
+    order) over the values nearest to inv[g] * x."""
+    for g in range(lanes):
+        sqx[g] = F32(0)
+        sq2[g] = F32(0)
+    for i in range(n):
+        for g in range(lanes):
+            xv = X[i, g]
+            q = _iq4_nearest(F32(inv[g] * xv))[1]
+            wq = F32(W[i, g] * q)
+            sqx[g] = F32(sqx[g] + F32(wq * xv))
+            sq2[g] = F32(sq2[g] + F32(wq * q))
+
+
+@numba.njit(inline="always", **_JIT)
+def make_iq4_lanes(n, lanes, lane, state, scales):
+    """quantize_row_iq4_nl_impl's scale search (ntry 7) for `lanes` blocks of n values at once, laid out
+    as in make_qkx_lanes: values in lane[0] (n, lanes), weights in lane[1]; the block scales come
+    back in scales[g] (0 for a block below GROUP_MAX_EPS, as ggml's `continue` leaves it)."""
+    X, W = lane[0], lane[1]
+    amax, vmax, inv, sqx, sq2, d, best = state[0], state[1], state[2], state[3], state[4], state[5], state[6]
+    zero = F32(0)
+    _lanes_absmax(n, lanes, X, amax, vmax)
+    for g in range(lanes):
+        inv[g] = F32(F32(1) / F32(F32(-vmax[g]) / F32(-127)))
+    _iq4_sums(n, lanes, X, W, inv, sqx, sq2)
+    for g in range(lanes):
+        scale = F32(sqx[g] / sq2[g]) if sq2[g] > 0 else zero
+        d[g] = scale
+        best[g] = F32(scale * sqx[g])
+    for itry in range(-7, 8):
+        for g in range(lanes):
+            inv[g] = F32(F32(itry - 127) / vmax[g])
+        _iq4_sums(n, lanes, X, W, inv, sqx, sq2)
+        for g in range(lanes):
+            better = (sq2[g] > 0) & (F32(sqx[g] * sqx[g]) > F32(best[g] * sq2[g]))
+            scale = F32(sqx[g] / sq2[g])
+            d[g] = scale if better else d[g]
+            best[g] = F32(scale * sqx[g]) if better else best[g]
+    for g in range(lanes):
+        scales[g] = zero if amax[g] < F32(GROUP_MAX_EPS) else d[g]
+
+
+@numba.njit(**_JIT)
+def _rows_iq4(super_block, x, out, qw, has_qw, block_bytes):
+    """IQ4_NL (super_block 32) and IQ4_XS (256) over rows, as quantize_iq4_nl / quantize_iq4_xs call
+    quantize_row_iq4_nl_impl: LANES blocks of 32 (LANES // 8 IQ4_XS super-blocks) searched together
+    (make_iq4_lanes), their final indices found together, each super-block's bytes written alone."""
+    per_batch = LANES * 32 // super_block
+    blocks = super_block // 32
+    lane = np.zeros((4, 32, LANES), np.float32)
+    state = np.zeros((LANE_STATE, LANES), np.float32)
+    scales = np.zeros(LANES, np.float32)
+    inverse = np.zeros(LANES, np.float32)
+    weights = np.zeros(32, np.float32)
+    X, W, L = lane[0], lane[1], lane[2]
+    n_super = x.shape[1] // super_block
+    for r in range(x.shape[0]):
+        for first in range(0, n_super, per_batch):
+            count = min(per_batch, n_super - first)
+            for b in range(per_batch):
+                if b >= count:
+                    for column in range(blocks * b, blocks * b + blocks):
+                        for j in range(32):
+                            X[j, column] = F32(0)
+                            W[j, column] = F32(0)
+                    continue
+                xs = x[r, super_block * (first + b):super_block * (first + b) + super_block]
+                sigma2 = F32(_sum_squares(xs, 0, super_block) * F32(F32(2) / F32(super_block)))
+                for ib in range(blocks):
+                    column = blocks * b + ib
+                    if has_qw:
+                        _imatrix_weights(xs, qw[super_block * (first + b):], 32 * ib, 32, sigma2, weights)
+                    for j in range(32):
+                        xv = xs[32 * ib + j]
+                        X[j, column] = xv
+                        W[j, column] = weights[j] if has_qw else F32(xv * xv)
+            lanes = state.shape[1]  # from the array, not a constant: see _rows_k_min
+            make_iq4_lanes(32, lanes, lane, state, scales)
+            for b in range(per_batch):
+                if b >= count:
+                    for ib in range(blocks):
+                        inverse[blocks * b + ib] = F32(0)
+                    continue
+                y = out[r, block_bytes * (first + b):block_bytes * (first + b) + block_bytes]
+                if blocks == 1:
+                    put_half(y, 0, scales[b])
+                    inverse[b] = F32(F32(1) / scales[b]) if scales[b] != 0 else F32(0)
+                    continue
+                max_scale = F32(0)
+                amax_scale = F32(0)
+                for ib in range(blocks):
+                    scale = scales[blocks * b + ib]
+                    if abs(scale) > amax_scale:
+                        amax_scale = abs(scale)
+                        max_scale = scale
+                d = F32(-max_scale / F32(32))
+                put_half(y, 0, d)
+                inv = F32(F32(1) / d) if d != 0 else F32(0)
+                scales_h = 0
+                for ib in range(blocks):
+                    l = max(-32, min(31, nearest_int(F32(inv * scales[blocks * b + ib]))))
+                    dl = F32(d * F32(l))
+                    inverse[blocks * b + ib] = F32(F32(1) / dl) if dl != 0 else F32(0)
+                    l += 32
+                    if ib % 2 == 0:
+                        y[4 + ib // 2] = l & 0xF
+                    else:
+                        y[4 + ib // 2] = np.int64(y[4 + ib // 2]) | ((l & 0xF) << 4)
+                    scales_h |= (l >> 4) << (2 * (ib % 8))
+                y[2] = scales_h & 0xFF
+                y[3] = (scales_h >> 8) & 0xFF
+            for j in range(32):
+                for g in range(lanes):
+                    L[j, g] = _iq4_nearest(F32(inverse[g] * X[j, g]))[0]
+            q4 = 2 if blocks == 1 else 8
+            for b in range(count):
+                y = out[r, block_bytes * (first + b):block_bytes * (first + b) + block_bytes]
+                for ib in range(blocks):
+                    for j in range(16):
+                        y[q4 + 16 * ib + j] = np.int64(L[j, blocks * b + ib]) | (np.int64(L[j + 16, blocks * b + ib]) << 4)
 
 
 # ggml type name -> (row driver, kind): kernels.quantize calls driver(kind, x, out, qw, has_qw, block_bytes)
 # with x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,) float32 (GIL released)
-ROWS = {"q2_K": (_rows_256, 2), "q3_K": (_rows_256, 3), "q4_K": (_rows_256, 4), "q5_K": (_rows_256, 5),
-        "q6_K": (_rows_256, 6), "iq4_xs": (_rows_256, 7), "q4_0": (_rows_32, 0), "q4_1": (_rows_32, 1),
-        "q5_0": (_rows_32, 2), "q5_1": (_rows_32, 3), "q8_0": (_rows_32, 4), "iq4_nl": (_rows_32, 5)}
+ROWS = {"q2_K": (_rows_k_min, 2), "q3_K": (_rows_q3_k, 3), "q4_K": (_rows_k_min, 4), "q5_K": (_rows_k_min, 5),
+        "q6_K": (_rows_256, 6), "iq4_xs": (_rows_iq4, 256), "q4_0": (_rows_32, 0), "q4_1": (_rows_32, 1),
+        "q5_0": (_rows_32, 2), "q5_1": (_rows_32, 3), "q8_0": (_rows_32, 4), "iq4_nl": (_rows_iq4, 32)}
 
 
 # --- dequantizers (ggml's dequantize_row_*): the error measurement of a tier reads them -----------
