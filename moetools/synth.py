@@ -569,6 +569,43 @@ def rwkv7(t=Types(), **p):
     return spec
 
 
+def arwkv7(t=Types(), **p):
+    """ARWKV-7 (`arwkv7`, RWKV-7 time mix on a Qwen2.5 body): RMS norms without biases, a one-row token
+    shift (token_shift_count 1), the RWKV-7 time mix without its group norm, and a SwiGLU FFN
+    (llama.cpp src/models/arwkv7.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_ff": 1024, "lora_decay": 32, "lora_iclr": 32,
+         "lora_value": 32, "lora_gate": 64, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("arwkv7", [])
+    _common(spec, p)
+    n_embd = p["n_embd"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.wkv.head_size", p["head_size"])
+    spec.meta("{arch}.token_shift_count", 1)
+    spec.meta("{arch}.attention.decay_lora_rank", p["lora_decay"])
+    spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
+    spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
+    spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        lora_v = p["lora_iclr"] if il == 0 else p["lora_value"]
+        for name, rank in (("w", p["lora_decay"]), ("a", p["lora_iclr"]), ("v", lora_v)):
+            spec.add(f"{blk}time_mix_{name}0.weight", (n_embd,), t.norm)
+            spec.add(f"{blk}time_mix_{name}1.weight", (n_embd, rank), t.norm)
+            spec.add(f"{blk}time_mix_{name}2.weight", (rank, n_embd), t.norm)
+        spec.add(blk + "time_mix_g1.weight", (n_embd, p["lora_gate"]), t.norm)
+        spec.add(blk + "time_mix_g2.weight", (p["lora_gate"], n_embd), t.norm)
+        spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 6), t.norm)
+        for name in ("k_k", "k_a", "r_k"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd,), t.norm)
+        for name in ("key", "value", "receptance", "output"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
 def _mamba2_block(spec, il, p, t):
     """A Mamba-2 mixer's tensors (ssm_in, conv, dt bias, A, D, grouped norm, ssm_out)."""
     n_embd, d_inner = p["n_embd"], p["ssm_heads"] * p["ssm_head"]
@@ -757,6 +794,59 @@ def falcon_h1(t=Types(), **p):
     return spec
 
 
+def plamo2(t=Types(), **p):
+    """PLaMo-2 (`plamo2`): Mamba blocks (head_count_kv 0: ssm_in to z/x, conv, ssm_x to B/C/dt with
+    their norms, `ssm_heads` scan heads, group_count 0) and attention blocks (fused qkv, per-head q/k
+    norms) in a `pattern` of M and *, every block with post-mixer and post-FFN norms around a fused
+    up/gate SwiGLU (llama.cpp src/models/plamo2.cpp; its post norms and dt/B/C norms have no `.weight`)."""
+    p = {"pattern": "MM*MM*", "n_embd": 512, "n_head": 8, "n_head_kv": 2, "head": 64, "n_ff": 1024, "conv": 4,
+         "ssm_heads": 8, "d_inner": 1024, "state": 64, "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    spec = ModelSpec("plamo2", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd, head, d_inner, d_state = p["n_embd"], p["head"], p["d_inner"], p["state"]
+    dt_dim = max(64, n_embd // 16)
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", d_state)
+    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
+    spec.meta("{arch}.ssm.group_count", 0)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
+            spec.add(blk + "ssm_conv1d.weight", (p["conv"], d_inner), t.norm)
+            spec.add(blk + "ssm_x.weight", (d_inner, dt_dim + 2 * d_state), t.resident)
+            spec.add(blk + "ssm_dt.weight", (dt_dim, p["ssm_heads"]), t.norm)
+            spec.add(blk + "ssm_dt.bias", (p["ssm_heads"],), t.norm)
+            spec.add(blk + "ssm_a", (p["ssm_heads"],), t.norm)
+            spec.add(blk + "ssm_d", (p["ssm_heads"],), t.norm)
+            spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
+            spec.add(blk + "ssm_dt_norm", (dt_dim,), t.norm)
+            spec.add(blk + "ssm_b_norm", (d_state,), t.norm)
+            spec.add(blk + "ssm_c_norm", (d_state,), t.norm)
+        else:
+            qkv = (p["n_head"] + 2 * p["n_head_kv"]) * head
+            spec.add(blk + "attn_qkv.weight", (n_embd, qkv), t.resident)
+            spec.add(blk + "attn_q_norm.weight", (head, p["n_head"]), t.norm)
+            spec.add(blk + "attn_k_norm.weight", (head, p["n_head_kv"]), t.norm)
+            spec.add(blk + "attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
+        spec.add(blk + "post_attention_norm", (n_embd,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_down.weight", (p["n_ff"], n_embd), t.resident)
+        spec.add(blk + "ffn_up.weight", (n_embd, 2 * p["n_ff"]), t.resident)
+        spec.add(blk + "post_ffw_norm", (n_embd,), t.norm)
+    return spec
+
+
 def nemotron_h_moe(t=Types(), **p):
     """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
     (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
@@ -878,6 +968,8 @@ BUILDERS = {
     "granitehybrid": granitehybrid,
     "jamba": jamba,
     "falcon-h1": falcon_h1,
+    "plamo2": plamo2,
+    "arwkv7": arwkv7,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
     "gemma4": gemma4,

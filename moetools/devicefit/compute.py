@@ -753,6 +753,7 @@ class LayerShape(Record):
         ("ssm_heads", 0),
         ("ssm_norm", False),  # Mamba-2's grouped RMS norm before the output projection (Mamba-1: dt/B/C norms)
         ("ssm_x_rows", 0),  # Mamba-1: rows of ssm_x (dt_rank + 2 d_state)
+        ("lora", ()),  # RWKV-7: the w, a, v, g low-rank widths (0: absent)
         ("ssm_dt_rank", 0),
     )
 
@@ -803,6 +804,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         mixer = "gdn"
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "kda":
         mixer = "kda"
+    elif kvshape.architecture in ("rwkv7", "arwkv7") and _has(model, blk + "time_mix_lerp_fused.weight"):
+        mixer = kvshape.architecture
     elif _has(model, blk + "shortconv.in_proj.weight"):
         mixer = "shortconv"  # LFM2
     elif _has(model, blk + "ssm_x.weight"):
@@ -819,6 +822,11 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     if mixer == "mamba2" and kvshape.architecture in PARALLEL_SSM_ARCHES and kvshape.head_count_kv[il]:
         mixer = "attention+mamba2"
     shape = LayerShape(mixer)
+    if mixer in ("rwkv7", "arwkv7"):
+        shape.lora = tuple(_rows(model, f"{blk}time_mix_{name}1.weight") for name in ("w", "a", "v", "g"))
+        shape.n_ff = _rows(model, blk + "channel_mix_key.weight") or _rows(model, blk + "ffn_up.weight")
+        shape.ssm_norm = _has(model, blk + "time_mix_ln.weight") and _has(model, blk + "time_mix_ln.bias")
+        return shape
     if mixer in ("attention", "mla", "attention+mamba2"):
         fused = _rows(model, blk + "attn_qkv.weight")
         shape.fused_qkv = bool(fused)
@@ -1357,6 +1365,97 @@ def _state_copy(b):
     return b.s_copy
 
 
+def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
+    """One RWKV-7 block as src/models/rwkv7.cpp and rwkv7-base.cpp build it: the token-shift state
+    gathered, the layer norm (GGML_OP_NORM: a new tensor) with bias, the shifted input, the time mix
+    (sx repeated to 6 lerp inputs, r/w/k/v/a/g projections with their low-rank paths, the first layer's
+    v kept to the end as every later layer mixes it in, kk l2-normed, the wkv7 scan with its state, the
+    group norm, the r_k bonus, the gate and the output projection), the FFN norm and shift, the state
+    store and the channel mix (relu^2). `state` carries the first layer's v."""
+    g, T, n_embd = b.g, b.T, b.shape.n_embd
+    n_seq = max(1, b.settings.n_seq)
+    f = lambda rows=n_embd, cols=None: b.f32(rows, cols or b.T)  # noqa: E731
+    s_copy = _state_copy(b)
+    shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    inp = g.view(cur)
+    arwkv = layer.mixer == "arwkv7"
+
+    def layer_norm(x):
+        if arwkv:  # RMS norm, no bias (in place, unless the source is a view)
+            return b.norm(x, n_embd)
+        y = g.op(f(), x)
+        return g.op(f(), g.op(f(), y, b.weights, inplace=(0,)), b.weights, inplace=(0,))
+
+    att = layer_norm(inp)
+    x_prev = g.op(f(), g.view(shift), g.view(att))  # concat
+    sx = g.op(f(), x_prev, att, inplace=(0,))  # sub
+    lora_w, lora_a, lora_v, lora_g = layer.lora
+    parts = 6 if lora_g else 5
+    sx = g.op(f() * parts, sx)  # repeat
+    xxx = g.op(f() * parts, g.op(f() * parts, sx, b.weights, inplace=(0,)), att, inplace=(0,))
+    view = lambda: g.view(xxx)  # noqa: E731
+    r = b.mm(n_embd, view())
+    w = b.mm(n_embd, b.unary(b.mm(lora_w, view()), f(lora_w)))
+    for _ in range(4):  # + w0, sigmoid, scale, exp
+        w = b.unary(w, w.nbytes)
+    k = b.mm(n_embd, view())
+    v = b.mm(n_embd, view())
+    xv = view()
+    if state.get("v_first") is None:
+        state["v_first"] = v
+    else:
+        diff = g.op(f(), state["v_first"], v)
+        mix = b.unary(b.unary(b.mm(n_embd, b.mm(lora_v, xv)), f()), f())
+        v = g.op(f(), v, g.op(f(), diff, mix, inplace=(0, 1)), inplace=(0, 1))
+    gate = b.mm(n_embd, b.unary(b.mm(lora_g, view()), f(lora_g))) if lora_g else None
+    a = b.unary(b.unary(b.mm(n_embd, b.mm(lora_a, view())), f()), f())
+    kk = g.op(f(), g.view(g.op(f(), k, b.weights, inplace=(0,))))  # mul then l2_norm of the reshape
+    ka = g.op(f(), k, b.weights, inplace=(0,))
+    k = g.op(f(), k, g.op(f(), g.op(f(), a, ka, inplace=(0, 1)), ka, inplace=(0,)), inplace=(0, 1))
+    wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), g.view(r), g.view(w), g.view(k), g.view(v),
+               g.op(f(), kk, inplace=(0,)), g.op(f(), kk, a, inplace=(0, 1)), wkv_state)
+    g.expand(g.view(b.cache, g.view(wkv)))
+    if layer.ssm_norm:  # time_mix_ln: the group norm of the reshaped output, * ln (a reshape: new), + bias
+        out = g.op(f(), g.view(g.view(wkv)))
+        out = g.op(f(), g.view(out), b.weights)
+        out = g.op(f(), out, b.weights, inplace=(0,))
+    else:
+        out = g.view(g.view(wkv))
+    rk = g.op(f(), g.view(k), g.view(r))
+    rk = g.op(f(), rk, b.weights, inplace=(0,))
+    heads = n_embd // max(1, b.kv.state_s // n_embd)  # n_embd_s = n_embd x head_size
+    rk = g.op(b.f32(heads, T), rk)  # sum_rows: one per head
+    out = g.op(f(), out, g.view(g.op(f(), g.view(v), rk)), inplace=(0,))  # (a new tensor when out is a view)
+    if gate is not None:
+        out = g.op(f(), out, gate, inplace=(0, 1))
+    out = g.view(b.mm(n_embd, out))
+    if arwkv:  # arwkv7.cpp: the shift stored straight from the norm, then the Qwen2 FFN
+        g.expand(g.view(b.cache, g.view(att)))
+        ffn_inp = g.view(g.op(f(), out, inp))
+        if il == last:
+            ffn_inp = g.op(b.f32(n_embd, n_out), ffn_inp, out_ids)
+            b.T = n_out
+        out = _ffn(b, b.norm(ffn_inp, n_embd), layer.n_ff, True)
+        return g.op(b.f32(n_embd, b.T), out, ffn_inp, inplace=(0, 1))
+    ffn_inp = g.op(f(), out, inp)  # both views: a new tensor
+    ffn = layer_norm(ffn_inp)
+    x_prev = g.op(f(), g.view(shift), g.view(ffn))
+    g.expand(g.view(b.cache, g.op(b.f32(b.kv.state_r, n_seq), g.view(att), g.view(ffn))))  # the shifts stored
+    ffn_inp, ffn, x_prev = g.view(ffn_inp), g.view(ffn), g.view(x_prev)
+    if il == last:
+        ffn_inp = g.op(b.f32(n_embd, n_out), ffn_inp, out_ids)
+        ffn = g.op(b.f32(n_embd, n_out), ffn, out_ids)
+        x_prev = g.op(b.f32(n_embd, n_out), x_prev, out_ids)
+        T = b.T = n_out
+    sx = g.op(f(), x_prev, ffn, inplace=(0,))
+    xk = g.op(f(), g.op(f(), sx, b.weights, inplace=(0,)), ffn, inplace=(0,))
+    key = b.unary(b.unary(b.mm(layer.n_ff, xk), f(layer.n_ff)), f(layer.n_ff))
+    return g.op(f(), b.mm(n_embd, key), ffn_inp, inplace=(0, 1))
+
+
 def _shortconv_layer(b, il, x, layer):
     """LFM2's short-convolution block (src/models/lfm2.cpp build_shortconv_block): the conv state
     gathered first, in_proj to b/c/x, b*x (a new tensor: both are views), the state and b*x
@@ -1644,8 +1743,19 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     out_ids = g.input(I32_BYTES * n_out)
     last = len(graph_shape.layers) - 1
     stack = _ResidualStack(b) if graph_shape.attn_res_block else None
+    rwkv = {}  # RWKV-7: the first layer's v, mixed into every later layer
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
+            continue
+        if layer.mixer in ("rwkv7", "arwkv7"):
+            if homes is not None:
+                b.move(homes.layer_device[il], il)
+            if il == 0 and layer.mixer == "rwkv7":  # rwkv7.cpp norms the token embedding (layer norm with a bias)
+                cur = g.op(b.f32(n_embd, T), cur)
+                cur = g.op(cur.nbytes, g.op(cur.nbytes, cur, b.weights, inplace=(0,)), b.weights, inplace=(0,))
+            cur = _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, rwkv)
+            T = b.T
+            g.boundaries.append(cur)
             continue
         if homes is not None:
             b.move(homes.layer_device[il], il)
