@@ -525,6 +525,24 @@ def llama4(t=Types(), **p):
     return spec
 
 
+def _rwkv7_time_mix(spec, il, p, t):
+    """An RWKV-7 time mix's tensors: the w/a/v/g low-rank paths (layer 0's v path at the iclr rank),
+    the fused lerp, k_k/k_a/r_k and the four projections."""
+    blk, n_embd = f"blk.{il}.", p["n_embd"]
+    lora_v = p["lora_iclr"] if il == 0 else p["lora_value"]
+    for name, rank in (("w", p["lora_decay"]), ("a", p["lora_iclr"]), ("v", lora_v)):
+        spec.add(f"{blk}time_mix_{name}0.weight", (n_embd,), t.norm)
+        spec.add(f"{blk}time_mix_{name}1.weight", (n_embd, rank), t.norm)
+        spec.add(f"{blk}time_mix_{name}2.weight", (rank, n_embd), t.norm)
+    spec.add(blk + "time_mix_g1.weight", (n_embd, p["lora_gate"]), t.norm)
+    spec.add(blk + "time_mix_g2.weight", (p["lora_gate"], n_embd), t.norm)
+    spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 6), t.norm)
+    for name in ("k_k", "k_a", "r_k"):
+        spec.add(f"{blk}time_mix_{name}.weight", (n_embd,), t.norm)
+    for name in ("key", "value", "receptance", "output"):
+        spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+
+
 def rwkv7(t=Types(), **p):
     """RWKV-7 (`rwkv7`): time-mix (the wkv state) and channel-mix blocks, no attention cache
     (llama.cpp src/models/rwkv7.cpp)."""
@@ -551,18 +569,7 @@ def rwkv7(t=Types(), **p):
         for name in ("attn_norm", "attn_norm_2", "time_mix_ln"):
             spec.add(blk + name + ".weight", (n_embd,), t.norm)
             spec.add(blk + name + ".bias", (n_embd,), t.norm)
-        lora_v = p["lora_iclr"] if il == 0 else p["lora_value"]
-        for name, rank in (("w", p["lora_decay"]), ("a", p["lora_iclr"]), ("v", lora_v)):
-            spec.add(f"{blk}time_mix_{name}0.weight", (n_embd,), t.norm)
-            spec.add(f"{blk}time_mix_{name}1.weight", (n_embd, rank), t.norm)
-            spec.add(f"{blk}time_mix_{name}2.weight", (rank, n_embd), t.norm)
-        spec.add(blk + "time_mix_g1.weight", (n_embd, p["lora_gate"]), t.norm)
-        spec.add(blk + "time_mix_g2.weight", (p["lora_gate"], n_embd), t.norm)
-        spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 6), t.norm)
-        for name in ("k_k", "k_a", "r_k"):
-            spec.add(f"{blk}time_mix_{name}.weight", (n_embd,), t.norm)
-        for name in ("key", "value", "receptance", "output"):
-            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        _rwkv7_time_mix(spec, il, p, t)
         spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
         spec.add(blk + "channel_mix_key.weight", (n_embd, p["n_ff"]), t.resident)
         spec.add(blk + "channel_mix_value.weight", (p["n_ff"], n_embd), t.resident)
@@ -589,18 +596,7 @@ def arwkv7(t=Types(), **p):
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
         spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
-        lora_v = p["lora_iclr"] if il == 0 else p["lora_value"]
-        for name, rank in (("w", p["lora_decay"]), ("a", p["lora_iclr"]), ("v", lora_v)):
-            spec.add(f"{blk}time_mix_{name}0.weight", (n_embd,), t.norm)
-            spec.add(f"{blk}time_mix_{name}1.weight", (n_embd, rank), t.norm)
-            spec.add(f"{blk}time_mix_{name}2.weight", (rank, n_embd), t.norm)
-        spec.add(blk + "time_mix_g1.weight", (n_embd, p["lora_gate"]), t.norm)
-        spec.add(blk + "time_mix_g2.weight", (p["lora_gate"], n_embd), t.norm)
-        spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 6), t.norm)
-        for name in ("k_k", "k_a", "r_k"):
-            spec.add(f"{blk}time_mix_{name}.weight", (n_embd,), t.norm)
-        for name in ("key", "value", "receptance", "output"):
-            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        _rwkv7_time_mix(spec, il, p, t)
         spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
