@@ -5,13 +5,15 @@ llama-quantize binary, against ggml's C on the same machine.
     .venv/bin/python benchmarks/bench_quantize.py [--mib 32] [--types q6_K,q4_K,...]
     LLAMA_QUANTIZE=/path/to/llama-quantize .venv/bin/python benchmarks/bench_quantize.py
 
-1. Kernels: a float32 slab (rows of 4096), each type in MB/s of float32 input, compiled on 1 thread
-   and on every core, the numpy engine on every core (its previous speed), bytes checked identical
-   between the engines; Q8_0/Q4_0 also against gguf.quants.quantize. With $LLAMA_QUANTIZE, ggml's
-   C reference itself on one core: `ggml_quantize_chunk` of the libggml-base beside that binary,
-   called through ctypes on the same rows (bytes checked identical), without and with an importance
-   matrix (`--imatrix`: random positive weights): the figure is C's time over the compiled kernel's
-   (above 1: moetools is faster per core).
+1. Kernels: a float32 slab (rows of 4096), a table per imatrix mode (none, then random positive
+   weights), one line per type, MB/s of float32 input: with $LLAMA_QUANTIZE ggml's C reference
+   itself (`ggml_quantize_chunk` of the libggml-base beside that binary, through ctypes, on the same
+   rows, spans of rows on a thread pool for several cores as llama-quantize splits a tensor),
+   the compiled kernels ("ours") and the numpy kernels, on one core (CPU time of the calling
+   thread, where both C and the one-thread kernel run: steady under load) and on every core (wall
+   time); the ratios are C's time over ours (above 1: moetools is faster) and numpy's over ours.
+   Bytes are checked identical between C, the compiled and the numpy kernels, and Q8_0/Q4_0 also
+   against gguf.quants.quantize.
 2. Whole tiers (with $LLAMA_QUANTIZE): one F32 GGUF (a dense llama of 2 blocks, 1024 wide, 76 MB;
    `--tier-layers N` for a larger one) quantized
    by `llama-quantize --pure IN OUT TYPE THREADS` and by `moetools quantize IN --pure --type TYPE
@@ -43,16 +45,6 @@ from moetools.quantize import kernels  # noqa: E402
 TYPES = ("q6_K", "q5_K", "q4_K", "q3_K", "q2_K", "iq4_xs", "iq4_nl", "q8_0", "q4_0")
 
 
-def timed(function, repeat=1):
-    best = float("inf")
-    result = None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def with_engine(name):
     """Switch kernels.quantize to the compiled ("numba") or the numpy engine."""
     kernels._compiled.clear()
@@ -79,59 +71,87 @@ def ggml_reference(binary):
     return None
 
 
-def c_figures(function, values, names, imatrix, repeat=3):
-    """Per-core ratio of ggml's C (ctypes) to the compiled kernels, timed alternately on the same rows."""
+def c_quantize(function, values, type_id, imatrix, threads):
+    """ggml's C over `values` on `threads` threads (spans of rows; ctypes releases the GIL, and
+    llama-quantize also splits a tensor's rows over its threads): the bytes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n_rows, n_per_row = values.shape
+    row_bytes = kernels.quantize(values[:1], type_id, threads=1, imatrix=imatrix).nbytes
+    out = np.zeros(n_rows * row_bytes, dtype=np.uint8)
+    qw = None if imatrix is None else imatrix.ctypes.data
+
+    def span(first, last):
+        function(type_id, values.ctypes.data, out.ctypes.data, first * n_per_row, last - first, n_per_row, qw)
+
+    spans = kernels._spans(n_rows, threads)
+    if len(spans) == 1:
+        span(*spans[0])
+    else:
+        with ThreadPoolExecutor(max_workers=len(spans)) as pool:
+            for future in [pool.submit(span, a, b) for a, b in spans]:
+                future.result()
+    return out
+
+
+def best_time(function, clock, repeat):
+    """(the shortest of `repeat` runs by `clock`, the result)."""
+    best = float("inf")
+    result = None
+    for _ in range(repeat):
+        start = clock()
+        result = function()
+        best = min(best, clock() - start)
+    return best, result
+
+
+def kernel_table(values, names, threads, reference, imatrix):
+    """One line per type: MB/s of float32 input of ggml's C (when `reference`), the compiled kernels
+    ("ours") and the numpy kernels, on one core (CPU time of this thread: C through ctypes and the
+    compiled kernel on one thread both run in it, steadier than wall time on a shared machine) and
+    on `threads` cores (wall time), with the ratios (above 1: moetools is faster); bytes checked
+    identical between all of them."""
     mb = values.nbytes / 1e6
     label = "with an imatrix" if imatrix is not None else "no imatrix"
-    print(f"ggml C reference ({label}), 1 core each: load average {os.getloadavg()[0]:.1f}")
-    for name in names:
-        type_id = kernels.GGML_TYPE_IDS[name]
-        with_engine("numba")
-        ours = kernels.quantize(values[:2], type_id, threads=1, imatrix=imatrix)
-        out = np.zeros(values.shape[0] * ours.shape[-1], dtype=np.uint8)
-        qw = None if imatrix is None else imatrix.ctypes.data
-        c_best = ours_best = float("inf")
-        for _ in range(repeat):
-            # CPU time of this thread (both run in it: ctypes' call and the compiled kernel on one
-            # thread), steadier than wall time on a shared machine
-            start = time.thread_time()
-            function(type_id, values.ctypes.data, out.ctypes.data, 0, values.shape[0], values.shape[1], qw)
-            c_best = min(c_best, time.thread_time() - start)
-            start = time.thread_time()
-            ours = kernels.quantize(values, type_id, threads=1, imatrix=imatrix)
-            ours_best = min(ours_best, time.thread_time() - start)
-        if ours.tobytes() != out.tobytes():
-            sys.exit(f"{name}: the compiled kernel's bytes differ from ggml's")
-        print(f"{name:7s} C {mb / c_best:7.1f} MB/s, compiled {mb / ours_best:7.1f} MB/s -> x{c_best / ours_best:.2f}",
-              flush=True)
-
-
-def kernel_figures(values, names, threads):
-    mb = values.nbytes / 1e6
-    print(f"kernels: {values.shape[0]} x {values.shape[1]} float32 = {mb:.0f} MB; threads {threads}; "
+    print(f"kernels ({label}): {values.shape[0]} x {values.shape[1]} float32 = {mb:.0f} MB; MB/s of float32 input; "
           f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'type':7s} {'C 1 core':>9s} {'ours 1':>9s} {'xC':>6s} {'C ' + str(threads):>9s} {'ours ' + str(threads):>9s} "
+          f"{'xC':>6s} {'numpy ' + str(threads):>9s} {'xnumpy':>7s}")
     for name in names:
         type_id = kernels.GGML_TYPE_IDS[name]
+        if imatrix is not None and type_id in kernels.IGNORES_IMATRIX:
+            continue
         with_engine("numba")
-        kernels.quantize(values[:2], type_id)  # compile (or load the cached machine code)
-        one_s, compiled = timed(lambda: kernels.quantize(values, type_id, threads=1), repeat=2)
-        all_s, compiled_all = timed(lambda: kernels.quantize(values, type_id, threads=threads), repeat=2)
-        line = (f"{name:7s} compiled: {mb / one_s:7.1f} MB/s on 1 core, {mb / all_s:7.1f} MB/s on {threads} "
-                f"(x{one_s / all_s:.2f})")
-        assert compiled.tobytes() == compiled_all.tobytes()
-        if type_id in kernels.KERNELS:
-            with_engine("numpy")
-            numpy_s, numpy_bytes = timed(lambda: kernels.quantize(values, type_id, threads=threads))
-            if numpy_bytes.tobytes() != compiled.tobytes():
-                sys.exit(f"{name}: the engines' bytes differ")
-            line += f"   numpy engine {mb / numpy_s:7.1f} MB/s on {threads} -> compiled x{numpy_s / all_s:.1f}"
-        if name in ("q8_0", "q4_0"):
+        kernels.quantize(values[:2], type_id, imatrix=imatrix)  # compile (or load the cached machine code)
+
+        def ours(count):
+            return lambda: kernels.quantize(values, type_id, threads=count, imatrix=imatrix)
+
+        ours_1, compiled = best_time(ours(1), time.thread_time, 3)
+        ours_n, compiled_n = best_time(ours(threads), time.perf_counter, 2)
+        if compiled.tobytes() != compiled_n.tobytes():
+            sys.exit(f"{name}: the compiled kernel's bytes depend on the thread count")
+        if reference is not None:
+            c_1, c_bytes = best_time(lambda: c_quantize(reference, values, type_id, imatrix, 1), time.thread_time, 3)
+            c_n, c_bytes_n = best_time(lambda: c_quantize(reference, values, type_id, imatrix, threads), time.perf_counter, 2)
+            if c_bytes.tobytes() != compiled.tobytes() or c_bytes_n.tobytes() != c_bytes.tobytes():
+                sys.exit(f"{name}: the compiled kernel's bytes differ from ggml's")
+            cells = [f"{mb / c_1:9.1f}", f"{mb / ours_1:9.1f}", f"{c_1 / ours_1:6.2f}", f"{mb / c_n:9.1f}",
+                     f"{mb / ours_n:9.1f}", f"{c_n / ours_n:6.2f}"]
+        else:
+            cells = [f"{'-':>9s}", f"{mb / ours_1:9.1f}", f"{'-':>6s}", f"{'-':>9s}", f"{mb / ours_n:9.1f}", f"{'-':>6s}"]
+        with_engine("numpy")
+        numpy_n, numpy_bytes = best_time(ours(threads), time.perf_counter, 1)
+        with_engine("numba")
+        if numpy_bytes.tobytes() != compiled.tobytes():
+            sys.exit(f"{name}: the numpy kernels' bytes differ from the compiled ones")
+        line = f"{name:7s} " + " ".join(cells) + f" {mb / numpy_n:9.1f} {numpy_n / ours_n:7.1f}"
+        if imatrix is None and name in ("q8_0", "q4_0"):
             qtype = GGMLQuantizationType[name.upper()]
-            gguf_s, gguf_bytes = timed(lambda: quants.quantize(values, qtype))
+            gguf_s, gguf_bytes = best_time(lambda: quants.quantize(values, qtype), time.perf_counter, 1)
             assert gguf_bytes.tobytes() == compiled.tobytes()
-            line += f"   gguf.quants {mb / gguf_s:7.1f} MB/s -> x{gguf_s / all_s:.1f}"
+            line += f"   gguf.quants {mb / gguf_s:7.1f} -> ours x{gguf_s / ours_n:.1f}"
         print(line, flush=True)
-    with_engine("numba")
 
 
 def timed_process(argv):
@@ -187,7 +207,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=32, help="size of the float32 slab for the kernels (MiB)")
     parser.add_argument("--types", default=",".join(TYPES), help="comma-separated ggml types")
-    parser.add_argument("--skip", default="", help="comma-separated parts to leave out: kernels, c, tiers")
+    parser.add_argument("--skip", default="", help="comma-separated parts to leave out: kernels, c (its columns), tiers")
     parser.add_argument("--tier-layers", type=int, default=2,
                         help="blocks of the tiers' F32 model (2: 80 MB; each block adds about 29 MB)")
     args = parser.parse_args()
@@ -198,18 +218,15 @@ def main():
     values = (np.random.default_rng(0).standard_normal((rows, 4096), dtype=np.float32) * 0.02).astype(np.float32)
     if kernels.compiled_kernels() is None:
         sys.exit("numba is not importable here (or MOETOOLS_NO_JIT is set): nothing compiled to measure")
-    if "kernels" not in skip:
-        kernel_figures(values, names, threads)
     binary = os.environ.get("LLAMA_QUANTIZE")
-    reference = ggml_reference(binary) if binary else None
-    if reference is not None and "c" not in skip:
-        c_rows = values[: max(64, values.shape[0] // 4)]
+    reference = ggml_reference(binary) if binary and "c" not in skip else None
+    if "kernels" not in skip:
         weights = (np.random.default_rng(1).random(values.shape[1], dtype=np.float32) + np.float32(0.1)).astype(np.float32)
-        c_figures(reference, c_rows, names, None)
-        c_figures(reference, c_rows, [name for name in names if name not in ("q8_0",)], weights)
+        for imatrix in (None, weights):
+            kernel_table(values, names, threads, reference, imatrix)
     if binary and "tiers" not in skip:
         tier_figures(binary, names, threads, args.tier_layers)
-    else:
+    elif not binary:
         print("tiers: set LLAMA_QUANTIZE to a llama-quantize binary to time whole tiers against ggml's C")
 
 

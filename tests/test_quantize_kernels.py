@@ -36,7 +36,7 @@ def engine(request, monkeypatch):
 
 @pytest.fixture
 def compiled(monkeypatch):
-    """The compiled engine (the only one with imatrix and IQ4 kernels), or a skip."""
+    """The compiled engine, or a skip."""
     if kernels.compiled_kernels() is None:
         pytest.skip(f"numba is not importable here (or ${kernels.NO_JIT_ENV} is set)")
     return kernels.compiled_kernels()
@@ -125,6 +125,8 @@ def test_outer_axis_reduction_is_sequential():
         for row in a[1:]:
             total = total + row
         assert np.array_equal(kernels._sum(a), total)
+        # a transposed view (as the imatrix variants' sub-block scales are) is summed in the same order
+        assert np.array_equal(kernels._sum(np.asfortranarray(a)), total)
 
 
 def test_f16_and_bf16_match_gguf():
@@ -187,7 +189,7 @@ def test_many_blocks_equal_ggml_reference(name, engine):
     assert hashlib.sha256(kernels.quantize(hashed_inputs(), TYPES[name]).tobytes()).hexdigest() == HASHED_DIGESTS[name]
 
 
-# --- importance matrix and IQ4 (compiled engine) ----------------------------------------------------
+# --- importance matrix and IQ4 (both engines) --------------------------------------------------------
 
 IMATRIX_TYPES = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q6_K": 14, "q5_K": 13, "q4_K": 12, "q3_K": 11, "q2_K": 10,
                  "iq4_nl": 20, "iq4_xs": 23}
@@ -215,7 +217,7 @@ def hashed_imatrix(n=1024):
 
 
 @pytest.mark.parametrize("name", list(IMATRIX_TYPES))
-def test_imatrix_and_iq4_bytes_equal_ggml(name, golden_input, compiled):
+def test_imatrix_and_iq4_bytes_equal_ggml(name, golden_input, engine):
     x, names = golden_input
     golden = np.load(DATA / "quantize_golden_imatrix.npz")
     keys = [f"{name}_imatrix"] + ([name] if name.startswith("iq4") else [])
@@ -227,7 +229,7 @@ def test_imatrix_and_iq4_bytes_equal_ggml(name, golden_input, compiled):
 
 
 @pytest.mark.parametrize("key", list(IMATRIX_DIGESTS))
-def test_imatrix_and_iq4_many_blocks_equal_ggml(key, compiled):
+def test_imatrix_and_iq4_many_blocks_equal_ggml(key, engine):
     import hashlib
 
     name = key.removesuffix("_imatrix")
@@ -236,7 +238,7 @@ def test_imatrix_and_iq4_many_blocks_equal_ggml(key, compiled):
     assert hashlib.sha256(data.tobytes()).hexdigest() == IMATRIX_DIGESTS[key]
 
 
-def test_imatrix_changes_the_bytes_and_lowers_the_weighted_error(compiled):
+def test_imatrix_changes_the_bytes_and_lowers_the_weighted_error(engine):
     rng = np.random.default_rng(9)
     x = (rng.standard_normal((32, 512)) * 0.05).astype(np.float32)
     weights = np.ones(512, dtype=np.float32)
@@ -259,12 +261,23 @@ def test_imatrix_of_the_wrong_length_is_refused(engine):
         kernels.quantize(np.zeros((2, 128), dtype=np.float32), 2, imatrix=np.ones(64, dtype=np.float32))
 
 
-def test_numpy_engine_says_what_needs_the_compiled_one(monkeypatch):
+@pytest.mark.parametrize("name", list(IMATRIX_TYPES) + ["q8_0"])
+def test_numpy_engine_equals_the_compiled_one(name, compiled, monkeypatch):
+    """The numpy kernels are the tested fallback for every type, with and without an imatrix: the
+    same bytes as the compiled kernels on rows of a wide dynamic range, zero and constant blocks,
+    with a spread-out imatrix (zeros included) and several threads."""
+    rng = np.random.default_rng(21)
+    x = (rng.standard_normal((6, 1536)) * np.exp(rng.standard_normal((6, 1)) * 3)).astype(np.float32)
+    x[1, 256:512] = 0
+    x[2, :32] = 0.25
+    x[3, 512:768] = np.abs(x[3, 512:768])
+    weights = (np.exp(rng.standard_normal(1536) * 2) * (rng.random(1536) > 0.05)).astype(np.float32)
+    type_id = kernels.GGML_TYPE_IDS[name]
+    expected = [kernels.quantize(x, type_id, threads=2, imatrix=imatrix) for imatrix in (None, weights)]
     monkeypatch.setitem(kernels._compiled, "module", None)
-    with pytest.raises(NotImplementedError, match="importance matrix needs the compiled kernels"):
-        kernels.quantize(np.ones((1, 256), dtype=np.float32), 12, imatrix=np.ones(256, dtype=np.float32))
-    with pytest.raises(NotImplementedError, match="iq4_xs needs the compiled kernels"):
-        kernels.quantize(np.ones((1, 256), dtype=np.float32), 23)
+    assert not kernels.needs_compiled(type_id, True)
+    for imatrix, want in zip((None, weights), expected):
+        assert kernels.quantize(x, type_id, threads=2, imatrix=imatrix).tobytes() == want.tobytes(), imatrix is not None
 
 
 @pytest.mark.parametrize("value", ["1", "0", ""])
@@ -278,8 +291,8 @@ def test_no_jit_switch_and_no_silent_fallback(monkeypatch, value):
     assert kernels.engine() == ("numba" if numba_installed and value != "1" else "numpy")
 
 
-@pytest.mark.parametrize("name", ["q4_K", "iq4_nl", "q4_0"])
-def test_compiled_threads_do_not_change_bytes(name, compiled):
+@pytest.mark.parametrize("name", ["q4_K", "iq4_nl", "iq4_xs", "q4_0"])
+def test_threads_do_not_change_bytes_with_an_imatrix(name, engine):
     rng = np.random.default_rng(12)
     x = (rng.standard_normal((7, 768)) * 0.1).astype(np.float32)
     weights = np.abs(rng.standard_normal(768)).astype(np.float32)
@@ -313,11 +326,12 @@ def test_compiled_dequantizers_give_gguf_floats(name, golden_input, compiled):
 
 @pytest.mark.parametrize("name", ["q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_block_bytes_do_not_depend_on_the_row_width(name, weighted, compiled):
+def test_block_bytes_do_not_depend_on_the_row_width(name, weighted, engine):
     """The compiled K-quant and IQ4 kernels search the groups of several blocks together (one SIMD
-    lane each) and pad a row's last batch with empty groups: a block's bytes must not depend on
-    its neighbours, so rows of one super-block and rows of eleven (a short last batch for every
-    batch size) give the same bytes, with and without an importance matrix."""
+    lane each) and pad a row's last batch with empty groups, the numpy ones take an imatrix row by
+    row: a block's bytes must not depend on its neighbours, so rows of one super-block and rows of
+    eleven (a short last batch for every batch size) give the same bytes, with and without an
+    importance matrix."""
     x = hashed_inputs(88)
     imatrix = hashed_imatrix(256) if weighted else None
     narrow = kernels.quantize(x, IMATRIX_TYPES[name], threads=1, imatrix=imatrix)

@@ -374,10 +374,33 @@ def test_estimate_and_type_counts(tmp_path):
     assert q4["estimated_seconds"] >= q8["estimated_seconds"] >= 0  # (rounded to 0.1 s: this model takes less)
     from moetools.quantize import kernels
 
-    # K-quant searches cost more than Q8_0's rounding, an imatrix search no less than a plain one
+    # K-quant searches cost more than Q8_0's rounding, and an imatrix search more than a plain one
     q4_k, q8_0 = kernels.GGML_TYPE_IDS["q4_K"], kernels.GGML_TYPE_IDS["q8_0"]
     assert kernels.estimated_seconds(q4_k, 10**9) > kernels.estimated_seconds(q8_0, 10**9) > 0
-    assert kernels.estimated_seconds(q4_k, 10**9, imatrix=True) >= kernels.estimated_seconds(q4_k, 10**9)
+    assert kernels.estimated_seconds(q4_k, 10**9, imatrix=True) > kernels.estimated_seconds(q4_k, 10**9)
     assert kernels.estimated_seconds(q4_k, 10**9, threads=2) == kernels.estimated_seconds(q4_k, 10**9) / 2
     result = invoke(source, "--type", "Q4_K_M", "--json")
     assert result.exit_code == 0 and "quantize: about 1 s for 1 tier" in result.stderr
+
+
+def test_numpy_engine_mixes_equal_llama_quantize(tmp_path, shared_models, monkeypatch):
+    """With MOETOOLS_NO_JIT=1 (the numpy kernels, quantize's fallback without numba) a --full IQ4_XS
+    and an imatrix-weighted Q4_K tier of a shared model still equal llama-quantize's, tensor for
+    tensor: the numpy engine covers IQ4 and every imatrix kernel."""
+    from moetools.quantize import kernels
+
+    monkeypatch.setenv(kernels.NO_JIT_ENV, "1")
+    monkeypatch.setattr(kernels, "_compiled", {})
+    assert kernels.engine() == "numpy"
+    model_name = "tiny-qwen3moe-Q8_0.gguf"
+    golden = json.loads(GOLDEN.read_text())["models"][model_name]
+    path = next(path for path in shared_models if path.name == model_name)
+    runs = []
+    for label, extra in (("IQ4_XS", ["--type", "IQ4_XS"]), ("Q4_K_M+imatrix", ["--type", "Q4_K", "--imatrix", DATA / golden["imatrix"]])):
+        result = invoke(path, "--full", "--no-error", *extra, "-o", tmp_path / label, "--json")
+        assert result.exit_code == 0, result.output
+        runs.append((label, json.loads(result.stdout)["tiers"][0]["gguf"]))
+    for label, gguf in runs:
+        mine = tensor_digests(gguf)
+        differ = [name for name in golden[label] if mine.get(name) != golden[label][name]]
+        assert set(mine) == set(golden[label]) and not differ, f"{label}: {len(differ)} tensors differ, e.g. {differ[:3]}"

@@ -4,8 +4,8 @@
 importance matrix (per-column weights, as llama-quantize passes them to ggml_quantize_chunk);
 `dequantize(data, type_id, shape)` turns any type gguf knows back into float32.
 
-Two engines give the same bytes. The compiled one (kernels_jit.py: every K-quant, IQ4_NL, IQ4_XS
-and the 32-value block types, with and without imatrix) serves whenever numba imports and
+Two engines give the same bytes, for every K-quant, IQ4_NL, IQ4_XS and the 32-value block types,
+with and without an imatrix. The compiled one (kernels_jit.py) serves whenever numba imports and
 $MOETOOLS_NO_JIT is unset or "0"; the numpy kernels below serve otherwise (`engine()` says which).
 Both split the rows into spans run on a thread pool (the compiled kernels and numpy's loops release
 the GIL), so a call uses every core.
@@ -19,9 +19,9 @@ Byte identity with ggml depends on doing the very same float32 operations in the
 - ggml's `nearest_int` (add 1.5*2^23, keep the mantissa) is round-half-to-even on float32: `np.rint`
   for the bulk, the exact bit trick where a result is stored with C integer wrap-around;
 - `roundf` (Q8_0) rounds half away from zero; C casts to int8 truncate toward zero.
-Source: the algorithms of ggml/src/ggml-quants.c (`quantize_row_*_ref`, `make_qx_quants`,
-`make_q3_quants`, `make_qkx2_quants`), reimplemented here over whole arrays of groups. The numpy
-engine has no importance-matrix or IQ4 kernels: those need the compiled engine (NotImplementedError).
+Source: the algorithms of ggml/src/ggml-quants.c (`quantize_row_*_ref`, the `quantize_row_*_impl`
+imatrix variants, `make_qx_quants`, `make_q3_quants`, `make_qkx2_quants` / `make_qkx3_quants`,
+`make_qp_quants`, `quantize_row_iq4_nl_impl`), reimplemented here over whole arrays of groups.
 """
 
 import os
@@ -48,7 +48,8 @@ _compiled = {}  # "module": kernels_jit, or None when numba is missing or switch
 # make hundreds of calls over their temporaries and do best when those stay in cache, except
 # Q3_K's, which walks the 16 values of a group one at a time over vectors of groups.
 _STEP_VALUES = {Q8_0: 1 << 18, Q4_0: 1 << 18, Q4_1: 1 << 18, Q5_0: 1 << 18, Q5_1: 1 << 18,
-                Q6_K: 1 << 15, Q5_K: 1 << 15, Q4_K: 1 << 15, Q3_K: 1 << 17, Q2_K: 1 << 15}
+                Q6_K: 1 << 15, Q5_K: 1 << 15, Q4_K: 1 << 15, Q3_K: 1 << 17, Q2_K: 1 << 15, IQ4_NL: 1 << 15,
+                IQ4_XS: 1 << 15}
 
 
 def _nearest_exact(values):
@@ -189,34 +190,49 @@ def _from_min(x, steps):
     return low, d, v
 
 
-def _q4_0(x, out):
+def _symmetric_levels(x, qw, sigma2, nmax):
+    """Q4_0 (nmax 8) / Q5_0 (16): (d, levels 0..2*nmax-1 as uint8) by the _ref rounding or, with the
+    imatrix qw (n, 32) and its rows' sigma2 (n,), by the _impl search."""
+    if qw is None:
+        d, v = _symmetric(x, -nmax, nmax + 0.5)
+        return d, _levels(v, 2 * nmax - 1)
+    return _symmetric_weighted(x, qw, sigma2, nmax)
+
+
+def _q4_0(x, out, qw=None, sigma2=None):
     """x (n, 32) -> out (n, 18): f16 d, 16 nibble bytes."""
-    d, v = _symmetric(x, -8, 8.5)
+    d, q = _symmetric_levels(x, qw, sigma2, 8)
     _put_half(out, 0, d)
-    _pack_nibbles(_levels(v, 15), out[:, 2:])
+    _pack_nibbles(q, out[:, 2:])
 
 
-def _q4_1(x, out):
+def _q4_1(x, out, qw=None, sigma2=None):
     """x (n, 32) -> out (n, 20): f16 d, f16 min, 16 nibble bytes."""
-    low, d, v = _from_min(x, 15)
+    if qw is None:
+        low, d, v = _from_min(x, 15)
+        q = _levels(v, 15)
+    else:
+        d, low, q = _from_min_weighted(x, qw, sigma2, 15)
     _put_half(out, 0, d)
     _put_half(out, 2, low)
-    _pack_nibbles(_levels(v, 15), out[:, 4:])
+    _pack_nibbles(q, out[:, 4:])
 
 
-def _q5_0(x, out):
+def _q5_0(x, out, qw=None, sigma2=None):
     """x (n, 32) -> out (n, 22): f16 d, u32 high bits, 16 nibble bytes."""
-    d, v = _symmetric(x, -16, 16.5)
-    q = _levels(v, 31)
+    d, q = _symmetric_levels(x, qw, sigma2, 16)
     _put_half(out, 0, d)
     out[:, 2:6] = _high_bits(q)
     _pack_nibbles(q & 0x0F, out[:, 6:])
 
 
-def _q5_1(x, out):
+def _q5_1(x, out, qw=None, sigma2=None):
     """x (n, 32) -> out (n, 24): f16 d, f16 min, u32 high bits, 16 nibble bytes."""
-    low, d, v = _from_min(x, 31)
-    q = v.astype(np.uint8)  # C: (uint8_t)(x0 + 0.5f), no clamp
+    if qw is None:
+        low, d, v = _from_min(x, 31)
+        q = v.astype(np.uint8)  # C: (uint8_t)(x0 + 0.5f), no clamp
+    else:
+        d, low, q = _from_min_weighted(x, qw, sigma2, 31)
     _put_half(out, 0, d)
     _put_half(out, 2, low)
     out[:, 4:8] = _high_bits(q)
@@ -228,8 +244,10 @@ def _q5_1(x, out):
 def _sum(a):
     """Sequential float32 sum over axis 0 (ggml's `for (i...) s += ...` order).
 
-    numpy reduces an outer axis row after row; with a single column the axis is contiguous and
-    numpy would switch to pairwise summation, so that case is summed explicitly."""
+    numpy reduces an outer axis row after row of a C-contiguous array (a transposed view it may
+    reduce along memory order, pairwise: made contiguous first); with a single column the axis is
+    contiguous and numpy would switch to pairwise summation, so that case is summed explicitly."""
+    a = np.ascontiguousarray(a)
     if a.ndim == 2 and a.shape[1] == 1:
         total = a[0].copy()
         for row in a[1:]:
@@ -269,7 +287,9 @@ def _make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad):
     levels are recomputed from them once at the end (the same float32 operations, the same values).
     """
     nmax = F32(nmax)
-    low = x.min(axis=0)
+    # ggml's `if (x[i] < min) min = x[i]` from x[0]: the first minimum, so a zero keeps its sign
+    # (Q4_1/Q5_1 store the min itself)
+    low = np.take_along_axis(x, np.argmin(x, axis=0)[None], 0)[0]
     high = x.max(axis=0)
     sum_w = _sum(w)
     sum_x = _sum(w * x)
@@ -318,8 +338,9 @@ def _qx_levels(x, iscale, nmax, out):
     return out
 
 
-def _make_qx_rmse1(x, nmax):
-    """ggml make_qx_quants(n, nmax, x, L, rmse_type=1, NULL) over groups: x (n, g) -> (scale (g,), L (n, g)).
+def _make_qx(x, nmax, w=None):
+    """ggml make_qx_quants(n, nmax, x, L, rmse_type=1, qw) over groups: x (n, g) -> (scale (g,), L (n, g)),
+    with the weights w (n, g) (an imatrix variant's) or, without them, x*x.
 
     L holds 0..2*nmax-1 as float32 (level + nmax). As in _make_qkx2, the levels of the best trial
     are rebuilt once from its iscale rather than kept on every improvement.
@@ -327,7 +348,8 @@ def _make_qx_rmse1(x, nmax):
     max_value, amax = _first_absmax(x, 0)
     zero = amax < GROUP_MAX_EPS
     nmax_f = F32(nmax)
-    w = x * x
+    if w is None:
+        w = x * x
     wx = w * x
     level = np.empty_like(x)
     buf = np.empty_like(x)
@@ -385,6 +407,81 @@ def _make_q3(x, nmax):
     return np.where(zero, F32(0), scale), np.where(zero[None, :], F32(0), levels + nmax_f)
 
 
+def _nearest_float(values):
+    """ggml's nearest_int bit for bit (see _nearest_exact), as float32: for the searches whose
+    argument is not bounded by the scale (x * sl2 / slx can be anything)."""
+    return _nearest_exact(values).astype(F32)
+
+
+def _make_qp(x, nmax, w):
+    """ggml make_qp_quants(n, nmax, x, L, quant_weights) over groups: the n non-negative sub-block
+    scales x (n, g) under weights w (n, g) -> (scale (g,), L (n, g) as float32, the uint8 ggml
+    stores). The passes run five times for every group (ggml stops a group after a pass that
+    changes nothing, and a further pass from the same state changes nothing either)."""
+    n = x.shape[0]
+    top = np.zeros(x.shape[1], dtype=F32)
+    for row in x:  # max = MAX(max, x[i]): `max > x ? max : x`, in order
+        top = np.where(top > row, top, row)
+    zero = top < GROUP_MAX_EPS
+    nmax_f = F32(nmax)
+    iscale = nmax_f / top
+    level = (_nearest_exact(iscale * x) & 0xFF).astype(F32)  # uint8 L[i] = nearest_int(...)
+    scale = F32(1) / iscale
+    diff = x - scale * level
+    best = _sum((w * diff) * diff)
+    for step in range(-4, 5):
+        if step == 0:
+            continue
+        trial = (F32(0.1) * F32(step) + nmax_f) / top
+        diff = x - (F32(1) / trial) * np.minimum(_nearest_float(trial * x), nmax_f)
+        mse = _sum((w * diff) * diff)
+        better = mse < best
+        best = np.where(better, mse, best)
+        iscale = np.where(better, trial, iscale)
+    chosen = np.minimum(_nearest_float(iscale * x), nmax_f)
+    wx = w * x
+    sumlx = _sum(wx * chosen)
+    suml2 = _sum((w * chosen) * chosen)
+    level = (chosen.astype(np.int32) & 0xFF).astype(F32)  # stored as uint8: a negative level wraps
+    for _ in range(5):
+        for i in range(n):
+            li = level[i]
+            slx = sumlx - wx[i] * li
+            sl2 = suml2 - (w[i] * li) * li
+            new = np.minimum(_nearest_float((x[i] * sl2) / slx), nmax_f)
+            slx_new = slx + wx[i] * new
+            sl2_new = sl2 + (w[i] * new) * new
+            take = (slx > 0) & (sl2 > 0) & (new != li) & ((slx_new * slx_new) * suml2 > (sumlx * sumlx) * sl2_new)
+            level[i] = np.where(take, (new.astype(np.int32) & 0xFF).astype(F32), li)
+            sumlx = np.where(take, slx_new, sumlx)
+            suml2 = np.where(take, sl2_new, suml2)
+    scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
+    return np.where(zero, F32(0), scale), np.where(zero, F32(0), level)
+
+
+def _imatrix_weights(groups, qw_groups, sigma2):
+    """qw * sqrtf(sigma2 + x^2) per value of groups (n, g), the weights every `_impl` quantizer gives
+    its search, with the sum of each group's weights (ggml's sw[j], added in order)."""
+    weights = qw_groups * np.sqrt(sigma2 + groups * groups)
+    return weights, _sum(weights)
+
+
+def _block_sigma2(x, twice):
+    """Each super-block's sum of x^2 (in order) / 256, doubled first when `twice` (Q3_K..Q5_K's
+    `2*sumx2/QK_K`; Q2_K's is `sumx2/QK_K`), as the imatrix variants weigh: x (nb, 256) -> (nb,)."""
+    total = _sum(_groups(x, QK_K) ** 2)
+    return (F32(2) * total if twice else total) / F32(QK_K)
+
+
+def _weighted_groups(x, qw, size, twice):
+    """The imatrix variants' groups of `size` values of x (nb, 256), their weights and the weight
+    sums: (groups (size, g), weights (size, g), sw (g,)); qw (nb, 256) is the imatrix beside x."""
+    groups = _groups(x, size)
+    sigma2 = np.repeat(_block_sigma2(x, twice), QK_K // size)
+    weights, sw = _imatrix_weights(groups, _groups(qw, size), sigma2)
+    return groups, weights, sw
+
+
 def _groups(x, size):
     """x (nb, 256) -> (size, nb * 256/size) contiguous: element index first, group second."""
     return np.ascontiguousarray(x.reshape(-1, size).T)
@@ -409,11 +506,16 @@ def _k4_scales(scales, mins):
     inv_min = np.where(max_min > 0, F32(63) / max_min, F32(0))
     ls = np.minimum(_nearest_exact(inv_scale[:, None] * scales) & 0xFF, 63).astype(np.uint8)
     lm = np.minimum(_nearest_exact(inv_min[:, None] * mins) & 0xFF, 63).astype(np.uint8)
-    packed = np.empty((scales.shape[0], 12), dtype=np.uint8)
+    return _pack_k4(ls, lm), max_scale / F32(63), max_min / F32(63), ls, lm
+
+
+def _pack_k4(ls, lm):
+    """The 12 scale bytes of Q4_K/Q5_K from 6-bit scales and mins (nb, 8) uint8."""
+    packed = np.empty((ls.shape[0], 12), dtype=np.uint8)
     packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
     packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
     packed[:, 8:12] = (ls[:, 4:] & 0x0F) | ((lm[:, 4:] & 0x0F) << 4)
-    return packed, max_scale / F32(63), max_min / F32(63), ls, lm
+    return packed
 
 
 def _requant_with_min(x, levels, d, dmin, sc, m, nmax):
@@ -427,15 +529,26 @@ def _requant_with_min(x, levels, d, dmin, sc, m, nmax):
     return np.where((dd != 0)[..., None], fresh, levels)
 
 
-def _qk_min_type(x, out, nmax, rmin, nstep):
-    """Shared part of Q4_K and Q5_K: writes d, dmin and the 12 scale bytes of x (nb, 256) into out,
-    returns the levels as (low, high) halves of each 64-value pair of sub-blocks, (nb, 4, 32) each."""
+def _qk_min_type(x, out, nmax, rmin, nstep, qw):
+    """Shared part of Q4_K and Q5_K (quantize_row_q4/5_K_ref, or _impl with the imatrix qw (nb, 256)):
+    writes d, dmin and the 12 scale bytes of x (nb, 256) into out, returns the levels as (low, high)
+    halves of each 64-value pair of sub-blocks, (nb, 4, 32) each."""
     nb = x.shape[0]
-    groups = _groups(x, 32)
-    av_x = np.sqrt(_sum(groups * groups) / F32(32))
-    weights = av_x + np.abs(groups)
-    scales, mins, levels = _make_qkx2(groups, weights, nmax, rmin, 0.1, nstep, False)
-    packed, d, dmin, ls, lm = _k4_scales(scales.reshape(nb, 8), mins.reshape(nb, 8))
+    if qw is None:
+        groups = _groups(x, 32)
+        av_x = np.sqrt(_sum(groups * groups) / F32(32))
+        weights = av_x + np.abs(groups)
+        scales, mins, levels = _make_qkx2(groups, weights, nmax, rmin, 0.1, nstep, False)
+        packed, d, dmin, ls, lm = _k4_scales(scales.reshape(nb, 8), mins.reshape(nb, 8))
+    else:
+        groups, weights, sw = _weighted_groups(x, qw, 32, True)
+        scales, mins, levels = _make_qkx2(groups, weights, nmax, -0.9, 0.05, 36, False)
+        sw = sw.reshape(nb, 8).T
+        d, ls = _make_qp(scales.reshape(nb, 8).T, 63, sw)
+        dmin, lm = _make_qp(mins.reshape(nb, 8).T, 63, sw)
+        ls = np.minimum(ls.T, 63).astype(np.uint8)
+        lm = np.minimum(lm.T, 63).astype(np.uint8)
+        packed = _pack_k4(ls, lm)
     levels = _requant_with_min(x.reshape(nb, 8, 32), _ungroup(levels, nb).reshape(nb, 8, 32), d, dmin, ls, lm, nmax)
     _put_half(out, 0, d)
     _put_half(out, 2, dmin)
@@ -444,15 +557,15 @@ def _qk_min_type(x, out, nmax, rmin, nstep):
     return pairs[:, :, 0], pairs[:, :, 1]
 
 
-def _q4_k(x, out):
+def _q4_k(x, out, qw=None):
     """x (nb, 256) -> out (nb, 144): f16 d, f16 dmin, 12 scale bytes, 128 nibble bytes."""
-    low, high = _qk_min_type(x, out, 15, -1.0, 20)
+    low, high = _qk_min_type(x, out, 15, -1.0, 20, qw)
     np.bitwise_or(low, high << 4, out=out[:, 16:].reshape(-1, 4, 32))
 
 
-def _q5_k(x, out):
+def _q5_k(x, out, qw=None):
     """x (nb, 256) -> out (nb, 176): f16 d, f16 dmin, 12 scale bytes, 32 high-bit bytes, 128 nibble bytes."""
-    low, high = _qk_min_type(x, out, 31, -0.5, 15)
+    low, high = _qk_min_type(x, out, 31, -0.5, 15, qw)
     np.bitwise_or(low & 0x0F, (high & 0x0F) << 4, out=out[:, 48:].reshape(-1, 4, 32))
     # bit 2n of qh[j]: element 64n + j above 15; bit 2n+1: element 64n + 32 + j
     shifts = (2 * np.arange(4, dtype=np.uint8))[None, :, None]
@@ -460,10 +573,11 @@ def _q5_k(x, out):
     out[:, 16:48] = np.bitwise_or.reduce(bits, axis=1)
 
 
-def _q6_k(x, out):
-    """x (nb, 256) -> out (nb, 210): 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, f16 d."""
+def _q6_k(x, out, qw=None):
+    """x (nb, 256) -> out (nb, 210): 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, f16 d
+    (quantize_row_q6_K_impl with the imatrix qw (nb, 256): its values weigh make_qx_quants directly)."""
     nb = x.shape[0]
-    scales, levels = _make_qx_rmse1(_groups(x, 16), 32)
+    scales, levels = _make_qx(_groups(x, 16), 32, None if qw is None else _groups(qw, 16))
     scales = scales.reshape(nb, 16)
     max_scale, max_abs = _first_absmax(scales, 1)
     zero = max_abs < GROUP_MAX_EPS
@@ -486,19 +600,27 @@ def _q6_k(x, out):
     out[zero] = 0
 
 
-def _q3_k(x, out):
-    """x (nb, 256) -> out (nb, 110): 32 high-bit mask bytes, 64 2-bit bytes, 12 scale bytes, f16 d."""
+def _q3_k(x, out, qw=None):
+    """x (nb, 256) -> out (nb, 110): 32 high-bit mask bytes, 64 2-bit bytes, 12 scale bytes, f16 d
+    (quantize_row_q3_K_ref, or quantize_row_q3_K_impl with the imatrix qw (nb, 256))."""
     nb = x.shape[0]
-    scales, levels = _make_q3(_groups(x, 16), 4)
-    scales = scales.reshape(nb, 16)
-    max_scale, _ = _first_absmax(scales, 1)
-    nonzero = max_scale != 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        iscale = F32(-32) / max_scale
-        d = np.where(nonzero, F32(1) / iscale, F32(0))
-    # C: int8_t l = nearest_int(...); l = MAX(-32, MIN(31, l)) + 32
-    raw = (_nearest_exact(iscale[:, None] * scales) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int32)
-    l6 = np.where(nonzero[:, None], np.clip(raw, -32, 31) + 32, 0).astype(np.uint8)
+    if qw is None:
+        scales, levels = _make_q3(_groups(x, 16), 4)
+        scales = scales.reshape(nb, 16)
+        max_scale, _ = _first_absmax(scales, 1)
+        nonzero = max_scale != 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iscale = F32(-32) / max_scale
+            d = np.where(nonzero, F32(1) / iscale, F32(0))
+        # C: int8_t l = nearest_int(...); l = MAX(-32, MIN(31, l)) + 32
+        raw = (_nearest_exact(iscale[:, None] * scales) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int32)
+        l6 = np.where(nonzero[:, None], np.clip(raw, -32, 31) + 32, 0).astype(np.uint8)
+    else:
+        groups, weights, sw = _weighted_groups(x, qw, 16, True)
+        scales, levels = _make_qx(groups, 4, weights)
+        d, l6 = _make_qx(scales.reshape(nb, 16).T, 32, sw.reshape(nb, 16).T)
+        l6 = l6.T.astype(np.uint8)  # levels + 32: 0..63
+        nonzero = np.ones(nb, dtype=bool)
     packed = np.zeros((nb, 12), dtype=np.uint8)
     packed[:, 0:8] = (l6[:, 0:8] & 0x0F) | ((l6[:, 8:16] & 0x0F) << 4)
     top = (l6 >> 4).reshape(nb, 4, 4)  # [j // 4, j % 4]
@@ -518,23 +640,33 @@ def _q3_k(x, out):
     _put_half(out, 108, d)
 
 
-def _q2_k(x, out):
-    """x (nb, 256) -> out (nb, 84): 16 scale bytes (scale | min << 4), 64 2-bit bytes, f16 d, f16 dmin."""
+def _q2_k(x, out, qw=None):
+    """x (nb, 256) -> out (nb, 84): 16 scale bytes (scale | min << 4), 64 2-bit bytes, f16 d, f16 dmin
+    (quantize_row_q2_K_ref, or quantize_row_q2_K_impl with the imatrix qw (nb, 256))."""
     nb = x.shape[0]
-    groups = _groups(x, 16)
-    scales, mins, levels = _make_qkx2(groups, np.abs(groups), 3, -0.5, 0.1, 15, True)
-    scales, mins = scales.reshape(nb, 16), mins.reshape(nb, 16)
-    max_scale = _positive_max(scales)
-    max_min = _positive_max(mins)
-    has_scale, has_min = max_scale > 0, max_min > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ls = _nearest_exact((F32(15) / max_scale)[:, None] * scales) & 0xFF
-        lm = _nearest_exact((F32(15) / max_min)[:, None] * mins)
-    ls = np.where(has_scale[:, None], ls, 0)
-    lm = np.where(has_min[:, None], (lm << 4) & 0xFF, 0)
+    if qw is None:
+        groups = _groups(x, 16)
+        scales, mins, levels = _make_qkx2(groups, np.abs(groups), 3, -0.5, 0.1, 15, True)
+        scales, mins = scales.reshape(nb, 16), mins.reshape(nb, 16)
+        max_scale = _positive_max(scales)
+        max_min = _positive_max(mins)
+        has_scale, has_min = max_scale > 0, max_min > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ls = _nearest_exact((F32(15) / max_scale)[:, None] * scales) & 0xFF
+            lm = _nearest_exact((F32(15) / max_min)[:, None] * mins)
+        ls = np.where(has_scale[:, None], ls, 0)
+        lm = np.where(has_min[:, None], (lm << 4) & 0xFF, 0)
+        d = np.where(has_scale, max_scale / F32(15), F32(0))
+        dmin = np.where(has_min, max_min / F32(15), F32(0))
+    else:
+        groups, weights, sw = _weighted_groups(x, qw, 16, False)
+        scales, mins, levels = _make_qkx2(groups, weights, 3, -0.9, 0.05, 36, False)
+        sw = sw.reshape(nb, 16).T
+        d, ls = _make_qp(scales.reshape(nb, 16).T, 15, sw)
+        dmin, lm = _make_qp(mins.reshape(nb, 16).T, 15, sw)
+        ls = ls.T.astype(np.int32)
+        lm = (lm.T.astype(np.int32) << 4) & 0xFF
     packed = (ls | lm).astype(np.uint8)
-    d = np.where(has_scale, max_scale / F32(15), F32(0))
-    dmin = np.where(has_min, max_min / F32(15), F32(0))
     levels = _requant_with_min(x.reshape(nb, 16, 16), _ungroup(levels, nb).reshape(nb, 16, 16), d, dmin,
                                packed & 0x0F, packed >> 4, 3)
     out[:, 0:16] = packed
@@ -543,22 +675,142 @@ def _q2_k(x, out):
     _put_half(out, 82, dmin)
 
 
-# type id -> (values per block, bytes per block, kernel); block geometry from the shared type table
+# --- IQ4 (non-linear 4-bit): quantize_row_iq4_nl_impl over blocks of 32 --------------------------
+
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32)
+
+
+def _iq4_index(v):
+    """ggml's best_index_int8(16, kvalues_iq4nl, v) for every v: mu = how many values are <= v,
+    kept within 1..15, then ggml's `v - values[mu-1] < values[mu] - v` test; below the first value
+    that picks index 0, above the last 15, and a NaN (sorted last by searchsorted) gets 15 as the
+    binary search gives it. Returns int indices."""
+    mu = np.clip(np.searchsorted(KVALUES_IQ4NL, v, side="right"), 1, 15)
+    low = (v - KVALUES_IQ4NL[mu - 1]) < (KVALUES_IQ4NL[mu] - v)
+    return mu - low
+
+
+def _iq4_search(x, w):
+    """The block scales quantize_row_iq4_nl_impl finds (ntry 7) for blocks laid out as x (32, nb) with
+    weights w (32, nb): 0 for a block below GROUP_MAX_EPS (ggml's `continue`)."""
+    max_value, amax = _first_absmax(x, 0)
+
+    def sums(inverse):
+        q = KVALUES_IQ4NL[_iq4_index(inverse * x)]
+        wq = w * q
+        return _sum(wq * x), _sum(wq * q)
+
+    sumqx, sumq2 = sums(F32(1) / ((-max_value) / F32(-127)))
+    d = np.where(sumq2 > 0, sumqx / sumq2, F32(0))
+    best = d * sumqx
+    for itry in range(-7, 8):
+        sumqx, sumq2 = sums(F32(itry - 127) / max_value)
+        better = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
+        d = np.where(better, sumqx / sumq2, d)
+        best = np.where(better, d * sumqx, best)
+    return np.where(amax < GROUP_MAX_EPS, F32(0), d)
+
+
+def _iq4_blocks(x, qw, super_block):
+    """Blocks of 32 of x (nb, super_block) laid out (32, nb * super_block/32), with the search's
+    weights: qw * sqrtf(sigma2 + x^2) with sigma2 = sum x^2 * (2/super_block) per super-block, or x^2."""
+    groups = _groups(x, 32) if super_block == QK_K else np.ascontiguousarray(x.T)
+    if qw is None:
+        return groups, groups * groups
+    total = _sum(_groups(x, QK_K) ** 2) if super_block == QK_K else _sum(groups * groups)
+    sigma2 = np.repeat(total * (F32(2) / F32(super_block)), super_block // 32)
+    qw_groups = _groups(qw, 32) if super_block == QK_K else np.ascontiguousarray(qw.T)
+    return groups, _imatrix_weights(groups, qw_groups, sigma2)[0]
+
+
+def _pack_iq4(index, out):
+    """index (nb, 32 * k) 0..15 -> nibbles of each 32-block: element j low, j + 16 high."""
+    q = index.astype(np.uint8).reshape(index.shape[0], -1, 2, 16)
+    np.bitwise_or(q[:, :, 0], q[:, :, 1] << 4, out=out.reshape(out.shape[0], -1, 16))
+
+
+def _iq4_nl(x, out, qw=None):
+    """x (nb, 32) -> out (nb, 18): f16 d, 16 nibble bytes (quantize_iq4_nl, with or without imatrix)."""
+    groups, weights = _iq4_blocks(x, qw, 32)
+    d = _iq4_search(groups, weights)
+    _put_half(out, 0, d)
+    _pack_iq4(_iq4_index(_inverse(d)[:, None] * x), out[:, 2:])
+
+
+def _iq4_xs(x, out, qw=None):
+    """x (nb, 256) -> out (nb, 136): f16 d, u16 scales_h, 4 bytes scales_l, 128 nibble bytes (quantize_iq4_xs)."""
+    nb = x.shape[0]
+    groups, weights = _iq4_blocks(x, qw, QK_K)
+    scales = _iq4_search(groups, weights).reshape(nb, 8)
+    max_scale, _ = _first_absmax(scales, 1)
+    d = -max_scale / F32(32)
+    l = np.clip(_nearest_exact(_inverse(d)[:, None] * scales), -32, 31)
+    dl = d[:, None] * l.astype(F32)
+    index = _iq4_index(_inverse(dl.reshape(-1)).reshape(nb, 8, 1) * x.reshape(nb, 8, 32))
+    l = (l + 32).astype(np.uint16)
+    _put_half(out, 0, d)
+    high = np.bitwise_or.reduce((l >> 4) << (2 * np.arange(8, dtype=np.uint16)), axis=1).astype(np.uint16)
+    out[:, 2:4] = high[:, None].view(np.uint8)
+    out[:, 4:8] = ((l[:, 0::2] & 0xF) | ((l[:, 1::2] & 0xF) << 4)).astype(np.uint8)
+    _pack_iq4(index.reshape(nb, QK_K), out[:, 8:])
+
+
+# --- the 32-value types with an importance matrix (quantize_row_q4_0_impl ... q5_1_impl) -----------
+
+def _weighted_32(x, qw, sigma2):
+    """Blocks x (nb, 32) as (32, nb) groups with their weights qw * sqrtf(sigma2 + x^2), sigma2 (nb,)
+    being each block's row's sum x^2 / n (the 32-value variants weigh by the whole row's spread)."""
+    groups = np.ascontiguousarray(x.T)
+    return groups, _imatrix_weights(groups, np.ascontiguousarray(qw.T), sigma2)[0]
+
+
+def _symmetric_weighted(x, qw, sigma2, nmax):
+    """Q4_0/Q5_0 _impl: make_qx_quants(32, nmax, x, L, 1, weights) -> (d (nb,), levels (nb, 32) uint8 0..2*nmax-1)."""
+    groups, weights = _weighted_32(x, qw, sigma2)
+    d, levels = _make_qx(groups, nmax, weights)
+    return d, levels.T.astype(np.uint8)
+
+
+def _from_min_weighted(x, qw, sigma2, nmax):
+    """Q4_1/Q5_1 _impl: make_qkx3_quants(32, nmax, x, weights, L, &the_min, Laux, -0.9, 0.05, 36, false)
+    -> (d, min (-the_min), levels (nb, 32) uint8)."""
+    groups, weights = _weighted_32(x, qw, sigma2)
+    d, the_min, levels = _make_qkx2(groups, weights, nmax, -0.9, 0.05, 36, False)
+    return d, -the_min, levels.T.astype(np.uint8)
+
+
+# type id -> (values per block, bytes per block, kernel); block geometry from the shared type table.
+# kernel(x (n, block), out (n, bytes)) quantizes without an imatrix, kernel(x, out, qw) with one (qw
+# the importance weights beside each value), and the 32-value types also take their rows' sigma2.
 KERNELS = {
     type_id: (*GGML_TYPES[type_id][1:], kernel)
     for type_id, kernel in ((Q8_0, _q8_0), (Q4_0, _q4_0), (Q4_1, _q4_1), (Q5_0, _q5_0), (Q5_1, _q5_1),
-                            (Q6_K, _q6_k), (Q5_K, _q5_k), (Q4_K, _q4_k), (Q3_K, _q3_k), (Q2_K, _q2_k))
+                            (Q6_K, _q6_k), (Q5_K, _q5_k), (Q4_K, _q4_k), (Q3_K, _q3_k), (Q2_K, _q2_k),
+                            (IQ4_NL, _iq4_nl), (IQ4_XS, _iq4_xs))
 }
+ROW_WEIGHTED = {Q4_0, Q4_1, Q5_0, Q5_1}  # their imatrix variants weigh by the whole row's sum of squares
 
 
 def default_threads():
     return max(1, os.cpu_count() or 1)
 
 
-def _run_blocks(kernel, blocks, out, step):
+def _run_blocks(kernel, blocks, out, step, weights=None, first=0):
+    """kernel over blocks (n, block) in steps; with weights (qw (blocks per row, block), sigma2 per
+    block or None), block k of `blocks` is block first + k of the rows: its weights are row
+    (first + k) % blocks-per-row of qw."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for start in range(0, blocks.shape[0], step):
-            kernel(blocks[start : start + step], out[start : start + step])
+            part = slice(start, start + step)
+            if weights is None:
+                kernel(blocks[part], out[part])
+                continue
+            qw, sigma2 = weights
+            index = np.arange(first + start, first + min(start + step, blocks.shape[0]))
+            if sigma2 is None:
+                kernel(blocks[part], out[part], qw[index % qw.shape[0]])
+            else:
+                kernel(blocks[part], out[part], qw[index % qw.shape[0]], sigma2[index])
 
 
 def _spans(count, parts, multiple=1):
@@ -601,9 +853,10 @@ MEASURED_MB_PER_S = {
               "q4_K": 220.0, "q3_K": 370.0, "q2_K": 240.0, "iq4_xs": 175.0, "iq4_nl": 170.0, "f16": 500.0, "bf16": 300.0},
     "numba imatrix": {"q4_0": 190.0, "q4_1": 26.0, "q5_0": 135.0, "q5_1": 25.0, "q6_K": 140.0, "q5_K": 100.0, "q4_K": 100.0,
                       "q3_K": 90.0, "q2_K": 110.0, "iq4_xs": 175.0, "iq4_nl": 170.0},
-    "numpy": {"q8_0": 300.0, "q4_0": 300.0, "q4_1": 300.0, "q5_0": 250.0, "q5_1": 250.0, "q6_K": 12.0, "q5_K": 9.0,
-              "q4_K": 7.0, "q3_K": 9.0, "q2_K": 7.0, "f16": 500.0, "bf16": 300.0},
-    "numpy imatrix": {},
+    "numpy": {"q8_0": 330.0, "q4_0": 550.0, "q4_1": 520.0, "q5_0": 390.0, "q5_1": 550.0, "q6_K": 34.0, "q5_K": 19.0,
+              "q4_K": 18.0, "q3_K": 39.0, "q2_K": 25.0, "iq4_xs": 5.8, "iq4_nl": 5.8, "f16": 500.0, "bf16": 300.0},
+    "numpy imatrix": {"q4_0": 31.0, "q4_1": 15.0, "q5_0": 29.0, "q5_1": 16.0, "q6_K": 33.0, "q5_K": 8.0, "q4_K": 8.9,
+                      "q3_K": 24.0, "q2_K": 6.9, "iq4_xs": 5.8, "iq4_nl": 5.7},
 }
 
 
@@ -611,17 +864,17 @@ def estimated_seconds(type_id, n_values, threads=1, imatrix=False):
     """How long quantizing `n_values` float32 values to `type_id` (with an importance matrix or not)
     takes with this engine on `threads` cores, from MEASURED_MB_PER_S."""
     weighted = imatrix and type_id not in IGNORES_IMATRIX
-    rates = MEASURED_MB_PER_S[engine() + (" imatrix" if weighted else "")] or MEASURED_MB_PER_S[engine()]
+    rates = MEASURED_MB_PER_S[engine() + (" imatrix" if weighted else "")]
     every = [rate for table in MEASURED_MB_PER_S.values() for rate in table.values()]
     rate = rates.get(GGML_TYPES[type_id][0], min(every))
     return n_values * 4 / 1e6 / rate / max(1, threads)
 
 
 def needs_compiled(type_id, imatrix=False):
-    """Whether quantizing to `type_id` (with an importance matrix or not) needs the compiled engine."""
-    if type_id in (F16, BF16):
-        return False
-    return type_id not in KERNELS or (imatrix and type_id not in IGNORES_IMATRIX)
+    """Whether quantizing to `type_id` (with an importance matrix or not) needs the compiled engine:
+    never, for the types quantize writes (the numpy kernels cover every one, with and without an
+    imatrix)."""
+    return type_id not in KERNELS and type_id not in (F16, BF16)
 
 
 def _run_compiled(driver, rows, qw, threads, block, block_bytes):
@@ -652,8 +905,8 @@ def quantize(values, type_id, threads=None, imatrix=None):
     imatrix: None, or float32 (row,) importance weights of the row's columns (llama-quantize's
     per-tensor imatrix slice); ignored where ggml ignores it (Q8_0, F16, BF16).
     Returns uint8 of shape (..., row_bytes). F16 and BF16 go through gguf.quants (which matches
-    ggml's conversions); the others through the compiled kernels or, without them, numpy's.
-    Raises NotImplementedError for an imatrix or IQ4 type when only the numpy engine is there.
+    ggml's conversions); the others through the compiled kernels or, without them, numpy's (the
+    same bytes).
     """
     values = np.ascontiguousarray(values, dtype=F32)
     if type_id in (F16, BF16):
@@ -676,20 +929,25 @@ def quantize(values, type_id, threads=None, imatrix=None):
     if compiled is not None and name in compiled.ROWS:
         out = _run_compiled(compiled.ROWS[name], values.reshape(-1, row), qw, threads, block, block_bytes)
         return out.reshape(*values.shape[:-1], row // block * block_bytes)
-    if qw is not None or type_id not in KERNELS:
-        what = "an importance matrix" if qw is not None else name
-        raise NotImplementedError(f"quantizing with {what} needs the compiled kernels (numba"
-                                  f"{'; $' + NO_JIT_ENV + ' is set' if os.environ.get(NO_JIT_ENV, '') not in ('', '0') else ''})")
+    if type_id not in KERNELS:
+        raise NotImplementedError(f"no quantizer for {name}")
     block, block_bytes, kernel = KERNELS[type_id]
     blocks = values.reshape(-1, block)
     out = np.empty((blocks.shape[0], block_bytes), dtype=np.uint8)
+    weights = None
+    if qw is not None:
+        sigma2 = None
+        if type_id in ROW_WEIGHTED:  # each row's sum of x^2 (in order) / n, once per block
+            rows = np.ascontiguousarray(values.reshape(-1, row).T)
+            sigma2 = np.repeat(_sum(rows * rows) / F32(row), row // block)
+        weights = (qw.reshape(row // block, block), sigma2)
     step = max(1, _STEP_VALUES[type_id] // block)
     spans = _spans(blocks.shape[0], threads, step) if blocks.shape[0] > step else [(0, blocks.shape[0])]
     if len(spans) == 1:
-        _run_blocks(kernel, blocks, out, step)
+        _run_blocks(kernel, blocks, out, step, weights)
     else:
         with ThreadPoolExecutor(max_workers=len(spans)) as pool:
-            for future in [pool.submit(_run_blocks, kernel, blocks[a:b], out[a:b], step) for a, b in spans]:
+            for future in [pool.submit(_run_blocks, kernel, blocks[a:b], out[a:b], step, weights, a) for a, b in spans]:
                 future.result()
     return out.reshape(*values.shape[:-1], row // block * block_bytes)
 
