@@ -394,7 +394,13 @@ class Program:
             for parent in srcs:
                 if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
                     add((claim(parent), (), ()))
-            target = -1 if node.view_src is not None else claim(node)
+            target = -1
+            if node.view_src is None and not node.allocated and not node.external:  # claim(node), inlined
+                node.allocated = True
+                keep(node)
+                place(0 if buffer_of is None else buffer_of(node))
+                target = len(tensors) - 1
+                node.offset = target + 1
             candidates = ()
             if target >= 0 and node.inplace:
                 candidates = tuple(srcs[index].offset - 1 for index in node.inplace
@@ -655,17 +661,25 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
             continue
         new_split = current is None or node.device != current
         if not new_split and n_inputs:
-            new_split = any(src.external and src.weight and src.device != current for src in node.srcs)
+            for src in node.srcs:
+                if src.external and src.weight and src.device != current:
+                    new_split = True
+                    break
         if new_split:
             result.extend(pending)
             result.extend(split_nodes)
             pending.clear()
             split_nodes = []
             current, n_inputs = node.device, 0
-        srcs = list(node.srcs)
-        for index, src in enumerate(srcs):
-            if _device_of(src) == current:
+        srcs = node.srcs
+        for index, src in enumerate(node.srcs):
+            home = src.device
+            if home is None and src.view_src is not None:
+                home = src.view_src.device  # _device_of, inlined: this loop runs for every source
+            if home == current:
                 continue
+            if type(srcs) is tuple:
+                srcs = list(srcs)
             key = (id(src), current)
             copy = copies.get(key)
             if copy is None:
@@ -682,7 +696,8 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
                 pending.extend((dep, copy))  # allocated at the start of the split
                 n_inputs += 1
             srcs[index] = copy
-        node.srcs = tuple(srcs)
+        if type(srcs) is list:
+            node.srcs = tuple(srcs)
         split_nodes.append(node)
     result.extend(pending)
     result.extend(split_nodes)
