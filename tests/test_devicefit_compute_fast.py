@@ -52,6 +52,9 @@ CONTEXTS = (300, 4096, 20000, 65536)  # 300: fewer tokens than the ubatch
 
 PRESETS = ("kimi-k3", "deepseek-v3", "qwen3-235b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b",
            "gemma-4-26b-a4b", "deepseek-v3.2", "minimax-m2")
+# graphs a builder sizes by a comparison with the cell count (the DSA indexer's top-k: min(n_kv, top_k)
+# cells per token): the symbolic build refuses them and each context takes the plain replay
+PLAIN_ONLY = ("deepseek-v3.2",)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -68,7 +71,10 @@ def test_compiled_replay_equals_the_plain_replay(preset_model, preset):
             checked += 1
     assert checked >= 9
     programs = compiled(facts)
-    assert programs and all(program is not None for program in programs)  # the fast path ran, not the fallback
+    if preset in PLAIN_ONLY:
+        assert programs and all(program is None for program in programs)  # refused, not answered wrongly
+    else:
+        assert programs and all(program is not None for program in programs)  # the fast path ran
 
 
 def test_compiled_replay_of_a_device_share(preset_model):
