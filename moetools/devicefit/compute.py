@@ -2106,9 +2106,12 @@ def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
 # Loaders whose graph_mtp (LLM_GRAPH_TYPE_DECODER_MTP) runs one NextN block as a trunk block fed by
 # eh_proj(concat(enorm(token embedding), hnorm(the trunk's hidden state))), then the shared head norm,
 # the output rows and the LM head: src/models/deepseek2.cpp, deepseek32.cpp (dense MLA, no indexer),
-# glm4-moe.cpp, qwen35moe.cpp (gated-query attention). Other MTP graphs differ (Nemotron-H, DeepSeek-V4,
-# ...; qwen3next.cpp's head measured 8-13% below this replay's compute at 0c1e57098, so it is left out).
-MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe", "qwen35moe")
+# glm4-moe.cpp, qwen35moe.cpp and qwen3next.cpp (gated-query attention). Other MTP graphs differ
+# (Nemotron-H, DeepSeek-V4, ...).
+MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe", "qwen35moe", "qwen3next")
+# ... of which these drop the non-output rows right after the attention (the FFN and head run on the
+# output rows only), as a trunk's last layer does: src/models/qwen3next.cpp graph_mtp.
+MTP_ROWS_AFTER_ATTENTION = ("qwen3next",)
 
 
 def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):
@@ -2152,6 +2155,11 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     residual = cur
     x = b.norm(cur, n_embd)
     mixed = _mla_layer(b, il, x, layer) if layer.mixer == "mla" else _gqa_layer(b, il, x, layer)
+    rows_dropped = graph_shape.architecture in MTP_ROWS_AFTER_ATTENTION
+    if rows_dropped:
+        mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
+        residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
+        T = b.T = n_out
     cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
     ffn_in = cur
     x = b.norm(cur, n_embd)
@@ -2159,8 +2167,9 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
     cur = b.norm(cur, n_embd)  # shared_head_norm: t_h_nextn, an output of every row
     cur.is_output = True
-    cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
-    T = b.T = n_out
+    if not rows_dropped:
+        cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+        T = b.T = n_out
     if homes is not None:
         b.move(homes.layer_device[-1], -1)  # the LM head (model.output) lives with the output layer
     logits = b.mm(graph_shape.n_vocab, cur)
