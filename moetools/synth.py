@@ -1014,16 +1014,19 @@ PRESETS = {
     # Qwen/Qwen3.5-35B-A3B and Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 2048 wide, 16 query heads and
     # 2 KV heads of 256 (gated queries), 16 key / 32 value linear-attention heads of 128, conv 4, a
     # full-attention layer every 4th, 512-wide experts and shared expert, rotary 25% of the head.
+    # Plus one NextN/MTP block (re-read 2026-12-01: Qwen3.5 text configs carry mtp_num_hidden_layers 1;
+    # Qwen3-Next ships mtp.* tensors; llama.cpp's conversion/qwen.py _QwenMtpMixin exports that block and
+    # nextn_predict_layers unless --no-mtp), as a GGUF converted at 0c1e57098 has it.
     "qwen3.5-35b-a3b": lambda: qwen35moe(
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3.5-35B-A3B (synthetic)",
         arch="qwen35moe", n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
-        n_ff_shexp=512, n_expert=256, top_k=8, k_heads=16, v_heads=32, state=128, vocab=248320, ctx=262144,
-        file_type=15),
+        n_ff_shexp=512, n_expert=256, top_k=8, k_heads=16, v_heads=32, state=128, nextn=1, vocab=248320,
+        ctx=262144, file_type=15),
     "qwen3-next-80b-a3b": lambda: qwen35moe(
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3-Next-80B-A3B (synthetic)",
         arch="qwen3next", n_layer=48, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
-        n_ff_shexp=512, n_expert=512, top_k=10, k_heads=16, v_heads=32, state=128, vocab=151936, ctx=262144,
-        file_type=15),
+        n_ff_shexp=512, n_expert=512, top_k=10, k_heads=16, v_heads=32, state=128, nextn=1, vocab=151936,
+        ctx=262144, file_type=15),
     # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B (Megatron-Bridge Nemotron3NanoProvider / its config.json):
     # 52 blocks "MEMEM*EMEMEM*...", 2688 wide, 32 query / 2 KV heads of 128, Mamba-2 64 heads of 64,
     # state 128, 8 groups, conv 4, 128 experts of 1856 (top-6) plus a 3712-wide shared expert.
