@@ -31,6 +31,7 @@ from moetools.tracetail.reader import split_ids
 
 DEMAND_POLICIES = ("lru", "lfu", "decay_bandit", "prefill_pin", "predictive")
 _TABLE_BYTES = 32 << 20  # per-chunk key tables stay around this size
+BANDIT_BLOCK_TOKENS = 8  # tokens the bandit's caches replay at a time (demandkernels.bandit)
 
 
 def run_all(jobs):
@@ -45,6 +46,12 @@ def replay_function():
     same loop run by the interpreter."""
     compiled = curves.compiled_stack()
     return demandkernels.replay if compiled is None else compiled.replay
+
+
+def bandit_function():
+    """The bandit's token loop (demandkernels.bandit), compiled like `replay_function`."""
+    compiled = curves.compiled_stack()
+    return demandkernels.bandit if compiled is None else compiled.bandit
 
 
 class ItemSpace:
@@ -69,41 +76,59 @@ class ItemSpace:
         return (self.layers[items // self.n_experts] << 32) | (items % self.n_experts)
 
 
-class CacheState:
-    """The arrays one demand cache keeps between calls (see demandkernels.replay)."""
+class CacheStates:
+    """The arrays of demand caches of `capacities` slots (one row per cache) between calls (see
+    demandkernels.replay, which runs one of them)."""
 
-    def __init__(self, space, capacity):
+    def __init__(self, space, capacities):
         d, n_layers, n_experts = space.size, space.n_layers, space.n_experts
-        self.capacity = int(capacity)
-        self.in_cache = np.zeros(d, dtype=np.int8)
-        self.pos = np.zeros(d, dtype=np.int64)
-        self.key_a = np.zeros(d, dtype=np.float64)
-        self.key_b = np.zeros(d, dtype=np.int64)
-        self.prot = np.full(d, -1, dtype=np.int64)
-        self.members = np.zeros((n_layers, n_experts), dtype=np.int64)
-        self.count = np.zeros(n_layers, dtype=np.int64)
-        self.dirty = np.ones(n_layers, dtype=np.int64)
-        self.lmin_a = np.zeros(n_layers, dtype=np.float64)
-        self.lmin_b = np.zeros(n_layers, dtype=np.int64)
-        self.lmin_item = np.full(n_layers, -1, dtype=np.int64)
-        self.misc = np.array([0, -1, -1, 0], dtype=np.int64)
+        self.capacities = np.asarray(capacities, dtype=np.int64).reshape(-1)
+        n = len(self.capacities)
+        leaves = 1 << max(0, n_layers - 1).bit_length()  # the layer tree's leaves: a power of two >= layers
+        self.in_cache = np.zeros((n, d), dtype=np.int8)
+        self.pos = np.zeros((n, d), dtype=np.int64)
+        self.key_a = np.zeros((n, d), dtype=np.float64)
+        self.key_b = np.zeros((n, d), dtype=np.int64)
+        self.prot = np.full((n, d), -1, dtype=np.int64)
+        self.members = np.zeros((n, n_layers, n_experts), dtype=np.int64)
+        self.count = np.zeros((n, n_layers), dtype=np.int64)
+        self.heap = np.zeros((n, n_layers, n_experts), dtype=np.int64)
+        self.hpos = np.full((n, d), -1, dtype=np.int64)
+        self.hcount = np.zeros((n, n_layers), dtype=np.int64)
+        self.touched = np.zeros((n, 2 * n_layers), dtype=np.int64)
+        self.tree = np.full((n, 2 * leaves), -1, dtype=np.int64)
+        self.held = np.zeros((n, n_experts), dtype=np.int64)
+        self.misc = np.tile(np.array([0, -1, -1, 0, 0, 0], dtype=np.int64), (n, 1))
         self.space = space
 
-    def run(self, batch, mode, req_a=None, req_b=None, tab_a=None, tab_b=None, distance_weight=0.0):
-        """Replays `batch` (whole tokens); returns hit flags (int8, one per request)."""
+    def arrays(self):
+        """The state arrays in demandkernels' argument order (after the keys and tables)."""
+        return (self.in_cache, self.pos, self.key_a, self.key_b, self.prot, self.members, self.count, self.heap,
+                self.hpos, self.hcount, self.touched, self.tree, self.held, self.misc)
+
+    def run_cache(self, index, batch, mode, req_a=None, req_b=None, tab_a=None, tab_b=None, distance_weight=0.0):
+        """Replays `batch` (whole tokens) on cache `index`; returns hit flags (int8, one per request)."""
         empty_f = np.zeros(1, dtype=np.float64)
         empty_i = np.zeros(1, dtype=np.int64)
         hit = np.zeros(len(batch.items), dtype=np.int8)
         replay_function()(
-            batch.items, batch.visits, batch.rows, self.capacity, self.space.n_layers, self.space.n_experts, mode,
-            empty_f if req_a is None else req_a, empty_i if req_b is None else req_b,
+            batch.items, batch.visits, batch.rows, int(self.capacities[index]), self.space.n_layers, self.space.n_experts,
+            mode, empty_f if req_a is None else req_a, empty_i if req_b is None else req_b,
             np.zeros((1, 1)) if tab_a is None else tab_a, np.zeros((1, 1), dtype=np.int64) if tab_b is None else tab_b,
-            float(distance_weight), self.in_cache, self.pos, self.key_a, self.key_b, self.prot, self.members,
-            self.count, self.dirty, self.lmin_a, self.lmin_b, self.lmin_item, self.misc, hit)
+            float(distance_weight), *(array[index] for array in self.arrays()), hit)
         return hit
 
-    def cached_items(self):
-        return np.flatnonzero(self.in_cache)
+
+class CacheState(CacheStates):
+    """One demand cache's arrays."""
+
+    def __init__(self, space, capacity):
+        super().__init__(space, [capacity])
+        self.capacity = int(capacity)
+
+    def run(self, batch, mode, req_a=None, req_b=None, tab_a=None, tab_b=None, distance_weight=0.0):
+        """Replays `batch` (whole tokens); returns hit flags (int8, one per request)."""
+        return self.run_cache(0, batch, mode, req_a, req_b, tab_a, tab_b, distance_weight)
 
 
 class Batch:
@@ -154,10 +179,11 @@ class DemandPolicies:
         self.space = space
         self.budgets = np.asarray(budgets, dtype=np.int64)
         self.names = tuple(names)
-        self.caches = {name: [CacheState(space, b) for b in self.budgets] for name in self.names}
+        self.caches = {name: CacheStates(space, self.budgets) for name in self.names if name != "decay_bandit"}
         n_arms = len(DECAY_ARMS)
         if "decay_bandit" in self.names:
-            self.shadow = [[CacheState(space, b) for b in self.budgets] for _ in range(n_arms)]
+            # each arm's shadow cache at every budget, then the served cache at every budget
+            self.bandit_caches = CacheStates(space, np.tile(self.budgets, n_arms + 1))
             self.scores = np.zeros((n_arms, space.size))
             self.rewards = np.zeros((n_arms, len(self.budgets)))
             self.served = np.zeros(len(self.budgets), dtype=np.int64)
@@ -166,7 +192,6 @@ class DemandPolicies:
         self.counts = np.zeros(space.size, dtype=np.int64)
         self.prefill_counts = np.zeros(space.size, dtype=np.int64)
         self.last_request = np.full(space.size, -1, dtype=np.int64)
-        self.item_ids = np.arange(space.size, dtype=np.int64)
         self.predictor = predictor if predictor is not None else (Predictor(space) if "predictive" in self.names else None)
         self.tokens = 0
         self.requests = 0
@@ -198,17 +223,21 @@ class DemandPolicies:
                 "prefill_pin": (self.prefill_counts[items].astype(np.float64), part.request_index)}
         jobs, slots = [], []
         for name, (key_a, key_b) in keys.items():
-            for b, cache in enumerate(self.caches.get(name, ())):
-                jobs.append(lambda cache=cache, key_a=key_a, key_b=key_b: cache.run(part, demandkernels.KEYS_PER_REQUEST, key_a, key_b))
+            if name not in self.caches:
+                continue
+            for b in range(len(self.budgets)):
+                jobs.append(lambda b=b, caches=self.caches[name], key_a=key_a, key_b=key_b:
+                            caches.run_cache(b, part, demandkernels.KEYS_PER_REQUEST, key_a, key_b))
                 slots.append((name, b))
         if "predictive" in self.caches:
             tab_a, tab_b = self.predictor.run(part)
-            for b, cache in enumerate(self.caches["predictive"]):
-                jobs.append(lambda cache=cache: cache.run(part, demandkernels.KEYS_PER_VISIT, tab_a=tab_a, tab_b=tab_b, distance_weight=1.0))
+            for b in range(len(self.budgets)):
+                jobs.append(lambda b=b: self.caches["predictive"].run_cache(b, part, demandkernels.KEYS_PER_VISIT, tab_a=tab_a, tab_b=tab_b,
+                                                                             distance_weight=1.0))
                 slots.append(("predictive", b))
         for (name, b), hits in zip(slots, run_all(jobs)):
             out[name][rows, b] = part.per_token(hits)
-        if "decay_bandit" in self.caches:
+        if "decay_bandit" in self.names:
             self._bandit(part, out["decay_bandit"], rows)
 
     def _running_counts(self, items):
@@ -225,35 +254,16 @@ class DemandPolicies:
         return count.astype(np.float64)
 
     def _bandit(self, part, out, rows):
-        """Score tables per arm (known before each token), shadow caches, rewards, served cache."""
-        n_arms = len(self.decays)
-        tab = np.empty((n_arms, part.tokens, self.space.size))
-        seen = np.empty((part.tokens, self.space.size), dtype=np.int64)
-        for t in range(part.tokens):
-            tab[:, t] = self.scores
-            seen[t] = self.last_seen * self.space.size + self.item_ids  # ties: least recently seen, then lowest item
-            used = np.unique(part.items[part.starts[t] : part.starts[t + 1]])
-            self.scores *= self.decays[:, None]
-            self.scores[:, used] += 1.0
-            self.last_seen[used] = part.first_token + t
-        lengths = np.diff(part.starts)
-        fraction = np.empty((n_arms, part.tokens, len(self.budgets)))
-        jobs = [lambda cache=cache, arm=arm: cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=tab[arm], tab_b=seen)
-                for arm in range(n_arms) for cache in self.shadow[arm]]
-        for index, hits in enumerate(run_all(jobs)):
-            arm, b = divmod(index, len(self.budgets))
-            fraction[arm, :, b] = part.per_token(hits) / np.maximum(lengths, 1)
-        served = np.empty((part.tokens, len(self.budgets)), dtype=np.int64)
-        for t in range(part.tokens):
-            self.served = np.argmax(self.rewards, axis=0)
-            served[t] = self.served
-            self.rewards = (1 - REWARD_EMA) * self.rewards + REWARD_EMA * fraction[:, t, :]
-        jobs = [lambda cache=cache, b=b: cache.run(part, demandkernels.KEYS_PER_TOKEN, tab_a=tab[served[:, b], np.arange(part.tokens)],
-                                                   tab_b=seen)
-                for b, cache in enumerate(self.caches["decay_bandit"])]
-        for b, hits in enumerate(run_all(jobs)):
-            out[rows, b] = part.per_token(hits)
-        self.served = np.argmax(self.rewards, axis=0)
+        """The bandit's shadow caches, rewards and served caches over `part` (demandkernels.bandit)."""
+        block = min(BANDIT_BLOCK_TOKENS, max(1, part.tokens))
+        hits = np.zeros((part.tokens, len(self.budgets)), dtype=np.int64)
+        bandit_function()(
+            part.items, part.visits, part.rows, part.starts, part.first_token, self.space.n_layers, self.space.n_experts,
+            self.budgets, self.decays, 1 - REWARD_EMA, REWARD_EMA, self.scores, self.last_seen, self.rewards, self.served,
+            block, np.zeros((len(self.decays), block, self.space.size)), np.zeros((block, self.space.size), dtype=np.int64),
+            np.zeros(len(part.items), dtype=np.int64), np.zeros(len(part.items), dtype=np.int64),
+            *self.bandit_caches.arrays(), hits)
+        out[rows] = hits
 
     def served_decay(self, budget_index=0):
         if "decay_bandit" not in self.names:

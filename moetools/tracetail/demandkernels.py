@@ -1,9 +1,11 @@
-"""The demand-cache replay and the predictor's feature pass, as plain Python loops over numpy arrays.
+"""The demand-cache replay, the bandit's token loop and the predictor's feature pass, as plain Python
+loops over numpy arrays.
 
 These functions are the numpy-path engine (run by the interpreter when numba is absent or
-$MOETOOLS_NO_JIT is set) and, wrapped by `numba.njit` in `demandjit.py`, the compiled one: the same
-source runs both ways, so both give the same decisions. Each is self-contained (no calls to other
-Python functions: numba could not call them) and resumable: every piece of state lives in the
+$MOETOOLS_NO_JIT is set) and, wrapped by `numba.njit` in `stackjit.py`, the compiled one: the same
+source runs both ways, so both give the same decisions. A function that calls another one here is
+compiled with its callees' compiled versions bound to the same names (`stackjit._calling`); the
+interpreter calls the plain ones. Each kernel is resumable: every piece of state lives in the
 arrays passed in, so a trace fed in prefixes makes the same decisions as the whole trace.
 
 Items are layer-major: item = layer ordinal x experts per layer + expert. A *visit* is one layer of
@@ -12,29 +14,41 @@ one token (visit number = decode token x layers + layer ordinal, non-decreasing 
 
 import math
 
+import numpy as np
+
 # replay key modes
 KEYS_PER_REQUEST = 0  # an item's key is set when it is requested (LRU, LFU, prefill_pin)
 KEYS_PER_TOKEN = 1  # every cached key is refreshed from the token's table row when a token starts (bandit)
 KEYS_PER_VISIT = 2  # a layer's cached keys are refreshed from the table row when its visit ends (predictive)
 
 # misc[] slots of a replay's state
-SIZE, LAST_VISIT, LAST_ROW, LAST_LAYER = 0, 1, 2, 3
+SIZE, LAST_VISIT, LAST_ROW, LAST_LAYER, N_HELD, N_TOUCHED = 0, 1, 2, 3, 4, 5
 NO_ITEM = -1
 NEVER = -1 << 62
 
 
 def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_b, tab_a, tab_b, distance_weight,
-           in_cache, pos, key_a, key_b, prot, members, count, dirty, lmin_a, lmin_b, lmin_item, misc, hit):
+           in_cache, pos, key_a, key_b, prot, members, count, heap, hpos, hcount, touched, tree, held, misc, hit):
     """A demand cache of `capacity` slots over requests 0..len(items)-1; hit[r] = 1 for a hit.
 
     Every miss is admitted; when the cache is full the victim is the cached item with the lowest
     key (key_a - distance_weight x layers until its layer comes up again, then key_b), among
     those the current visit has not requested (a token's experts already requested in the
     current layer are not evicted for that layer); only when every cached item is protected (a
-    cache smaller than one layer's requests) is the lowest-keyed protected one evicted.
-    Per-layer minima are kept and recomputed only for layers whose minimum may have changed (the
-    victim's layer, a layer whose minimum got requested, a layer whose visit ended or whose keys
-    were refreshed), so a miss costs O(layers + one layer's members), not O(capacity).
+    cache smaller than one layer's requests) is the lowest-keyed protected one evicted. key_b is
+    distinct per item in every mode, so the victim is unique: any exact search finds the same.
+
+    Data: `members[layer, :count[layer]]` the cached items of each layer (`pos`: index there).
+    The unprotected ones are also in a binary min-heap per layer on (key_a, key_b)
+    (`heap[layer, :hcount[layer]]`, `hpos`: index there, -1 = not in it): a request takes its item
+    out of the heap (`held[:misc[N_HELD]]` lists the visit's requests) and the visit's end puts
+    them back with their new keys, or rebuilds the layer's heap when its keys were refreshed. With
+    no distance term a tournament tree over the layers' heap tops (`tree[node]`: the layer whose
+    top is smallest below it, -1 none; leaves at len(tree) // 2 + layer; layers whose top may
+    have changed are listed in `touched` and replayed up the tree before a victim is chosen) gives
+    the victim; with one, every layer's top is compared. A miss costs O(log) heap and tree steps.
+    The heap moves are written out where they happen: as compiled helper functions (tried) they
+    made the replay 2-3x slower.
 
     Keys: KEYS_PER_REQUEST sets (req_a[r], req_b[r]) on request r; the table modes read
     tab_a/tab_b[rows[r], item] (rows[r] = the table row of request r's token). A call holds whole
@@ -43,68 +57,205 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
     last_visit = misc[LAST_VISIT]
     last_row = misc[LAST_ROW]
     cur_layer = misc[LAST_LAYER]
-    for r in range(len(items)):
-        x = items[r]
-        v = visits[r]
-        row = rows[r]
-        layer = x // n_experts
+    n_held = misc[N_HELD]
+    n_touched = misc[N_TOUCHED]
+    leaves = len(tree) // 2
+    use_tree = distance_weight == 0.0
+    n = len(items)
+    for r in range(n + 1):
+        if r < n:
+            x = items[r]
+            v = visits[r]
+            row = rows[r]
+            layer = x // n_experts
+        else:  # calls hold whole tokens: the last visit ends here
+            x = NO_ITEM
+            v = -2
+            row = -2
+            layer = cur_layer
         if v != last_visit:
+            lo_l = 0
+            hi_l = 0  # layers whose heaps are rebuilt
+            refresh_all = mode == KEYS_PER_TOKEN and row != last_row and r < n
             if last_visit >= 0:
-                dirty[cur_layer] = 1  # its requests are no longer protected
-                if mode == KEYS_PER_VISIT:
+                # the visit last_visit of layer cur_layer ended: its requests are no longer protected
+                if mode == KEYS_PER_VISIT:  # its keys are refreshed: the layer's heap is rebuilt
                     for j in range(count[cur_layer]):
                         y = members[cur_layer, j]
                         key_a[y] = tab_a[last_row, y]
                         key_b[y] = tab_b[last_row, y]
-            if mode == KEYS_PER_TOKEN and row != last_row:
+                    lo_l = cur_layer
+                    hi_l = cur_layer + 1
+                elif not refresh_all:
+                    for k in range(n_held):  # put the visit's cached requests back, with their new keys
+                        y = held[k]
+                        if in_cache[y] == 0 or hpos[y] >= 0:
+                            continue
+                        i = hcount[cur_layer]
+                        hcount[cur_layer] = i + 1
+                        ya = key_a[y]
+                        yb = key_b[y]
+                        while i > 0:  # sift up
+                            p = (i - 1) >> 1
+                            z = heap[cur_layer, p]
+                            if ya < key_a[z] or (ya == key_a[z] and yb < key_b[z]):
+                                heap[cur_layer, i] = z
+                                hpos[z] = i
+                                i = p
+                            else:
+                                break
+                        heap[cur_layer, i] = y
+                        hpos[y] = i
+                    if use_tree and n_held > 0 and touched[cur_layer] == 0:
+                        touched[cur_layer] = 1
+                        touched[n_layers + n_touched] = cur_layer
+                        n_touched += 1
+            if refresh_all:  # a new token: every cached key is refreshed, every heap rebuilt
                 for lay in range(n_layers):
                     for j in range(count[lay]):
                         y = members[lay, j]
                         key_a[y] = tab_a[row, y]
                         key_b[y] = tab_b[row, y]
-                    dirty[lay] = 1
+                lo_l = 0
+                hi_l = n_layers
+            n_held = 0
+            for lay in range(lo_l, hi_l):
+                m = count[lay]
+                for j in range(m):
+                    y = members[lay, j]
+                    heap[lay, j] = y
+                    hpos[y] = j
+                hcount[lay] = m
+                for start in range(m // 2 - 1, -1, -1):  # heapify: sift each parent down
+                    i = start
+                    y = heap[lay, i]
+                    ya = key_a[y]
+                    yb = key_b[y]
+                    while True:
+                        c = 2 * i + 1
+                        if c >= m:
+                            break
+                        z = heap[lay, c]
+                        if c + 1 < m:
+                            z2 = heap[lay, c + 1]
+                            if key_a[z2] < key_a[z] or (key_a[z2] == key_a[z] and key_b[z2] < key_b[z]):
+                                c += 1
+                                z = z2
+                        if key_a[z] < ya or (key_a[z] == ya and key_b[z] < yb):
+                            heap[lay, i] = z
+                            hpos[z] = i
+                            i = c
+                        else:
+                            break
+                    heap[lay, i] = y
+                    hpos[y] = i
+                if use_tree and touched[lay] == 0:
+                    touched[lay] = 1
+                    touched[n_layers + n_touched] = lay
+                    n_touched += 1
+            if r == n:
+                break
             last_visit = v
             last_row = row
             cur_layer = layer
         if in_cache[x]:
             hit[r] = 1
+            i = hpos[x]
+            if i >= 0:  # protected from now on: out of its layer's heap
+                hpos[x] = -1
+                m = hcount[layer] - 1
+                hcount[layer] = m
+                if i < m:
+                    y = heap[layer, m]
+                    ya = key_a[y]
+                    yb = key_b[y]
+                    while i > 0:  # sift the moved entry up, then down
+                        p = (i - 1) >> 1
+                        z = heap[layer, p]
+                        if ya < key_a[z] or (ya == key_a[z] and yb < key_b[z]):
+                            heap[layer, i] = z
+                            hpos[z] = i
+                            i = p
+                        else:
+                            break
+                    while True:
+                        c = 2 * i + 1
+                        if c >= m:
+                            break
+                        z = heap[layer, c]
+                        if c + 1 < m:
+                            z2 = heap[layer, c + 1]
+                            if key_a[z2] < key_a[z] or (key_a[z2] == key_a[z] and key_b[z2] < key_b[z]):
+                                c += 1
+                                z = z2
+                        if key_a[z] < ya or (key_a[z] == ya and key_b[z] < yb):
+                            heap[layer, i] = z
+                            hpos[z] = i
+                            i = c
+                        else:
+                            break
+                    heap[layer, i] = y
+                    hpos[y] = i
+                if use_tree and touched[layer] == 0:
+                    touched[layer] = 1
+                    touched[n_layers + n_touched] = layer
+                    n_touched += 1
         else:
             hit[r] = 0
             if size >= capacity:
+                victim = NO_ITEM
                 best_a = math.inf
                 best_b = 0
-                victim = NO_ITEM
-                for lay in range(n_layers):
-                    if count[lay] == 0:
-                        continue
-                    if dirty[lay]:
-                        ma = math.inf
-                        mb = 0
-                        mi = NO_ITEM
-                        for j in range(count[lay]):
-                            y = members[lay, j]
-                            if prot[y] == v:
-                                continue
-                            if mi == NO_ITEM or key_a[y] < ma or (key_a[y] == ma and key_b[y] < mb):
-                                ma = key_a[y]
-                                mb = key_b[y]
-                                mi = y
-                        lmin_a[lay] = ma
-                        lmin_b[lay] = mb
-                        lmin_item[lay] = mi
-                        dirty[lay] = 0
-                    if lmin_item[lay] == NO_ITEM:
-                        continue
-                    a = lmin_a[lay]
-                    if distance_weight != 0.0:
+                if use_tree:
+                    if n_touched * 4 > n_layers:  # many changed: rebuild the whole tree bottom up
+                        for k in range(n_touched):
+                            touched[touched[n_layers + k]] = 0
+                        for lay in range(leaves):
+                            tree[leaves + lay] = lay if lay < n_layers and hcount[lay] > 0 else NO_ITEM
+                        first_node = leaves - 1
+                        n_touched = 0
+                    else:
+                        first_node = 0
+                    for node in range(first_node, 0, -1):
+                        wl = tree[2 * node]
+                        wr = tree[2 * node + 1]
+                        if wl == NO_ITEM or (wr != NO_ITEM and (key_a[heap[wr, 0]] < key_a[heap[wl, 0]] or (
+                                key_a[heap[wr, 0]] == key_a[heap[wl, 0]] and key_b[heap[wr, 0]] < key_b[heap[wl, 0]]))):
+                            tree[node] = wr
+                        else:
+                            tree[node] = wl
+                    for k in range(n_touched):  # replay the few changed layers up the tree
+                        lay = touched[n_layers + k]
+                        touched[lay] = 0
+                        node = leaves + lay
+                        tree[node] = lay if hcount[lay] > 0 else NO_ITEM
+                        node >>= 1
+                        while node >= 1:
+                            wl = tree[2 * node]
+                            wr = tree[2 * node + 1]
+                            if wl == NO_ITEM or (wr != NO_ITEM and (key_a[heap[wr, 0]] < key_a[heap[wl, 0]] or (
+                                    key_a[heap[wr, 0]] == key_a[heap[wl, 0]] and key_b[heap[wr, 0]] < key_b[heap[wl, 0]]))):
+                                tree[node] = wr
+                            else:
+                                tree[node] = wl
+                            node >>= 1
+                    n_touched = 0
+                    if tree[1] != NO_ITEM:
+                        victim = heap[tree[1], 0]
+                else:
+                    for lay in range(n_layers):
+                        if hcount[lay] == 0:
+                            continue
+                        y = heap[lay, 0]
+                        a = key_a[y]
                         ahead = lay - cur_layer  # layers until it comes up again (no modulo: cheaper)
                         if ahead < 0:
                             ahead += n_layers
                         a -= distance_weight * ahead
-                    if victim == NO_ITEM or a < best_a or (a == best_a and lmin_b[lay] < best_b):
-                        best_a = a
-                        best_b = lmin_b[lay]
-                        victim = lmin_item[lay]
+                        if victim == NO_ITEM or a < best_a or (a == best_a and key_b[y] < best_b):
+                            best_a = a
+                            best_b = key_b[y]
+                            victim = y
                 if victim == NO_ITEM:  # everything cached is protected: the lowest key of the layer goes
                     for j in range(count[cur_layer]):
                         y = members[cur_layer, j]
@@ -113,12 +264,42 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                             best_b = key_b[y]
                             victim = y
                 vl = victim // n_experts
+                if hpos[victim] >= 0:  # the top of its layer's heap: popped
+                    hpos[victim] = -1
+                    m = hcount[vl] - 1
+                    hcount[vl] = m
+                    if m > 0:
+                        y = heap[vl, m]
+                        ya = key_a[y]
+                        yb = key_b[y]
+                        i = 0
+                        while True:
+                            c = 2 * i + 1
+                            if c >= m:
+                                break
+                            z = heap[vl, c]
+                            if c + 1 < m:
+                                z2 = heap[vl, c + 1]
+                                if key_a[z2] < key_a[z] or (key_a[z2] == key_a[z] and key_b[z2] < key_b[z]):
+                                    c += 1
+                                    z = z2
+                            if key_a[z] < ya or (key_a[z] == ya and key_b[z] < yb):
+                                heap[vl, i] = z
+                                hpos[z] = i
+                                i = c
+                            else:
+                                break
+                        heap[vl, i] = y
+                        hpos[y] = i
+                    if use_tree and touched[vl] == 0:
+                        touched[vl] = 1
+                        touched[n_layers + n_touched] = vl
+                        n_touched += 1
                 last = members[vl, count[vl] - 1]
                 members[vl, pos[victim]] = last
                 pos[last] = pos[victim]
                 count[vl] -= 1
                 in_cache[victim] = 0
-                dirty[vl] = 1
                 size -= 1
             members[layer, count[layer]] = x
             pos[x] = count[layer]
@@ -128,26 +309,19 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
             if mode != KEYS_PER_REQUEST:
                 key_a[x] = tab_a[row, x]
                 key_b[x] = tab_b[row, x]
-        # x is protected from now on: the layer's minimum changes only if x was it (a new key of a
-        # protected item counts once the visit ends, when the layer is marked dirty)
-        if lmin_item[layer] == x:
-            dirty[layer] = 1
-        prot[x] = v
+        if prot[x] != v:  # first request of x in this visit: held out of the heap until it ends
+            prot[x] = v
+            held[n_held] = x
+            n_held += 1
         if mode == KEYS_PER_REQUEST:
             key_a[x] = req_a[r]
             key_b[x] = req_b[r]
-    # calls hold whole tokens: the last visit ends here (its keys refreshed from this call's table)
-    if last_visit >= 0:
-        dirty[cur_layer] = 1
-        if mode == KEYS_PER_VISIT:
-            for j in range(count[cur_layer]):
-                y = members[cur_layer, j]
-                key_a[y] = tab_a[last_row, y]
-                key_b[y] = tab_b[last_row, y]
     misc[SIZE] = size
     misc[LAST_VISIT] = -1
     misc[LAST_ROW] = -1
     misc[LAST_LAYER] = cur_layer
+    misc[N_HELD] = 0
+    misc[N_TOUCHED] = n_touched
 
 
 # predictor state: misc slots
@@ -298,3 +472,87 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
             n_group += 1
     misc[P_GROUP] = 0
     misc[P_LAST_VISIT] = -1
+
+
+def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capacities, decays, keep, ema, scores,
+           last_seen, rewards, served, block, tab, seen, block_rows, hit, in_cache, pos, key_a, key_b, prot, members,
+           count, heap, hpos, hcount, touched, tree, held, misc, out):
+    """The decayed-frequency bandit as demand caches, for every budget at once.
+
+    Cache arm x B + b is arm `arm`'s shadow cache at budget b (capacities[b]), cache n_arms x B + b
+    the served cache at budget b, each replayed with KEYS_PER_TOKEN (`replay`) and the keys known
+    before each token: the arm's scores (score <- decay x score + used, once per token) and, for
+    ties, the last token each item was seen (last_seen x items + item: least recently seen first,
+    then the lowest item). Each token the served cache of budget b follows the arm with the best
+    reward so far (the first on a tie); then every arm's reward takes its shadow's hit fraction
+    (reward <- keep x reward + ema x fraction), and the scores and last_seen learn the token.
+    out[t, b] = the served cache's hits on token t. The state (scores, last_seen, rewards,
+    served, the caches) carries over between calls.
+
+    Tokens go in blocks of `block`: the block's key tables (`tab[arm, row]`, `seen[row]`) are
+    filled first, then each shadow cache replays the whole block (its state and its arm's rows
+    stay in the processor's cache for the block, which a token at a time across every cache
+    would not), then the served caches follow the rewards token by token."""
+    n_arms = len(decays)
+    n_budgets = len(capacities)
+    size = scores.shape[1]
+    n_tokens = len(starts) - 1
+    fraction = np.zeros((n_arms, block, n_budgets))
+    no_a = np.zeros(1)
+    no_b = np.zeros(1, dtype=np.int64)
+    item_ids = np.arange(size)
+    for first in range(0, n_tokens, block):
+        stop = min(n_tokens, first + block)
+        lo = starts[first]
+        hi = starts[stop]
+        for t in range(first, stop):  # the keys before each token of the block, then learn the token
+            tab[:, t - first, :] = scores
+            seen[t - first, :] = last_seen * size + item_ids
+            for arm in range(n_arms):
+                scores[arm, :] *= decays[arm]
+            token = first_token + t
+            for k in range(starts[t], starts[t + 1]):
+                y = items[k]
+                if last_seen[y] != token:  # once per token, however often it is requested
+                    for arm in range(n_arms):
+                        scores[arm, y] += 1.0
+                    last_seen[y] = token
+        for k in range(lo, hi):
+            block_rows[k] = rows[k] - rows[lo]
+        for arm in range(n_arms):
+            for b in range(n_budgets):
+                c = arm * n_budgets + b
+                replay(items[lo:hi], visits[lo:hi], block_rows[lo:hi], capacities[b], n_layers, n_experts, KEYS_PER_TOKEN,
+                       no_a, no_b, tab[arm], seen, 0.0, in_cache[c], pos[c], key_a[c], key_b[c], prot[c], members[c],
+                       count[c], heap[c], hpos[c], hcount[c], touched[c], tree[c], held[c], misc[c], hit[lo:hi])
+                for t in range(first, stop):
+                    hits = 0
+                    for k in range(starts[t], starts[t + 1]):
+                        hits += hit[k]
+                    fraction[arm, t - first, b] = hits / max(starts[t + 1] - starts[t], 1)
+        for t in range(first, stop):
+            a = starts[t]
+            z = starts[t + 1]
+            for b in range(n_budgets):
+                scored = 0  # argmax: the first of equal rewards
+                for other in range(1, n_arms):
+                    if rewards[other, b] > rewards[scored, b]:
+                        scored = other
+                served[b] = scored
+                c = n_arms * n_budgets + b
+                replay(items[a:z], visits[a:z], block_rows[a:z], capacities[b], n_layers, n_experts, KEYS_PER_TOKEN,
+                       no_a, no_b, tab[scored], seen, 0.0, in_cache[c], pos[c], key_a[c], key_b[c], prot[c], members[c],
+                       count[c], heap[c], hpos[c], hcount[c], touched[c], tree[c], held[c], misc[c], hit[a:z])
+                hits = 0
+                for k in range(a, z):
+                    hits += hit[k]
+                out[t, b] = hits
+            for arm in range(n_arms):
+                for b in range(n_budgets):
+                    rewards[arm, b] = keep * rewards[arm, b] + ema * fraction[arm, t - first, b]
+    for b in range(n_budgets):
+        scored = 0
+        for other in range(1, n_arms):
+            if rewards[other, b] > rewards[scored, b]:
+                scored = other
+        served[b] = scored

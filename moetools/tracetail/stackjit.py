@@ -9,6 +9,8 @@ numba's user cache when that is read-only), so the compile (about a second) happ
 install.
 """
 
+import types
+
 import numba
 import numpy as np
 
@@ -72,5 +74,14 @@ def priority_stack_distances(seq, rank, n_items, cold, tick=None, chunk=1 << 18)
 # compiled (the same source is the numpy-path engine when numba is absent).
 from moetools.tracetail import demandkernels as _kernels  # noqa: E402
 
-replay = numba.njit(cache=True, nogil=True, error_model="numpy")(_kernels.replay)
-predict = numba.njit(cache=True, nogil=True, error_model="numpy")(_kernels.predict)
+def _calling(function, **compiled):
+    """`function` (same code) with the names `compiled` bound to compiled kernels: numba can call
+    a compiled function, not a plain one, and the interpreter keeps calling the plain ones."""
+    return types.FunctionType(function.__code__, {**function.__globals__, **compiled}, function.__name__,
+                              function.__defaults__, function.__closure__)
+
+
+_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+replay = _jit(_kernels.replay)
+predict = _jit(_kernels.predict)
+bandit = _jit(_calling(_kernels.bandit, replay=replay))
