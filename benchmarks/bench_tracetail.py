@@ -14,16 +14,37 @@ same budgets, `predictive` (its budget-independent feature pass once, then one c
 `lru` run alone, each in requests/s of trace (every budget's curve point included), with the
 predictive curve as a ratio against LRU's demand replay in the same run, and both hit ratios.
 
-    .venv/bin/python benchmarks/bench_tracetail.py [--requests N] [--lru-only] [--no-demand]
+Whole process: the shared Qwen3-30B-A3B routing trace (../shared/traces/qwen.route.csv) repeated until
+it holds at least 1,000,000 requests, written as the fork's 12-byte records, then `moetools trace-tail
+TRACE --synth-layers 48 --once --curve -o CURVE` timed as a process (`python -m moetools` from this
+checkout, so the figure is this code's), in requests/s, with its CPU time; as a
+ratio against the LRU demand curve alone (in-process) over the same decode tokens at the curve's
+budgets, and the predictive curve beside LRU's on that trace too. Every figure comes with the load
+average: this machine is shared.
+
+    .venv/bin/python benchmarks/bench_tracetail.py [--requests N] [--lru-only] [--no-demand] [--no-whole] [--whole-only]
 """
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from moetools.tracetail import curves, demand
-from moetools.tracetail.reader import make_ids
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import scratch  # noqa: E402
+
+from moetools.formats.trace import write_trace  # noqa: E402
+from moetools.tracetail import curves, demand, importers  # noqa: E402
+from moetools.tracetail.reader import make_ids  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACES = ROOT.parent / "shared" / "traces"  # where tests/factory.py finds them
 
 LAYERS, EXPERTS, TOP_K = 48, 128, 6
 
@@ -74,9 +95,73 @@ def demand_curves(tokens, budgets):
     out = {}
     for name in ("lru", "predictive"):
         policies = demand.DemandPolicies(space, budgets, names=(name,))
+        start_cpu = time.process_time()
         hits, seconds = timed(policies.decode, tokens)
-        out[name] = (seconds, hits[name].sum(axis=0))
+        out[name] = (seconds, hits[name].sum(axis=0), time.process_time() - start_cpu)
     return out
+
+
+def repeated_shared_trace(path, min_requests):
+    """Writes the shared Qwen trace repeated until >= min_requests requests as 12-byte records to
+    `path`; returns (requests, its decode tokens, experts per layer)."""
+    source = SHARED_TRACES / "qwen.route.csv"
+    imported = importers.import_trace("csv", source.read_bytes(), str(source))
+    per_copy = sum(len(ids) for ids in imported.tokens)
+    copies = -(-min_requests // per_copy)
+    tokens, phases = imported.tokens * copies, imported.phases * copies
+    write_trace(str(path), *importers.tokens_to_records(tokens, phases))
+    return per_copy * copies, [ids for ids, phase in zip(tokens, phases) if phase == "decode"], imported.n_expert
+
+
+def cpu_of_children():
+    """CPU seconds (user + system) of finished child processes (0 where `resource` is missing)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def whole_process(min_requests):
+    """`trace-tail --once --curve` on the repeated shared trace as a process, against the LRU demand
+    curve alone over its decode tokens at the curve's budgets (and the predictive curve beside it)."""
+    if not (SHARED_TRACES / "qwen.route.csv").exists():
+        print(f"whole process: skipped, {SHARED_TRACES / 'qwen.route.csv'} is not here")
+        return
+    with scratch("bench-tracetail-") as folder:
+        trace = os.path.join(folder, "qwen-repeated.trace")
+        curve_path = os.path.join(folder, "curve.json")
+        requests, decode_tokens, n_expert = repeated_shared_trace(trace, min_requests)
+        argv = [sys.executable, "-m", "moetools", "trace-tail", trace, "--synth-layers", "48", "--experts", str(n_expert), "--once", "--curve",
+                "-o", curve_path]
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        cpu = cpu_of_children()
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        wall = time.perf_counter() - start
+        cpu = cpu_of_children() - cpu
+        with open(curve_path) as handle:
+            doc = json.load(handle)
+    budgets = sorted(set(doc["slots"]) | {doc["summary"]["budget_slots"]})
+    decode_requests = sum(len(ids) for ids in decode_tokens)
+    print(f"whole process: {requests:,} requests ({decode_requests:,} decode, {len(decode_tokens):,} decode tokens), "
+          f"{len(budgets)} budgets; load average {load:.1f}")
+    space = demand.ItemSpace(range(LAYERS), n_expert)
+    runs = {}
+    for name in ("lru", "predictive"):
+        demand.DemandPolicies(space, budgets[:2], names=(name,)).decode(decode_tokens[:4])  # compile or cache load
+        policies = demand.DemandPolicies(space, budgets, names=(name,))
+        start_cpu = time.process_time()
+        _, seconds = timed(policies.decode, decode_tokens)
+        runs[name] = (seconds, time.process_time() - start_cpu)
+    (lru_wall, lru_cpu), (pred_wall, pred_cpu) = runs["lru"], runs["predictive"]
+    # under load a process gets a share of a core: CPU seconds compare better than wall seconds
+    print(f"trace-tail --once --curve: {wall:.2f} s wall ({requests / wall:,.0f} requests/s), {cpu:.2f} s CPU "
+          f"({requests / cpu:,.0f} requests per CPU second); {cpu / lru_cpu:.1f}x the CPU of the LRU demand curve alone "
+          f"({lru_cpu:.2f} s CPU, {lru_wall:.2f} s wall) on its decode tokens")
+    print(f"demand curves on this trace: lru {lru_cpu:.2f} s CPU, predictive {pred_cpu:.2f} s CPU "
+          f"({pred_cpu / lru_cpu:.2f}x LRU's; wall {pred_wall / lru_wall:.2f}x)")
 
 
 def timed(function, *args):
@@ -91,7 +176,12 @@ def main():
     parser.add_argument("--budgets", type=int, default=20)
     parser.add_argument("--lru-only", action="store_true", help="skip Belady (a quicker run)")
     parser.add_argument("--no-demand", action="store_true", help="skip the demand-cache curves")
+    parser.add_argument("--no-whole", action="store_true", help="skip the whole-process trace-tail run")
+    parser.add_argument("--whole-only", action="store_true", help="only the whole-process trace-tail run")
     args = parser.parse_args()
+    if args.whole_only:
+        whole_process(args.requests)
+        return
     ids, starts, distinct, routing = synthetic_trace(args.requests)
     n = len(ids)
     budgets = np.unique(np.round(np.geomspace(LAYERS, distinct, args.budgets)).astype(np.int64))
@@ -125,15 +215,22 @@ def main():
     belady = "" if args.lru_only else f", belady {opt_curve[middle] / n:.4f}"
     print(f"hit @ {budgets[middle]} slots: lru {lru_curve[middle] / n:.4f}{belady}")
     if args.no_demand:
+        if not args.no_whole:
+            whole_process(args.requests)
         return
     tokens = token_ids(routing)
     runs = demand_curves(tokens, budgets)
     assert runs["lru"][1].tolist() == lru_curve.tolist(), "LRU demand replay disagrees with the one-pass curve"
     lru_s, pred_s = runs["lru"][0], runs["predictive"][0]
-    print(f"demand curves over {len(budgets)} budgets: lru {lru_s:.2f} s ({n / lru_s:,.0f} req/s), "
-          f"predictive {pred_s:.2f} s ({n / pred_s:,.0f} req/s): predictive costs {pred_s / lru_s:.2f}x LRU's demand replay")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lru_cpu, pred_cpu = runs["lru"][2], runs["predictive"][2]
+    print(f"demand curves over {len(budgets)} budgets (load average {load:.1f}): lru {lru_s:.2f} s ({n / lru_s:,.0f} req/s), "
+          f"predictive {pred_s:.2f} s ({n / pred_s:,.0f} req/s): predictive costs {pred_s / lru_s:.2f}x LRU's demand replay "
+          f"(CPU: {pred_cpu:.2f} s vs {lru_cpu:.2f} s, {pred_cpu / lru_cpu:.2f}x)")
     pred = runs["predictive"][1]
     print(f"hit @ {budgets[middle]} slots: predictive {pred[middle] / n:.4f} (lru {lru_curve[middle] / n:.4f})")
+    if not args.no_whole:
+        whole_process(args.requests)
 
 
 if __name__ == "__main__":

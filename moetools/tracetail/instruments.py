@@ -24,6 +24,15 @@ import numpy as np
 from moetools.tracetail.reader import split_ids
 
 FIELDS = ("repeat", "delta_recall", "schedulable", "same_layer_recency", "adjacent_layer")
+COUNTS = ("experts", "repeat", "new", "delta_hit", "recency_hit", "adjacent_hit", "adjacent_den")  # per token, summed
+
+
+def _compiled_step():
+    """instruments_step compiled (stackjit), or None: the numpy engine runs."""
+    from moetools.tracetail import curves
+
+    compiled = curves.compiled_stack()
+    return None if compiled is None else compiled.instruments_step
 
 
 def _predict(scores, count):
@@ -87,15 +96,47 @@ class Instruments:
                 self.layer_index[layer] = len(self.layer_index)
         li = np.fromiter((self.layer_index[layer] for layer in layers.tolist()), dtype=np.int64, count=len(layers))
         self._grow(len(self.layer_index), int(experts.max()) + 1 if len(experts) else 0)
-        shape = self.last_used.shape
-        cur = np.zeros(shape, dtype=bool)
-        cur[li, experts] = True
         # consecutive layers of this token (by layer number) for the co-occurrence instrument
         present = sorted({int(layer) for layer in layers.tolist()})
         below = np.asarray([self.layer_index[layer] for layer in present[:-1]], dtype=np.int64)
         above = np.asarray([self.layer_index[layer] for layer in present[1:]], dtype=np.int64)
+        step = _compiled_step()
+        if step is None:
+            counts, cur = self._step(li, experts, below, above)
+        else:
+            has_prev = self.prev is not None
+            pl, pe = self.prev_index if has_prev else (np.zeros(0, dtype=np.int64),) * 2
+            counts = np.zeros(7, dtype=np.int64)
+            cur = step(li, experts, below, above, has_prev, self.time, self.window, self.transition, self.cooccur,
+                       self.last_used, self.prev if has_prev else np.zeros((1, 1), dtype=bool), pl, pe, counts)
+            counts = counts.tolist() if has_prev else None
         result = dict.fromkeys(FIELDS)
         result["new_experts"] = None
+        if counts is not None:
+            n, repeat, new_total, new_hit, recency_hit, adjacent_hit, adjacent_den = counts
+            result.update(
+                repeat=repeat / n,
+                delta_recall=new_hit / new_total if new_total else 0.0,
+                schedulable=(repeat + new_hit) / n,
+                same_layer_recency=recency_hit / n,
+                adjacent_layer=adjacent_hit / adjacent_den if adjacent_den else 0.0,
+                new_experts=new_total,
+            )
+            for key, value in zip(COUNTS, counts):
+                self.totals[key] += value
+            self.totals["tokens"] += 1
+        self.time += 1
+        self.prev = cur
+        self.prev_index = (li, experts)
+        return result
+
+    def _step(self, li, experts, below, above):
+        """The numpy engine of one token: (the COUNTS, or None for the first token; the token's set);
+        updates the transition and co-occurrence counts and last_used."""
+        shape = self.last_used.shape
+        cur = np.zeros(shape, dtype=bool)
+        cur[li, experts] = True
+        counts = None
         if self.prev is not None:
             prev = self.prev
             n = int(cur.sum())
@@ -118,34 +159,21 @@ class Instruments:
                 wanted = cur[above]
                 adjacent_hit = int((_predict(co_scores, wanted.sum(axis=1)) & wanted).sum())
                 adjacent_den = int(wanted.sum())
-            result.update(
-                repeat=repeat / n,
-                delta_recall=new_hit / new_total if new_total else 0.0,
-                schedulable=(repeat + new_hit) / n,
-                same_layer_recency=recency_hit / n,
-                adjacent_layer=adjacent_hit / adjacent_den if adjacent_den else 0.0,
-                new_experts=new_total,
-            )
-            for key, value in (("experts", n), ("repeat", repeat), ("new", new_total), ("delta_hit", new_hit),
-                               ("recency_hit", recency_hit), ("adjacent_hit", adjacent_hit), ("adjacent_den", adjacent_den), ("tokens", 1)):
-                self.totals[key] += value
+            counts = [n, repeat, new_total, new_hit, recency_hit, adjacent_hit, adjacent_den]
             # transitions a -> b within a layer, a in the previous token, b new in this one
             nl, ne = np.nonzero(new)
             same = pl[:, None] == nl[None, :]
             i, j = np.nonzero(same)
             self.transition[pl[i], pe[i], ne[j]] += 1  # (layer, a, b) triples are distinct
         if len(below):
-            # co-occurrence a (layer) -> b (the token's next layer)
+            # co-occurrence a (layer) -> b (the token's next layer): below[k] holds the token's k-th layer
             rank = np.full(shape[0], -1, dtype=np.int64)
-            rank[np.asarray([self.layer_index[layer] for layer in present], dtype=np.int64)] = np.arange(len(present))
+            rank[np.concatenate([below, above[-1:]])] = np.arange(len(below) + 1)
             r = rank[li]
             i, j = np.nonzero(r[:, None] + 1 == r[None, :])
             self.cooccur[li[i], experts[i], experts[j]] += 1  # distinct triples
         self.last_used[cur] = self.time
-        self.time += 1
-        self.prev = cur
-        self.prev_index = (li, experts)
-        return result
+        return counts, cur
 
     def summary(self):
         """Request-weighted totals over decode tokens after the first; None before a second token."""
@@ -161,3 +189,100 @@ class Instruments:
             "adjacent_layer": t["adjacent_hit"] / t["adjacent_den"] if t["adjacent_den"] else 0.0,
             "new_share": t["new"] / n,
         }
+
+
+
+def _row_rank(scores, r, e):
+    """Rank of column e in row r of `scores`, highest first, ties to the lower column (_predict's
+    order)."""
+    rank = 0
+    s = scores[r, e]
+    for f in range(scores.shape[1]):
+        if scores[r, f] > s or (scores[r, f] == s and f < e):
+            rank += 1
+    return rank
+
+
+def instruments_step(li, experts, below, above, has_prev, time, window, transition, cooccur, last_used, prev, pl,
+                     pe, out):
+    """One decode token of `Instruments.decode` as plain loops, compiled by stackjit (the numpy
+    method is the engine without numba; tests check that both agree).
+
+    li, experts: the token's requests (layer ordinals, experts); below/above: ordinals of the token's
+    consecutive layers by layer number; prev: the previous token's (layer, expert) set, pl/pe its
+    requests. Updates transition, cooccur and last_used (each distinct triple once, as numpy's
+    fancy `+=` does) and writes out = [experts, repeat, new, delta_hit, recency_hit, adjacent_hit,
+    adjacent_den]. Sums over a previous token's requests follow _sum_rows: a row is the sum over
+    its last run of equal rows."""
+    n_rows, n_cols = last_used.shape
+    cur = np.zeros((n_rows, n_cols), dtype=np.bool_)
+    for k in range(len(li)):
+        cur[li[k], experts[k]] = True
+    for k in range(7):
+        out[k] = 0
+    if has_prev:
+        scores = np.zeros((n_rows, n_cols), dtype=np.int64)
+        for k in range(len(pl)):
+            if k == 0 or pl[k - 1] != pl[k]:
+                scores[pl[k], :] = 0
+            for e in range(n_cols):
+                scores[pl[k], e] += transition[pl[k], pe[k], e]
+        for r in range(n_rows):
+            count = 0
+            for e in range(n_cols):
+                if prev[r, e]:
+                    scores[r, e] = 0
+                    count += 1
+            for e in range(n_cols):
+                if not cur[r, e]:
+                    continue
+                out[0] += 1
+                if last_used[r, e] >= time - window:
+                    out[4] += 1
+                if prev[r, e]:
+                    out[1] += 1
+                    continue
+                out[2] += 1
+                if scores[r, e] > 0 and _row_rank(scores, r, e) < count:
+                    out[3] += 1
+        for r in range(n_rows):  # transitions a -> b within a layer, a in the previous token, b new in this one
+            for a in range(n_cols):
+                if prev[r, a]:
+                    for b in range(n_cols):
+                        if cur[r, b] and not prev[r, b]:
+                            transition[r, a, b] += 1
+        if len(below):
+            next_of = np.full(n_rows, -1, dtype=np.int64)
+            for k in range(len(below)):
+                next_of[below[k]] = k
+            co_scores = np.zeros((len(below), n_cols), dtype=np.int64)
+            last_row = -1
+            for k in range(len(li)):
+                row = next_of[li[k]]
+                if row < 0:
+                    continue
+                if row != last_row:
+                    co_scores[row, :] = 0
+                    last_row = row
+                for e in range(n_cols):
+                    co_scores[row, e] += cooccur[li[k], experts[k], e]
+            for k in range(len(below)):
+                wanted = 0
+                for e in range(n_cols):
+                    if cur[above[k], e]:
+                        wanted += 1
+                out[6] += wanted
+                for e in range(n_cols):
+                    if cur[above[k], e] and co_scores[k, e] > 0 and _row_rank(co_scores, k, e) < wanted:
+                        out[5] += 1
+    for k in range(len(below)):  # co-occurrence a (layer) -> b (the token's next layer)
+        for a in range(n_cols):
+            if cur[below[k], a]:
+                for b in range(n_cols):
+                    if cur[above[k], b]:
+                        cooccur[below[k], a, b] += 1
+    for r in range(n_rows):
+        for e in range(n_cols):
+            if cur[r, e]:
+                last_used[r, e] = time
+    return cur

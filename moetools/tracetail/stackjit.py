@@ -1,10 +1,12 @@
-"""Mattson's priority stack compiled with numba: the one-pass MIN and LFU curves.
+"""trace-tail's compiled kernels (numba): Mattson's priority stack (the one-pass MIN and LFU curves),
+the demand-cache replay, the bandit's token loop, the predictor's feature pass and the per-token
+instruments (the last four are plain loops in demandkernels.py and instruments.py, compiled here).
 
 Every request reorders the stack above it and the next request reads that order; no exact form
 that batches a token's requests into whole-array numpy calls was found, so in numpy each request
 costs a few array calls (about 6 us on a decode trace, 170k requests/s); compiled, the same walk
-costs about half a microsecond. Imported lazily (numba's own import takes a few hundred ms) and
-only by `curves.priority_stack_distances`; the machine code is cached beside this file (or in
+costs about half a microsecond. Imported lazily (numba's own import takes a few hundred ms) through
+`curves.compiled_stack`, on trace-tail's path only; the machine code is cached beside this file (or in
 numba's user cache when that is read-only), so the compile (about a second) happens once per
 install.
 """
@@ -70,9 +72,10 @@ def priority_stack_distances(seq, rank, n_items, cold, tick=None, chunk=1 << 18)
     return dist
 
 
-# The demand-cache replay and the predictor's feature pass: the plain loops of demandkernels.py,
-# compiled (the same source is the numpy-path engine when numba is absent).
+# The demand-cache replay, the bandit loop and the predictor's feature pass: the plain loops of
+# demandkernels.py, compiled (the same source is the numpy-path engine when numba is absent).
 from moetools.tracetail import demandkernels as _kernels  # noqa: E402
+
 
 def _calling(function, **compiled):
     """`function` (same code) with the names `compiled` bound to compiled kernels: numba can call
@@ -85,3 +88,7 @@ _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 replay = _jit(_kernels.replay)
 predict = _jit(_kernels.predict)
 bandit = _jit(_calling(_kernels.bandit, replay=replay))
+
+from moetools.tracetail import instruments as _instruments  # noqa: E402
+
+instruments_step = _jit(_calling(_instruments.instruments_step, _row_rank=_jit(_instruments._row_rank)))
