@@ -543,6 +543,59 @@ def _rwkv7_time_mix(spec, il, p, t):
         spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
 
 
+def _rwkv_norms(spec, p, t):
+    """RWKV's embedding/output layer norms (with biases), embeddings and head."""
+    n_embd = p["n_embd"]
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    for name in ("token_embd_norm", "output_norm"):
+        spec.add(name + ".weight", (n_embd,), t.norm)
+        spec.add(name + ".bias", (n_embd,), t.norm)
+    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+
+
+def _rwkv_block_norms(spec, il, n_embd, t):
+    for name in ("attn_norm", "attn_norm_2", "time_mix_ln"):
+        spec.add(f"blk.{il}.{name}.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.{name}.bias", (n_embd,), t.norm)
+
+
+def rwkv6(t=Types(), **p):
+    """RWKV-6 (`rwkv6`): time mix (a data-dependent lerp through time_mix_w1/w2, a low-rank decay, the
+    wkv6 state, group norm, silu gate) and channel mix (receptance-gated relu^2) blocks, two token-shift
+    rows per layer, no attention cache (llama.cpp src/models/rwkv6.cpp, rwkv6-base.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_ff": 896, "mix_extra": 32, "decay_extra": 64,
+         "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("rwkv6", [])
+    _common(spec, p)
+    n_embd, n_ff = p["n_embd"], p["n_ff"]
+    spec.meta("{arch}.feed_forward_length", n_ff)
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.wkv.head_size", p["head_size"])
+    spec.meta("{arch}.time_mix_extra_dim", p["mix_extra"])
+    spec.meta("{arch}.time_decay_extra_dim", p["decay_extra"])
+    spec.meta("{arch}.token_shift_count", 2)
+    _rwkv_norms(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        _rwkv_block_norms(spec, il, n_embd, t)
+        spec.add(blk + "time_mix_w1.weight", (n_embd, p["mix_extra"] * 5), t.norm)
+        spec.add(blk + "time_mix_w2.weight", (p["mix_extra"], n_embd, 5), t.norm)
+        spec.add(blk + "time_mix_lerp_x.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5), t.norm)
+        spec.add(blk + "time_mix_first.weight", (p["head_size"], n_embd // p["head_size"]), t.norm)
+        spec.add(blk + "time_mix_decay.weight", (n_embd,), t.norm)
+        spec.add(blk + "time_mix_decay_w1.weight", (n_embd, p["decay_extra"]), t.norm)
+        spec.add(blk + "time_mix_decay_w2.weight", (p["decay_extra"], n_embd), t.norm)
+        for name in ("key", "value", "receptance", "gate", "output"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "channel_mix_lerp_r.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "channel_mix_key.weight", (n_embd, n_ff), t.resident)
+        spec.add(blk + "channel_mix_value.weight", (n_ff, n_embd), t.resident)
+        spec.add(blk + "channel_mix_receptance.weight", (n_embd, n_embd), t.resident)
+    return spec
+
+
 def rwkv7(t=Types(), **p):
     """RWKV-7 (`rwkv7`): time-mix (the wkv state) and channel-mix blocks, no attention cache
     (llama.cpp src/models/rwkv7.cpp)."""
@@ -558,17 +611,10 @@ def rwkv7(t=Types(), **p):
     spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
     spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
     spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("token_embd_norm.weight", (n_embd,), t.norm)
-    spec.add("token_embd_norm.bias", (n_embd,), t.norm)
-    spec.add("output_norm.weight", (n_embd,), t.norm)
-    spec.add("output_norm.bias", (n_embd,), t.norm)
-    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    _rwkv_norms(spec, p, t)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
-        for name in ("attn_norm", "attn_norm_2", "time_mix_ln"):
-            spec.add(blk + name + ".weight", (n_embd,), t.norm)
-            spec.add(blk + name + ".bias", (n_embd,), t.norm)
+        _rwkv_block_norms(spec, il, n_embd, t)
         _rwkv7_time_mix(spec, il, p, t)
         spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
         spec.add(blk + "channel_mix_key.weight", (n_embd, p["n_ff"]), t.resident)
@@ -966,6 +1012,7 @@ BUILDERS = {
     "falcon-h1": falcon_h1,
     "plamo2": plamo2,
     "arwkv7": arwkv7,
+    "rwkv6": rwkv6,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
     "gemma4": gemma4,

@@ -821,6 +821,9 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         mixer = "kda"
     elif kvshape.architecture in ("rwkv7", "arwkv7") and _has(model, blk + "time_mix_lerp_fused.weight"):
         mixer = kvshape.architecture
+    elif kvshape.architecture == "rwkv6" and _has(model, blk + "time_mix_lerp_fused.weight") \
+            and _has(model, blk + "time_mix_first.weight"):
+        mixer = "rwkv6"
     elif _has(model, blk + "shortconv.in_proj.weight"):
         mixer = "shortconv"  # LFM2
     elif _has(model, blk + "ssm_x.weight"):
@@ -837,6 +840,10 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     if mixer == "mamba2" and kvshape.architecture in PARALLEL_SSM_ARCHES and kvshape.head_count_kv[il]:
         mixer = "attention+mamba2"
     shape = LayerShape(mixer)
+    if mixer == "rwkv6":  # lora: the data-dependent lerp's and the decay's low-rank widths
+        shape.lora = (_rows(model, blk + "time_mix_w1.weight"), _rows(model, blk + "time_mix_decay_w1.weight"))
+        shape.n_ff = _rows(model, blk + "channel_mix_key.weight")
+        return shape
     if mixer in ("rwkv7", "arwkv7"):
         shape.lora = tuple(_rows(model, f"{blk}time_mix_{name}1.weight") for name in ("w", "a", "v", "g"))
         shape.n_ff = _rows(model, blk + "channel_mix_key.weight") or _rows(model, blk + "ffn_up.weight")
@@ -1471,6 +1478,72 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     return g.op(f(), b.mm(n_embd, key), ffn_inp, inplace=(0, 1))
 
 
+def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
+    """One RWKV-6 block (src/models/rwkv6.cpp, rwkv6-base.cpp): token shift gathered, layer norm, the
+    shifted input, the time mix (the lerp of x through time_mix_w1's tanh and w2's five outputs,
+    added to the fused lerp, r/k/v/g projections, silu gate, the low-rank decay exp(-exp(w)), the wkv6
+    scan with its state, group norm), the FFN norm and shift, the shift store and the channel mix
+    (receptance sigmoid times relu^2's value)."""
+    g, n_embd = b.g, b.shape.n_embd
+    n_seq = max(1, b.settings.n_seq)
+    f = lambda rows=n_embd: b.f32(rows, b.T)  # noqa: E731
+    s_copy = _state_copy(b)
+    shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    inp = g.view(cur)
+
+    def layer_norm(x):
+        y = g.op(f(), x)
+        return g.op(f(), g.op(f(), y, b.weights, inplace=(0,)), b.weights, inplace=(0,))
+
+    att = layer_norm(inp)
+    x_prev = g.op(f(), g.view(shift), g.view(att))
+    sx = g.op(f(), x_prev, att, inplace=(0,))
+    mix_rank, decay_rank = layer.lora
+    xxx = g.op(f(), g.op(f(), g.view(sx), b.weights), g.view(att), inplace=(0,))  # lerp_x (sx reshaped: new)
+    xxx = b.unary(b.mm(mix_rank, xxx), f(mix_rank))  # tanh(w1 x)
+    xxx = g.op(f(mix_rank), g.view(xxx))  # cont(permute)
+    xxx = g.op(f(5 * n_embd), b.weights, xxx)  # w2: five lerp deltas
+    xxx = g.op(xxx.nbytes, xxx, b.weights, inplace=(0,))  # + lerp_fused
+    xxx = g.op(xxx.nbytes, xxx, g.view(sx), inplace=(0,))
+    xxx = g.op(xxx.nbytes, xxx, g.view(att), inplace=(0,))
+    view = lambda: g.view(xxx)  # noqa: E731
+    xw, xk, xv, xr, xg = view(), view(), view(), view(), view()
+    r = b.mm(n_embd, xr)
+    k = b.mm(n_embd, xk)
+    v = b.mm(n_embd, xv)
+    gate = b.unary(b.mm(n_embd, xg), f())  # silu
+    w = b.mm(n_embd, b.unary(b.mm(decay_rank, xw), f(decay_rank)))
+    for _ in range(4):  # + decay, exp, neg, exp
+        w = b.unary(w, w.nbytes)
+    wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), g.view(k), g.view(v), g.view(r), b.weights, g.view(w), wkv_state)
+    g.expand(g.view(b.cache, g.view(wkv)))
+    out = g.op(f(), g.view(g.view(wkv)))  # group norm of the reshaped output
+    out = g.op(f(), g.view(out), b.weights)
+    out = g.op(f(), out, b.weights, inplace=(0,))
+    out = g.op(f(), out, gate, inplace=(0, 1))
+    out = g.view(b.mm(n_embd, out))
+    ffn_inp = g.op(f(), out, inp)
+    ffn = layer_norm(ffn_inp)
+    x_prev = g.op(f(), g.view(shift), g.view(ffn))
+    g.expand(g.view(b.cache, g.op(b.f32(b.kv.state_r, n_seq), g.view(att), g.view(ffn))))
+    ffn_inp, ffn, x_prev = g.view(ffn_inp), g.view(ffn), g.view(x_prev)
+    if il == last:
+        ffn_inp = g.op(b.f32(n_embd, n_out), ffn_inp, out_ids)
+        ffn = g.op(b.f32(n_embd, n_out), ffn, out_ids)
+        x_prev = g.op(b.f32(n_embd, n_out), x_prev, out_ids)
+        b.T = n_out
+    sx = g.op(f(), x_prev, ffn, inplace=(0,))
+    xk = g.op(f(), g.op(f(), sx, b.weights, inplace=(0,)), ffn, inplace=(0,))
+    xr = g.op(f(), g.op(f(), sx, b.weights, inplace=(0,)), ffn, inplace=(0,))
+    rr = b.unary(b.mm(n_embd, xr), f())
+    key = b.unary(b.unary(b.mm(layer.n_ff, xk), f(layer.n_ff)), f(layer.n_ff))
+    out = g.op(f(), rr, b.mm(n_embd, key), inplace=(0, 1))
+    return g.op(f(), out, ffn_inp, inplace=(0, 1))
+
+
 def _shortconv_layer(b, il, x, layer):
     """LFM2's short-convolution block (src/models/lfm2.cpp build_shortconv_block): the conv state
     gathered first, in_proj to b/c/x, b*x (a new tensor: both are views), the state and b*x
@@ -1762,13 +1835,16 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
             continue
-        if layer.mixer in ("rwkv7", "arwkv7"):
+        if layer.mixer in ("rwkv6", "rwkv7", "arwkv7"):
             if homes is not None:
                 b.move(homes.layer_device[il], il)
-            if il == 0 and layer.mixer == "rwkv7":  # rwkv7.cpp norms the token embedding (layer norm with a bias)
+            if il == 0 and layer.mixer != "arwkv7":  # rwkv6/7.cpp norm the token embedding (layer norm, bias)
                 cur = g.op(b.f32(n_embd, T), cur)
                 cur = g.op(cur.nbytes, g.op(cur.nbytes, cur, b.weights, inplace=(0,)), b.weights, inplace=(0,))
-            cur = _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, rwkv)
+            if layer.mixer == "rwkv6":
+                cur = _rwkv6_block(b, il, cur, layer, last, out_ids, n_out)
+            else:
+                cur = _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, rwkv)
             T = b.T
             g.boundaries.append(cur)
             continue
