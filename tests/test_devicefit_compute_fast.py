@@ -36,7 +36,7 @@ def plain_placement(facts, chosen, kinds, settings, ctx, outputs=None):
 
 def compiled(facts):
     """The programs the fast path built (None where it fell back to the plain replay)."""
-    return [program for _, program in facts.graph.__dict__.get("_programs", {}).values()]
+    return [program for _, regimes in facts.graph.__dict__.get("_programs", {}).values() for _, program in regimes]
 
 
 SETTINGS = [
@@ -52,9 +52,6 @@ CONTEXTS = (300, 4096, 20000, 65536)  # 300: fewer tokens than the ubatch
 
 PRESETS = ("kimi-k3", "deepseek-v3", "qwen3-235b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b",
            "gemma-4-26b-a4b", "deepseek-v3.2", "minimax-m2")
-# graphs a builder sizes by a comparison with the cell count (the DSA indexer's top-k: min(n_kv, top_k)
-# cells per token): the symbolic build refuses them and each context takes the plain replay
-PLAIN_ONLY = ("deepseek-v3.2",)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -71,10 +68,7 @@ def test_compiled_replay_equals_the_plain_replay(preset_model, preset):
             checked += 1
     assert checked >= 9
     programs = compiled(facts)
-    if preset in PLAIN_ONLY:
-        assert programs and all(program is None for program in programs)  # refused, not answered wrongly
-    else:
-        assert programs and all(program is not None for program in programs)  # the fast path ran
+    assert programs and all(program is not None for program in programs)  # the fast path ran, not the fallback
 
 
 def test_compiled_replay_of_a_device_share(preset_model):
@@ -101,7 +95,7 @@ def test_layers_replayed_for_another_context_are_reused_exactly(preset_model, pr
     assert program.replayed < len(program.segments) // 2  # the last context came mostly from the memo
 
 
-@pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b"))
+@pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b", "deepseek-v3.2"))
 def test_compiled_placement_replay_equals_the_plain_one(preset_model, preset):
     """The scheduler's split graph: CPU experts (op offload on CUDA, none on RPC), a -ts split, and a
     full offload over two devices (pipeline parallelism, 4 copies of every input)."""
@@ -133,16 +127,30 @@ def test_affine_sizes_refuse_what_they_cannot_follow():
     assert ((size - 64) // 512 * 3).at({"full": 7}) == 84
     assert bool(size) and (size - size) == 0
     for refused in (lambda: size < 10, lambda: min(size, 10), lambda: size * cells, lambda: size // 3,
-                    lambda: range(cells), lambda: size == 5, lambda: bool(-cells)):
+                    lambda: range(cells), lambda: size == 5, lambda: bool(-cells), lambda: float(size)):
         with pytest.raises(compute.NotAffine):
             refused()
 
 
-def test_a_builder_comparing_cells_falls_back_to_the_plain_replay(preset_model):
+def test_a_breakpoint_in_the_cells_gets_one_program_per_side(preset_model):
+    """DeepSeek-V3.2's indexer keeps min(n_kv, top_k) cells per token (top_k 2048): the build decides
+    that comparison at the context asked and the program serves only contexts on the same side."""
+    facts = facts_of(preset_model("deepseek-v3.2"))
+    for ctx in (65536, 1024, 4096, 1536, 300, 131072, 2048, 2304):
+        fast = compute.compute_buffers(facts.graph, facts.shape, ctx, KVSettings(), alignment=compute.CUDA_ALIGNMENT)
+        assert fast.device_bytes == plain_peak(facts, ctx, KVSettings(), compute.CUDA_ALIGNMENT), ctx
+    keys = list(facts.graph._programs.values())  # the 300-token context has a graph of its own
+    sides = [{tuple(outcome for _, outcome in conditions) for conditions, _ in regimes} for _, regimes in keys]
+    assert sorted(map(len, sides)) == [1, 2] and all(program is not None for program in compiled(facts))
+    with pytest.raises(compute.NotAffine):  # outside a build a comparison has no context to be decided at
+        compute.Affine.cells("full") < 10
+
+
+def test_a_builder_needing_a_number_falls_back_to_the_plain_replay(preset_model):
     facts = facts_of(preset_model("llama3-8b"))
 
-    def compares(caches):
-        return min(caches[0].cells, 4096)  # what a top-k over n_kv would do
+    def counts(caches):
+        return range(caches[0].cells)  # a loop over the cells: no symbolic answer
 
     caches = kv.kv_caches(facts.shape, 8192, KVSettings())
-    assert compute._program(facts.graph, facts.shape, caches, ("test",), compares) is None
+    assert compute._program(facts.graph, facts.shape, caches, ("test",), counts) is None

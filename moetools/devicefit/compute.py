@@ -27,6 +27,8 @@ head. Tensors that live on the host (the token-embedding lookup, whose weights l
 CPU) are counted in `host_bytes`.
 """
 
+import operator
+
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import GGUFError
@@ -244,9 +246,11 @@ class NotAffine(Exception):
 class Affine:
     """A byte count that depends on the KV cells: const + sum(coef x cells[kind]). The graph is built
     once with these in place of the cell counts (which are the only sizes a context changes at a
-    fixed ubatch) and every tensor's bytes are evaluated per context. Anything but +, - and products
-    with an int raises NotAffine, so a builder that compares such a size falls back to the per-context
-    build instead of being answered wrongly."""
+    fixed ubatch) and every tensor's bytes are evaluated per context. A comparison (min(n_kv, top_k)
+    of the DSA indexer) is decided at the cells of the context the build was asked for and recorded
+    (_Regime): the program serves only contexts on the same side of every such breakpoint, the others
+    get their own. Anything else (a product of two, int(), float()) raises NotAffine, and the
+    graph falls back to the per-context build instead of being answered wrongly."""
 
     __slots__ = ("const", "terms")
 
@@ -307,16 +311,54 @@ class Affine:
     def __bool__(self):
         if self.const >= 0 and all(coef > 0 for _, coef in self.terms):
             return True  # cells are never 0
-        raise NotAffine("the truth of a cell-dependent size")
+        return self._compare(0, operator.ne)
+
+    def _compare(self, other, test):
+        regime = _REGIME
+        if regime is None:
+            raise NotAffine("a comparison of a cell-dependent size outside a symbolic build")
+        return regime.decide(self - other, test)
 
     def _refuse(self, *_):
-        raise NotAffine("a comparison of a cell-dependent size")
+        raise NotAffine("a cell-dependent size used as a number")
 
-    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = __index__ = __int__ = __float__ = _refuse
+    __lt__ = lambda self, other: self._compare(other, operator.lt)  # noqa: E731
+    __le__ = lambda self, other: self._compare(other, operator.le)  # noqa: E731
+    __gt__ = lambda self, other: self._compare(other, operator.gt)  # noqa: E731
+    __ge__ = lambda self, other: self._compare(other, operator.ge)  # noqa: E731
+    __eq__ = lambda self, other: self._compare(other, operator.eq)  # noqa: E731
+    __ne__ = lambda self, other: self._compare(other, operator.ne)  # noqa: E731
+    __index__ = __int__ = __float__ = _refuse
     __hash__ = None
 
     def at(self, cells):
         return self.const + sum(coef * cells[kind] for kind, coef in self.terms)
+
+
+class _Regime:
+    """The cell counts a symbolic build decides its comparisons at, and the decisions: (difference,
+    test, outcome) meaning test(difference at the cells, 0) was `outcome`."""
+
+    def __init__(self, cells):
+        self.cells = cells
+        self.conditions = {}
+
+    def decide(self, difference, test):
+        value = difference.at(self.cells) if isinstance(difference, Affine) else difference
+        outcome = test(value, 0)
+        if isinstance(difference, Affine):
+            self.conditions[(difference.const, difference.terms, test)] = outcome
+        return outcome
+
+
+def _holds(conditions, cells):
+    """Whether a context's cells fall on the same side of every breakpoint a program was built at."""
+    return all(test(const + sum(coef * cells[kind] for kind, coef in terms), 0) == outcome
+               for (const, terms, test), outcome in conditions)
+
+
+_REGIME = None  # the _Regime of the symbolic build under way (device-fit builds one graph at a time)
+_REGIMES_MAX = 8  # programs kept per structure (one per side of each breakpoint in use)
 
 
 class _CellsOnly:
@@ -1082,6 +1124,7 @@ class _Slots:
         self.caches = []  # (external, layer key)
         self.experts = []  # (external, block, part)
         self.pins = []  # (norm node, block)
+        self.placed = []  # (tensor, layer key): put on its layer's device by the builder
 
     def layer_externals(self, b, dev, il):
         if not isinstance(dev, tuple):  # the input layer (HOST: its token embeddings stay on the CPU)
@@ -1122,6 +1165,8 @@ class _Slots:
         pin = homes.full_offload
         for node, il in self.pins:
             node.device = homes.layer_device[il] if pin else None
+        for tensor, key in self.placed:
+            tensor.device = homes.layer_device[key]
 
 
 def _attention_inputs(b, kinds):
@@ -1998,18 +2043,29 @@ def _program(graph_shape, kvshape, caches, key, compile_symbolic):
     """The Program of a graph whose structure `key` names (everything but the cell counts), built once
     per model with symbolic cells (compile_symbolic(caches) -> Program); None when a builder needs
     the concrete cells (NotAffine), and the caller replays each context plainly."""
+    global _REGIME
     programs = graph_shape.__dict__.setdefault("_programs", {})
     key = (id(kvshape), *key)
     entry = programs.get(key)
     if entry is None or entry[0] is not kvshape:
         if len(programs) >= _PROGRAMS_MAX:
             programs.pop(next(iter(programs)))
-        try:
-            program = compile_symbolic([_CellsOnly(cache.kind) for cache in caches])
-        except NotAffine:
-            program = None
-        entry = programs[key] = (kvshape, program)
-    return entry[1]
+        entry = programs[key] = (kvshape, [])
+    cells = _cells(caches)
+    for conditions, program in entry[1]:
+        if _holds(conditions, cells):
+            return program
+    regime = _REGIME = _Regime(cells)
+    try:
+        program = compile_symbolic([_CellsOnly(cache.kind) for cache in caches])
+    except NotAffine:
+        program = None
+    finally:
+        _REGIME = None
+    if len(entry[1]) >= _REGIMES_MAX:
+        entry[1].pop(0)
+    entry[1].append((tuple(regime.conditions.items()), program))
+    return program
 
 
 
@@ -2119,6 +2175,9 @@ def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
             graphs.pop(next(iter(graphs)))
         slots = _Slots(homes)
         graph = _build(graph_shape, kvshape, symbolic, settings, tokens, streams, None, True, slots, outputs)
+        # tensors a builder put on "its layer's device" directly (b.dev): bound like the externals
+        slots.placed = [(tensor, tensor.device[1]) for tensor in (*graph.leafs, *graph.nodes)
+                        if isinstance(tensor.device, tuple)]
         entry = graphs[key] = (kvshape, graph, slots, [node.srcs for node in graph.nodes],
                                [leaf.is_output for leaf in graph.leafs])
     else:
