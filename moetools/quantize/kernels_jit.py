@@ -11,8 +11,8 @@ and float16 is converted with round-to-nearest-even as ggml's GGML_FP32_TO_FP16 
 
 Speed: ggml searches the scale of one group (16 or 32 values) after the other, each search a chain
 of dependent float32 additions that no compiler may reorder. The groups do not depend on each
-other, so the searches that dominate (make_qkx2/3 for Q2_K/Q4_K/Q5_K, make_q3 for Q3_K, the IQ4
-search) run LANES groups at once (`make_*_lanes`): values laid out (element, group), every loop over
+other, so the searches that dominate (make_qkx2/3 for Q2_K/Q4_K/Q5_K and Q4_1/Q5_1 with an imatrix,
+make_q3 for Q3_K, the IQ4 search) run LANES groups at once (`make_*_lanes`): values laid out (element, group), every loop over
 the groups innermost, which the compiler turns into SIMD with one group per lane: each group still
 does ggml's operations in ggml's order, ggml's branches become per-lane selects. make_qx_quants
 (Q6_K, Q3_K with an imatrix) instead runs its 19 trial scales side by side within one group.
@@ -233,74 +233,6 @@ def make_qx_quants(n, nmax, x, L, qw, has_qw, work):
     for i in range(n):
         L[i] = nmax + max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
     return scale
-
-
-@numba.njit(inline="always", **_JIT)
-def make_qkx(n, nmax, x, weights, L, Laux, rmin, rdelta, nstep, use_mad):
-    """make_qkx2_quants / make_qkx3_quants (the same search when weights are given: qkx3's `max <= min`
-    test is qkx2's `max == min` once min is clipped to <= 0). Returns (scale, the_min)."""
-    vmin = x[0]
-    vmax = x[0]
-    sum_w = weights[0]
-    sum_x = F32(sum_w * x[0])
-    for i in range(1, n):
-        if x[i] < vmin:
-            vmin = x[i]
-        if x[i] > vmax:
-            vmax = x[i]
-        w = weights[i]
-        sum_w = F32(sum_w + w)
-        sum_x = F32(sum_x + F32(w * x[i]))
-    if vmin > 0:
-        vmin = F32(0)
-    if vmax <= vmin:
-        for i in range(n):
-            L[i] = 0
-        return F32(0), F32(-vmin)
-    nmax_f = F32(nmax)
-    iscale = F32(nmax_f / F32(vmax - vmin))
-    scale = F32(F32(1) / iscale)
-    best_error = F32(0)
-    for i in range(n):
-        lv = max(0, min(nmax, nearest_int(F32(iscale * F32(x[i] - vmin)))))
-        L[i] = lv
-        diff = F32(F32(F32(scale * F32(lv)) + vmin) - x[i])
-        diff = abs(diff) if use_mad else F32(diff * diff)
-        best_error = F32(best_error + F32(weights[i] * diff))
-    if nstep < 1:
-        return scale, F32(-vmin)
-    for step in range(nstep + 1):
-        iscale = F32(F32(F32(rmin + F32(rdelta * F32(step))) + nmax_f) / F32(vmax - vmin))
-        sum_l = F32(0)
-        sum_l2 = F32(0)
-        sum_xl = F32(0)
-        for i in range(n):
-            lv = max(0, min(nmax, nearest_int(F32(iscale * F32(x[i] - vmin)))))
-            Laux[i] = lv
-            w = weights[i]
-            wl = F32(w * F32(lv))
-            sum_l = F32(sum_l + wl)
-            sum_l2 = F32(sum_l2 + F32(wl * F32(lv)))
-            sum_xl = F32(sum_xl + F32(wl * x[i]))
-        det = F32(F32(sum_w * sum_l2) - F32(sum_l * sum_l))
-        if det > 0:
-            this_scale = F32(F32(F32(sum_w * sum_xl) - F32(sum_x * sum_l)) / det)
-            this_min = F32(F32(F32(sum_l2 * sum_x) - F32(sum_l * sum_xl)) / det)
-            if this_min > 0:
-                this_min = F32(0)
-                this_scale = F32(sum_xl / sum_l2)
-            cur_error = F32(0)
-            for i in range(n):
-                diff = F32(F32(F32(this_scale * F32(Laux[i])) + this_min) - x[i])
-                diff = abs(diff) if use_mad else F32(diff * diff)
-                cur_error = F32(cur_error + F32(weights[i] * diff))
-            if cur_error < best_error:
-                for i in range(n):
-                    L[i] = Laux[i]
-                best_error = cur_error
-                scale = this_scale
-                vmin = this_min
-    return scale, F32(-vmin)
 
 
 LANE_STATE = 17  # rows of the per-lane state make_qkx_lanes keeps (one float32 per group and quantity)
@@ -940,7 +872,7 @@ def _put_q5_bits(y, at_qh, at_qs, L):
 
 
 @numba.njit(**_JIT)
-def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
+def q4_0_block(x, y, qw, has_qw, sigma2, L, weight, work):
     if has_qw:
         _imatrix_weights(x, qw, 0, 32, sigma2, weight)
         put_half(y, 0, make_qx_quants(32, 8, x, L, weight, True, work))
@@ -957,7 +889,7 @@ def q4_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 
 
 @numba.njit(**_JIT)
-def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
+def q5_0_block(x, y, qw, has_qw, sigma2, L, weight, work):
     if has_qw:
         _imatrix_weights(x, qw, 0, 32, sigma2, weight)
         put_half(y, 0, make_qx_quants(32, 16, x, L, weight, True, work))
@@ -972,15 +904,8 @@ def q5_0_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 
 
 @numba.njit(**_JIT)
-def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
-    if has_qw:
-        _imatrix_weights(x, qw, 0, 32, sigma2, weight)
-        d, the_min = make_qkx(32, 15, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
-        put_half(y, 0, d)
-        put_half(y, 2, F32(-the_min))
-        for j in range(16):
-            y[4 + j] = np.int64(L[j]) | (np.int64(L[j + 16]) << 4)
-        return
+def q4_1_block(x, y):
+    """quantize_row_q4_1_ref (with an imatrix Q4_1 runs through _rows_min_32)."""
     vmin, vmax = _min_max(x)
     d = F32(F32(vmax - vmin) / F32(15))
     inv = F32(F32(1) / d) if d != 0 else F32(0)
@@ -993,14 +918,8 @@ def q4_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
 
 
 @numba.njit(**_JIT)
-def q5_1_block(x, y, qw, has_qw, sigma2, L, Laux, weight, work):
-    if has_qw:
-        _imatrix_weights(x, qw, 0, 32, sigma2, weight)
-        d, the_min = make_qkx(32, 31, x, weight, L, Laux, F32(-0.9), F32(0.05), 36, False)
-        put_half(y, 0, d)
-        put_half(y, 2, F32(-the_min))
-        _put_q5_bits(y, 4, 8, L)
-        return
+def q5_1_block(x, y, L):
+    """quantize_row_q5_1_ref (with an imatrix Q5_1 runs through _rows_min_32)."""
     vmin, vmax = _min_max(x)
     d = F32(F32(vmax - vmin) / F32(31))
     inv = F32(F32(1) / d) if d != 0 else F32(0)
@@ -1035,10 +954,10 @@ def _rows_256(kind, x, out, qw, has_qw, block_bytes):
 
 @numba.njit(**_JIT)
 def _rows_32(kind, x, out, qw, has_qw, block_bytes):
-    """The 32-value block types over rows (kind 0..3: Q4_0, Q4_1, Q5_0, Q5_1; 4: Q8_0)."""
+    """The 32-value block types over rows (kind 0..3: Q4_0, Q4_1, Q5_0, Q5_1; 4: Q8_0), block after
+    block (Q4_1/Q5_1 here only without an imatrix: see _rows_min_32)."""
     L = np.zeros(32, np.int8)
     Lu = np.zeros(32, np.uint8)
-    Laux = np.zeros(32, np.uint8)
     weight = np.zeros(32, np.float32)
     work = np.zeros((3, QX_STEPS), np.float32)
     for r in range(x.shape[0]):
@@ -1048,15 +967,58 @@ def _rows_32(kind, x, out, qw, has_qw, block_bytes):
             yb = out[r, block_bytes * i:block_bytes * i + block_bytes]
             qb = qw[32 * i:32 * i + 32]
             if kind == 0:
-                q4_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight, work)
+                q4_0_block(xb, yb, qb, has_qw, sigma2, L, weight, work)
             elif kind == 1:
-                q4_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
+                q4_1_block(xb, yb)
             elif kind == 2:
-                q5_0_block(xb, yb, qb, has_qw, sigma2, L, Laux, weight, work)
+                q5_0_block(xb, yb, qb, has_qw, sigma2, L, weight, work)
             elif kind == 3:
-                q5_1_block(xb, yb, qb, has_qw, sigma2, Lu, Laux, weight, work)
+                q5_1_block(xb, yb, Lu)
             else:
                 q8_0_block(xb, yb)
+
+
+@numba.njit(**_JIT)
+def _rows_min_32(kind, x, out, qw, has_qw, block_bytes):
+    """Q4_1 (kind 1) and Q5_1 (3) over rows. With an imatrix (quantize_row_q4_1_impl / q5_1_impl:
+    make_qkx3_quants per block of 32) LANES blocks are searched together (make_qkx_lanes); without
+    one, block after block (_rows_32)."""
+    if not has_qw:
+        _rows_32(kind, x, out, qw, has_qw, block_bytes)
+        return
+    nmax = 15 if kind == 1 else 31
+    lane = np.zeros((4, 32, LANES), np.float32)
+    state = np.zeros((LANE_STATE, LANES), np.float32)
+    scales = np.zeros(LANES, np.float32)
+    mins = np.zeros(LANES, np.float32)
+    weights = np.zeros(32, np.float32)
+    L = np.zeros(32, np.uint8)
+    X, W = lane[0], lane[1]
+    n_blocks = x.shape[1] // 32
+    for r in range(x.shape[0]):
+        sigma2 = _row_sigma2(x[r])
+        for first in range(0, n_blocks, LANES):
+            count = min(LANES, n_blocks - first)
+            for g in range(LANES):
+                if g < count:
+                    _imatrix_weights(x[r], qw, 32 * (first + g), 32, sigma2, weights)
+                for i in range(32):
+                    X[i, g] = x[r, 32 * (first + g) + i] if g < count else F32(0)
+                    W[i, g] = weights[i] if g < count else F32(0)
+            lanes = state.shape[1]  # from the array, not a constant: see _rows_k_min
+            make_qkx_lanes(32, lanes, nmax, lane, state, F32(-0.9), F32(0.05), 36, False, scales, mins)
+            for g in range(count):
+                block = first + g
+                y = out[r, block_bytes * block:block_bytes * block + block_bytes]
+                put_half(y, 0, scales[g])
+                put_half(y, 2, F32(-mins[g]))
+                for i in range(32):
+                    L[i] = np.uint8(lane[2][i, g])
+                if kind == 1:
+                    for j in range(16):
+                        y[4 + j] = np.int64(L[j]) | (np.int64(L[j + 16]) << 4)
+                else:
+                    _put_q5_bits(y, 4, 8, L)
 
 
 # --- Q3_K without an imatrix ----------------------------------------------------------------------
@@ -1305,8 +1267,8 @@ def _rows_iq4(super_block, x, out, qw, has_qw, block_bytes):
 # ggml type name -> (row driver, kind): kernels.quantize calls driver(kind, x, out, qw, has_qw, block_bytes)
 # with x (n_rows, n_per_row) float32, out (n_rows, row_bytes) uint8, qw (n_per_row,) float32 (GIL released)
 ROWS = {"q2_K": (_rows_k_min, 2), "q3_K": (_rows_q3_k, 3), "q4_K": (_rows_k_min, 4), "q5_K": (_rows_k_min, 5),
-        "q6_K": (_rows_256, 6), "iq4_xs": (_rows_iq4, 256), "q4_0": (_rows_32, 0), "q4_1": (_rows_32, 1),
-        "q5_0": (_rows_32, 2), "q5_1": (_rows_32, 3), "q8_0": (_rows_32, 4), "iq4_nl": (_rows_iq4, 32)}
+        "q6_K": (_rows_256, 6), "iq4_xs": (_rows_iq4, 256), "q4_0": (_rows_32, 0), "q4_1": (_rows_min_32, 1),
+        "q5_0": (_rows_32, 2), "q5_1": (_rows_min_32, 3), "q8_0": (_rows_32, 4), "iq4_nl": (_rows_iq4, 32)}
 
 
 # --- dequantizers (ggml's dequantize_row_*): the error measurement of a tier reads them -----------
