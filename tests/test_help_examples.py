@@ -55,7 +55,7 @@ def run_example(line, folder):
     words = shlex.split(line)
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's moetools, whatever is installed
     return subprocess.run([sys.executable, "-m", "moetools", *words[1:]], cwd=folder, capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=900, env=env)  # a hang guard: a first run compiles numba kernels
 
 
 def test_every_example_runs_as_written(user_folder):
