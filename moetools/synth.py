@@ -889,6 +889,49 @@ def plamo2(t=Types(), **p):
     return spec
 
 
+def gemma3n(t=Types(), **p):
+    """Gemma 3n (`gemma3n`): sliding-window attention (every 5th layer full) whose layers from the 20th
+    on reuse an earlier layer's KV (n_layer_kv_from_start), with the AltUp streams, LAuReL and per-layer
+    input tensors the loader requires (llama.cpp src/models/gemma3n.cpp; n_altup 4, laurel rank 64 and
+    256 per-layer widths are llama_hparams defaults, not keys)."""
+    p = {"n_layer": 24, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "swa": 128,
+         "vocab": 1024, "ctx": 4096, "altup": 4, "laurel": 64, "embd_altup": 256} | p
+    spec = ModelSpec("gemma3n", [])
+    _common(spec, p)
+    n_embd, head, n_layer = p["n_embd"], p["head"], p["n_layer"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("altup_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
+    spec.add("altup_unembd_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
+    spec.add("per_layer_token_embd.weight", (p["embd_altup"] * n_layer, p["vocab"]), t.embed)
+    spec.add("per_layer_model_proj.weight", (n_embd, p["embd_altup"] * n_layer), t.norm)
+    spec.add("per_layer_proj_norm.weight", (p["embd_altup"],), t.norm)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    for il in range(n_layer):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+        spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "inp_gate.weight", (n_embd, p["embd_altup"]), t.norm)
+        spec.add(blk + "proj.weight", (p["embd_altup"], n_embd), t.norm)
+        spec.add(blk + "post_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "altup_correct_coef.weight", (p["altup"], p["altup"]), t.norm)
+        spec.add(blk + "altup_correct_scale.weight", (n_embd,), t.norm)
+        spec.add(blk + "altup_predict_coef.weight", (p["altup"], p["altup"] ** 2), t.norm)
+        spec.add(blk + "altup_router.weight", (n_embd, p["altup"]), t.norm)
+        spec.add(blk + "altup_router_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "laurel_l.weight", (n_embd, p["laurel"]), t.norm)
+        spec.add(blk + "laurel_r.weight", (p["laurel"], n_embd), t.norm)
+        spec.add(blk + "laurel_post_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
 def nemotron_h_moe(t=Types(), **p):
     """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
     (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
@@ -1013,6 +1056,7 @@ BUILDERS = {
     "plamo2": plamo2,
     "arwkv7": arwkv7,
     "rwkv6": rwkv6,
+    "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
     "gemma4": gemma4,

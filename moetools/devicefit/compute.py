@@ -961,6 +961,11 @@ _NORM_W_ALWAYS = ("lfm2moe",)  # lfm2.cpp passes true
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
 NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba")  # build_qkv without ggml_rope_ext
+# architectures whose layer bodies the replay does not build (it sizes them as plain attention blocks)
+UNREPLAYED = {
+    "gemma3n": "gemma3n: its AltUp / LAuReL / per-layer-input graph is not replayed; the compute buffer is an "
+               "under-estimate (0.17-0.94x llama.cpp's on a tiny model): keep a larger --margin",
+}
 PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
 RESIDUAL_FIRST_ARCHES = ("jamba", "lfm2", "lfm2moe")  # ggml_add(residual, layer output)
 RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, shared expert and dense FFN
@@ -997,6 +1002,8 @@ def graph_shape(model, kvshape=None):
               for il in range(kvshape.trunk_layers)]
     head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0)]
     shape = GraphShape(architecture=arch, n_embd=n_embd, n_vocab=n_vocab, layers=layers, n_head=head_count)
+    if arch in UNREPLAYED:
+        shape.notes.append(UNREPLAYED[arch])
     if arch in NO_ROPE_ARCHES:
         shape.rope = False
     if arch in RELU_SQR_ARCHES:

@@ -84,7 +84,8 @@ def model_facts(model, load_mtp=False):
     mean = -(-sum(per_expert.values()) // len(moe_layers)) if moe_layers else 0
     mtp = layersmod.mtp_blocks(model)
     mtp_skipped = frozenset() if load_mtp else layersmod.mtp_skipped_tensors(model)
-    warnings = list(model.warnings) + list(shape.notes)
+    graph = computemod.graph_shape(model, shape)
+    warnings = list(model.warnings) + list(shape.notes) + list(graph.notes)
     if mtp and not load_mtp:
         skipped = sum(tensor.n_bytes for tensor in model.tensors if tensor.name in mtp_skipped)
         warnings.append(f"NextN/MTP block(s) {', '.join(map(str, mtp))} ({format_size(skipped)}) are not loaded by "
@@ -94,7 +95,7 @@ def model_facts(model, load_mtp=False):
         architecture=model.architecture,
         fingerprint=model.fingerprint,
         shape=shape,
-        graph=computemod.graph_shape(model, shape),
+        graph=graph,
         resident_bytes=model.resident_bytes,
         file_bytes=sum(header.file_size for header in model.headers),
         block_count=model.block_count,
