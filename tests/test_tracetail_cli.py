@@ -253,13 +253,20 @@ def test_follow_resets_on_truncation(tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = [json.loads(process.stdout.readline()) for _ in range(5)]
     path.write_bytes(data[:200])  # a new serve: the file shrank
-    time.sleep(0.5)
+    # grow it again only once the follower has seen the shrink: under load a follower that polls
+    # after the regrowth would see the old size and no truncation at all
+    notice = ""
+    while "new serve" not in notice:
+        line = process.stderr.readline()
+        if not line:  # the follower ended without seeing it: the assertions below say so
+            break
+        notice += line
     with open(path, "ab") as handle:
         handle.write(data[200:])
     rest, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr
+    assert process.returncode == 0, notice + stderr
     serves = [line["serve"] for line in first] + [json.loads(line)["serve"] for line in rest.splitlines()]
-    assert "new serve" in stderr
+    assert "new serve" in notice
     assert serves.count(0) == 5 and serves.count(1) == 5 and serves[-1] == 1  # the 6th token stays open, as in the daemon
 
 
