@@ -684,6 +684,13 @@ def mamba2(t=Types(), **p):
     return spec
 
 
+def _hybrid_widths(spec, p, pattern):
+    """The FFN width and head counts of a hybrid layout: KV heads only in its attention (`*`) blocks."""
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+
+
 def granitehybrid(t=Types(), **p):
     """Granite 4.0-H (`granitehybrid`): Mamba-2 blocks (head_count_kv 0, d_inner = 2 x n_embd) and
     attention blocks in a `pattern` of M and *, every block with routed experts and a shared expert
@@ -696,9 +703,7 @@ def granitehybrid(t=Types(), **p):
     _common(spec, p | {"n_layer": len(pattern)})
     n_embd = p["n_embd"]
     head = n_embd // p["n_head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    _hybrid_widths(spec, p, pattern)
     spec.meta("{arch}.expert_count", p["n_expert"])
     spec.meta("{arch}.expert_used_count", p["top_k"])
     spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
@@ -729,9 +734,7 @@ def jamba(t=Types(), **p):
     _common(spec, p | {"n_layer": len(pattern)})
     n_embd, d_inner, d_state, dt_rank = p["n_embd"], 2 * p["n_embd"], p["state"], p["dt_rank"]
     head = n_embd // p["n_head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    _hybrid_widths(spec, p, pattern)
     spec.meta("{arch}.expert_count", p["n_expert"])
     spec.meta("{arch}.expert_used_count", p["top_k"])
     spec.meta("{arch}.ssm.conv_kernel", p["conv"])
@@ -779,9 +782,7 @@ def lfm2(t=Types(), **p):
     _common(spec, p | {"n_layer": len(pattern)})
     n_embd = p["n_embd"]
     head = n_embd // p["n_head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    _hybrid_widths(spec, p, pattern)
     spec.meta("{arch}.shortconv.l_cache", p["l_cache"])
     if moe:
         spec.meta("{arch}.expert_count", p["n_expert"])
@@ -848,9 +849,7 @@ def plamo2(t=Types(), **p):
     _common(spec, p | {"n_layer": len(pattern)})
     n_embd, head, d_inner, d_state = p["n_embd"], p["head"], p["d_inner"], p["state"]
     dt_dim = max(64, n_embd // 16)
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    _hybrid_widths(spec, p, pattern)
     spec.meta("{arch}.attention.key_length", head)
     spec.meta("{arch}.attention.value_length", head)
     spec.meta("{arch}.rope.dimension_count", head)

@@ -2228,12 +2228,17 @@ def pipeline_parallel(placement, n_devices):
                for home in homes.values())
 
 
+def _placement_key(placement, kinds, settings, ctx, outputs):
+    """A hashable key of what a placement's compute buffers depend on (the memos' key)."""
+    experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
+    return tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs
+
+
 def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
     """placement_buffers for a placement.Placement over core.ModelFacts, memoised on the facts.
     outputs: the context's output rows (None: every token; a draft model's: one per sequence)."""
     memo = facts.graph.__dict__.setdefault("_placement_memo", {})
-    experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
-    key = (tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs)
+    key = _placement_key(placement, kinds, settings, ctx, outputs)
     if key not in memo:
         if len(memo) >= _MEMO_MAX:
             memo.clear()
@@ -2335,8 +2340,7 @@ def mtp_placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
     model, so the same devices, pipeline parallelism and op offload), memoised on the facts.
     settings: the MTP context's (draft cache types); outputs: its n_outputs_max (-np)."""
     memo = facts.graph.__dict__.setdefault("_mtp_memo", {})
-    experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
-    key = (tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs)
+    key = _placement_key(placement, kinds, settings, ctx, outputs)
     if key not in memo:
         if len(memo) >= _MEMO_MAX:
             memo.clear()
