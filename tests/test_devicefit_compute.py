@@ -123,6 +123,20 @@ def test_reserve_tokens_round_to_sequences():
     assert compute.reserve_tokens(KVSettings(), 100) == (100, 1)  # n_ubatch = min(ubatch, batch, unpadded ctx)
 
 
+def test_output_rows_are_the_tokens_before_rounding(preset_model):
+    """llama_context::sched_reserve outputs min(n_ubatch, n_outputs_max) rows; graph_reserve rounds only
+    the tokens up to the sequences: 513 tokens but 512 logits rows at -np 3 (measured: Qwen3-235B at
+    ubatch 512, -np 3 reserves 312.77 MiB, one row less than 513 would give)."""
+    assert compute.output_rows(KVSettings(n_seq=3), 8192) == 512
+    assert compute.reserve_tokens(KVSettings(n_seq=3), 8192) == (513, 3)
+    assert compute.output_rows(KVSettings(n_seq=3, outputs=6), 8192) == 6
+    assert compute.output_rows(KVSettings(n_seq=3), 100) == 100  # n_ubatch = min(ubatch, batch, ctx)
+    graph, shape = shapes(preset_model("qwen3-235b"))
+    buffers = compute.compute_buffers(graph, shape, 8192, KVSettings(n_seq=3))
+    assert buffers.tokens == 513 and buffers.logits_bytes == graph.n_vocab * 512 * 4
+    assert round(buffers.device_bytes / 2**20, 2) == 312.77
+
+
 # --- the allocator replay ---------------------------------------------------------------------
 
 def test_blocks_best_fit_and_merge():

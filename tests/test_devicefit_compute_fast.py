@@ -18,7 +18,8 @@ def plain_peak(facts, ctx, settings, alignment, layers=None, output=True):
     """The reference: the graph built for this context's concrete cells, replayed by Graph.replay."""
     caches = kv.kv_caches(facts.shape, ctx, settings)
     tokens, streams = compute.reserve_tokens(settings, ctx)
-    graph = compute._build(facts.graph, facts.shape, caches, settings, tokens, streams, layers, output)
+    graph = compute._build(facts.graph, facts.shape, caches, settings, tokens, streams, layers, output,
+                           outputs=compute.output_rows(settings, ctx))
     return graph.peak(alignment)
 
 
@@ -26,7 +27,8 @@ def plain_placement(facts, chosen, kinds, settings, ctx, outputs=None):
     caches = kv.kv_caches(facts.shape, ctx, settings)
     tokens, streams = compute.reserve_tokens(settings, ctx)
     homes = compute.homes_of(facts, chosen)
-    graph = compute._build(facts.graph, facts.shape, caches, settings, tokens, streams, None, True, homes, outputs)
+    graph = compute._build(facts.graph, facts.shape, caches, settings, tokens, streams, None, True, homes,
+                           compute.output_rows(settings, ctx, outputs))
     backends = [key for key in kinds if key != compute.HOST] + [compute.HOST]
     offload_to = next((key for key in backends if kinds[key] == "gpu"), None)
     copies = compute.PIPELINE_COPIES if compute.pipeline_parallel(chosen, len(kinds) - 1) else 1

@@ -1855,9 +1855,10 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
 
 
 def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None, outputs=None):
-    """outputs: rows the graph outputs (llama_context's n_outputs_max; None: the settings' `outputs`,
-    whose 0 means every token — a draft model's context outputs one row per sequence, llama-server's
-    target one per sequence and drafted token)."""
+    """outputs: rows the graph outputs (output_rows: llama_context's min(n_ubatch, n_outputs_max) before
+    the tokens are rounded to the sequences; None: the settings' `outputs`, whose 0 means every token —
+    a draft model's context outputs one row per sequence, llama-server's target one per sequence and
+    drafted token)."""
     outputs = outputs or settings.outputs or None
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
@@ -2006,6 +2007,15 @@ def reserve_tokens(settings, ctx):
     return tokens, (1 if settings.unified else n_seq)
 
 
+def output_rows(settings, ctx, outputs=None):
+    """The rows the worst-case graph outputs: llama_context::sched_reserve's min(n_tokens, n_outputs_max)
+    with n_tokens = min(n_ctx, n_ubatch) *before* graph_reserve rounds it up to a multiple of the
+    sequences (so 512 rows of a 513-token graph at -np 3). outputs: n_outputs_max (None/0: the settings'
+    `outputs`, whose 0 means the batch)."""
+    asked = min(kvmod.pad(ctx), kvmod.n_ubatch(settings, ctx))
+    return min(outputs or settings.outputs or asked, asked)
+
+
 def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=True, alignment=CPU_ALIGNMENT,
                     outputs=None):
     """The compute buffers llama.cpp reserves for a context of `ctx` tokens (ComputeBuffers).
@@ -2015,6 +2025,7 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
     lookup (its weights stay on the CPU in llama.cpp)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
+    outputs = output_rows(settings, ctx, outputs)
     layers = None if layers is None else tuple(sorted(set(layers)))
     key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output), outputs)
     program = _program(graph_shape, kvshape, caches, key, lambda symbolic: _one_program(
@@ -2025,9 +2036,8 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
         total = _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output,
                        outputs=outputs).peak(alignment)
     host = -(-(graph_shape.n_embd * tokens * F32_BYTES) // alignment) * alignment
-    rows = min(outputs or settings.outputs or tokens, tokens)
     return ComputeBuffers(device_bytes=total, host_bytes=host, tokens=tokens, streams=streams,
-                          logits_bytes=graph_shape.n_vocab * rows * F32_BYTES if output else 0)
+                          logits_bytes=graph_shape.n_vocab * outputs * F32_BYTES if output else 0)
 
 
 ALIGNMENT = {"gpu": CUDA_ALIGNMENT, "rpc": CUDA_ALIGNMENT, "cpu": CPU_ALIGNMENT}
@@ -2142,6 +2152,7 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
     is given (llama_context's constructor)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
+    outputs = output_rows(settings, ctx, outputs)
     backends = [key for key in kinds if key != HOST] + [HOST]
     offload_to = next((key for key in backends if kinds[key] == "gpu"), None) if op_offload else None
     n_copies = PIPELINE_COPIES if pipeline else 1
@@ -2347,7 +2358,8 @@ def mtp_placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
         kvshape = mtp_kv_shape(facts.shape, set(facts.graph.mtp_layers))
         caches = kvmod.kv_caches(kvshape, ctx, settings)
         tokens, streams = reserve_tokens(settings, ctx)
-        graph = _build_mtp(facts.graph, kvshape, caches, settings, tokens, streams, homes_of(facts, placement), outputs)
+        graph = _build_mtp(facts.graph, kvshape, caches, settings, tokens, streams, homes_of(facts, placement),
+                           output_rows(settings, ctx, outputs))
         backends = [k for k in kinds if k != HOST] + [HOST]
         offload_to = next((k for k in backends if kinds[k] == "gpu"), None)
         pipeline = pipeline_parallel(placement, len(kinds) - 1)
