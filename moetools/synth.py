@@ -559,6 +559,28 @@ def _rwkv_block_norms(spec, il, n_embd, t):
         spec.add(f"blk.{il}.{name}.bias", (n_embd,), t.norm)
 
 
+def _rwkv6_keys(spec, p, token_shift_count):
+    spec.meta("{arch}.wkv.head_size", p["head_size"])
+    spec.meta("{arch}.time_mix_extra_dim", p["mix_extra"])
+    spec.meta("{arch}.time_decay_extra_dim", p["decay_extra"])
+    spec.meta("{arch}.token_shift_count", token_shift_count)
+
+
+def _rwkv6_lerp_and_decay(spec, il, p, t, first=False):
+    """An RWKV-6 time mix's data-dependent lerp (w1/w2, lerp_x, the fused five), time_mix_first (the
+    wkv6 bonus; rwkv6qwen2 has none) and low-rank decay."""
+    blk, n_embd = f"blk.{il}.", p["n_embd"]
+    spec.add(blk + "time_mix_w1.weight", (n_embd, p["mix_extra"] * 5), t.norm)
+    spec.add(blk + "time_mix_w2.weight", (p["mix_extra"], n_embd, 5), t.norm)
+    spec.add(blk + "time_mix_lerp_x.weight", (n_embd, 1, 1), t.norm)
+    spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5), t.norm)
+    if first:
+        spec.add(blk + "time_mix_first.weight", (p["head_size"], n_embd // p["head_size"]), t.norm)
+    spec.add(blk + "time_mix_decay.weight", (n_embd,), t.norm)
+    spec.add(blk + "time_mix_decay_w1.weight", (n_embd, p["decay_extra"]), t.norm)
+    spec.add(blk + "time_mix_decay_w2.weight", (p["decay_extra"], n_embd), t.norm)
+
+
 def rwkv6(t=Types(), **p):
     """RWKV-6 (`rwkv6`): time mix (a data-dependent lerp through time_mix_w1/w2, a low-rank decay, the
     wkv6 state, group norm, silu gate) and channel mix (receptance-gated relu^2) blocks, two token-shift
@@ -570,22 +592,12 @@ def rwkv6(t=Types(), **p):
     n_embd, n_ff = p["n_embd"], p["n_ff"]
     spec.meta("{arch}.feed_forward_length", n_ff)
     spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
-    spec.meta("{arch}.wkv.head_size", p["head_size"])
-    spec.meta("{arch}.time_mix_extra_dim", p["mix_extra"])
-    spec.meta("{arch}.time_decay_extra_dim", p["decay_extra"])
-    spec.meta("{arch}.token_shift_count", 2)
+    _rwkv6_keys(spec, p, 2)
     _rwkv_norms(spec, p, t)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
         _rwkv_block_norms(spec, il, n_embd, t)
-        spec.add(blk + "time_mix_w1.weight", (n_embd, p["mix_extra"] * 5), t.norm)
-        spec.add(blk + "time_mix_w2.weight", (p["mix_extra"], n_embd, 5), t.norm)
-        spec.add(blk + "time_mix_lerp_x.weight", (n_embd, 1, 1), t.norm)
-        spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5), t.norm)
-        spec.add(blk + "time_mix_first.weight", (p["head_size"], n_embd // p["head_size"]), t.norm)
-        spec.add(blk + "time_mix_decay.weight", (n_embd,), t.norm)
-        spec.add(blk + "time_mix_decay_w1.weight", (n_embd, p["decay_extra"]), t.norm)
-        spec.add(blk + "time_mix_decay_w2.weight", (p["decay_extra"], n_embd), t.norm)
+        _rwkv6_lerp_and_decay(spec, il, p, t, first=True)
         for name in ("key", "value", "receptance", "gate", "output"):
             spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
         spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
@@ -593,6 +605,38 @@ def rwkv6(t=Types(), **p):
         spec.add(blk + "channel_mix_key.weight", (n_embd, n_ff), t.resident)
         spec.add(blk + "channel_mix_value.weight", (n_ff, n_embd), t.resident)
         spec.add(blk + "channel_mix_receptance.weight", (n_embd, n_embd), t.resident)
+    return spec
+
+
+def rwkv6qwen2(t=Types(), **p):
+    """RWKV-6 on a Qwen2 body (`rwkv6qwen2`, QRWKV6): RMS norms without biases, a one-row token shift
+    (token_shift_count 1), the RWKV-6 time mix without time_mix_first (so llama.cpp's gated linear
+    attention: sigmoid gate, k * (1 - w), no group norm) whose key/value project to n_head_kv heads
+    (repeated to the n_embd / head_size heads), r/k/v biases, and a SwiGLU FFN (llama.cpp
+    src/models/rwkv6qwen2.cpp, rwkv6-base.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_head_kv": 2, "n_ff": 768, "mix_extra": 32,
+         "decay_extra": 64, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("rwkv6qwen2", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head_size"]
+    kv_width = n_embd if p["n_head_kv"] in (0, n_embd // head) else p["n_head_kv"] * head
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_embd // head)
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    _rwkv6_keys(spec, p, 1)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _rwkv6_lerp_and_decay(spec, il, p, t)
+        spec.add(blk + "time_mix_key.weight", (n_embd, kv_width), t.resident)
+        spec.add(blk + "time_mix_value.weight", (n_embd, kv_width), t.resident)
+        for name in ("receptance", "gate", "output"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        for name, width in (("key", kv_width), ("value", kv_width), ("receptance", n_embd)):
+            spec.add(f"{blk}time_mix_{name}.bias", (width,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
 
 
@@ -1055,6 +1099,7 @@ BUILDERS = {
     "plamo2": plamo2,
     "arwkv7": arwkv7,
     "rwkv6": rwkv6,
+    "rwkv6qwen2": rwkv6qwen2,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
@@ -1168,6 +1213,14 @@ PRESETS = {
         Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-4-26B-A4B (synthetic)",
         n_layer=30, n_embd=2816, n_head=16, n_head_kv=2, n_head_kv_swa=8, head=512, head_swa=256, n_ff=2112,
         n_ff_exp=704, n_expert=128, top_k=8, swa=1024, full_every=6, vocab=262144, ctx=262144, file_type=15),
+    # google/gemma-3n-E4B config.json (text_config): 35 layers, 2048 wide, 8 query / 2 KV heads of 256,
+    # a 512-token window with every 5th layer full, the last 15 layers sharing the KV of layers 18/19
+    # (num_kv_shared_layers; llama.cpp's n_layer_kv_from_start 20), a 16384-wide FFN in every layer (the
+    # first 10 with activation sparsity), AltUp 4 streams, LAuReL rank 64, 256-wide per-layer inputs;
+    # the 262144 text tokens llama.cpp's converter keeps (not MoE: the KV-sharing / AltUp layout at width).
+    "gemma-3n-e4b": lambda: gemma3n(
+        Types(resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-3n-E4B (synthetic)", n_layer=35, n_embd=2048,
+        n_head=8, n_head_kv=2, head=256, n_ff=16384, swa=512, vocab=262144, ctx=32768, file_type=7),
     "llama3-8b": lambda: llama_moe(
         Types(resident=F16, embed=F16, output=F16), name="Llama-3-8B (synthetic)", n_expert=0, n_layer=32,
         n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab=128256, ctx=8192, file_type=1),

@@ -15,7 +15,7 @@ from moetools.errors import GGUFError
 from moetools.gguf import open_model
 
 DATA = json.loads((Path(__file__).parent / "data" / "devicefit_llama_archs.json").read_text())
-PRESETS = ("deepseek-v3.2", "glm-4.5-air", "minimax-m2", "gemma-4-26b-a4b", "nemotron-3-nano-30b-a3b")
+PRESETS = ("deepseek-v3.2", "glm-4.5-air", "minimax-m2", "gemma-4-26b-a4b", "nemotron-3-nano-30b-a3b", "gemma-3n-e4b")
 
 
 def settings_of(case):
@@ -56,13 +56,15 @@ def test_kv_and_state_equal_llama_cpp(preset_model, preset):
 # compute buffer: ours / llama.cpp's, worst case over the committed cases (context 4k-64k, ubatch
 # 128-2048, flash attention on and off, parallel, unified, quantized caches); the issue allows 10%
 COMPUTE_TOLERANCE = {"deepseek-v3.2": 0.0, "glm-4.5-air": 0.003, "minimax-m2": 0.003, "nemotron-3-nano-30b-a3b": 0.003,
-                     "gemma-4-26b-a4b": 0.04}
+                     "gemma-4-26b-a4b": 0.04, "gemma-3n-e4b": 0.0}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_compute_buffer_matches_llama_cpp(preset_model, preset):
     """DeepSeek-V3.2's DSA graph (lightning indexer, top-k, the unmasked KQ mask, one zero-filled leaf per
-    layer allocated before the first node) to the logged 0.01 MiB; Nemotron-H's gate-less relu^2 experts
+    layer allocated before the first node) and gemma-3n-E4B's (AltUp streams, LAuReL, the per-layer
+    inputs alive to the last block, the gaussian top-k of the first 10 FFNs, KV-sharing layers) to the
+    logged 0.01 MiB; Nemotron-H's gate-less relu^2 experts
     and rope-less attention within 1%; the rest as the tolerance table says."""
     from moetools.devicefit import compute
 
@@ -84,18 +86,19 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
 TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
-                          "gemma3n": None,
-                          "plamo2": 0.05}
+                          "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
-                                  "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n"])
+                                  "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
     in three layers of four), Jamba (Mamba-1 + rope-less attention, MoE), LFM2 / LFM2-MoE (short
     convolution + attention), Falcon-H1 (attention and Mamba-2 side by side), PLaMo-2 (its Mamba
-    variant + attention), ARWKV-7 (RWKV-7 time mix, SwiGLU FFN) and RWKV-6, measured on tiny real
+    variant + attention), ARWKV-7 (RWKV-7 time mix, SwiGLU FFN), RWKV-6, gemma3n (AltUp, LAuReL, per-layer
+    inputs, KV sharing) and RWKV6-Qwen2 (gated linear attention, 4 key/value heads repeated to 16, a
+    one-row token shift, SwiGLU FFN) and Mixtral (llama with routed experts), measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -123,10 +126,10 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert shape.has_kv == [c == "*" for c in "MM*MM*"] and shape.is_recurrent == [c == "M" for c in "MM*MM*"]
     elif arch == "gemma3n":  # layers 20.. reuse layer 18's (SWA) / 19's (full) KV: 16 SWA + 4 full layers
         assert shape.has_kv == [True] * 20 + [False] * 4
-        from moetools.devicefit import core
-        with open_model(path) as model:
-            assert any("gemma3n" in note and "under-estimate" in note for note in core.model_facts(model).warnings)
-    elif arch in ("arwkv7", "rwkv6"):
+        assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
+    elif arch == "mixtral":  # the llama loader with experts: plain attention and MoE blocks
+        assert all(shape.has_kv) and not any(shape.is_recurrent) and {layer.ffn for layer in graph.layers} == {"moe"}
+    elif arch in ("arwkv7", "rwkv6", "rwkv6qwen2"):
         assert shape.recurrent_kind == "rwkv" and all(shape.is_recurrent) and not any(shape.has_kv)
     elif arch == "falcon-h1":
         assert all(shape.is_recurrent) and all(shape.has_kv)
@@ -289,6 +292,18 @@ def test_gemma4_shared_layers_leaving_fewer_than_two_is_refused(tmp_path):
     path = synth.write_model(spec, tmp_path / "g4.gguf", sparse=True)[0]
     with pytest.raises(GGUFError, match="fewer than 2 layers"):
         shape_of(path)
+
+
+def test_gemma3n_without_its_altup_tensors_is_refused(tmp_path):
+    """gemma3n's AltUp stream count, per-layer width and LAuReL rank come from its tensors (llama.cpp
+    sizes them from llama_hparams defaults): a file without them cannot be sized, and says which."""
+    from moetools.devicefit import compute
+
+    spec = synth.tiny("gemma3n")
+    spec.tensors = [tensor for tensor in spec.tensors if tensor.name != "altup_proj.weight"]
+    path = synth.write_model(spec, tmp_path / "g3n.gguf", sparse=True)[0]
+    with open_model(path) as model, pytest.raises(GGUFError, match="gemma3n needs altup_proj.weight"):
+        compute.graph_shape(model)
 
 
 def _renamed(arch, new, tmp_path):

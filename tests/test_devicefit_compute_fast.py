@@ -53,7 +53,7 @@ SETTINGS = [
 CONTEXTS = (300, 4096, 20000, 65536)  # 300: fewer tokens than the ubatch
 
 PRESETS = ("kimi-k3", "deepseek-v3", "qwen3-235b", "gpt-oss-120b", "qwen3-next-80b-a3b", "nemotron-3-nano-30b-a3b",
-           "gemma-4-26b-a4b", "deepseek-v3.2", "minimax-m2")
+           "gemma-4-26b-a4b", "deepseek-v3.2", "minimax-m2", "gemma-3n-e4b")
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -840,6 +840,9 @@ class GraphShape(Record):
         ("indexer_top_k", 0),  # ... and the cells each token attends to
         ("notes", list),
         ("mtp_layers", dict),  # {block: LayerShape} of the NextN/MTP blocks an MTP context runs (MTP_GRAPH_ARCHES)
+        ("altup", 0),  # gemma3n: AltUp streams (n_altup; 0: not a gemma3n graph),
+        ("altup_width", 0),  # ... the per-layer input width (n_embd_altup),
+        ("laurel_rank", 0),  # ... and LAuReL's rank
     )
 
 
@@ -866,6 +869,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     elif kvshape.architecture == "rwkv6" and _has(model, blk + "time_mix_lerp_fused.weight") \
             and _has(model, blk + "time_mix_first.weight"):
         mixer = "rwkv6"
+    elif kvshape.architecture == "rwkv6qwen2" and _has(model, blk + "time_mix_lerp_fused.weight"):
+        mixer = "rwkv6qwen2"  # without time_mix_first: the gated-linear-attention variant (is_qrwkv)
     elif _has(model, blk + "shortconv.in_proj.weight"):
         mixer = "shortconv"  # LFM2
     elif _has(model, blk + "ssm_x.weight"):
@@ -882,9 +887,10 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     if mixer == "mamba2" and kvshape.architecture in PARALLEL_SSM_ARCHES and kvshape.head_count_kv[il]:
         mixer = "attention+mamba2"
     shape = LayerShape(mixer)
-    if mixer == "rwkv6":  # lora: the data-dependent lerp's and the decay's low-rank widths
+    if mixer in ("rwkv6", "rwkv6qwen2"):  # lora: the data-dependent lerp's and the decay's low-rank widths
         shape.lora = (_rows(model, blk + "time_mix_w1.weight"), _rows(model, blk + "time_mix_decay_w1.weight"))
-        shape.n_ff = _rows(model, blk + "channel_mix_key.weight")
+        shape.n_ff = _rows(model, blk + "channel_mix_key.weight") or _rows(model, blk + "ffn_up.weight")
+        shape.k_rows = _rows(model, blk + "time_mix_key.weight")  # n_head_kv x head_size (rwkv6qwen2's GQA)
         return shape
     if mixer in ("rwkv7", "arwkv7"):
         shape.lora = tuple(_rows(model, f"{blk}time_mix_{name}1.weight") for name in ("w", "a", "v", "g"))
@@ -961,11 +967,6 @@ _NORM_W_ALWAYS = ("lfm2moe",)  # lfm2.cpp passes true
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
 NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba")  # build_qkv without ggml_rope_ext
-# architectures whose layer bodies the replay does not build (it sizes them as plain attention blocks)
-UNREPLAYED = {
-    "gemma3n": "gemma3n: its AltUp / LAuReL / per-layer-input graph is not replayed; the compute buffer is an "
-               "under-estimate (0.17-0.94x llama.cpp's on a tiny model): keep a larger --margin",
-}
 PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
 RESIDUAL_FIRST_ARCHES = ("jamba", "lfm2", "lfm2moe")  # ggml_add(residual, layer output)
 RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, shared expert and dense FFN
@@ -1002,8 +1003,8 @@ def graph_shape(model, kvshape=None):
               for il in range(kvshape.trunk_layers)]
     head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0)]
     shape = GraphShape(architecture=arch, n_embd=n_embd, n_vocab=n_vocab, layers=layers, n_head=head_count)
-    if arch in UNREPLAYED:
-        shape.notes.append(UNREPLAYED[arch])
+    if arch == "gemma3n":
+        _gemma3n_widths(model, shape)
     if arch in NO_ROPE_ARCHES:
         shape.rope = False
     if arch in RELU_SQR_ARCHES:
@@ -1029,6 +1030,18 @@ def graph_shape(model, kvshape=None):
         shape.indexer_top_k = model.get_int("{arch}.attention.indexer.top_k", None,
                                             required_for="the DSA lightning indexer's compute")
     return shape
+
+
+def _gemma3n_widths(model, shape):
+    """gemma3n's AltUp stream count, per-layer input width and LAuReL rank, from the tensors the loader
+    sizes with them (llama_hparams defaults 4, 256 and 64, not keys). Raises GGUFError."""
+    altup = model.tensor_by_name.get("altup_proj.weight")
+    norm = model.tensor_by_name.get("per_layer_proj_norm.weight")
+    laurel = _rows(model, "blk.0.laurel_l.weight")
+    if altup is None or len(altup.shape) < 3 or norm is None or not laurel:
+        raise GGUFError(model.path, "gemma3n needs altup_proj.weight, per_layer_proj_norm.weight and "
+                                    "blk.0.laurel_l.weight to size its compute buffer")
+    shape.altup, shape.altup_width, shape.laurel_rank = altup.shape[2] + 1, norm.shape[0], laurel
 
 
 # --- the graph builders -----------------------------------------------------------------------
@@ -1439,6 +1452,20 @@ def _state_copy(b):
     return b.s_copy
 
 
+def _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out):
+    """The end of an RWKV block on a Qwen2 body (arwkv7.cpp, rwkv6qwen2.cpp): the token shift stored
+    straight from the attention norm, the residual (of two reshapes: a new tensor), the last layer's
+    output rows, the RMS-normed SwiGLU FFN and its residual."""
+    g, n_embd = b.g, b.shape.n_embd
+    g.expand(g.view(b.cache, g.view(att)))
+    ffn_inp = g.view(g.op(b.f32(n_embd, b.T), out, inp))
+    if il == last:
+        ffn_inp = g.op(b.f32(n_embd, n_out), ffn_inp, out_ids)
+        b.T = n_out
+    out = _ffn(b, b.norm(ffn_inp, n_embd), layer.n_ff, True)
+    return g.op(b.f32(n_embd, b.T), out, ffn_inp, inplace=(0, 1))
+
+
 def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     """One RWKV-7 block as src/models/rwkv7.cpp and rwkv7-base.cpp build it: the token-shift state
     gathered, the layer norm (GGML_OP_NORM: a new tensor) with bias, the shifted input, the time mix
@@ -1507,13 +1534,7 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
         out = g.op(f(), out, gate, inplace=(0, 1))
     out = g.view(b.mm(n_embd, out))
     if arwkv:  # arwkv7.cpp: the shift stored straight from the norm, then the Qwen2 FFN
-        g.expand(g.view(b.cache, g.view(att)))
-        ffn_inp = g.view(g.op(f(), out, inp))
-        if il == last:
-            ffn_inp = g.op(b.f32(n_embd, n_out), ffn_inp, out_ids)
-            b.T = n_out
-        out = _ffn(b, b.norm(ffn_inp, n_embd), layer.n_ff, True)
-        return g.op(b.f32(n_embd, b.T), out, ffn_inp, inplace=(0, 1))
+        return _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out)
     ffn_inp = g.op(f(), out, inp)  # both views: a new tensor
     ffn = layer_norm(ffn_inp)
     x_prev = g.op(f(), g.view(shift), g.view(ffn))
@@ -1535,8 +1556,13 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     shifted input, the time mix (the lerp of x through time_mix_w1's tanh and w2's five outputs,
     added to the fused lerp, r/k/v/g projections, silu gate, the low-rank decay exp(-exp(w)), the wkv6
     scan with its state, group norm), the FFN norm and shift, the shift store and the channel mix
-    (receptance sigmoid times relu^2's value)."""
+    (receptance sigmoid times relu^2's value).
+
+    rwkv6qwen2 (src/models/rwkv6qwen2.cpp, is_qrwkv): RMS norms, a sigmoid gate, k and v repeated from
+    n_head_kv heads (new tensors), k * (1 - w), the gated linear attention scan, no group norm, the shift stored from the
+    attention norm, then a Qwen2 SwiGLU FFN. The r/k/v biases are added in place (no memory)."""
     g, n_embd = b.g, b.shape.n_embd
+    qrwkv = layer.mixer == "rwkv6qwen2"
     n_seq = max(1, b.settings.n_seq)
     f = lambda rows=n_embd: b.f32(rows, b.T)  # noqa: E731
     s_copy = _state_copy(b)
@@ -1545,6 +1571,8 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     inp = g.view(cur)
 
     def layer_norm(x):
+        if qrwkv:  # RMS norm with a weight (a new tensor when its source is a view)
+            return b.norm(x, n_embd)
         y = g.op(f(), x)
         return g.op(f(), g.op(f(), y, b.weights, inplace=(0,)), b.weights, inplace=(0,))
 
@@ -1561,22 +1589,36 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     xxx = g.op(xxx.nbytes, xxx, g.view(att), inplace=(0,))
     view = lambda: g.view(xxx)  # noqa: E731
     xw, xk, xv, xr, xg = view(), view(), view(), view(), view()
+    kv_rows = layer.k_rows or n_embd
     r = b.mm(n_embd, xr)
-    k = b.mm(n_embd, xk)
-    v = b.mm(n_embd, xv)
-    gate = b.unary(b.mm(n_embd, xg), f())  # silu
+    k = b.mm(kv_rows, xk)
+    v = b.mm(kv_rows, xv)
+    gate = b.unary(b.mm(n_embd, xg), f())  # silu (rwkv6qwen2: sigmoid)
+    if kv_rows != n_embd:  # ggml_repeat to every head (the tensor giving the shape is not a source)
+        k = g.op(f(), g.view(k))
+        v = g.op(f(), g.view(v))
     w = b.mm(n_embd, b.unary(b.mm(decay_rank, xw), f(decay_rank)))
     for _ in range(4):  # + decay, exp, neg, exp
         w = b.unary(w, w.nbytes)
+    if qrwkv:  # k - k * w (of the reshapes: the product is a new tensor, the difference takes its place)
+        k = g.op(f(), g.view(k), g.op(f(), g.view(k), g.view(w)), inplace=(0, 1))
     wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
-    wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), g.view(k), g.view(v), g.view(r), b.weights, g.view(w), wkv_state)
+    if qrwkv:  # ggml_gated_linear_attn(k, v, r, w, state)
+        wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), k, g.view(v), g.view(r), g.view(w), wkv_state)
+    else:
+        wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), g.view(k), g.view(v), g.view(r), b.weights, g.view(w), wkv_state)
     g.expand(g.view(b.cache, g.view(wkv)))
-    out = g.op(f(), g.view(g.view(wkv)))  # group norm of the reshaped output
-    out = g.op(f(), g.view(out), b.weights)
-    out = g.op(f(), out, b.weights, inplace=(0,))
+    if qrwkv:
+        out = g.view(g.view(wkv))
+    else:
+        out = g.op(f(), g.view(g.view(wkv)))  # group norm of the reshaped output
+        out = g.op(f(), g.view(out), b.weights)
+        out = g.op(f(), out, b.weights, inplace=(0,))
     out = g.op(f(), out, gate, inplace=(0, 1))
     out = g.view(b.mm(n_embd, out))
+    if qrwkv:  # the shift stored straight from the attention norm, then the Qwen2 FFN
+        return _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out)
     ffn_inp = g.op(f(), out, inp)
     ffn = layer_norm(ffn_inp)
     x_prev = g.op(f(), g.view(shift), g.view(ffn))
@@ -1821,6 +1863,177 @@ def _ffn(b, x, n_ff, gated=True):
     return b.mm(b.shape.n_embd, act)
 
 
+# --- gemma3n (src/models/gemma3n.cpp) --------------------------------------------------------
+
+GEMMA3N_SPARSE_LAYERS = 10  # llama_model_gemma3n::graph n_layer_sparsity: gaussian top-k before the gelu
+
+
+def _g3n_magnitude(b, x, rows):
+    """calc_magnitude: sqrt(sum_rows(sqr(x))), one f32 per row."""
+    return b.unary(b.g.op(b.f32(rows), b.unary(x, x.nbytes)), b.f32(rows))
+
+
+def _g3n_router(b, x):
+    """altup_compute_router_modalities: weighted rms norm, scale, the router projection, tanh."""
+    cur = b.norm(x, b.shape.n_embd)
+    cur = b.unary(cur, cur.nbytes)
+    modalities = b.mm(b.shape.altup, cur)
+    return b.unary(modalities, modalities.nbytes)
+
+
+def _g3n_gaussian_topk(b, x):
+    """gaussian_topk: relu(x - (mean + std_mul * std)), mean and std over each row."""
+    g, T = b.g, b.T
+    mean = g.op(b.f32(1, T), x)
+    centred = g.op(x.nbytes, x, mean, inplace=(0,))
+    std = b.unary(b.unary(g.op(b.f32(1, T), b.unary(centred, centred.nbytes)), b.f32(1, T)), b.f32(1, T))
+    cutoff = g.op(b.f32(1, T), mean, b.unary(std, b.f32(1, T)), inplace=(0, 1))
+    return b.unary(g.op(x.nbytes, x, cutoff, inplace=(0,)), x.nbytes)
+
+
+def _g3n_attention(b, il, x, layer):
+    """A gemma3n block's attention: q and k rms-normed (weighted) and roped, v rms-normed without a
+    weight; a layer past n_layer_kv_from_start projects only its query and reads the cache of the
+    earlier layer of its kind (build_attn with no k/v: nothing stored)."""
+    g, T, kv = b.g, b.T, b.kv
+    kind = "swa" if kv.is_swa[il] else "full"
+    n_head, hkv, width, v_width = b.shape.n_head[il], kv.head_count_kv[il], kv.k_width[il], kv.v_width[il]
+    q_bytes, k_bytes, v_bytes = b.f32(n_head * width, T), b.f32(hkv * width, T), b.f32(hkv * v_width, T)
+    q = b.mm(n_head * width, x)
+    k = v = None
+    if kv.has_kv[il]:
+        k = b.mm(hkv * width, x)
+        v = b.mm(hkv * v_width, x)
+    q = g.op(q_bytes, b.norm(g.view(q), n_head * width), b.pos, inplace=(0,))
+    if k is not None:
+        k = g.op(k_bytes, b.norm(g.view(k), hkv * width), b.pos, inplace=(0,))
+        v = b.norm(g.view(v), hkv * v_width, weight=False)
+    if b.k_rot is not None:
+        q = g.view(g.op(q_bytes, b.k_rot, g.view(q)))
+        if k is not None:
+            k = g.view(g.op(k_bytes, b.k_rot, g.view(k)))
+    if b.v_rot is not None and v is not None:
+        v = g.view(g.op(v_bytes, b.v_rot, g.view(v)))
+    for tensor in (q, k, v):
+        if tensor is not None:
+            g.expand(tensor)
+    if k is not None:
+        _store(b, kind, k, v, False, v_bytes)
+    cur = _mha(b, il, q, width, kind, n_head, width, v_width)
+    if b.v_rot is not None:
+        cur = g.view(g.op(b.f32(n_head * v_width, T), b.v_rot, g.view(cur)))
+    return b.mm(b.shape.n_embd, cur)
+
+
+def _g3n_block(b, il, cur, layer, per_layer):
+    """One gemma3n block over the AltUp streams `cur` [n_embd, T, n_altup]: predict, LAuReL beside the
+    attention, the (sparse) gelu FFN, correct, and the per-layer input gated into streams 1..n-1."""
+    g, T, n_embd, n_altup = b.g, b.T, b.shape.n_embd, b.shape.altup
+    streams = b.f32(n_embd, T, n_altup)
+    # altup_predict
+    modalities = _g3n_router(b, g.view(cur))
+    coefs = g.view(b.mm(n_altup * n_altup, modalities))
+    permuted = g.op(streams, g.view(cur))  # cont(permute)
+    predictions = g.op(streams, g.view(g.op(streams, permuted, coefs)))  # mul_mat, cont(permute)
+    predictions = g.op(streams, predictions, cur, inplace=(0, 1))
+    active = g.view(predictions)
+    x = b.norm(active, n_embd)
+    # laurel
+    laurel = b.norm(b.mm(n_embd, b.mm(b.shape.laurel_rank, x)), n_embd)
+    laurel = g.op(laurel.nbytes, laurel, x, inplace=(0, 1))
+    attn = b.norm(_g3n_attention(b, il, x, layer), n_embd)
+    attn = g.op(attn.nbytes, attn, active, inplace=(0,))
+    attn_laurel = b.unary(g.op(attn.nbytes, attn, laurel, inplace=(0, 1)), attn.nbytes)
+    y = b.norm(attn_laurel, n_embd)
+    up = b.mm(layer.n_ff, y)
+    gate = b.mm(layer.n_ff, y)
+    if il < GEMMA3N_SPARSE_LAYERS:
+        gate = _g3n_gaussian_topk(b, gate)
+    gate = b.unary(gate, gate.nbytes)
+    ffn = b.mm(n_embd, g.op(up.nbytes, up, gate, inplace=(0, 1)))
+    il_saved, b.il = b.il, -1  # ffn_post_norm is built with il = -1 (never pinned)
+    ffn = b.norm(ffn, n_embd)
+    b.il = il_saved
+    gated = g.op(ffn.nbytes, ffn, attn_laurel, inplace=(0, 1))
+    # altup_correct
+    modalities = _g3n_router(b, gated)
+    innovation = g.op(gated.nbytes, gated, g.view(predictions), inplace=(0,))
+    innovation = g.op(streams, innovation)  # repeat_4d
+    coefs = b.mm(n_altup, modalities)
+    coefs = g.op(coefs.nbytes, g.view(b.unary(coefs, coefs.nbytes)))  # scale_bias, cont_3d(transpose)
+    corrected = g.op(streams, g.op(streams, innovation, coefs, inplace=(0,)), predictions, inplace=(0, 1))
+    # the per-layer input, gated by the corrected active stream
+    first = g.op(b.f32(n_embd, T), g.view(corrected), b.weights)
+    first = b.mm(b.shape.altup_width, first)
+    first = b.unary(first, first.nbytes)
+    first = g.op(first.nbytes, first, g.view(per_layer), inplace=(0,))
+    first = b.norm(b.mm(n_embd, first), n_embd)
+    rest = g.op(b.f32(n_embd, T, n_altup - 1), g.view(corrected), first)
+    return g.op(streams, g.view(corrected), rest)  # concat
+
+
+def _build_gemma3n(b, graph_shape, layer_set, output, out_ids, n_out, lookup, first_device):
+    """gemma3n's graph (llama_model_gemma3n::graph): the scaled embedding projected to n_altup streams,
+    the per-layer inputs (their own token lookup plus a projection of the embedding, [altup_width, T,
+    n_layer], alive to the last block), the blocks, the streams merged back, the output rows and the
+    soft-capped head."""
+    g, T, n_embd, n_altup, n_layer = b.g, b.T, graph_shape.n_embd, graph_shape.altup, len(graph_shape.layers)
+    width = graph_shape.altup_width
+    homes = b.homes
+    inp = b.unary(lookup, lookup.nbytes)  # scale by sqrt(n_embd)
+    tokens = g.input(I32_BYTES * T)
+    rows = g.op(b.f32(width * n_layer, T), b.weights, tokens)  # per_layer_token_embd: an input-layer weight
+    rows.host = True
+    rows.offloadable = False
+    selected = g.expand(g.op(rows.nbytes, g.view(rows)))  # scale of the reshape
+    if homes is not None:
+        b.move(first_device, 0)  # per_layer_model_proj / per_layer_proj_norm are block 0's
+    proj = b.mm(width * n_layer, inp)
+    proj = b.unary(proj, proj.nbytes)
+    proj = b.norm(g.view(proj), width * n_layer)
+    proj = b.unary(g.op(proj.nbytes, proj, selected, inplace=(0, 1)), proj.nbytes)
+    per_layer = g.op(proj.nbytes, g.view(proj))  # cont(permute): [altup_width, T, n_layer]
+    if homes is not None:
+        b.move(homes.layer_device[-1], -1)  # altup_proj / altup_unembd_proj are output-layer weights
+    out_w = b.weights
+    added_bytes = b.f32(n_embd, T, n_altup - 1)
+    target = _g3n_magnitude(b, inp, T)
+    added = g.op(added_bytes, out_w, g.op(added_bytes, inp))  # mul_mat(altup_proj, repeat_4d)
+    magnitude = _g3n_magnitude(b, added, T * (n_altup - 1))
+    added = g.op(added_bytes, g.op(added_bytes, added, target, inplace=(0,)), magnitude, inplace=(0,))
+    cur = g.op(b.f32(n_embd, T, n_altup), inp, added)  # concat
+    for il, layer in enumerate(graph_shape.layers):
+        if il not in layer_set:
+            continue
+        if homes is not None:
+            b.move(homes.layer_device[il], il)
+        cur = _g3n_block(b, il, cur, layer, per_layer)
+        g.boundaries.append(cur)
+    if not output:
+        g.expand(cur)
+        return g
+    if homes is not None:
+        b.move(homes.layer_device[-1], -1)
+    target = _g3n_magnitude(b, g.view(cur), T)
+    unembd = g.op(added_bytes, b.weights, g.view(cur))
+    magnitude = _g3n_magnitude(b, unembd, T * (n_altup - 1))
+    unembd = g.op(added_bytes, g.op(added_bytes, unembd, target, inplace=(0,)), magnitude, inplace=(0,))
+    merged = g.view(cur)
+    for _ in range(n_altup - 1):
+        merged = g.op(b.f32(n_embd, T), merged, g.view(unembd), inplace=(0,))
+    merged = b.unary(merged, merged.nbytes)
+    cur = g.op(b.f32(n_embd, n_out), merged, out_ids)
+    T = b.T = n_out
+    cur = b.norm(cur, n_embd)
+    cur.is_output = True  # t_embd
+    logits = b.mm(graph_shape.n_vocab, cur)
+    for _ in range(3):  # the final soft-capping: scale, tanh, scale (in place)
+        logits = b.unary(logits, logits.nbytes)
+    logits.is_output = True
+    g.expand(logits)
+    return g
+
+
 RUN_KEPT = 4  # identical consecutive layers replayed before the allocator is taken to repeat itself
 RUN_KEPT_SPLIT = 2  # the same for a placement's replay (checked equal to RUN_KEPT on the K2-class plans)
 
@@ -1836,8 +2049,9 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
             where = (homes.layer_device[il], tuple(sorted(homes.expert_device.get(il, {}).items())))
         return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
                 kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where)
-    if graph_shape.attn_res_block:
-        return set()  # the residual stack grows: no two layers see the same allocator state
+    if graph_shape.attn_res_block or graph_shape.altup:
+        # the residual stack grows: no two layers see the same allocator state (gemma3n: replayed whole)
+        return set()
     if graph_shape.indexer_heads:
         # every DSA layer's zero-filled top-k source is a graph leaf, allocated before the first node
         # and freed in its layer: the free blocks shift from layer to layer (measured: leaving repeats
@@ -1882,19 +2096,22 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     if graph_shape.indexer_heads and "indexer" in b.cells:
         _dsa_inputs(b)
     out_ids = g.input(I32_BYTES * n_out)
+    if graph_shape.altup:
+        return _build_gemma3n(b, graph_shape, layer_set, output, out_ids, n_out, lookup,
+                              homes.layer_device[0] if homes is not None else None)
     last = len(graph_shape.layers) - 1
     stack = _ResidualStack(b) if graph_shape.attn_res_block else None
     rwkv = {}  # RWKV-7: the first layer's v, mixed into every later layer
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
             continue
-        if layer.mixer in ("rwkv6", "rwkv7", "arwkv7"):
+        if layer.mixer in ("rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"):
             if homes is not None:
                 b.move(homes.layer_device[il], il)
-            if il == 0 and layer.mixer != "arwkv7":  # rwkv6/7.cpp norm the token embedding (layer norm, bias)
+            if il == 0 and layer.mixer in ("rwkv6", "rwkv7"):  # rwkv6/7.cpp norm the token embedding (layer norm, bias)
                 cur = g.op(b.f32(n_embd, T), cur)
                 cur = g.op(cur.nbytes, g.op(cur.nbytes, cur, b.weights, inplace=(0,)), b.weights, inplace=(0,))
-            if layer.mixer == "rwkv6":
+            if layer.mixer in ("rwkv6", "rwkv6qwen2"):
                 cur = _rwkv6_block(b, il, cur, layer, last, out_ids, n_out)
             else:
                 cur = _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, rwkv)
