@@ -162,6 +162,54 @@ def qwen3moe(t=Types(), **p):
     return spec
 
 
+def qwen2moe(t=Types(), **p):
+    """Qwen2-MoE (`qwen2moe`, Qwen1.5-MoE / Qwen2-57B-A14B): q/k/v biases, no q/k norm, routed experts
+    plus a shared expert behind a sigmoid gate (ffn_gate_inp_shexp) (llama.cpp src/models/qwen2moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_ff_shexp": 512,
+         "n_expert": 16, "top_k": 4, "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
+    spec = ModelSpec("qwen2moe", [])
+    _common(spec, p)
+    head = p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        for name, rows in (("attn_q", p["n_embd"]), ("attn_k", p["n_head_kv"] * head), ("attn_v", p["n_head_kv"] * head)):
+            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (p["n_embd"],), t.norm)
+        _dense_ffn(spec, il, p["n_embd"], p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def olmoe(t=Types(), **p):
+    """OLMoE (`olmoe`): multi-head attention whose q and k are rms-normed over the whole projection
+    before the reshape (attn_q_norm / attn_k_norm n_embd wide), routed experts without a shared one
+    (llama.cpp src/models/olmoe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "vocab": 1024, "ctx": 4096, "rope_base": 1e4} | p
+    p["n_head_kv"] = p["n_head"]
+    spec = ModelSpec("olmoe", [])
+    _common(spec, p)
+    head = p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff_exp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
 def _mla_attention(spec, il, p, t):
     """DeepSeek-style MLA as llama.cpp's converter writes it today (absorbed k_b / v_b)."""
     n_embd, n_head = p["n_embd"], p["n_head"]
@@ -1100,6 +1148,8 @@ BUILDERS = {
     "arwkv7": arwkv7,
     "rwkv6": rwkv6,
     "rwkv6qwen2": rwkv6qwen2,
+    "qwen2moe": qwen2moe,
+    "olmoe": olmoe,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),

@@ -86,11 +86,13 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
 TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
-                          "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002}
+                          "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
+                          "qwen2moe": 0.001, "olmoe": 0.001}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
-                                  "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral"])
+                                  "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
+                                  "qwen2moe", "olmoe"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -98,7 +100,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     convolution + attention), Falcon-H1 (attention and Mamba-2 side by side), PLaMo-2 (its Mamba
     variant + attention), ARWKV-7 (RWKV-7 time mix, SwiGLU FFN), RWKV-6, gemma3n (AltUp, LAuReL, per-layer
     inputs, KV sharing) and RWKV6-Qwen2 (gated linear attention, 4 key/value heads repeated to 16, a
-    one-row token shift, SwiGLU FFN) and Mixtral (llama with routed experts), measured on tiny real
+    one-row token shift, SwiGLU FFN), Mixtral (llama with routed experts), Qwen2-MoE (q/k/v biases, a
+    sigmoid-gated shared expert) and OLMoE (q/k normed before the reshape), measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -127,7 +130,7 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch == "gemma3n":  # layers 20.. reuse layer 18's (SWA) / 19's (full) KV: 16 SWA + 4 full layers
         assert shape.has_kv == [True] * 20 + [False] * 4
         assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
-    elif arch == "mixtral":  # the llama loader with experts: plain attention and MoE blocks
+    elif arch in ("mixtral", "qwen2moe", "olmoe"):  # plain attention and MoE blocks
         assert all(shape.has_kv) and not any(shape.is_recurrent) and {layer.ffn for layer in graph.layers} == {"moe"}
     elif arch in ("arwkv7", "rwkv6", "rwkv6qwen2"):
         assert shape.recurrent_kind == "rwkv" and all(shape.is_recurrent) and not any(shape.has_kv)
