@@ -1027,30 +1027,24 @@ def nemotron_h_moe(t=Types(), **p):
     """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
     (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
     blocks feed_forward_length 0, MoE blocks head_count_kv 0; experts are up/down only (relu^2) with a
-    shared expert (llama.cpp src/models/nemotron-h.cpp)."""
-    p = {"pattern": "ME*E", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128,
+    shared expert (llama.cpp src/models/nemotron-h.cpp). A `-` block is a dense relu^2 MLP (ffn_up /
+    ffn_down, n_ff wide): with `moe=False` and no E the layout is the dense `nemotron_h` (Nemotron-H)."""
+    p = {"pattern": "ME*E", "moe": True, "n_ff": 512, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128,
          "n_ff_shexp": 256, "n_expert": 16, "top_k": 4, "conv": 4, "ssm_heads": 8, "ssm_head": 32, "state": 32,
          "groups": 2, "vocab": 1024, "ctx": 4096} | p
     pattern = p["pattern"]
     n_layer = len(pattern)
-    spec = ModelSpec("nemotron_h_moe", [])
+    spec = ModelSpec("nemotron_h_moe" if p["moe"] else "nemotron_h", [])
     _common(spec, p | {"n_layer": n_layer})
     n_embd, head = p["n_embd"], p["head"]
     spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
     spec.meta("{arch}.attention.head_count", p["n_head"])
     spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
-    spec.meta("{arch}.feed_forward_length", [p["n_ff_exp"] if c == "E" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.feed_forward_length", [{"E": p["n_ff_exp"], "-": p["n_ff"]}.get(c, 0) for c in pattern], "u32[]")
     spec.meta("{arch}.attention.key_length", head)
     spec.meta("{arch}.attention.value_length", head)
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
-    spec.meta("{arch}.expert_shared_count", 1)
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
-    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
-    spec.meta("{arch}.expert_gating_func", 2)
-    _router_groups(spec, p)
+    if p["moe"]:
+        _nemotron_moe_keys(spec, p)
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
@@ -1059,6 +1053,9 @@ def nemotron_h_moe(t=Types(), **p):
             _mamba2_block(spec, il, p, t)
         elif kind == "*":
             _gqa_attention(spec, il, p, head, t)
+        elif kind == "-":
+            spec.add(f"blk.{il}.ffn_up.weight", (n_embd, p["n_ff"]), t.resident)
+            spec.add(f"blk.{il}.ffn_down.weight", (p["n_ff"], n_embd), t.resident)
         else:
             spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
             spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
@@ -1068,6 +1065,23 @@ def nemotron_h_moe(t=Types(), **p):
             spec.add(f"blk.{il}.ffn_up_shexp.weight", (n_embd, p["n_ff_shexp"]), t.resident)
             spec.add(f"blk.{il}.ffn_down_shexp.weight", (p["n_ff_shexp"], n_embd), t.resident)
     return spec
+
+
+def nemotron_h(t=Types(), **p):
+    """Nemotron-H (`nemotron_h`): the dense hybrid — Mamba-2 (M), attention (*) and relu^2 MLP (-) blocks."""
+    return nemotron_h_moe(t, **({"pattern": "M*M-M*M-"} | p | {"moe": False}))
+
+
+def _nemotron_moe_keys(spec, p):
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta("{arch}.expert_shared_count", 1)
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_gating_func", 2)
+    _router_groups(spec, p)
 
 
 def gemma4(t=Types(), **p):
@@ -1150,6 +1164,7 @@ BUILDERS = {
     "rwkv6qwen2": rwkv6qwen2,
     "qwen2moe": qwen2moe,
     "olmoe": olmoe,
+    "nemotron_h": nemotron_h,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),

@@ -87,12 +87,12 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
-                          "qwen2moe": 0.001, "olmoe": 0.001}
+                          "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
-                                  "qwen2moe", "olmoe"])
+                                  "qwen2moe", "olmoe", "nemotron_h"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -101,7 +101,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     variant + attention), ARWKV-7 (RWKV-7 time mix, SwiGLU FFN), RWKV-6, gemma3n (AltUp, LAuReL, per-layer
     inputs, KV sharing) and RWKV6-Qwen2 (gated linear attention, 4 key/value heads repeated to 16, a
     one-row token shift, SwiGLU FFN), Mixtral (llama with routed experts), Qwen2-MoE (q/k/v biases, a
-    sigmoid-gated shared expert) and OLMoE (q/k normed before the reshape), measured on tiny real
+    sigmoid-gated shared expert), OLMoE (q/k normed before the reshape) and the dense Nemotron-H hybrid
+    (Mamba-2, attention and relu^2 MLP blocks), measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -125,6 +126,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch in ("jamba", "lfm2", "lfm2moe"):
         pattern = {"jamba": "MMM*MMMM"}.get(arch, "CC*CC*CC")
         assert shape.has_kv == [c == "*" for c in pattern] and shape.is_recurrent == [c != "*" for c in pattern]
+    elif arch == "nemotron_h":
+        assert shape.has_kv == [c == "*" for c in "M*M-M*M-"] and shape.is_recurrent == [c == "M" for c in "M*M-M*M-"]
     elif arch == "plamo2":
         assert shape.has_kv == [c == "*" for c in "MM*MM*"] and shape.is_recurrent == [c == "M" for c in "MM*MM*"]
     elif arch == "gemma3n":  # layers 20.. reuse layer 18's (SWA) / 19's (full) KV: 16 SWA + 4 full layers
