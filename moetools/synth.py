@@ -815,6 +815,45 @@ def granitehybrid(t=Types(), **p):
     return spec
 
 
+def _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, d_conv, t, norms):
+    """A Mamba-1 mixer's tensors (ssm_in, conv, the x projection to dt/B/C, dt, A, D, ssm_out); norms:
+    jamba's dt/B/C RMS norms."""
+    blk = f"blk.{il}."
+    spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
+    spec.add(blk + "ssm_conv1d.weight", (d_conv, d_inner), t.norm)
+    spec.add(blk + "ssm_conv1d.bias", (d_inner,), t.norm)
+    spec.add(blk + "ssm_x.weight", (d_inner, dt_rank + 2 * d_state), t.resident)
+    if norms:
+        spec.add(blk + "ssm_dt_norm.weight", (dt_rank,), t.norm)
+    spec.add(blk + "ssm_dt.weight", (dt_rank, d_inner), t.norm)
+    spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
+    if norms:
+        spec.add(blk + "ssm_b_norm.weight", (d_state,), t.norm)
+        spec.add(blk + "ssm_c_norm.weight", (d_state,), t.norm)
+    spec.add(blk + "ssm_a", (d_state, d_inner), t.norm)
+    spec.add(blk + "ssm_d", (d_inner,), t.norm)
+    spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
+
+
+def mamba(t=Types(), **p):
+    """Mamba (`mamba`, Mamba-1): recurrent blocks only, d_inner = 2 x n_embd, no dt/B/C norms, no FFN, the
+    head tied to the token embedding (llama.cpp src/models/mamba.cpp, build_mamba_layer)."""
+    p = {"n_layer": 4, "n_embd": 256, "conv": 4, "state": 16, "dt_rank": 16, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("mamba", [])
+    _common(spec, p)
+    n_embd, d_inner = p["n_embd"], 2 * p["n_embd"]
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["dt_rank"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _mamba1_block(spec, il, n_embd, d_inner, p["state"], p["dt_rank"], p["conv"], t, norms=False)
+    return spec
+
+
 def jamba(t=Types(), **p):
     """Jamba (`jamba`): Mamba-1 blocks (head_count_kv 0; ssm_x, dt/B/C norms, d_inner = 2 x n_embd) and
     rope-less attention blocks in a `pattern` of M and *, dense SwiGLU FFNs with routed experts in every
@@ -838,18 +877,7 @@ def jamba(t=Types(), **p):
         blk = f"blk.{il}."
         spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
         if kind == "M":
-            spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
-            spec.add(blk + "ssm_conv1d.weight", (p["conv"], d_inner), t.norm)
-            spec.add(blk + "ssm_conv1d.bias", (d_inner,), t.norm)
-            spec.add(blk + "ssm_x.weight", (d_inner, dt_rank + 2 * d_state), t.resident)
-            spec.add(blk + "ssm_dt_norm.weight", (dt_rank,), t.norm)
-            spec.add(blk + "ssm_dt.weight", (dt_rank, d_inner), t.norm)
-            spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
-            spec.add(blk + "ssm_b_norm.weight", (d_state,), t.norm)
-            spec.add(blk + "ssm_c_norm.weight", (d_state,), t.norm)
-            spec.add(blk + "ssm_a", (d_state, d_inner), t.norm)
-            spec.add(blk + "ssm_d", (d_inner,), t.norm)
-            spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
+            _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, p["conv"], t, norms=True)
         else:
             _gqa_attention(spec, il, p, head, t)
         spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
@@ -1165,6 +1193,7 @@ BUILDERS = {
     "qwen2moe": qwen2moe,
     "olmoe": olmoe,
     "nemotron_h": nemotron_h,
+    "mamba": mamba,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
