@@ -1066,6 +1066,7 @@ class _Build:
         self.v_idxs = {}
         self.pos = None
         self.k_rot = self.v_rot = None
+        self.rot_swa = (None, None)  # the sliding-window cache's own k/v rotation inputs (gemma3n reads them)
         self.s_copy = None
 
     def _external(self, key, device, weight, nbytes=0):
@@ -1209,6 +1210,8 @@ def _attention_inputs(b, kinds):
     head_v = max(b.kv.v_width[: b.kv.trunk_layers] or [0])
     if quantized(b.settings.ctv) and head_v and head_v % 64 == 0 and not b.kv.mla:
         b.v_rot = g.input(b.f32(64, 64))
+    if "swa" in kinds:  # llama_kv_cache_iswa: each cache builds its own (of the same widths here)
+        b.rot_swa = tuple(g.input(rot.nbytes) if rot is not None else None for rot in (b.k_rot, b.v_rot))
 
 
 def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=0, mask=None):
@@ -1899,6 +1902,7 @@ def _g3n_attention(b, il, x, layer):
     kind = "swa" if kv.is_swa[il] else "full"
     n_head, hkv, width, v_width = b.shape.n_head[il], kv.head_count_kv[il], kv.k_width[il], kv.v_width[il]
     q_bytes, k_bytes, v_bytes = b.f32(n_head * width, T), b.f32(hkv * width, T), b.f32(hkv * v_width, T)
+    k_rot, v_rot = b.rot_swa if kind == "swa" else (b.k_rot, b.v_rot)
     q = b.mm(n_head * width, x)
     k = v = None
     if kv.has_kv[il]:
@@ -1908,20 +1912,20 @@ def _g3n_attention(b, il, x, layer):
     if k is not None:
         k = g.op(k_bytes, b.norm(g.view(k), hkv * width), b.pos, inplace=(0,))
         v = b.norm(g.view(v), hkv * v_width, weight=False)
-    if b.k_rot is not None:
-        q = g.view(g.op(q_bytes, b.k_rot, g.view(q)))
+    if k_rot is not None:
+        q = g.view(g.op(q_bytes, k_rot, g.view(q)))
         if k is not None:
-            k = g.view(g.op(k_bytes, b.k_rot, g.view(k)))
-    if b.v_rot is not None and v is not None:
-        v = g.view(g.op(v_bytes, b.v_rot, g.view(v)))
+            k = g.view(g.op(k_bytes, k_rot, g.view(k)))
+    if v_rot is not None and v is not None:
+        v = g.view(g.op(v_bytes, v_rot, g.view(v)))
     for tensor in (q, k, v):
         if tensor is not None:
             g.expand(tensor)
     if k is not None:
         _store(b, kind, k, v, False, v_bytes)
     cur = _mha(b, il, q, width, kind, n_head, width, v_width)
-    if b.v_rot is not None:
-        cur = g.view(g.op(b.f32(n_head * v_width, T), b.v_rot, g.view(cur)))
+    if v_rot is not None:
+        cur = g.view(g.op(b.f32(n_head * v_width, T), v_rot, g.view(cur)))
     return b.mm(b.shape.n_embd, cur)
 
 
