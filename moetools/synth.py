@@ -210,6 +210,61 @@ def olmoe(t=Types(), **p):
     return spec
 
 
+def ernie4_5_moe(t=Types(), **p):
+    """ERNIE-4.5 MoE (`ernie4_5-moe`, ERNIE-4.5-21B-A3B): GQA attention without q/k norms, `n_dense`
+    leading dense blocks, then routed experts with a selection bias and a shared expert, weights always
+    normalised (llama.cpp src/models/ernie4-5.cpp, ernie4-5-moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_ff_shexp": 256,
+         "n_expert": 16, "top_k": 4, "n_dense": 1, "vocab": 1024, "ctx": 4096, "rope_base": 5e5} | p
+    spec = ModelSpec("ernie4_5-moe", [])
+    _common(spec, p)
+    head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta("{arch}.interleave_moe_layer_step", 1)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    _dense_lead_moe_blocks(spec, p, t, head, probs_bias=True)
+    return spec
+
+
+def deepseek(t=Types(), **p):
+    """DeepSeek-MoE (`deepseek`, DeepSeek-MoE-16B / V1): GQA attention, `n_dense` leading dense blocks,
+    then routed experts (softmax, weights not normalised) and `n_shared` shared experts of the expert
+    width (llama.cpp src/models/deepseek.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 4, "n_ff": 512, "n_ff_exp": 128, "n_shared": 2,
+         "n_expert": 16, "top_k": 4, "n_dense": 1, "vocab": 1024, "ctx": 4096, "rope_base": 1e4} | p
+    spec = ModelSpec("deepseek", [])
+    _common(spec, p)
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
+    _dense_lead_moe_blocks(spec, p | {"n_ff_shexp": p["n_ff_exp"] * p["n_shared"]}, t, p["n_embd"] // p["n_head"],
+                           probs_bias=False)
+    return spec
+
+
+def _dense_lead_moe_blocks(spec, p, t, head, probs_bias):
+    """Embeddings, then blocks of GQA attention and a dense FFN (the first n_dense) or routed experts
+    (optionally with a selection bias) beside a shared expert n_ff_shexp wide."""
+    n_embd = p["n_embd"]
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        if probs_bias:
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+
+
 def _mla_attention(spec, il, p, t):
     """DeepSeek-style MLA as llama.cpp's converter writes it today (absorbed k_b / v_b)."""
     n_embd, n_head = p["n_embd"], p["n_head"]
@@ -1194,6 +1249,8 @@ BUILDERS = {
     "olmoe": olmoe,
     "nemotron_h": nemotron_h,
     "mamba": mamba,
+    "ernie4_5-moe": ernie4_5_moe,
+    "deepseek": deepseek,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),

@@ -962,7 +962,7 @@ _SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m
 _SOFTMAX_WEIGHT = ("gpt-oss",)
 _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
 _NORM_W_NEVER = ("gpt-oss", "jamba")  # openai-moe.cpp / jamba.cpp pass false whatever the key says
-_NORM_W_ALWAYS = ("lfm2moe",)  # lfm2.cpp passes true
+_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe")  # lfm2.cpp, ernie4-5-moe.cpp pass true
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
