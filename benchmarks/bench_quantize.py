@@ -17,12 +17,15 @@ llama-quantize binary, against ggml's C on the same machine.
 2. Whole tiers (with $LLAMA_QUANTIZE): one F32 GGUF (a dense llama of 2 blocks, 1024 wide, 76 MB;
    `--tier-layers N` for a larger one) quantized
    by `llama-quantize --pure IN OUT TYPE THREADS` and by `moetools quantize IN --pure --type TYPE
-   --full --threads THREADS`, same input, same thread count, wall time of the whole process; the
+   --full --threads THREADS` (this checkout's code: `python -m moetools` from the repository's
+   root), same input, same thread count, wall time of the whole process; the
    figure is llama-quantize's time over moetools' (above 1: moetools is faster), per core (1 thread)
    and on every core. moetools' tier also measures its error against the source (a dequantize pass
    llama-quantize does not do): timed with it and with `--no-error`, which skips it. Each time is
    given as wall time and as the child's CPU time (user + system), the steadier figure under load,
-   beside moetools' fixed start-up: the same command with `--dry-run` (imports, header, plan).
+   beside moetools' fixed costs: the same command with `--dry-run` (imports, header, plan), and a
+   whole tier of a model of one small block (`fixed`: imports, the kernels' first call, the writer;
+   almost no quantizing).
 The load average is printed with the figures: on a shared machine every figure is a ratio against a
 baseline timed in the same run.
 """
@@ -35,12 +38,18 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 from gguf import GGMLQuantizationType, quants  # noqa: E402
 
-from benchmarks.common import MOETOOLS, scratch  # noqa: E402
+from benchmarks.common import scratch  # noqa: E402
 from moetools.quantize import kernels  # noqa: E402
+
+# The tiers run this checkout's code (not an installed moetools), so the figures measure what is
+# being changed: `python -m moetools` from the repository's root, its modules byte-compiled first
+# (as pip compiles an install; with PYTHONDONTWRITEBYTECODE set every run would compile them again).
+CHECKOUT = [sys.executable, "-m", "moetools"]
 
 TYPES = ("q6_K", "q5_K", "q4_K", "q3_K", "q2_K", "iq4_xs", "iq4_nl", "q8_0", "q4_0")
 
@@ -162,7 +171,7 @@ def timed_process(argv):
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    run = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if run.returncode:
@@ -171,7 +180,11 @@ def timed_process(argv):
 
 
 def tier_figures(binary, names, threads, n_layer=2):
+    import compileall
+
     from moetools import synth
+
+    compileall.compile_dir(os.path.join(ROOT, "moetools"), quiet=1)
 
     with scratch("bench-quantize-") as folder:
         source = os.path.join(folder, "dense-f32.gguf")
@@ -179,20 +192,26 @@ def tier_figures(binary, names, threads, n_layer=2):
         synth.write_model(synth.tiny("dense", types, n_layer=n_layer, n_embd=1024, n_head=16, n_head_kv=4, n_ff=2048,
                                      vocab=1024), source)
         size_mb = os.path.getsize(source) / 1e6
+        small = os.path.join(folder, "small-f32.gguf")
+        synth.write_model(synth.tiny("dense", types, n_layer=1, n_embd=256, n_head=4, n_head_kv=4, n_ff=256, vocab=256),
+                          small)
         print(f"tiers: {source} ({size_mb:.0f} MB F32); load average {os.getloadavg()[0]:.1f}")
         for name in names:
             figures = []
             # once untimed: numba compiles (or loads) this type's kernels on a process's first use
-            subprocess.run([*MOETOOLS, "quantize", source, "--pure", "--type", name, "--full", "-o", folder, "--force",
-                            "--json"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run([*CHECKOUT, "quantize", source, "--pure", "--type", name, "--full", "-o", folder, "--force",
+                            "--json"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
             # moetools' fixed cost: the same command planning only (Python, numpy, gguf, numba's import)
-            dry_s, dry_cpu = timed_process([*MOETOOLS, "quantize", source, "--pure", "--type", name, "--full", "-o", folder,
+            dry_s, dry_cpu = timed_process([*CHECKOUT, "quantize", source, "--pure", "--type", name, "--full", "-o", folder,
                                             "--force", "--json", "--dry-run"])
             figures.append(f"start-up (--dry-run) {dry_s:5.2f} s ({dry_cpu:.2f} s CPU)")
+            fixed_s, fixed_cpu = timed_process([*CHECKOUT, "quantize", small, "--pure", "--type", name, "--full", "-o", folder,
+                                                "--force", "--json", "--threads", "1"])
+            figures.append(f"fixed (a tier of {os.path.getsize(small) / 1e6:.1f} MB) {fixed_s:5.2f} s ({fixed_cpu:.2f} s CPU)")
             for count in sorted({1, threads}):
                 out = os.path.join(folder, f"llama-{name}.gguf")
                 c_s, c_cpu = timed_process([binary, "--pure", source, out, name.upper(), str(count)])
-                times = [timed_process([*MOETOOLS, "quantize", source, "--pure", "--type", name, "--full", "-o", folder,
+                times = [timed_process([*CHECKOUT, "quantize", source, "--pure", "--type", name, "--full", "-o", folder,
                                         "--force", "--threads", str(count), "--json", *extra])
                          for extra in ([], ["--no-error"])]
                 (ours_s, ours_cpu), (bare_s, bare_cpu) = times

@@ -297,9 +297,6 @@ def plan_tiers(model, mixes, out_dir, full=False, force=False, keep_split=False,
                                           expert=expert))
                 continue
             weights = _imatrix_for(model, tensor, imatrix, choice) if imatrix is not None else None
-            if kernels.needs_compiled(chosen_id, weights is not None) and kernels.engine() == "numpy":
-                raise UsageError(f"{chosen}{' with an importance matrix' if weights is not None else ''} needs the compiled "
-                                 f"kernels (numba), which are not available here (numba missing, or ${kernels.NO_JIT_ENV} set)")
             if not kernels.can_dequantize(tensor.type_id):
                 raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} is {tensor.type_name}, which cannot be "
                                  f"dequantized to re-quantize it to {chosen}", offset=tensor.offset)

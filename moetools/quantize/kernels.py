@@ -836,8 +836,17 @@ def compiled_kernels():
 
 
 def engine():
-    """'numba' or 'numpy': which kernels `quantize` runs."""
-    return "numpy" if compiled_kernels() is None else "numba"
+    """'numba' or 'numpy': which kernels `quantize` runs. Before the first quantize call this is
+    answered without importing numba (its import is a third of a small tier's start-up, and a dry
+    run or an ETA needs none of it): "numba" when the switch is off and numba is installed. Only a
+    numba that is installed but fails to import makes the later answer "numpy"."""
+    if "module" in _compiled:
+        return "numpy" if _compiled["module"] is None else "numba"
+    if os.environ.get(NO_JIT_ENV, "") not in ("", "0"):
+        return "numpy"
+    import importlib.util
+
+    return "numba" if importlib.util.find_spec("numba") is not None else "numpy"
 
 
 # Types whose quantizer ggml runs without the importance matrix even when one is given.
@@ -870,11 +879,15 @@ def estimated_seconds(type_id, n_values, threads=1, imatrix=False):
     return n_values * 4 / 1e6 / rate / max(1, threads)
 
 
-def needs_compiled(type_id, imatrix=False):
-    """Whether quantizing to `type_id` (with an importance matrix or not) needs the compiled engine:
-    never, for the types quantize writes (the numpy kernels cover every one, with and without an
-    imatrix)."""
-    return type_id not in KERNELS and type_id not in (F16, BF16)
+def _read_only(array):
+    """A read-only view of `array`. numba compiles a driver once per argument type, and a writable
+    array is another type than a read-only one: an F32 source reaches the kernels read-only (a view
+    of the file's bytes), a dequantized one writable, so without this a model with both, or the error
+    pass (which dequantizes the tier's fresh bytes and a K-quant source's file bytes), compiled every
+    driver twice on a first run."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def _run_compiled(driver, rows, qw, threads, block, block_bytes):
@@ -887,7 +900,7 @@ def _run_compiled(driver, rows, qw, threads, block, block_bytes):
 
     out = np.empty((rows.shape[0], rows.shape[1] // block * block_bytes), dtype=np.uint8)
     has_qw = qw is not None
-    weights = qw if has_qw else np.zeros(0, dtype=F32)
+    rows, weights = _read_only(rows), _read_only(qw if has_qw else np.zeros(0, dtype=F32))
     spans = _spans(rows.shape[0], threads)
     if len(spans) == 1:
         rows_function(rows, out, weights, has_qw)
@@ -989,5 +1002,5 @@ def dequantize(data, type_id, shape):
     if compiled is not None and name in compiled.DEQUANT:
         # the K-quants and IQ4 compiled: gguf's numpy dequantizers were as slow as the quantizers,
         # and a tier's error measurement runs one per tensor (same floats: tests compare them)
-        return compiled.dequantize_rows(name, data, n_rows, shape[-1]).reshape(shape)
+        return compiled.dequantize_rows(name, _read_only(np.ascontiguousarray(data)), n_rows, shape[-1]).reshape(shape)
     return quants.dequantize(data.reshape(n_rows, -1), qtype).reshape(shape)

@@ -1,0 +1,94 @@
+"""quantize's fixed costs: what a run imports and what numba compiles or loads for it."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from moetools import synth
+from moetools.quantize import kernels
+from tests import factory
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+
+# Runs the quantize command in this process and prints, as JSON, its exit code and whether numba
+# and the compiled kernels were imported: a real process, so no other test's imports count.
+_PROBE = """
+import json, sys
+from moetools.cli import cli
+try:
+    cli(sys.argv[1:], standalone_mode=False)
+    code = 0
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "numba": "numba" in sys.modules,
+                  "kernels_jit": "moetools.quantize.kernels_jit" in sys.modules}), file=sys.stderr)
+"""
+
+
+def _probe(*args, env=None):
+    run = subprocess.run([sys.executable, "-c", _PROBE, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, **(env or {})}, timeout=900)
+    return json.loads(run.stderr.strip().splitlines()[-1])
+
+
+def test_dry_run_and_eta_do_not_import_numba(tmp_path):
+    """Planning a tier (and its ETA, which asks which engine runs) needs no numba: its import is a
+    third of a small tier's start-up. The real run then does import it."""
+    source = factory.write_tiny(tmp_path, "qwen3moe", n_layer=1, vocab=256,
+                                types=synth.Types(resident=synth.F32, embed=synth.F32, output=synth.F32))
+    env = {kernels.NO_JIT_ENV: ""}
+    dry = _probe("quantize", source, "--type", "Q4_K_M", "-o", tmp_path / "tiers", "--dry-run", "--json", env=env)
+    assert dry == {"code": 0, "numba": False, "kernels_jit": False}
+    if NUMBA_INSTALLED:
+        real = _probe("quantize", source, "--pure", "--type", "q8_0", "-o", tmp_path / "tiers", "--json", env=env)
+        assert real == {"code": 0, "numba": True, "kernels_jit": True}
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", "numpy"), ("0", "numba"), ("", "numba")])
+def test_engine_answer_before_the_first_call_is_the_one_after(monkeypatch, value, expected):
+    """engine() answers without importing numba until a kernel runs; its answer is the engine that
+    then serves."""
+    monkeypatch.setenv(kernels.NO_JIT_ENV, value)
+    monkeypatch.setattr(kernels, "_compiled", {})
+    if not NUMBA_INSTALLED:
+        expected = "numpy"
+    before = kernels.engine()
+    assert "module" not in kernels._compiled
+    kernels.quantize(np.ones((1, 32), dtype=np.float32), kernels.Q8_0, threads=1)
+    assert before == kernels.engine() == expected
+
+
+def test_read_only_and_writable_rows_share_one_compiled_driver(monkeypatch):
+    """An F32 source reaches the kernels read-only (the file's bytes), a dequantized one writable:
+    both run the one compiled specialisation (numba compiles one per argument type, so a first run
+    over a model with both compiled every driver twice), as does the error pass's dequantize."""
+    monkeypatch.setattr(kernels, "_compiled", {})
+    monkeypatch.delenv(kernels.NO_JIT_ENV, raising=False)
+    compiled = kernels.compiled_kernels()
+    if compiled is None:
+        pytest.skip("numba is not importable here")
+    rows = (np.random.default_rng(3).standard_normal((3, 512)) * 0.1).astype(np.float32)
+    frozen = rows.copy()
+    frozen.flags.writeable = False
+    for name, type_id in (("q8_0", kernels.Q8_0), ("q6_K", kernels.Q6_K)):
+        driver = compiled.ROWS[name][0]
+        before = set(driver.signatures)
+        data = [kernels.quantize(values, type_id, threads=1) for values in (rows, frozen)]
+        assert data[0].tobytes() == data[1].tobytes()
+        added = set(driver.signatures) - before
+        assert len(added) <= 1 and not any(sig[1].mutable for sig in added), added
+    dequantizer = compiled._dequantize_rows
+    before = set(dequantizer.signatures)
+    fresh = kernels.quantize(rows, kernels.Q6_K, threads=1)  # writable bytes, as the error pass has them
+    stored = fresh.copy()
+    stored.flags.writeable = False  # read-only, as a K-quant source's file bytes are
+    values = [kernels.dequantize(data, kernels.Q6_K, rows.shape) for data in (fresh, stored)]
+    assert np.array_equal(values[0], values[1])
+    added = set(dequantizer.signatures) - before
+    assert len(added) <= 1 and not any(sig[1].mutable for sig in added), added
