@@ -123,7 +123,7 @@ def llama_moe(t=Types(), **p):
     """Mixtral-style experts in the `llama` architecture (also a dense llama with n_expert=0)."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
          "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
-    spec = ModelSpec("llama", [])
+    spec = ModelSpec(p.get("arch", "llama"), [])
     _common(spec, p)
     head = p["n_embd"] // p["n_head"]
     _gqa_keys(spec, p, p["n_ff"])
@@ -159,6 +159,41 @@ def qwen3moe(t=Types(), **p):
         spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
         _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def granitemoe(t=Types(), **p):
+    """Granite MoE (`granitemoe`, granite-3.x-MoE): the llama layout with routed experts plus Granite's
+    embedding, residual, attention and logit scales (in-place scalings; llama.cpp src/models/granite-moe.cpp)."""
+    spec = llama_moe(t, **(p | {"arch": "granitemoe"}))
+    for key, value in (("embedding_scale", 12.0), ("residual_scale", 0.22), ("attention.scale", 0.0078125),
+                       ("logit_scale", 6.0)):
+        spec.meta("{arch}." + key, value, "f32")
+    return spec
+
+
+def hunyuan_moe(t=Types(), **p):
+    """Hunyuan MoE (`hunyuan-moe`, Hunyuan-A13B): GQA attention with q/k norms applied after the rope,
+    routed experts (feed_forward_length wide) plus an always-on shared MLP added to them (llama.cpp
+    src/models/hunyuan-moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 128, "n_ff_shexp": 256, "n_expert": 16,
+         "top_k": 4, "vocab": 1024, "ctx": 4096, "rope_base": 1e4} | p
+    spec = ModelSpec("hunyuan-moe", [])
+    _common(spec, p)
+    head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
     return spec
 
 
@@ -1251,6 +1286,8 @@ BUILDERS = {
     "mamba": mamba,
     "ernie4_5-moe": ernie4_5_moe,
     "deepseek": deepseek,
+    "granitemoe": granitemoe,
+    "hunyuan-moe": hunyuan_moe,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
