@@ -1,6 +1,7 @@
 """device-fit --draft: a speculative-decoding draft model planned beside the target (--runtime llama)."""
 
 import json
+import struct
 
 import pytest
 from click.testing import CliRunner
@@ -100,10 +101,40 @@ def vocab(**values):
     ({"add_eos": True}, "adds a EOS"),
     ({"bos": 7}, ""),  # BOS not added: its id does not matter
 ])
-def test_vocabulary_compatibility_is_llama_cpps(changes, reason):
-    target = vocab()
-    got = draftmod.incompatibility(target, vocab(**changes))
+@pytest.mark.parametrize("stored", [False, True], ids=["texts", "stored-bytes"])
+def test_vocabulary_compatibility_is_llama_cpps(changes, reason, stored):
+    target, draft = vocab(), vocab(**changes)
+    if stored:  # the token arrays as vocab_of(decode=True) reads them from a file: bytes, decoded on a mismatch
+        target.tokens, draft.tokens = stored_tokens(target.tokens), stored_tokens(draft.tokens)
+    got = draftmod.incompatibility(target, draft)
     assert (reason in got) if reason else got == ""
+
+
+def stored_tokens(texts):
+    data = b"".join(struct.pack("<Q", len(text.encode())) + text.encode() for text in texts)
+    return draftmod._Encoded(data, len(texts))
+
+
+@pytest.mark.parametrize("tokens", [
+    ["a"] * 3,  # shorter than the ids never compared
+    [f"t{i}" for i in range(5)] + ["\u00e9t5"] + [f"t{i}" for i in range(6, 12)],  # longer, differing at 5
+    [f"t{i}" for i in range(9)] + ["t9x"],  # same count, the last text one byte longer
+])
+def test_stored_bytes_and_texts_give_the_same_answer(tokens):
+    target, draft = vocab(), vocab(tokens=tokens, size=len(tokens))
+    texts = draftmod.incompatibility(target, draft)
+    target.tokens, draft.tokens = stored_tokens(target.tokens), stored_tokens(tokens)
+    assert draftmod.incompatibility(target, draft) == texts
+
+
+def test_a_real_draft_vocabulary_is_compared_by_its_stored_bytes(models):
+    from moetools.gguf import open_model
+
+    with open_model(models["target"]) as target, open_model(models["draft"]) as draft:
+        ours, theirs = draftmod.vocab_of(target, decode=True), draftmod.vocab_of(draft, decode=True)
+    assert isinstance(ours.tokens, draftmod._Encoded) and len(ours.tokens) == ours.size == 2048
+    assert draftmod.incompatibility(ours, theirs) == ""
+    assert draftmod._texts(ours.tokens)[:3] == ["tok0", "tok1", "tok2"]
 
 
 def test_added_bos_must_be_the_same_token():

@@ -53,6 +53,19 @@ class ModelFacts(Record):
     )
 
     @property
+    def fingerprint(self):
+        """The model's structural fingerprint (moetools.gguf.Model.fingerprint), hashed when first asked for
+        (only tier discovery compares it: a plan without tiers pays neither hashlib's import nor the hash)."""
+        value = self._fingerprint
+        if callable(value):
+            value = self._fingerprint = value()
+        return value
+
+    @fingerprint.setter
+    def fingerprint(self, value):
+        self._fingerprint = value
+
+    @property
     def total_slots(self):
         return self.expert_count * len(self.moe_layers)
 
@@ -93,7 +106,7 @@ def model_facts(model, load_mtp=False):
     return ModelFacts(
         path=model.path,
         architecture=model.architecture,
-        fingerprint=model.fingerprint,
+        fingerprint=lambda: model.fingerprint,
         shape=shape,
         graph=graph,
         resident_bytes=model.resident_bytes,

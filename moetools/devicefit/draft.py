@@ -20,7 +20,8 @@ different BOS/EOS token when it is added.
 """
 
 from moetools.devicefit.record import REQUIRED, Record
-from moetools.errors import UsageError
+from moetools.errors import GGUFError, UsageError
+from moetools.gguf.header import decode_encoded_strings, skip_encoded_strings
 
 VOCAB_MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 VOCAB_CHECK_START_TOKEN_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
@@ -40,11 +41,27 @@ class Vocab(Record):
     )
 
 
+class _Encoded:
+    """A token array as the header stores it (each text's u64 length and bytes), read but not decoded:
+    two vocabularies are compared on these bytes first, and decoded only when they differ (to name the
+    first token that does)."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data, count):
+        self.data = data
+        self.count = count
+
+    def __len__(self):
+        return self.count
+
+
 def vocab_of(model, decode=False):
-    """The Vocab of an open moetools.gguf.Model (decode: read the token texts now, while it is open)."""
+    """The Vocab of an open moetools.gguf.Model (decode: read the token texts now, while it is open —
+    their stored bytes, decoded only if a comparison needs the texts)."""
     tokens = model.metadata.get("tokenizer.ggml.tokens")
     if decode and tokens is not None:
-        tokens = _texts(tokens)
+        tokens = _Encoded(tokens.encoded(), len(tokens)) if hasattr(tokens, "encoded") else _texts(tokens)
     return Vocab(kind=str(model.metadata.get("tokenizer.ggml.model", "")), size=len(tokens) if tokens is not None else 0,
                  add_bos=model.metadata.get("tokenizer.ggml.add_bos_token"),
                  bos=model.metadata.get("tokenizer.ggml.bos_token_id"),
@@ -55,7 +72,31 @@ def vocab_of(model, decode=False):
 def _texts(tokens):
     if tokens is None:
         return []
+    if isinstance(tokens, _Encoded):
+        texts = decode_encoded_strings(tokens.data, tokens.count)
+        if texts is None:
+            raise GGUFError("tokenizer.ggml.tokens", "string array changed since its header was read")
+        return texts
     return tokens.load() if hasattr(tokens, "load") else list(tokens)
+
+
+def _same_encoded(ours, theirs):
+    """Whether two stored token arrays hold the same texts from VOCAB_CHECK_START_TOKEN_ID to the shorter's
+    end: equal length-prefixed bytes are equal texts (False: compare the decoded texts)."""
+    count = min(ours.count, theirs.count)
+    if count <= VOCAB_CHECK_START_TOKEN_ID:
+        return True
+    spans = []
+    for tokens in (ours, theirs):
+        start = skip_encoded_strings(tokens.data, 0, VOCAB_CHECK_START_TOKEN_ID)
+        if start is None:
+            return False
+        end = len(tokens.data) if tokens.count == count else skip_encoded_strings(
+            tokens.data, start, count - VOCAB_CHECK_START_TOKEN_ID)
+        if end is None:
+            return False
+        spans.append(tokens.data[start:end])
+    return spans[0] == spans[1]
 
 
 def incompatibility(target, draft):
@@ -74,6 +115,8 @@ def incompatibility(target, draft):
         ours_id, theirs_id = getattr(target, token), getattr(draft, token)
         if added and ours_id is not None and theirs_id is not None and ours_id != theirs_id:
             return f"{name} token {ours_id} vs {theirs_id}"
+    if isinstance(target.tokens, _Encoded) and isinstance(draft.tokens, _Encoded) and _same_encoded(target.tokens, draft.tokens):
+        return ""
     ours, theirs = _texts(target.tokens), _texts(draft.tokens)
     for index in range(VOCAB_CHECK_START_TOKEN_ID, min(len(ours), len(theirs))):
         if ours[index] != theirs[index]:

@@ -98,6 +98,23 @@ def _decode_strings(data, count):
     return values
 
 
+def skip_encoded_strings(data, position, count):
+    """The offset in `data` just past `count` GGUF strings stored from `position` (None when `data`
+    ends before them)."""
+    unpack_len = _U64.unpack_from
+    end = len(data)
+    for _ in repeat(None, count):
+        if position + 8 > end:
+            return None
+        position += 8 + unpack_len(data, position)[0]
+    return position if position <= end else None
+
+
+def decode_encoded_strings(data, count):
+    """The `count` strings of an encoded string array (LazyArray.encoded), decoded."""
+    return _decode_strings(data, count)
+
+
 class LazyArray:
     """A metadata array whose elements are decoded only when asked for. Its bytes are read from the
     file at `path`, or from `source` (a BytesSource) for a header that was fetched rather than opened."""
@@ -126,6 +143,11 @@ class LazyArray:
     def load(self):
         """Decode every element (strings as str). Reads only this array's bytes."""
         return self.head(self.count)
+
+    def encoded(self):
+        """The array's elements as stored (a string array: each string's u64 length and bytes), undecoded:
+        what comparing two vocabularies needs, at a read's cost rather than a decode's."""
+        return self._bytes(self.end - self.offset)
 
     def head(self, count):
         """Decode the first `count` elements (all of them when the array is shorter)."""
