@@ -97,6 +97,18 @@ def test_layers_replayed_for_another_context_are_reused_exactly(preset_model, pr
     assert program.replayed < len(program.segments) // 2  # the last context came mostly from the memo
 
 
+def test_a_program_whose_layers_never_repeat_stops_memoising_and_stays_exact(preset_model):
+    """DeepSeek-V3.2's DSA graph: no layer starts from a state seen at another context, so after its
+    third context (the first that could take layers from the memo) the program replays plainly."""
+    facts = facts_of(preset_model("deepseek-v3.2"))
+    contexts = (8192, 16384, 32768, 65536, 24576)
+    for ctx in contexts:
+        fast = compute.compute_buffers(facts.graph, facts.shape, ctx, KVSettings(), alignment=compute.CUDA_ALIGNMENT)
+        assert fast.device_bytes == plain_peak(facts, ctx, KVSettings(), compute.CUDA_ALIGNMENT), ctx
+    (program,) = compiled(facts)
+    assert program.calls == len(contexts) and program._memo is None and program.replayed is None
+
+
 @pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b", "deepseek-v3.2"))
 def test_compiled_placement_replay_equals_the_plain_one(preset_model, preset):
     """The scheduler's split graph: CPU experts (op offload on CUDA, none on RPC), a -ts split, and a

@@ -109,25 +109,7 @@ class _Blocks:
 
     def give(self, offset, size):
         """release of a size already padded to the alignment."""
-        free = self.free
-        for index, block in enumerate(free):
-            if block[0] + block[1] == offset:
-                block[1] += size
-                if index + 1 < len(free) and block[0] + block[1] == free[index + 1][0]:
-                    block[1] += free[index + 1][1]
-                    del free[index + 1]
-                return
-            if offset + size == block[0]:
-                block[0] = offset
-                block[1] += size
-                if index > 0 and free[index - 1][0] + free[index - 1][1] == block[0]:
-                    free[index - 1][1] += block[1]
-                    del free[index]
-                return
-        position = 0
-        while position < len(free) and free[position][0] < offset:
-            position += 1
-        free.insert(position, [offset, size])
+        _give(self.free, offset, size)
 
 
 class Graph:
@@ -372,6 +354,10 @@ class _CellsOnly:
 
 
 _MEMO_SEGMENTS = 20000  # replayed layers a Program remembers (per alignment set)
+# A program whose third context (the first that can take layers from the memo) still replays more than
+# this share of its layers stops memoising: measured, a split placement's graph and a DSA graph hit
+# almost never (the memo's keys then cost more than the replays they would save)
+MEMO_GIVE_UP = 0.75
 
 
 def _relative(where, bases):
@@ -395,38 +381,39 @@ class Program:
     freed after each node depend only on the graph's structure (children and views are counted, not
     sized); the sizes enter only through the allocator's best fit and the in-place test `parent bytes
     >= node bytes`. So the structure is walked once and each context replays only the size-dependent
-    part (`peaks`), with the same _Blocks, in the same order, as Graph.replay — tested equal to it.
-    buffer_of(tensor): the index of the tensor's buffer (0 for one device)."""
+    part (`peaks`), with the same _Blocks, in the same order, as Graph.replay — tested equal to it."""
 
-    def __init__(self, leafs, nodes, buffer_of=None, boundaries=()):
+    def __init__(self, leafs, nodes, positions=None, boundaries=()):
         # The walk uses the tensors' own bookkeeping slots, as Graph.replay does, so the graph must be
         # fresh (or _reset): `allocated` is the static part of ggml-alloc's flag, `offset` the tensor's
-        # index in the program plus one, given when the tensor first gets memory.
-        tensors, buffers = [], []
-        keep, place = tensors.append, buffers.append
-
-        def claim(tensor):  # Graph._allocate's static part: the tensor's index if it gets memory now
-            if tensor.allocated or tensor.external or tensor.view_src is not None:
-                return -1
-            tensor.allocated = True
-            keep(tensor)
-            place(0 if buffer_of is None else buffer_of(tensor))
-            tensor.offset = len(tensors)
-            return tensor.offset - 1
-
+        # index in the program plus one, given when the tensor first gets memory. positions: {device:
+        # buffer index} (None: one buffer). The claims are inlined (this walk runs once per placement).
+        tensors = []
+        keep = tensors.append
         prologue = []
+        mark = prologue.append
         for leaf in leafs:
-            if claim(leaf) >= 0:
-                prologue.append(leaf.offset - 1)
+            if not (leaf.allocated or leaf.external or leaf.view_src is not None):
+                leaf.allocated = True
+                keep(leaf)
+                leaf.offset = len(tensors)
+                mark(leaf.offset - 1)
         for node in nodes:
-            if node.view_src is not None and not node.dep:
-                node.view_src.views += 1
-            if node.is_input and claim(node) >= 0:
-                prologue.append(node.offset - 1)
+            root = node.view_src
+            if root is not None and not node.dep:
+                root.views += 1
+            if node.is_input and not (node.allocated or node.external or root is not None):
+                node.allocated = True
+                keep(node)
+                node.offset = len(tensors)
+                mark(node.offset - 1)
             for src in node.srcs:
                 src.children += 1
-                if src.is_input and not src.allocated and claim(src) >= 0:
-                    prologue.append(src.offset - 1)
+                if src.is_input and not (src.allocated or src.external or src.view_src is not None):
+                    src.allocated = True
+                    keep(src)
+                    src.offset = len(tensors)
+                    mark(src.offset - 1)
         steps = []  # (tensor to allocate or -1, in-place candidates, tensors freed after it)
         add = steps.append
         ends = {id(tensor) for tensor in boundaries}
@@ -435,42 +422,49 @@ class Program:
             srcs = node.srcs
             for parent in srcs:
                 if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
-                    add((claim(parent), (), ()))
+                    parent.allocated = True  # a leaf first used here
+                    keep(parent)
+                    parent.offset = len(tensors)
+                    add((parent.offset - 1, (), ()))
             target = -1
-            if node.view_src is None and not node.allocated and not node.external:  # claim(node), inlined
+            if node.view_src is None and not node.allocated and not node.external:
                 node.allocated = True
                 keep(node)
-                place(0 if buffer_of is None else buffer_of(node))
                 target = len(tensors) - 1
                 node.offset = target + 1
-            candidates = ()
-            if target >= 0 and node.inplace:
-                candidates = tuple(srcs[index].offset - 1 for index in node.inplace
-                                   if srcs[index].allocated and srcs[index].view_src is None
-                                   and not srcs[index].is_output and srcs[index].children == 1
-                                   and srcs[index].views == 0)
+                candidates = ()
+                for index in node.inplace:
+                    parent = srcs[index]
+                    if (parent.allocated and parent.view_src is None and not parent.is_output and parent.children == 1
+                            and parent.views == 0):
+                        candidates += (parent.offset - 1,)
             freed = ()
             for parent in srcs:
                 parent.children -= 1
                 if parent.children == 0 and parent.views == 0:
-                    victim = parent
-                    if parent.view_src is not None:
-                        root = victim = parent.view_src
-                        root.views -= 1
-                        if root.views or root.children:
+                    victim = parent.view_src
+                    if victim is not None:
+                        victim.views -= 1
+                        if victim.views or victim.children:
                             continue
+                    else:
+                        victim = parent
                     if victim.allocated and not victim.is_output:
                         victim.allocated = False
                         freed += (victim.offset - 1,)
-            if target >= 0 or freed:
+            if target >= 0:
                 add((target, candidates, freed))
+            elif freed:
+                add((-1, (), freed))
             if id(node) in ends and (not cuts or cuts[-1] != len(steps)):
                 cuts.append(len(steps))
-        self.buffers = buffers
+        self.buffers = [0] * len(tensors) if positions is None else [positions[tensor.device] for tensor in tensors]
         self.prologue = prologue
         self.steps = steps
-        self.sized = [(index, tensor.nbytes) for index, tensor in enumerate(tensors) if isinstance(tensor.nbytes, Affine)]
-        self.fixed = [0 if isinstance(tensor.nbytes, Affine) else tensor.nbytes for tensor in tensors]
+        self.sized = [(index, tensor.nbytes) for index, tensor in enumerate(tensors) if type(tensor.nbytes) is Affine]
+        self.fixed = [tensor.nbytes for tensor in tensors]
+        for index, _ in self.sized:
+            self.fixed[index] = 0
         self._padded = {}
         self._memo = {}
         self._cuts = cuts
@@ -543,10 +537,19 @@ class Program:
             offset[index] = pools[buffers[index]].take(padded[index])
             alive[index] = True
         self.calls += 1
-        if self.calls == 1:  # most programs serve one context: no memo for the first
+        if self.calls == 1 or self._memo is None:  # most programs serve one context: no memo for the first
             self._run(self.steps, 0, len(self.steps), sizes, padded, pools, offset, alive)
             self.replayed = None
             return [pool.max_size for pool in pools]
+        result = self._peaks_memo(sizes, padded, pools, offset, alive, alignments)
+        if self.calls >= 3 and self.replayed > MEMO_GIVE_UP * len(self.segments):
+            self._memo = None  # its layers never start from an equivalent state: the memo only costs
+        return result
+
+    def _peaks_memo(self, sizes, padded, pools, offset, alive, alignments):
+        """peaks' replay layer by layer, each layer taken from the memo when it starts from a state
+        equivalent to one it was replayed from at another context."""
+        buffers = self.buffers
         memo = self._memo.setdefault(tuple(alignments), {})
         if len(memo) > _MEMO_SEGMENTS:
             memo.clear()
@@ -597,48 +600,80 @@ class Program:
         return [pool.max_size for pool in pools]
 
     def _run(self, steps, start, end, sizes, padded, pools, offset, alive):
+        """Replay steps[start:end]: _Blocks.take/give inlined (the replay's inner loop; tested equal to
+        Graph.replay, which calls them)."""
         buffers = self.buffers
+        frees = [pool.free for pool in pools]
+        tops = [pool.max_size for pool in pools]
+        aligns = [pool.alignment for pool in pools]
         for step in range(start, end):
             target, candidates, freed = steps[step]
             if target >= 0:
-                pool = pools[buffers[target]]
+                buffer = buffers[target]
                 size = sizes[target]
                 for parent in candidates:
                     if sizes[parent] >= size:  # ggml-alloc's in-place reuse: the node takes its parent's memory
                         offset[target] = offset[parent]
                         alive[parent] = False
                         if sizes[parent] > size:
-                            extra = pool._pad(sizes[parent]) - pool._pad(size)
+                            align = aligns[buffer]
+                            kept = -(-size // align) * align
+                            extra = -(-sizes[parent] // align) * align - kept
                             if extra:
-                                pool.give(offset[parent] + pool._pad(size), extra)
+                                _give(frees[buffer], offset[parent] + kept, extra)
                         break
-                else:
-                    offset[target] = pool.take(padded[target])
+                else:  # _Blocks.take
+                    want = padded[target]
+                    free = frees[buffer]
+                    last = len(free) - 1
+                    best, best_size = last, None
+                    for index in range(last):
+                        block_size = free[index][1]
+                        if block_size >= want and (best_size is None or block_size <= best_size):
+                            best, best_size = index, block_size
+                    block = free[best]
+                    where = block[0]
+                    block[0] = where + want
+                    block[1] -= want
+                    if block[1] == 0:
+                        del free[best]
+                    if where + want > tops[buffer]:
+                        tops[buffer] = where + want
+                    offset[target] = where
                 alive[target] = True
             for index in freed:
                 if alive[index]:
-                    pools[buffers[index]].give(offset[index], padded[index])
+                    _give(frees[buffers[index]], offset[index], padded[index])
                     alive[index] = False
+        for pool, top in zip(pools, tops):
+            pool.max_size = top
+
+
+def _give(free, offset, size):
+    """_Blocks.give on a free list (the compiled replay's copy, without the method call)."""
+    for index, block in enumerate(free):
+        if block[0] + block[1] == offset:
+            block[1] += size
+            if index + 1 < len(free) and block[0] + block[1] == free[index + 1][0]:
+                block[1] += free[index + 1][1]
+                del free[index + 1]
+            return
+        if offset + size == block[0]:
+            block[0] = offset
+            block[1] += size
+            if index > 0 and free[index - 1][0] + free[index - 1][1] == block[0]:
+                free[index - 1][1] += block[1]
+                del free[index]
+            return
+    position = 0
+    while position < len(free) and free[position][0] < offset:
+        position += 1
+    free.insert(position, [offset, size])
 
 
 # --- ggml-backend's scheduler: which backend runs each node, and the copies between them ---------
 
 OFFLOAD_MIN_BATCH = 32  # ggml-cuda's op_offload_min_batch_size (default): smaller batches stay on the CPU
-
-
-def _assign_from_weights(node, offload_to, tokens):
-    """Pass 1 of ggml_backend_sched_split_graph for one node: a view of a pre-allocated tensor (a KV
-    cache) runs where it lives; an op with a weight runs where the weight lives — unless the weight is
-    in host memory and a GPU backend offloads the op (ggml-cuda: a batch of 32 tokens and more)."""
-    root = node.view_src
-    if root is not None and root.external:
-        return root.device
-    for src in node.srcs:
-        if src.external and src.weight:
-            if src.device == HOST and offload_to is not None and node.offloadable and tokens >= OFFLOAD_MIN_BATCH:
-                return offload_to
-            return src.device
-    return None
 
 
 def _device_of(tensor):
@@ -668,10 +703,25 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
     for leaf in graph.leafs:
         if leaf.device is None:
             leaf.device = HOST  # graph inputs live on the last (CPU) backend
+    ops = []
+    offloads = offload_to is not None and tokens >= OFFLOAD_MIN_BATCH
+    # pass 1 of ggml_backend_sched_split_graph: a view of a pre-allocated tensor (a KV cache) runs where
+    # it lives; an op with a weight runs where the weight lives — unless the weight is in host memory
+    # and a GPU backend offloads the op (ggml-cuda: a batch of 32 tokens and more)
     for node in nodes:
-        if node.device is None:
-            node.device = _assign_from_weights(node, offload_to, tokens)
-    ops = [node for node in nodes if node.view_src is None]
+        root = node.view_src
+        if root is None:
+            ops.append(node)
+        if node.device is not None:
+            continue
+        if root is not None:
+            if root.external:
+                node.device = root.device
+                continue
+        for src in node.srcs:
+            if src.external and src.weight:
+                node.device = offload_to if src.device == HOST and offloads and node.offloadable else src.device
+                break
     _expand(ops, True)
     _expand(reversed(ops), True)
     _expand(ops, False)
@@ -691,11 +741,6 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
     # pass 5: splits, and a copy in the split's backend of every source that lives elsewhere
     copies, result, pending, extra_leafs = {}, [], [], []
     current, n_inputs = None, 0
-
-    def flush():
-        result.extend(pending)
-        pending.clear()
-
     split_nodes = []
     for node in nodes:
         if node.view_src is not None:
@@ -2385,8 +2430,7 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
     def compile_symbolic(symbolic):
         graph = _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
         leafs, nodes = schedule(graph, backends, offload_to, tokens, n_copies)
-        position = {key: index for index, key in enumerate(backends)}
-        return Program(leafs, nodes, lambda tensor: position[tensor.device], graph.boundaries)
+        return Program(leafs, nodes, {key: index for index, key in enumerate(backends)}, graph.boundaries)
 
     key = ("split", settings.as_tuple(), tokens, streams, _homes_key(homes), tuple(kinds.items()), bool(op_offload),
            n_copies, outputs, _kinds(caches))
