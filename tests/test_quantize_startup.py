@@ -92,3 +92,53 @@ def test_read_only_and_writable_rows_share_one_compiled_driver(monkeypatch):
     assert np.array_equal(values[0], values[1])
     added = set(dequantizer.signatures) - before
     assert len(added) <= 1 and not any(sig[1].mutable for sig in added), added
+
+
+_CACHED_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numba
+from moetools.quantize import jitload
+import probe_kernels
+changed = jitload.cheap_cache_loads(probe_kernels)
+sig = (numba.types.int64,)
+before = jitload.is_cached(probe_kernels.twice, sig)
+jitload.load_signature(probe_kernels.twice, sig)
+print(json.dumps({"changed": changed, "before": before, "after": jitload.is_cached(probe_kernels.twice, sig),
+                  "value": probe_kernels.twice(21), "signatures": len(probe_kernels.twice.signatures),
+                  "hits": sum(probe_kernels.twice.stats.cache_hits.values()),
+                  "refreshed": "numba.np.linalg" in sys.modules}))
+"""
+
+
+@pytest.mark.skipif(not NUMBA_INSTALLED, reason="numba is not installed")
+def test_cached_machine_code_loads_by_signature_without_numbas_refresh(tmp_path):
+    """jitload: the first process compiles a cached function (is_cached said it would), the second
+    finds it cached and loads it by its signature, without numba's target refresh (which imports
+    numba.np.linalg among every other registry), and it runs; one specialisation each time."""
+    (tmp_path / "probe_kernels.py").write_text("import numba\n\n\n@numba.njit(cache=True)\ndef twice(x):\n    return 2 * x\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _CACHED_PROBE, str(tmp_path)], capture_output=True, text=True,
+                                      cwd=ROOT, env=env, timeout=600, check=True).stdout) for _ in range(2)]
+    assert runs[0] == {"changed": 1, "before": False, "after": True, "value": 42, "signatures": 1, "hits": 0,
+                       "refreshed": True}
+    assert runs[1] == {"changed": 1, "before": True, "after": True, "value": 42, "signatures": 1, "hits": 1,
+                       "refreshed": False}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NUMBA_INSTALLED, reason="numba is not installed")
+def test_first_run_says_it_compiles_the_kernels(tmp_path):
+    """With an empty numba cache a run says once, before it starts, which kernels it compiles; the
+    next run (cached) says nothing of it. (Compiles Q8_0's driver once: about 10 s of CPU.)"""
+    source = factory.write_tiny(tmp_path, "qwen3moe", n_layer=1, vocab=256,
+                                types=synth.Types(resident=synth.F32, embed=synth.F32, output=synth.F32))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), kernels.NO_JIT_ENV: ""}
+    notes = []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-m", "moetools", "quantize", str(source), "--pure", "--type", "q8_0",
+                              "-o", str(tmp_path / "tiers"), "--force", "--json"], capture_output=True, text=True,
+                             cwd=ROOT, env=env, timeout=900)
+        assert run.returncode == 0, run.stderr
+        notes.append([line for line in run.stderr.splitlines() if "compiling" in line])
+    assert notes == [["quantize: compiling the kernels for q8_0 (first run; numba caches them for the next runs)"], []]

@@ -273,6 +273,10 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
             seconds = sum(core.tier_seconds(plan, threads) for plan in plans)
             info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "
                  "(from the kernels' measured speed on this engine and thread count)")
+            compiling = core.kernels_to_compile(plans)
+            if compiling:
+                info(f"quantize: compiling the kernels for {', '.join(compiling)} (first run; numba caches them for "
+                     "the next runs)")
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
                 results = core.run(model, plans, out_dir, threads=threads, progress=bar)
         for note in larger_than_source_notes(results, model.resident_bytes):

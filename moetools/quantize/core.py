@@ -781,6 +781,18 @@ def _abandon(writing, open_files, file_key):
             writing.__exit__(OSError, OSError("abandoned"), None)
 
 
+def kernels_to_compile(plans):
+    """Type names whose compiled kernels this run needs and numba's cache lacks (kernels.uncompiled_types):
+    what a first run compiles before it quantizes."""
+    from moetools.quantize import kernels
+
+    requantized = [(tier, plan) for tier in plans for plan in tier.tensors
+                   if plan.action == "quantize" and (tier.pending is None or plan.out_shard in tier.pending)]
+    dequantized = {plan.tensor.type_id for _, plan in requantized}
+    dequantized |= {plan.out_type for tier, plan in requantized if tier.measure}
+    return kernels.uncompiled_types({plan.out_type for _, plan in requantized}, dequantized)
+
+
 def estimate(model, tiers, threads=None):
     """TierResults of planned tiers without writing or measuring anything (a dry run): bytes, bits
     per weight and fallbacks are exact; file sizes and error figures are None."""

@@ -828,7 +828,10 @@ def compiled_kernels():
         module = None
         if os.environ.get(NO_JIT_ENV, "") in ("", "0"):
             try:
-                from moetools.quantize import kernels_jit as module
+                from moetools.quantize import jitload, kernels_jit as module
+
+                jitload.cheap_cache_loads(module)
+                _compiled["jitload"] = jitload
             except Exception:  # numba absent, unusable with this numpy, or no cache folder it can
                 module = None  # use: the numpy kernels serve, with the same bytes
         _compiled["module"] = module
@@ -879,6 +882,48 @@ def estimated_seconds(type_id, n_values, threads=1, imatrix=False):
     return n_values * 4 / 1e6 / rate / max(1, threads)
 
 
+def uncompiled_types(type_ids, dequantized=()):
+    """The ggml type names among `type_ids` (to quantize to) and `dequantized` (to dequantize with the
+    compiled dequantizers) whose compiled kernels numba's cache does not hold yet: what a first run
+    compiles (tens of seconds of CPU each; cached after). [] with the numpy engine."""
+    compiled = compiled_kernels()
+    if compiled is None:
+        return []
+    jitload = _compiled.get("jitload")
+    if jitload is None:
+        return []
+    names = []
+    for type_id in sorted(set(type_ids)):
+        name = GGML_TYPES[type_id][0] if type_id in GGML_TYPES else None
+        if name in compiled.ROWS and jitload.is_cached(compiled.ROWS[name][0], _quantize_signature(jitload)) is False:
+            names.append(name)
+    if any(GGML_TYPES.get(type_id, ("",))[0] in compiled.DEQUANT for type_id in dequantized):
+        if jitload.is_cached(compiled._dequantize_rows, _dequantize_signature(jitload)) is False:
+            names.append("the dequantizers")
+    return names
+
+
+def _quantize_signature(jitload):
+    """The compiled quantizers' signature: (kind, rows (read-only), bytes out, imatrix weights
+    (read-only), whether there are weights, bytes per block)."""
+    return (jitload.types.int64, jitload.array(F32, 2, True), jitload.array(np.uint8, 2, False), jitload.array(F32, 1, True),
+            jitload.types.boolean, jitload.types.int64)
+
+
+def _dequantize_signature(jitload):
+    """The compiled dequantizer's signature: (kind, bytes (read-only), floats out, block, block bytes)."""
+    return (jitload.types.int64, jitload.array(np.uint8, 2, True), jitload.array(F32, 2, False), jitload.types.int64,
+            jitload.types.int64)
+
+
+def _load_compiled(dispatcher, signature):
+    """Have `dispatcher`'s machine code for `signature(jitload)` loaded (compiled on a first run)
+    before its first call, by that explicit signature (jitload.py: cheaper than numba's first call)."""
+    jitload = _compiled.get("jitload")
+    if jitload is not None:
+        jitload.load_signature(dispatcher, signature(jitload))
+
+
 def _read_only(array):
     """A read-only view of `array`. numba compiles a driver once per argument type, and a writable
     array is another type than a read-only one: an F32 source reaches the kernels read-only (a view
@@ -902,6 +947,7 @@ def _run_compiled(driver, rows, qw, threads, block, block_bytes):
     has_qw = qw is not None
     rows, weights = _read_only(rows), _read_only(qw if has_qw else np.zeros(0, dtype=F32))
     spans = _spans(rows.shape[0], threads)
+    _load_compiled(function, _quantize_signature)
     if len(spans) == 1:
         rows_function(rows, out, weights, has_qw)
     else:
@@ -1002,5 +1048,6 @@ def dequantize(data, type_id, shape):
     if compiled is not None and name in compiled.DEQUANT:
         # the K-quants and IQ4 compiled: gguf's numpy dequantizers were as slow as the quantizers,
         # and a tier's error measurement runs one per tensor (same floats: tests compare them)
+        _load_compiled(compiled._dequantize_rows, _dequantize_signature)
         return compiled.dequantize_rows(name, _read_only(np.ascontiguousarray(data)), n_rows, shape[-1]).reshape(shape)
     return quants.dequantize(data.reshape(n_rows, -1), qtype).reshape(shape)

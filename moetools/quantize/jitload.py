@@ -1,0 +1,78 @@
+"""Getting the compiled quantize kernels' machine code out of numba's cache cheaply.
+
+numba's own first call of a cached function costs a small tier a fifth of its CPU: it types the
+arguments in Python (which, for an array, imports numpy.ma) and refreshes the whole target context
+(imports and registers every typing and lowering registry numba has) before it looks in its cache,
+although rebuilding cached machine code needs only numba's runtime. Here each driver is loaded by an
+explicit signature (`load_signature`), through a cache lookup that initialises only the runtime
+(`cheap_cache_loads`); a lookup that misses compiles exactly as numba does (its compiler refreshes
+the context itself). `is_cached` tells, before a run, which drivers a first run will compile.
+
+Only kernels.py uses this, and only once numba has imported; everything falls back to numba's
+ordinary path when numba's cache objects are not the ones this was written for (numba >= 0.60).
+"""
+
+import numba
+import numpy as np
+from numba import types
+from numba.core.dispatcher import Dispatcher
+
+_LOADED = set()  # (id(dispatcher), signature) already loaded or compiled in this process
+
+
+def array(dtype, ndim, read_only):
+    """numba's type of a C-contiguous array (what typeof gives for one)."""
+    return types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C", readonly=read_only)
+
+
+def _cache_of(dispatcher):
+    cache = getattr(dispatcher, "_cache", None)
+    if cache is None or not all(hasattr(cache, name) for name in ("_load_overload", "_index_key", "_cache_file")):
+        return None
+    return cache
+
+
+def cheap_cache_loads(module):
+    """Make every cached numba function of `module` look up its cache after initialising only
+    numba's runtime, not the whole target context. Returns how many were changed."""
+    from numba.core.runtime import rtsys
+
+    changed = 0
+    for value in vars(module).values():
+        cache = _cache_of(value) if isinstance(value, Dispatcher) else None
+        if cache is None or not hasattr(cache, "_guard_against_spurious_io_errors"):
+            continue
+
+        def load_overload(sig, target_context, cache=cache):
+            rtsys.initialize(target_context)
+            with cache._guard_against_spurious_io_errors():
+                return cache._load_overload(sig, target_context)
+            return None  # an access error the guard swallowed (Windows): numba compiles
+
+        cache.load_overload = load_overload
+        changed += 1
+    return changed
+
+
+def load_signature(dispatcher, sig):
+    """Load (or, on a first run, compile) `dispatcher`'s machine code for `sig` (a tuple of numba
+    types: exactly what the dispatcher makes of the arguments it is then called with), once per
+    process, without typing arguments in Python; the call that follows goes straight to it."""
+    if (id(dispatcher), sig) not in _LOADED:
+        dispatcher.compile(sig)
+        _LOADED.add((id(dispatcher), sig))
+
+
+def is_cached(dispatcher, sig):
+    """Whether numba's cache holds `dispatcher`'s machine code for `sig` (a tuple of numba types) for
+    this machine and this source: False means the first call compiles it. None when unknown."""
+    if (id(dispatcher), sig) in _LOADED or tuple(sig) in dispatcher.overloads:
+        return True
+    cache = _cache_of(dispatcher)
+    if cache is None:
+        return None
+    try:
+        key = cache._index_key(sig, dispatcher.targetctx.codegen())
+        return key in cache._cache_file._load_index()
+    except Exception:  # an unreadable index: numba itself would compile
+        return None
