@@ -142,3 +142,27 @@ def test_first_run_says_it_compiles_the_kernels(tmp_path):
         assert run.returncode == 0, run.stderr
         notes.append([line for line in run.stderr.splitlines() if "compiling" in line])
     assert notes == [["quantize: compiling the kernels for q8_0 (first run; numba caches them for the next runs)"], []]
+
+
+_TEARDOWN_PROBE = """
+import atexit, sys
+atexit.register(lambda: print("teardown ran", file=sys.stderr))
+from moetools.cli import main
+sys.argv = ["moetools", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_finished_quantize_process_skips_the_interpreter_teardown(tmp_path):
+    """After a run the process ends without the interpreter's teardown (a fifth of a second of CPU
+    once numba has loaded), its output complete and its exit code kept; a dry run (and any command
+    that did not ask for it) ends normally."""
+    source = factory.write_tiny(tmp_path, "qwen3moe", n_layer=1, vocab=256,
+                                types=synth.Types(resident=synth.F32, embed=synth.F32, output=synth.F32))
+    outcomes = []
+    for extra in ([], ["--dry-run"]):
+        run = subprocess.run([sys.executable, "-c", _TEARDOWN_PROBE, "quantize", str(source), "--pure", "--type", "q8_0",
+                              "-o", str(tmp_path / "tiers"), "--force", "--json", *extra], capture_output=True, text=True,
+                             cwd=ROOT, timeout=900)
+        outcomes.append((run.returncode, "teardown ran" in run.stderr, json.loads(run.stdout)["tiers"][0]["tier"]))
+    assert outcomes == [(0, False, "q8_0"), (0, True, "q8_0")]

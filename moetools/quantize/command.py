@@ -279,6 +279,9 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
                      "the next runs)")
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
                 results = core.run(model, plans, out_dir, threads=threads, progress=bar)
+            from moetools.cli import exit_at_once
+
+            exit_at_once()  # nothing is left to clean up once this command returns
         for note in larger_than_source_notes(results, model.resident_bytes):
             info(f"note: {note}")
             notes.append(note)
