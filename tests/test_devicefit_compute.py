@@ -183,6 +183,31 @@ def test_views_keep_their_source_alive():
     assert g.peak() == 64 + 6400 + 64
 
 
+def _graph_with_a_leaf_left_out():
+    """A graph whose leaf list lacks one leaf (ggml-alloc then allocates it at its first use)."""
+    g = Graph()
+    x = g.input(640)
+    first = g.op(2048, x)
+    late = g.input(96)  # fed in later, and not in the leafs handed to the replay
+    late.is_input = False
+    mixed = g.op(512, first, late)
+    g.expand(mixed)
+    assert late in g.leafs
+    return g, [leaf for leaf in g.leafs if leaf is not late]
+
+
+def test_a_leaf_outside_the_leaf_list_is_allocated_at_its_first_use_by_both_replays():
+    g, leafs = _graph_with_a_leaf_left_out()
+    blocks = compute._Blocks(compute.CPU_ALIGNMENT)
+    g.replay(leafs, g.nodes, lambda tensor: blocks)
+    plain = blocks.max_size
+    g, leafs = _graph_with_a_leaf_left_out()
+    program = compute.Program(leafs, g.nodes)
+    # the input's 640 bytes, freed after `first`, take the late leaf and `mixed` (96 + 512 fit in them)
+    assert program.peaks({}, [compute.CPU_ALIGNMENT]) == [plain] and plain == 640 + 2048
+    assert program.steps == [(1, (), (0,)), (2, (), ()), (3, (), (1, 2))]  # the late leaf's claim is a step
+
+
 K3 = json.loads((Path(__file__).parent / "data" / "devicefit_llama_k3.json").read_text())
 
 

@@ -392,6 +392,7 @@ class Program:
         keep = tensors.append
         prologue = []
         mark = prologue.append
+        stray = False
         for leaf in leafs:
             if not (leaf.allocated or leaf.external or leaf.view_src is not None):
                 leaf.allocated = True
@@ -409,18 +410,21 @@ class Program:
                 mark(node.offset - 1)
             for src in node.srcs:
                 src.children += 1
-                if src.is_input and not (src.allocated or src.external or src.view_src is not None):
-                    src.allocated = True
-                    keep(src)
-                    src.offset = len(tensors)
-                    mark(src.offset - 1)
+                if src.is_input:
+                    if not (src.allocated or src.external or src.view_src is not None):
+                        src.allocated = True
+                        keep(src)
+                        src.offset = len(tensors)
+                        mark(src.offset - 1)
+                elif not (src.has_op or src.allocated or src.external or src.view_src is not None):
+                    stray = True  # a leaf outside `leafs`: the walk below claims it at its first use
         steps = []  # (tensor to allocate or -1, in-place candidates, tensors freed after it)
         add = steps.append
         ends = {id(tensor) for tensor in boundaries}
         cuts = []  # step indices where a segment (a layer) ends
         for node in nodes:
             srcs = node.srcs
-            for parent in srcs:
+            for parent in srcs if stray else ():
                 if not (parent.allocated or parent.external or parent.view_src is not None or parent.has_op):
                     parent.allocated = True  # a leaf first used here
                     keep(parent)

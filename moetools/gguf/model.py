@@ -7,7 +7,7 @@ asks for it (`read_tensor_bytes`, `tensor_memmap`).
 import glob
 import os
 import re
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from moetools.errors import GGUFError
 from moetools.fileio import open_read, pread, preadinto
@@ -43,12 +43,19 @@ def shard_path(prefix, number, count):
     return f"{prefix}-{number:05d}-of-{count:05d}.gguf"
 
 
+# A model's tensor names are classified several times over (expert or not, by block, by matrix) on the
+# header path: each name's regex match is made once (on a 93-block, 2,300-tensor model ~10 ms of CPU).
+_NAMES_CACHED = 1 << 16
+
+
+@lru_cache(maxsize=_NAMES_CACHED)
 def expert_tensor_kind(name):
     """`(block, matrix)` for a routed-expert tensor (`gate`, `up`, `down`, `gate_up`), else None."""
     match = EXPERT_TENSOR_RE.match(name)
     return (int(match[1]), match[2]) if match else None
 
 
+@lru_cache(maxsize=_NAMES_CACHED)
 def tensor_block(name):
     """The block number of a `blk.N.*` tensor, else None."""
     match = BLOCK_RE.match(name)
