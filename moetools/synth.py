@@ -267,28 +267,49 @@ def deepseek(t=Types(), **p):
     """DeepSeek-MoE (`deepseek`, DeepSeek-MoE-16B / V1): GQA attention, `n_dense` leading dense blocks,
     then routed experts (softmax, weights not normalised) and `n_shared` shared experts of the expert
     width (llama.cpp src/models/deepseek.cpp)."""
+    p = {"n_head_kv": 4} | p
+    return _shared_experts_moe("deepseek", t, p, 1.0, probs_bias=False)
+
+
+def dots1(t=Types(), **p):
+    """dots.llm1 (`dots1`): multi-head attention with per-head q/k norms, `n_dense` leading dense blocks,
+    then sigmoid-routed experts with a selection bias, normalised and scaled weights, and shared experts
+    (llama.cpp src/models/dots1.cpp)."""
+    p = p | {"n_head_kv": p.get("n_head", 4)}
+    return _shared_experts_moe("dots1", t, p, 2.5, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32")))
+
+
+def _shared_experts_moe(arch, t, p, weights_scale, probs_bias, qk_norm=False, extra=()):
+    """DeepSeek-V1-style MoE layouts: leading dense blocks, then routed experts and n_shared shared
+    experts of the expert width."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 4, "n_ff": 512, "n_ff_exp": 128, "n_shared": 2,
          "n_expert": 16, "top_k": 4, "n_dense": 1, "vocab": 1024, "ctx": 4096, "rope_base": 1e4} | p
-    spec = ModelSpec("deepseek", [])
+    spec = ModelSpec(arch, [])
     _common(spec, p)
     _gqa_keys(spec, p, p["n_ff"])
     spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
     spec.meta("{arch}.expert_shared_count", p["n_shared"])
     spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
+    spec.meta("{arch}.expert_weights_scale", weights_scale, "f32")
+    for key, value, kind in extra:
+        spec.meta("{arch}." + key, value, kind)
     _dense_lead_moe_blocks(spec, p | {"n_ff_shexp": p["n_ff_exp"] * p["n_shared"]}, t, p["n_embd"] // p["n_head"],
-                           probs_bias=False)
+                           probs_bias=probs_bias, qk_norm=qk_norm)
     return spec
 
 
-def _dense_lead_moe_blocks(spec, p, t, head, probs_bias):
-    """Embeddings, then blocks of GQA attention and a dense FFN (the first n_dense) or routed experts
-    (optionally with a selection bias) beside a shared expert n_ff_shexp wide."""
+def _dense_lead_moe_blocks(spec, p, t, head, probs_bias, qk_norm=False):
+    """Embeddings, then blocks of GQA attention (optionally with per-head q/k norms) and a dense FFN (the
+    first n_dense) or routed experts (optionally with a selection bias) beside a shared expert n_ff_shexp wide."""
     n_embd = p["n_embd"]
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
+        if qk_norm:
+            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
         spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
@@ -1288,6 +1309,7 @@ BUILDERS = {
     "deepseek": deepseek,
     "granitemoe": granitemoe,
     "hunyuan-moe": hunyuan_moe,
+    "dots1": dots1,
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),

@@ -88,13 +88,14 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
-                          "ernie4_5-moe": 0.002, "deepseek": 0.001, "granitemoe": 0.002, "hunyuan-moe": 0.001}
+                          "ernie4_5-moe": 0.002, "deepseek": 0.001, "granitemoe": 0.002, "hunyuan-moe": 0.001,
+                          "dots1": 0.002}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
-                                  "granitemoe", "hunyuan-moe"])
+                                  "granitemoe", "hunyuan-moe", "dots1"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -103,8 +104,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     variant + attention), ARWKV-7 (RWKV-7 time mix, SwiGLU FFN), RWKV-6, gemma3n (AltUp, LAuReL, per-layer
     inputs, KV sharing) and RWKV6-Qwen2 (gated linear attention, 4 key/value heads repeated to 16, a
     one-row token shift, SwiGLU FFN), Mixtral (llama with routed experts), Qwen2-MoE (q/k/v biases, a
-    sigmoid-gated shared expert), OLMoE (q/k normed before the reshape), ERNIE-4.5-MoE and DeepSeek-MoE
-    (a leading dense block, shared experts), Granite-MoE (in-place scales), Hunyuan-MoE (q/k normed after
+    sigmoid-gated shared expert), OLMoE (q/k normed before the reshape), ERNIE-4.5-MoE, DeepSeek-MoE and
+    dots.llm1 (a leading dense block, shared experts), Granite-MoE (in-place scales), Hunyuan-MoE (q/k normed after
     the rope, a shared MLP), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
@@ -137,8 +138,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch == "gemma3n":  # layers 20.. reuse layer 18's (SWA) / 19's (full) KV: 16 SWA + 4 full layers
         assert shape.has_kv == [True] * 20 + [False] * 4
         assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
-    elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe"):
-        dense = 1 if arch in ("ernie4_5-moe", "deepseek") else 0
+    elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe", "dots1"):
+        dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1") else 0
         assert all(shape.has_kv) and not any(shape.is_recurrent)
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (len(graph.layers) - dense)
     elif arch in ("arwkv7", "rwkv6", "rwkv6qwen2"):
