@@ -14,7 +14,8 @@ from moetools.gguf import open_model
 DATA = json.loads((Path(__file__).parent / "data" / "devicefit_llama_compute.json").read_text())
 # graphs replayed tensor for tensor: equal to llama.cpp's logged figure
 EXACT = ("deepseek-v3", "gpt-oss-120b", "kimi-k2", "llama3-8b", "qwen3-235b")
-# hybrids whose gated-delta-net layers are replayed by their main tensors only (measured within 2.6%)
+# gated delta net hybrids (the delta net op by op, the gated query's cont): equal too, and their
+# KV cache and recurrent state are checked as well
 HYBRID = ("qwen3-next-80b-a3b", "qwen3.5-35b-a3b")
 
 
@@ -47,15 +48,16 @@ def test_compute_buffer_equals_llama_cpp(preset_model, preset):
 
 @pytest.mark.parametrize("preset", HYBRID)
 def test_hybrid_compute_and_state_match_llama_cpp(preset_model, preset):
-    """Gated delta net hybrids: the compute buffer within 3% (the issue allows 10%), the KV cache and
-    the recurrent state equal to llama.cpp's to the logged 0.01 MiB."""
+    """Gated delta net hybrids: the compute buffer, the KV cache and the recurrent state equal to
+    llama.cpp's to the logged 0.01 MiB (the compute was within 2.6% while the delta net was replayed
+    by its main tensors only, 5.3% over with the server's output rows)."""
     graph, shape = shapes(preset_model(preset))
     cases = [case for case in DATA["cases"] if case["preset"] == preset]
     assert len(cases) >= 20
     for case in cases:
         settings = settings_of(case)
         ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
-        assert abs(ours / case["compute_mib"] - 1) < 0.03, case
+        assert abs(ours - case["compute_mib"]) < 0.006, case
         caches = kv.kv_caches(shape, case["ctx"], settings)
         attention = [[c.cells, round(c.k_bytes / 2**20, 2), round(c.v_bytes / 2**20, 2)] for c in caches if c.kind != "recurrent"]
         state = [[c.cells, round(c.r_bytes / 2**20, 2), round(c.s_bytes / 2**20, 2)] for c in caches if c.kind == "recurrent"]
@@ -67,7 +69,7 @@ def test_compute_buffer_with_llama_servers_outputs(preset_model, preset):
     """llama-server's target context outputs one row per sequence (and per drafted token with a
     speculative type), not every token of the batch: its logits and the last layer's rows shrink
     (gpt-oss-120b at ubatch 512: 97 MiB instead of 414). Checked against llama.cpp with n_outputs_max
-    set as the server sets it; the gated delta net hybrid within 6%."""
+    set as the server sets it (the gated delta net hybrid too: its layers then set the peak)."""
     graph, shape = shapes(preset_model(preset))
     cases = [case for case in DATA["server_cases"] if case["preset"] == preset]
     assert len(cases) >= 7
@@ -75,10 +77,7 @@ def test_compute_buffer_with_llama_servers_outputs(preset_model, preset):
         settings = settings_of(case)
         settings.outputs = case["outputs"]
         ours = compute.compute_buffers(graph, shape, case["ctx"], settings)
-        if preset in EXACT:
-            assert abs(ours.device_bytes / 2**20 - case["compute_mib"]) < 0.006, case
-        else:
-            assert abs(ours.device_bytes / 2**20 / case["compute_mib"] - 1) < 0.06, case
+        assert abs(ours.device_bytes / 2**20 - case["compute_mib"]) < 0.006, case
         assert ours.logits_bytes == graph.n_vocab * case["outputs"] * 4
 
 

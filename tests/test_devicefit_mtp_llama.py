@@ -71,6 +71,10 @@ def test_mtp_context_and_nextn_weights_per_device_are_llama_cpps(targets, target
         # its KV, and for a hybrid the recurrent state ("RS" buffer) with n_max snapshots per sequence
         state = [value for kind in ("kv", "rs") for value in _listed(theirs.get(kind))]
         assert same_as_logged(device["kv_bytes"], state if len(state) > 1 else (state or ["0.00"])[0]), device["name"]
+        # and its compute: a hybrid target's output device holds the every-row output norm (t_h_nextn)
+        # and, with pipeline parallelism, 4 copies of the rows crossing to it (2.54 MiB, not 0.05)
+        compute = float(theirs.get("compute", 0)) * MiB
+        assert abs(device["compute_bytes"] - compute) <= max(0.03 * compute, 0.006 * MiB), (device["name"], device["compute_bytes"] / MiB)
     # the MTP context: its NextN KV and its graph's compute buffer on each device
     logged = record["mtp_logged"]
     for device in doc["draft"]["devices"]:

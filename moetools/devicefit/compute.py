@@ -861,6 +861,11 @@ class LayerShape(Record):
         ("ssm_x_rows", 0),  # Mamba-1: rows of ssm_x (dt_rank + 2 d_state)
         ("lora", ()),  # RWKV-7: the w, a, v, g low-rank widths (0: absent)
         ("ssm_dt_rank", 0),
+        ("gated_q", False),  # the query projection carries the output gate (qwen3next, qwen35: Qcur_full)
+        ("ssm_groups", 0),  # gated delta net: key heads (ssm_n_group; ssm_heads are the value heads)
+        ("ssm_ba", False),  # gated delta net: beta and alpha from one projection (qwen3next's ssm_ba)
+        ("ssm_legacy", False),
+        ("shexp_gate", False),  # the shared expert's output is scaled by sigmoid(ffn_gate_inp_shexp x)  # gated delta net: q, k, v and z from one ssm_in projection (older qwen3next GGUFs)
     )
 
 
@@ -887,6 +892,7 @@ class GraphShape(Record):
         ("indexer_heads", 0),  # DSA lightning indexer (deepseek32, glm-dsa): query heads,
         ("indexer_head", 0),  # ... their width (one key head of it cached per cell),
         ("indexer_top_k", 0),  # ... and the cells each token attends to
+        ("pos_per_token", 1),  # inp_pos entries per token: 4 with M-RoPE (llama_hparams::n_pos_per_embd)
         ("notes", list),
         ("mtp_layers", dict),  # {block: LayerShape} of the NextN/MTP blocks an MTP context runs (MTP_GRAPH_ARCHES)
         ("altup", 0),  # gemma3n: AltUp streams (n_altup; 0: not a gemma3n graph),
@@ -961,11 +967,15 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.q_rows = _rows(model, blk + "attn_q.weight")
         shape.ssm_conv_channels = shape.q_rows
     elif mixer == "gdn":
-        shape.ssm_in_rows = _rows(model, blk + "attn_qkv.weight")  # q, k, v mixed: the conv channels
+        shape.ssm_legacy = not _has(model, blk + "attn_qkv.weight") and _has(model, blk + "ssm_in.weight")
+        shape.ssm_in_rows = _rows(model, blk + ("ssm_in.weight" if shape.ssm_legacy else "attn_qkv.weight"))
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
+        shape.ssm_ba = _has(model, blk + "ssm_ba.weight")
         shape.ssm_heads = _rows(model, blk + "ssm_beta.weight") or _rows(model, blk + "ssm_ba.weight") // 2
         shape.ssm_state = model.get_int(Keys.SSM_STATE_SIZE, 0)
-        shape.ssm_conv_channels = shape.ssm_in_rows
+        shape.ssm_groups = model.get_int(Keys.SSM_GROUP_COUNT, 0) or shape.ssm_heads
+        conv = model.tensor_by_name.get(blk + "ssm_conv1d.weight")
+        shape.ssm_conv_channels = conv.shape[-1] if conv is not None else shape.ssm_in_rows
     elif mixer == "mamba":
         shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
@@ -999,6 +1009,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.norm_w = norm_w
         shape.w_scale = w_scale
         shape.n_ff_shexp = _rows(model, blk + "ffn_up_shexp.weight")
+        shape.shexp_gate = _has(model, blk + "ffn_gate_inp_shexp.weight")
     elif _has(model, blk + "ffn_up.weight") or _has(model, blk + "ffn_down.weight"):
         shape.ffn = "dense"
         shape.n_ff = _rows(model, blk + "ffn_up.weight") or _rows(model, blk + "ffn_down.weight", 0)
@@ -1019,6 +1030,15 @@ NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba")  # build_qkv without 
 PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
 RESIDUAL_FIRST_ARCHES = ("jamba", "lfm2", "lfm2moe")  # ggml_add(residual, layer output)
 RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, shared expert and dense FFN
+# ... of those, the loaders whose t_h_nextn is the state before the output norm (openai-moe.cpp, step35.cpp:
+# get_rows, then the norm); the others norm every row first and drop the rows after it
+NEXTN_RAW_STATE = ("gpt-oss", "step35")
+# build_layer_attn of qwen3next.cpp / qwen35moe.cpp / qwen35.cpp: attn_q gives the query and the output
+# gate side by side (Qcur_full); the gate is made contiguous after the attention (ggml_cont_2d)
+GATED_Q_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
+# llama_model_rope_type: M-RoPE / interleaved M-RoPE (4 positions per token), always or with rope sections
+MROPE_ARCHES = ("qwen2vl", "paddleocr", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen4exp", "qwen3tts")
+MROPE_IF_SECTIONS = ("glm4", "glm4moe", "bailingmoe3", "hunyuan_vl")
 # Loaders whose graph keeps the trunk's last hidden state as an output (t_h_nextn) and drops the
 # non-output rows after the trunk instead of inside the last layer (src/models/*.cpp).
 NEXTN_TAIL = ("bailingmoe3", "cohere2moe", "gemma4", "hy_v3", "nemotron_h", "nemotron_h_moe", "gpt-oss", "qwen35",
@@ -1072,6 +1092,15 @@ def graph_shape(model, kvshape=None):
         shape.mla_v_head = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
     if arch in MTP_GRAPH_ARCHES:
         shape.mtp_layers = _mtp_layer_shapes(model, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
+    if arch in GATED_Q_ARCHES:
+        for il, layer in [*enumerate(layers), *shape.mtp_layers.items()]:
+            n_head = head_count[il] if il < len(head_count) else 0
+            layer.gated_q = (layer.mixer == "attention" and not layer.gate_rows and not layer.fused_qkv
+                             and layer.q_rows == 2 * n_head * kvshape.k_width[il])
+    sections = model.get("{arch}.rope.dimension_sections", None)
+    if arch in MROPE_ARCHES or (arch in MROPE_IF_SECTIONS and isinstance(sections, (list, tuple))
+                                and len(sections) > 1 and sections[0] > 0 and sections[1] > 0):
+        shape.pos_per_token = 4  # GGML_MROPE_SECTIONS
     if kvshape.indexer_width:
         shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
                                             required_for="the DSA lightning indexer's compute")
@@ -1318,7 +1347,7 @@ def _gqa_layer(b, il, x, layer):
             qkv = g.op(qkv.nbytes, qkv, b.weights, inplace=(0,))
         q, k, v = g.view(qkv), g.view(qkv), g.view(qkv)
     else:
-        q = b.mm(q_rows, x)
+        q = q_full = b.mm(q_rows, x)
         if layer.qkv_bias:
             q = g.op(q.nbytes, q, b.weights, inplace=(0,))
         k = b.mm(layer.k_rows or hkv * k_width, x)
@@ -1348,7 +1377,11 @@ def _gqa_layer(b, il, x, layer):
     cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width)
     if b.v_rot is not None:
         cur = g.view(g.op(b.f32(n_head * v_width, T), b.v_rot, g.view(cur)))
-    if layer.gate_rows:
+    if layer.gated_q:  # the gate half of Qcur_full (alive until here), contiguous, sigmoid, times the output
+        gate = g.op(b.f32(n_head * k_width, T), g.view(q_full))
+        gate = b.unary(gate, gate.nbytes)
+        cur = g.op(b.f32(n_head * v_width, T), cur, gate, inplace=(0, 1))
+    elif layer.gate_rows:
         gate = b.mm(layer.gate_rows, x)
         gate = b.unary(gate, gate.nbytes)
         cur = g.op(cur.nbytes if cur.nbytes else b.f32(n_head * v_width, T), cur, gate)
@@ -1471,30 +1504,57 @@ def _kda_layer(b, il, x, layer):
 
 
 def _gdn_layer(b, il, x, layer):
-    """Gated delta net (qwen35moe.cpp build_layer_attn_linear): q/k/v and z projections, the conv over
-    the cached state and the tokens, l2-normed q/k repeated to the value heads, the scan's output and
-    its new state, the gated norm and the output projection."""
+    """Gated delta net (qwen35moe.cpp / qwen3next.cpp build_layer_attn_linear, delta-net-base.cpp): the
+    q/k/v (and z) projections, beta and alpha (the gate: bias, softplus, A in place), the conv states
+    gathered (build_rs) and concatenated with the tokens (build_conv_state), the ssm states gathered,
+    the conv and silu, l2-normed q and k (rms_norm of a view: new tensors; qwen3next repeats them to the
+    value heads), the fused GATED_DELTA_NET op (llama_context turns fused_gdn_ar/ch on: the output rows
+    and 1 + n_rs_seq state snapshots in one tensor), its states copied back to the cache, the gated norm
+    (z's silu read last) and the output projection. Views are never reused in place, so the residual add
+    after the layer takes the stream's memory (the layer's output is a reshape)."""
     g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
     channels, inner, heads = layer.ssm_conv_channels, layer.ssm_inner, layer.ssm_heads
-    mixed = b.mm(channels, x)
-    z = b.mm(inner, x)
-    beta = b.unary(b.mm(heads, x), b.f32(heads, T))
-    alpha = b.mm(heads, x)
-    alpha = g.op(alpha.nbytes, alpha, b.weights, inplace=(0,))
-    gate = g.op(alpha.nbytes, g.op(alpha.nbytes, alpha), b.weights, inplace=(0,))
-    conv_in = g.op(b.f32(channels, T + 3), g.view(mixed))
-    conv = b.unary(g.op(b.f32(channels, T), conv_in, b.weights), b.f32(channels, T))
     key = (channels - inner) // 2
-    q = g.op(b.f32(key, T), g.view(conv))
-    k = g.op(b.f32(key, T), g.view(conv))
-    if key != inner:
-        q = g.op(b.f32(inner, T), q)
-        k = g.op(b.f32(inner, T), k)
-    state = inner * layer.ssm_state
-    out = g.op(b.f32(inner, T) + b.f32(state), q, k, g.view(conv), gate, beta)
+    snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
+    if layer.ssm_legacy:  # build_qkvz's legacy path: one projection split by contiguous copies and concats
+        qkvz = b.mm(layer.ssm_in_rows, x)
+        z = g.op(b.f32(inner, T), g.view(qkvz))
+        q_flat = g.op(b.f32(key, T), g.view(qkvz))
+        k_flat = g.op(b.f32(key, T), g.view(qkvz))
+        v_flat = g.op(b.f32(inner, T), g.view(qkvz))
+        mixed = g.op(b.f32(channels, T), g.op(b.f32(2 * key, T), q_flat, k_flat), v_flat)
+    else:
+        mixed = b.mm(channels, x)
+        z = b.mm(inner, x)
+    if layer.ssm_ba:  # qwen3next: beta and alpha from one projection, each made contiguous
+        ba = b.mm(2 * heads, x)
+        beta = b.unary(g.op(b.f32(heads, T), g.view(ba)), b.f32(heads, T))  # cont, sigmoid in place
+        alpha = g.op(b.f32(heads, T), g.view(ba))  # cont_3d
+        alpha = g.op(alpha.nbytes, alpha, b.weights, inplace=(0,))  # + dt bias
+    else:
+        beta = b.unary(g.view(b.mm(heads, x)), b.f32(heads, T))  # sigmoid of a reshape: a new tensor
+        alpha = g.op(b.f32(heads, T), g.view(b.mm(heads, x)), b.weights, inplace=(0,))
+    gate = g.op(alpha.nbytes, b.unary(alpha, alpha.nbytes), b.weights, inplace=(0,))  # softplus, * A
+    s_copy = _state_copy(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))  # build_rs
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))  # its extra states (none reserving)
+    conv_in = g.op(b.f32(channels, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(mixed))  # concat
+    g.expand(g.view(b.cache, g.view(conv_in)))  # the last d_conv-1 columns back to the cache
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    conv = b.unary(g.op(b.f32(channels, T), conv_in, b.weights), b.f32(channels, T))  # ssm_conv, silu
+    q = b.unary(g.op(b.f32(key, T), g.view(conv), inplace=(0,)), b.f32(key, T))  # l2 norm: rms_norm, scale
+    k = b.unary(g.op(b.f32(key, T), g.view(conv), inplace=(0,)), b.f32(key, T))
+    if layer.ssm_groups != heads and b.kv.architecture == "qwen3next":  # repeat to the value heads
+        q = g.view(g.op(b.f32(key // layer.ssm_groups * heads, T), g.view(q)))
+        k = g.view(g.op(b.f32(key // layer.ssm_groups * heads, T), g.view(k)))
+    out = g.op(b.f32(inner, T) + snapshots * b.f32(b.kv.state_s, n_seq), q, k, g.view(conv), g.view(gate),
+               g.view(beta), g.view(state))
+    g.expand(g.view(b.cache, g.view(out)))  # the new state(s) back to the cache
     y = b.norm(g.view(out), inner)
-    y = g.op(y.nbytes, y, b.unary(z, z.nbytes))
-    return b.mm(b.shape.n_embd, y)
+    y = g.op(y.nbytes, y, b.unary(g.view(z), z.nbytes), inplace=(0, 1))  # * silu(z)
+    return g.view(b.mm(b.shape.n_embd, g.view(y)))
 
 
 def _state_copy(b):
@@ -1849,6 +1909,9 @@ def _moe(b, il, x, layer):
         out = b.mm(n_embd, b.norm(out, out_width))
     if layer.n_ff_shexp:
         shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated)
+        if layer.shexp_gate:  # qwen2moe / qwen3next / qwen35moe: times sigmoid of a one-row projection
+            shared_gate = b.mm(1, x)
+            shared = g.op(shared.nbytes, shared, b.unary(shared_gate, shared_gate.nbytes), inplace=(0, 1))
         out = g.op(b.f32(n_embd, T), out, shared, inplace=(0, 1))
     return out
 
@@ -2143,7 +2206,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     g.expand(lookup)
     g.expand(embd_in)
     cur = lookup
-    b.pos = g.input(I32_BYTES * T)
+    b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     _attention_inputs(b, kinds)
     if graph_shape.indexer_heads and "indexer" in b.cells:
@@ -2182,8 +2245,10 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
                 banked = True
             cur = mixed_in
         x = b.norm(cur, n_embd)
-        if stack is not None:
-            g.expand(x)  # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push)
+        if stack is not None or graph_shape.architecture in kvmod.GDN_ARCHES:
+            # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push);
+            # qwen3next.cpp / qwen35moe.cpp too (before the delta net gathers its states)
+            g.expand(x)
         if layer.mixer == "attention":
             mixed = _gqa_layer(b, il, x, layer)
         elif layer.mixer == "mla":
@@ -2235,14 +2300,22 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     if stack is not None:  # the final mix, then the output rows
         cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
         T = b.T = n_out
+    normed = False
     if graph_shape.architecture in NEXTN_TAIL:
+        if graph_shape.architecture not in NEXTN_RAW_STATE and output:
+            # t_h_nextn is the output norm of every row, on the output layer's device: the rows cross there
+            if homes is not None:
+                b.move(homes.layer_device[-1], -1)
+            cur = b.norm(cur, n_embd)
+            normed = True
         cur.is_output = True  # t_h_nextn
         cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
         T = b.T = n_out
     if output:
         if homes is not None:
             b.move(homes.layer_device[-1], -1)
-        cur = b.norm(cur, n_embd)
+        if not normed:
+            cur = b.norm(cur, n_embd)
         cur.is_output = True  # t_embd
         logits = b.mm(graph_shape.n_vocab, cur)
         logits.is_output = True
@@ -2570,7 +2643,7 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     lookup.host = True
     lookup.offloadable = False
     hidden = g.input(b.f32(n_embd, T))  # mtp_h_input: the target's last hidden state
-    b.pos = g.input(I32_BYTES * T)
+    b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
     out_ids = g.input(I32_BYTES * n_out)
     _attention_inputs(b, ["full"])
     if homes is not None:
