@@ -9,6 +9,8 @@ fails here. Sources (read with the search tools):
   `parse_resident_manifest`, `discover_resident_tiers`; core/continuum-core/src/model_registry/
   artifacts.rs ("Local model artifact resolution"): `resolve_device_fit_override`,
   `device_fit_cache_dir`, `storage_root`, `first_gguf_in_dir`.
+- the fork's server context: CambrianTech/llama.cpp tools/server/server-context.cpp
+  `server_output_limits`, applied in `server_context_impl::load_model` (`params_base.n_outputs_max`).
 - expert container: CambrianTech/llama.cpp ggml/src/ggml-moe-container.h, ggml-moe-wexp.h,
   ggml-moe-packer.h (`moec_pack_dir`), tools/moe-pack, ggml-moe-container-fetcher.h and
   ggml-backend.cpp (`ggml_backend_sched_compute_splits`); continuum
@@ -75,6 +77,17 @@ def parse_pager_plan(text):
 def fork_reloads(old_stat, new_stat):
     """`ResidencyCache::reload_plan_locked`: reload only when (int) st_mtime changed and size > 0."""
     return int(new_stat.st_mtime) != int(old_stat.st_mtime) and new_stat.st_size > 0
+
+
+def fork_server_output_rows(n_batch, n_parallel, n_draft_max=0, embedding=False):
+    """tools/server/server-context.cpp `server_output_limits` as `server_context_impl::load_model`
+    applies it (params_base.n_outputs_max = output_limits.total) before the target context is created:
+    an embedding server outputs every batch row; otherwise common_speculative_get_output_limits(n_batch,
+    n_parallel, n_max) -- one row per slot plus the drafted tokens' rows (n_max 0 without a
+    speculative type), at most n_batch -- and at least 1."""
+    if embedding:
+        return n_batch
+    return max(1, min(n_batch, n_parallel * (1 + n_draft_max)))
 
 
 def pin_bias_generations(window_k):

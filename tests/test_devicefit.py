@@ -16,6 +16,7 @@ from moetools.formats.curve import Curve, write_curve
 from moetools.formats.plan import read_plan
 from moetools.formats.resident_manifest import ResidentManifest, write_manifest
 from moetools.gguf import open_model
+from tests import fork_rules
 
 GIB = 1024**3
 K3_RESIDENT = 27_708_950_272
@@ -56,9 +57,13 @@ def k3_fork_slots(budget):
 
 
 def compute_at(path, ctx, settings=None):
-    """The compute buffer device-fit must plan for: the graph replay at that context (CUDA alignment)."""
+    """The compute buffer device-fit must plan for: the graph replay at that context (CUDA alignment),
+    with the output rows the fork's server gives its target context (unless `settings` name them)."""
     facts = facts_of(path)
-    return compute.compute_buffers(facts.graph, facts.shape, ctx, settings or KVSettings(),
+    settings = settings or KVSettings()
+    if not settings.outputs:
+        settings.outputs = fork_rules.fork_server_output_rows(settings.batch, settings.n_seq)
+    return compute.compute_buffers(facts.graph, facts.shape, ctx, settings,
                                    alignment=compute.CUDA_ALIGNMENT).device_bytes
 
 
@@ -391,6 +396,23 @@ def test_table_output(k3):
 
 
 # --- bad input --------------------------------------------------------------------------------
+
+def test_the_fork_plans_its_servers_output_rows(preset_model):
+    """The fork's server gives its target context llama-server's n_outputs_max (fork_rules
+    fork_server_output_rows: server_output_limits in CambrianTech/llama.cpp's server_context_impl::
+    load_model), not -b rows: one logits row per slot. gpt-oss-120b's 201k-token vocabulary makes the
+    difference plain; --n-outputs 0 plans every batch row (llama-cli's context)."""
+    path = preset_model("gpt-oss-120b")
+    base = ["--vram", "80G", "--ctx", 8192]
+    server = run_json(path, *base)["compute_bytes"]
+    assert server == compute_at(path, 8192, KVSettings(outputs=fork_rules.fork_server_output_rows(2048, 1)))
+    every_row = run_json(path, *base, "--n-outputs", 0)["compute_bytes"]
+    assert every_row == compute_at(path, 8192, KVSettings(outputs=2048)) and server < 0.4 * every_row
+    slots = run_json(path, *base, "--parallel", 4)["compute_bytes"]
+    assert slots == compute_at(path, 8192, KVSettings(n_seq=4, outputs=fork_rules.fork_server_output_rows(2048, 4)))
+    assert fork_rules.fork_server_output_rows(2048, 4) == 4 and fork_rules.fork_server_output_rows(2048, 1, 3) == 4
+    assert fork_rules.fork_server_output_rows(8, 4, 3) == 8 and fork_rules.fork_server_output_rows(2048, 1, embedding=True) == 2048
+
 
 def test_margin_and_compute_that_leave_nothing_exit_2(k3):
     vram = GIB + compute_at(k3, 4096)

@@ -516,9 +516,9 @@ def repo_tables(text, listing, rows):
               help="llama: tokens drafted per step (--spec-draft-n-max); with draft-mtp a hybrid target keeps N "
                    "recurrent-state snapshots per sequence.")
 @click.option("--n-outputs", "n_outputs", type=int, metavar="N",
-              help="llama: output rows of the target's context (its n_outputs_max: the logits' rows in the compute "
-                   "buffer). Default llama-server's: min(-b, -np x (1 + --spec-draft-n-max with a speculative type)); "
-                   "0 = -b, as llama-cli and llama-completion reserve.")
+              help="Output rows of the target's context (its n_outputs_max: the logits' rows in the compute "
+                   "buffer). Default the server's (llama-server's and the fork's): min(-b, -np x (1 + "
+                   "--spec-draft-n-max with a speculative type)); 0 = -b, as llama-cli and llama-completion reserve.")
 @click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
               help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
 @click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
@@ -569,9 +569,10 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         flash_attn = fa_text == "on"
     if n_outputs is not None and n_outputs < 0:
         raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
-    if n_outputs is None:  # llama-server's target context; the fork's server keeps llama.cpp's default (-b)
+    if n_outputs is None:  # the target context's rows as the server sets them: llama-server's rule, which
+        # the fork's server applies too (CambrianTech/llama.cpp tools/server/server-context.cpp load_model)
         speculative = bool(draft_path) or spec_type == "draft-mtp"
-        n_outputs = server_outputs(batch, parallel, max(0, draft_n_max) if speculative else 0) if runtime == "llama" else 0
+        n_outputs = server_outputs(batch, parallel, max(0, draft_n_max) if speculative else 0)
     settings = KVSettings(ctk=ctk, ctv=ctv, ubatch=ubatch, batch=batch, n_seq=parallel, unified=kv_unified,
                           swa_full=swa_full, flash_attn=flash_attn, outputs=n_outputs)
     gpus, rpcs = _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw)

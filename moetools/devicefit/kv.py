@@ -481,7 +481,9 @@ SERVER_DRAFT_MAX = 3  # common_params_speculative_draft::n_max, the tokens a dra
 def server_outputs(batch, n_seq, n_draft=0):
     """llama-server's n_outputs_max for the target context (tools/server/server-context.cpp
     server_output_limits -> common_speculative_get_output_limits): one row per sequence, plus the
-    drafted tokens' rows with a speculative type, at most the batch."""
+    drafted tokens' rows with a speculative type, at most the batch. The fork's server sets the same
+    (CambrianTech/llama.cpp tools/server/server-context.cpp: server_output_limits, applied in
+    server_context_impl::load_model; tests/fork_rules.py fork_server_output_rows)."""
     return min(batch, max(1, n_seq) * (1 + max(0, n_draft)))
 
 
