@@ -213,10 +213,11 @@ K3 = json.loads((Path(__file__).parent / "data" / "devicefit_llama_k3.json").rea
 def test_kimi_k3_compute_within_10_percent_of_llama_cpp(preset_model):
     """kimi-k3 (KDA and MLA layers, latent MoE of 896 experts, situ activation, the attention-residual
     checkpoint stack) against llama-fit-params' Host compute (whole MiB) at 4k-64k, ubatch 128-2048,
-    flash attention on and off; measured ratios 0.92-1.10."""
+    flash attention on and off: equal to its rounding (the KDA layer op by op, the NoPE MLA, the
+    residual-first adds and no expansion at a layer's end; the ratios were 0.92-1.10 before)."""
     assert K3["llama_cpp_commit"] == "0c1e57098" and len(K3["cases"]) >= 6
     graph, shape = shapes(preset_model("kimi-k3"))
     assert graph.attn_res_block == 8 and graph.situ
     for case in K3["cases"]:
         ours = compute.compute_buffers(graph, shape, case["ctx"], settings_of(case)).device_bytes / 2**20
-        assert abs(ours / case["host_compute_mib"] - 1) <= 0.10, (case, ours)
+        assert abs(ours - case["host_compute_mib"]) <= 0.5, (case, ours)

@@ -966,6 +966,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     elif mixer == "kda":
         shape.q_rows = _rows(model, blk + "attn_q.weight")
         shape.ssm_conv_channels = shape.q_rows
+        shape.ssm_dt_rank = _rows(model, blk + "ssm_f_a.weight")  # the decay gate's low rank
+        shape.ssm_inner = _rows(model, blk + "ssm_g_a.weight")  # kimi-linear's factored output gate (0: ssm_g)
     elif mixer == "gdn":
         shape.ssm_legacy = not _has(model, blk + "attn_qkv.weight") and _has(model, blk + "ssm_in.weight")
         shape.ssm_in_rows = _rows(model, blk + ("ssm_in.weight" if shape.ssm_legacy else "attn_qkv.weight"))
@@ -1026,9 +1028,10 @@ _NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe")  # lfm2.cpp, ernie4-5-moe.cpp pass 
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
-NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba")  # build_qkv without ggml_rope_ext
+NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba",  # build_qkv without ggml_rope_ext
+                  "kimi-k3", "kimi-linear")  # NoPE MLA: k_pe and q_pe are views, never roped
 PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
-RESIDUAL_FIRST_ARCHES = ("jamba", "lfm2", "lfm2moe")  # ggml_add(residual, layer output)
+RESIDUAL_FIRST_ARCHES = ("jamba", "lfm2", "lfm2moe", "kimi-k3")  # ggml_add(residual, layer output)
 RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, shared expert and dense FFN
 # ... of those, the loaders whose t_h_nextn is the state before the output norm (openai-moe.cpp, step35.cpp:
 # get_rows, then the norm); the others norm every row first and drop the rows after it
@@ -1407,10 +1410,10 @@ def _mla_layer(b, il, x, layer):
         q = b.mm(n_head * (nope + rope), x)
     q = g.view(q)
     kv_pe = b.mm(kv_lora + rope, x)
-    k_pe = g.op(b.f32(rope, T), g.view(kv_pe), b.pos, inplace=(0,))
+    k_pe = g.op(b.f32(rope, T), g.view(kv_pe), b.pos, inplace=(0,)) if shape.rope else g.view(kv_pe)
     kv_c = g.op(b.f32(kv_lora, T), g.view(kv_pe), inplace=(0,))
     kv_c = g.op(kv_c.nbytes, kv_c, b.weights, inplace=(0,))
-    q_pe = g.op(b.f32(rope, n_head, T), g.view(q), b.pos, inplace=(0,))
+    q_pe = g.op(b.f32(rope, n_head, T), g.view(q), b.pos, inplace=(0,)) if shape.rope else g.view(q)
     q_abs = g.op(b.f32(kv_lora, T, n_head), b.weights, g.view(g.view(q)))
     q_cur = g.op(b.f32(kv_lora + rope, n_head, T), g.view(q_abs), q_pe)
     kv_c3 = g.view(kv_c)
@@ -1423,7 +1426,7 @@ def _mla_layer(b, il, x, layer):
     if layer.gate_rows:
         gate = b.mm(layer.gate_rows, x)
         gate = b.unary(gate, gate.nbytes)
-        cur = g.op(b.f32(n_head * v_head, T), cur, gate)
+        cur = g.op(b.f32(n_head * v_head, T), cur, gate, inplace=(0, 1))  # mul: in place of the sigmoid
     return b.mm(shape.n_embd, cur)
 
 
@@ -1484,23 +1487,49 @@ def _dsa_mask(b, il, x, qr):
 
 
 def _kda_layer(b, il, x, layer):
-    """Kimi delta attention: q/k/v projections, short convs, gates and the chunked scan's output."""
+    """Kimi delta attention (kimi-k3.cpp build_kda_layer, kimi-linear.cpp): the three conv states
+    gathered at once (build_rs), per q/k/v a projection, the concat with its state and the copy back
+    (one per rollback snapshot), the ssm states gathered; each conv, silu (of a reshape: a new tensor),
+    q and k l2-normed; the decay gate f_b(f_a x) + dt (softplus, times A: a new tensor after the
+    reshape), beta's sigmoid, the fused GATED_DELTA_NET (its output rows and state snapshots), the
+    states copied back, the output made contiguous, normed, times sigmoid of the output gate (ssm_g, or
+    kimi-linear's g_b(g_a x)), made contiguous again and projected."""
     g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
     d_inner = layer.q_rows
-    outs = []
+    snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
+    s_copy = _state_copy(b)
+    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    conv_ins = []
     for _ in range(3):
         proj = b.mm(d_inner, x)
-        conv_in = g.op(b.f32(d_inner, T + 3), g.view(proj))  # concat of the conv state and the tokens
-        conv = g.op(b.f32(d_inner, T), conv_in, b.weights)
-        outs.append(b.unary(conv, conv.nbytes))
-    gate = b.mm(d_inner, b.mm(d_inner // max(1, b.shape.n_head[il] or 1), x))
-    beta = b.mm(b.shape.n_head[il] or 1, x)
-    scan = g.op(b.f32(d_inner, T) + b.f32(d_inner * (d_inner // max(1, b.shape.n_head[il] or 1))),
-                *[g.view(t) for t in outs], gate, beta)
-    out = g.op(b.f32(d_inner, T), g.view(scan), b.weights)
-    out_gate = b.mm(d_inner, x)
-    out = g.op(out.nbytes, out, out_gate, inplace=(0,))
-    return b.mm(b.shape.n_embd, out)
+        conv_in = g.op(b.f32(d_inner, T) + b.f32(b.kv.state_r // 3, n_seq), g.view(conv_states), g.view(proj))
+        for _ in range(snapshots if b.kv.architecture == "kimi-k3" else 1):
+            g.expand(g.view(b.cache, g.view(conv_in)))  # the window back to the cache
+        conv_ins.append(conv_in)
+    gate = g.op(b.f32(d_inner, T), b.weights, b.mm(layer.ssm_dt_rank or d_inner, x))  # f_b(f_a x)
+    gate = b.unary(g.op(gate.nbytes, gate, b.weights, inplace=(0,)), gate.nbytes)  # + dt bias, softplus
+    gate = g.op(gate.nbytes, g.view(gate), b.weights, inplace=(0,))  # * A (of a reshape: a new tensor)
+    gate = b.unary(b.unary(gate, gate.nbytes), gate.nbytes)  # K3's lower-bound path: scale, sigmoid, scale
+    beta = b.unary(g.view(b.mm(b.shape.n_head[il] or 1, x)), b.f32(b.shape.n_head[il] or 1, T))
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    qkv = []
+    for index, conv_in in enumerate(conv_ins):
+        conv = b.unary(g.view(g.op(b.f32(d_inner, T), conv_in, b.weights)), b.f32(d_inner, T))  # ssm_conv, silu
+        if index < 2:  # l2 norm: rms_norm of a reshape, scale in place
+            conv = b.unary(g.op(b.f32(d_inner, T), g.view(conv), inplace=(0,)), b.f32(d_inner, T))
+        qkv.append(conv)
+    out = g.op(b.f32(d_inner, T) + snapshots * b.f32(b.kv.state_s, n_seq), qkv[0], qkv[1], g.view(qkv[2]),
+               g.view(gate), g.view(beta), g.view(state))
+    g.expand(g.view(b.cache, g.view(out)))  # the new state(s) back to the cache
+    y = g.op(b.f32(d_inner, T), g.view(out))  # cont
+    y = b.norm(g.view(y), d_inner)
+    out_gate = b.mm(d_inner, b.mm(layer.ssm_inner, g.view(x))) if layer.ssm_inner else b.mm(d_inner, g.view(x))
+    y = g.op(y.nbytes, y, b.unary(g.view(out_gate), out_gate.nbytes), inplace=(0, 1))  # * sigmoid(g2)
+    y = g.op(b.f32(d_inner, T), y)  # cont_2d
+    return b.mm(b.shape.n_embd, y)
 
 
 def _gdn_layer(b, il, x, layer):
@@ -2294,8 +2323,10 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             pair = (ffn_in, out) if graph_shape.residual_first else (out, ffn_in)
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)
-        if following is None or following.mixer not in STATE_FIRST_MIXERS:
-            g.expand(cur)  # (else the next layer's state gathering joins the graph before this layer's tail)
+        if following is None or (following.mixer not in STATE_FIRST_MIXERS and stack is None):
+            # (else the next layer's state gathering joins the graph before this layer's tail; kimi-k3.cpp
+            # expands nothing at a layer's end: the next attention mix's stack scores come first)
+            g.expand(cur)
         g.boundaries.append(cur)
     if stack is not None:  # the final mix, then the output rows
         cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
