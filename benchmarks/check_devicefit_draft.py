@@ -73,10 +73,12 @@ def show(name, doc, logged):
               f"kv {device['kv_bytes'] / 2**20:6.2f} compute {device['compute_bytes'] / 2**20:6.2f} | logged {mine}")
 
 
-def mtp_settings(tool, folder, only):
-    """{target: {setting: record}} of --spec-type draft-mtp."""
+def mtp_settings(tool, folder, only, targets=None):
+    """{target: {setting: record}} of --spec-type draft-mtp (targets: only these of case.mtp_specs())."""
     result = {}
     for target_name, spec in case.mtp_specs().items():
+        if targets and target_name not in targets:
+            continue
         target = synth.write_model(spec, os.path.join(folder, f"{target_name}.gguf"), seed=3)[0]
         result[target_name] = {}
         for name in only or case.MTP_SETTINGS:
@@ -122,6 +124,8 @@ def main():
     parser.add_argument("--write", action="store_true", help="record the figures in " + case.RECORD)
     parser.add_argument("--only", nargs="*", help="run only these settings")
     parser.add_argument("--mtp", action="store_true", help="check --spec-type draft-mtp instead (" + case.MTP_RECORD + ")")
+    parser.add_argument("--target", nargs="*", help="--mtp: run only these targets; --write then replaces only "
+                                                    "their records in " + case.MTP_RECORD)
     options = parser.parse_args()
     tool = lambda name: os.path.join(options.bin, name)  # noqa: E731
     servers = [subprocess.Popen([tool("ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
@@ -129,12 +133,21 @@ def main():
     try:
         time.sleep(1.0)
         with tempfile.TemporaryDirectory(prefix="devicefit-draft-") as folder:
-            settings = (mtp_settings if options.mtp else draft_settings)(tool, folder, options.only)
+            if options.mtp:
+                settings = mtp_settings(tool, folder, options.only, options.target)
+            else:
+                settings = draft_settings(tool, folder, options.only)
     finally:
         for server in servers:
             server.terminate()
         for server in servers:
             server.wait(timeout=10)
+    if options.mtp and options.target:  # the other targets' records stay as they were
+        with open(case.MTP_RECORD) as handle:
+            kept = json.load(handle)
+        if kept["llama_cpp_commit"] != options.commit:
+            raise SystemExit(f"{case.MTP_RECORD} was recorded with llama.cpp {kept['llama_cpp_commit']}, not {options.commit}")
+        settings = {name: settings.get(name, kept["settings"].get(name)) for name in case.mtp_specs()}
     record = {"llama_cpp_commit": options.commit, "tool": "llama-speculative-simple", "settings": settings}
     if options.write:
         from moetools.atomic import write_json

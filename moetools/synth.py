@@ -1170,16 +1170,21 @@ def nemotron_h_moe(t=Types(), **p):
     ffn_down, n_ff wide): with `moe=False` and no E the layout is the dense `nemotron_h` (Nemotron-H)."""
     p = {"pattern": "ME*E", "moe": True, "n_ff": 512, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128,
          "n_ff_shexp": 256, "n_expert": 16, "top_k": 4, "conv": 4, "ssm_heads": 8, "ssm_head": 32, "state": 32,
-         "groups": 2, "vocab": 1024, "ctx": 4096} | p
-    pattern = p["pattern"]
+         "groups": 2, "nextn": 0, "vocab": 1024, "ctx": 4096} | p
+    # NextN/MTP blocks after the trunk: attention and MoE folded into one block ("N"), as
+    # nemotron-h.cpp load_arch_tensors creates them (nextn enorm/hnorm/eh_proj/shared_head_norm)
+    pattern = p["pattern"] + "N" * p["nextn"]
     n_layer = len(pattern)
     spec = ModelSpec("nemotron_h_moe" if p["moe"] else "nemotron_h", [])
     _common(spec, p | {"n_layer": n_layer})
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     n_embd, head = p["n_embd"], p["head"]
     spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
     spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
-    spec.meta("{arch}.feed_forward_length", [{"E": p["n_ff_exp"], "-": p["n_ff"]}.get(c, 0) for c in pattern], "u32[]")
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c in "*N" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.feed_forward_length", [{"E": p["n_ff_exp"], "N": p["n_ff_exp"], "-": p["n_ff"]}.get(c, 0)
+                                             for c in pattern], "u32[]")
     spec.meta("{arch}.attention.key_length", head)
     spec.meta("{arch}.attention.value_length", head)
     if p["moe"]:
@@ -1195,7 +1200,11 @@ def nemotron_h_moe(t=Types(), **p):
         elif kind == "-":
             spec.add(f"blk.{il}.ffn_up.weight", (n_embd, p["n_ff"]), t.resident)
             spec.add(f"blk.{il}.ffn_down.weight", (p["n_ff"], n_embd), t.resident)
-        else:
+        if kind == "N":
+            _nextn_block(spec, il, n_embd, t)
+            _gqa_attention(spec, il, p, head, t)
+            spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        if kind in "EN":
             spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
             spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
             spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, p["n_ff_exp"], p["n_expert"]), t.expert)

@@ -69,11 +69,13 @@ MTP_SETTINGS = {
 
 def mtp_specs():
     """{name: spec} of the MTP targets: the graph_mtp layouts device-fit replays (GQA, MLA, and the
-    hybrids: qwen35moe's target keeps recurrent-state snapshots with MTP, qwen3next's does not)."""
+    hybrids: qwen35moe's and nemotron_h_moe's targets keep recurrent-state snapshots with MTP,
+    qwen3next's does not; nemotron_h_moe's head folds NoPE attention and a relu^2 MoE in one block)."""
     specs = {"glm4moe": synth.tiny("glm4moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
              "deepseek32": synth.tiny("deepseek32", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
              "qwen35moe": synth.tiny("qwen35moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
-             "qwen3next": synth.tiny("qwen35moe", arch="qwen3next", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1)}
+             "qwen3next": synth.tiny("qwen35moe", arch="qwen3next", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             "nemotron_h_moe": synth.tiny("nemotron_h_moe", pattern="ME*E", n_embd=256, vocab=2048, ctx=8192, nextn=1)}
     for spec in specs.values():
         spec.merges = 16
     return specs

@@ -112,12 +112,25 @@ def test_a_model_without_nextn_blocks_is_refused(tmp_path):
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_an_mtp_graph_device_fit_does_not_replay_is_refused_naming_the_architecture(tmp_path):
+def test_an_architecture_llama_cpp_has_no_mtp_graph_for_is_refused_saying_so(tmp_path):
+    """qwen3moe.cpp builds no LLM_GRAPH_TYPE_DECODER_MTP graph: llama.cpp does not draft with NextN
+    blocks a qwen3moe GGUF might carry, so device-fit refuses and says llama.cpp does not support it."""
+    spec = synth.tiny("qwen3moe", n_layer=4)
+    spec.meta("{arch}.nextn_predict_layers", 1)  # its last block declared a NextN block
+    path = synth.write_model(spec, tmp_path / "nextn.gguf", sparse=True)[0]
+    result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
+    assert result.exit_code == 2 and "llama.cpp does not support MTP drafting for qwen3moe" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_nextn_blocks_without_the_mtp_attention_are_refused(tmp_path):
+    """A nemotron_h_moe whose NextN block is a plain MoE block (no attention, no nextn.eh_proj): llama.cpp
+    fails to load it for MTP (missing tensors), device-fit refuses it naming what is missing."""
     spec = synth.tiny("nemotron_h_moe", pattern="ME*EE")
-    spec.meta("{arch}.nextn_predict_layers", 1)  # its last block becomes a NextN block (Nemotron-H's MTP head)
+    spec.meta("{arch}.nextn_predict_layers", 1)
     path = synth.write_model(spec, tmp_path / "hybrid.gguf", sparse=True)[0]
     result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
-    assert result.exit_code == 2 and "nemotron_h_moe" in result.output and "not modelled" in result.output
+    assert result.exit_code == 2 and "lack an attention block with nextn.eh_proj" in result.output
 
 
 @pytest.mark.parametrize("extra,message", [

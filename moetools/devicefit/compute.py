@@ -1869,15 +1869,16 @@ def _mamba2_layer(b, il, x, layer):
     return b.mm(b.shape.n_embd, g.view(y))
 
 
-def _moe(b, il, x, layer):
-    """build_moe_ffn (and the shared expert of build_ffn beside it)."""
+def _moe(b, il, x, layer, logits=None, shared=None):
+    """build_moe_ffn (and the shared expert of build_ffn beside it). logits / shared: the router
+    logits and the shared expert's output when the caller built them first (nemotron-h-moe's MTP head)."""
     g, T = b.g, b.T
     n_embd, n_expert, top_k = b.shape.n_embd, layer.n_expert, layer.top_k
     if layer.expert_in and layer.expert_in != n_embd:  # latent MoE: down-project before the experts
         x_in = b.norm(b.mm(layer.expert_in, x), layer.expert_in)
     else:
         x_in = x
-    logits = b.mm(n_expert, x)
+    logits = b.mm(n_expert, x) if logits is None else logits
     if layer.router_bias:
         logits = g.op(logits.nbytes, logits, b.weights, inplace=(0,))
     if layer.gating == 3:
@@ -1937,7 +1938,7 @@ def _moe(b, il, x, layer):
     if out_width != n_embd:
         out = b.mm(n_embd, b.norm(out, out_width))
     if layer.n_ff_shexp:
-        shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated)
+        shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated) if shared is None else shared
         if layer.shexp_gate:  # qwen2moe / qwen3next / qwen35moe: times sigmoid of a one-row projection
             shared_gate = b.mm(1, x)
             shared = g.op(shared.nbytes, shared, b.unary(shared_gate, shared_gate.nbytes), inplace=(0, 1))
@@ -2639,10 +2640,16 @@ def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
 # the output rows and the LM head: src/models/deepseek2.cpp, deepseek32.cpp (dense MLA, no indexer),
 # glm4-moe.cpp, qwen35moe.cpp and qwen3next.cpp (gated-query attention). Other MTP graphs differ
 # (Nemotron-H, DeepSeek-V4, ...).
-MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe", "qwen35moe", "qwen3next")
+MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe", "nemotron_h_moe", "qwen35moe", "qwen3next")
+# the loaders whose build_arch_graph builds an LLM_GRAPH_TYPE_DECODER_MTP graph at llama.cpp 0c1e57098
+# (src/models/*.cpp); for any other architecture llama.cpp does not draft with the model's NextN blocks
+LLAMA_MTP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
+                    "glm5-next", "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35")
 # ... of which these drop the non-output rows right after the attention (the FFN and head run on the
 # output rows only), as a trunk's last layer does: src/models/qwen3next.cpp graph_mtp.
 MTP_ROWS_AFTER_ATTENTION = ("qwen3next",)
+# nemotron-h-moe.cpp graph_mtp: crop_before_ffn = inp_out_ids && (!embeddings_nextn || masked)
+MTP_NEMOTRON_CROPS = True
 
 
 def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):
@@ -2686,17 +2693,31 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     residual = cur
     x = b.norm(cur, n_embd)
     mixed = _mla_layer(b, il, x, layer) if layer.mixer == "mla" else _gqa_layer(b, il, x, layer)
+    nemotron = graph_shape.architecture == "nemotron_h_moe"
     rows_dropped = graph_shape.architecture in MTP_ROWS_AFTER_ATTENTION
     if rows_dropped:
         mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
         residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
         T = b.T = n_out
     cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
+    if nemotron and MTP_NEMOTRON_CROPS:  # nemotron-h-moe.cpp crop_before_ffn: the MoE runs on the output rows
+        cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+        T = b.T = n_out
+        rows_dropped = True
     ffn_in = cur
     x = b.norm(cur, n_embd)
-    out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
+    if nemotron:  # router logits, then the (ungated, relu^2) shared expert, then the routed experts
+        logits = b.mm(layer.n_expert, x)
+        shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated)
+        out = _moe(b, il, x, layer, logits=logits, shared=shared)
+    else:
+        out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
     cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
-    cur = b.norm(cur, n_embd)  # shared_head_norm: t_h_nextn, an output of every row
+    if nemotron:  # shared_head_norm is a LayerNorm (GGML_OP_NORM: a new tensor), then its weight in place
+        cur = g.op(b.f32(n_embd, T), cur)
+        cur = g.op(cur.nbytes, cur, b.weights, inplace=(0,))
+    else:
+        cur = b.norm(cur, n_embd)  # shared_head_norm: t_h_nextn, an output of every row
     cur.is_output = True
     if not rows_dropped:
         cur = g.op(b.f32(n_embd, n_out), cur, out_ids)

@@ -192,17 +192,22 @@ def draft_devices(text, devices):
 def check_mtp(model_path, facts):
     """Raise UsageError (exit 2) when --spec-type draft-mtp cannot be planned for this model: it has no
     NextN/MTP blocks llama.cpp loads for drafting, or its MTP graph is not one device-fit replays."""
-    from moetools.devicefit.compute import MTP_GRAPH_ARCHES
+    from moetools.devicefit.compute import LLAMA_MTP_ARCHES, MTP_GRAPH_ARCHES
 
-    if not facts.mtp_blocks:
+    declared = facts.shape.block_count > facts.shape.trunk_layers  # nextn_predict_layers in the header
+    if not facts.mtp_blocks and not (declared and facts.architecture not in LLAMA_MTP_ARCHES):
         raise UsageError(f"--spec-type draft-mtp: {model_path} ({facts.architecture}) has no NextN/MTP blocks "
                          "(nextn_predict_layers) that llama.cpp loads for MTP drafting")
+    if facts.architecture not in LLAMA_MTP_ARCHES:
+        raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp does not support MTP drafting for "
+                         f"{facts.architecture} (its loader builds no MTP graph; llama.cpp 0c1e57098 drafts with "
+                         f"NextN blocks for {', '.join(LLAMA_MTP_ARCHES)})")
     if not facts.graph.mtp_layers:
         if facts.architecture in MTP_GRAPH_ARCHES:
             reason = "its NextN blocks lack an attention block with nextn.eh_proj"
         else:
-            reason = (f"the MTP context of {facts.architecture} (its graph_mtp and memory) is not modelled; "
-                      f"sized: {', '.join(MTP_GRAPH_ARCHES)}")
+            reason = (f"llama.cpp runs its MTP head, but the MTP context of {facts.architecture} (its graph_mtp "
+                      f"and memory) is not modelled; sized: {', '.join(MTP_GRAPH_ARCHES)}")
         raise UsageError(f"--spec-type draft-mtp: {model_path}: {reason}")
 
 
