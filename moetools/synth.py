@@ -417,6 +417,51 @@ def gpt_oss(t=Types(), **p):
     return spec
 
 
+def _kimi_keys(spec, p, is_mla, k3):
+    """The keys kimi-k3 and kimi-linear share (KV heads only in the MLA layers); K3 also writes
+    vocab_size and expert_weights_norm (kimi-linear.cpp normalises the weights whatever the key says)."""
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [1 if mla else 0 for mla in is_mla], "u32[]")
+    if k3:
+        spec.meta("{arch}.vocab_size", p["vocab"])
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.kda.head_dim", p["kda_head"])
+    _mla_keys(spec, p)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    if k3:
+        spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_gating_func", 2)
+
+
+def _kda_block(spec, il, p, t, factored_gate):
+    """One KDA block's tensors: q/k/v short convs and projections, the decay gate, beta, A, dt bias, the
+    output gate (K3: ssm_g; kimi-linear: ssm_g_a / ssm_g_b, with A as {1, n_head}), its norm and output."""
+    n_embd, n_head, head = p["n_embd"], p["n_head"], p["kda_head"]
+    d_inner = head * n_head
+    for conv in ("q", "k", "v"):
+        spec.add(f"blk.{il}.ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
+    for name in ("attn_q", "attn_k", "attn_v"):
+        spec.add(f"blk.{il}.{name}.weight", (n_embd, d_inner), t.resident)
+    spec.add(f"blk.{il}.ssm_f_a.weight", (n_embd, head), t.resident)
+    spec.add(f"blk.{il}.ssm_f_b.weight", (head, d_inner), t.resident)
+    spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, n_head), t.norm)
+    spec.add(f"blk.{il}.ssm_a", (1, n_head) if factored_gate else (n_head,), t.norm)
+    spec.add(f"blk.{il}.ssm_dt.bias", (d_inner,), t.norm)
+    if factored_gate:
+        spec.add(f"blk.{il}.ssm_g_a.weight", (n_embd, head), t.resident)
+        spec.add(f"blk.{il}.ssm_g_b.weight", (head, d_inner), t.resident)
+    else:
+        spec.add(f"blk.{il}.ssm_g.weight", (n_embd, d_inner), t.resident)
+    spec.add(f"blk.{il}.ssm_norm.weight", (head,), t.norm)
+    spec.add(f"blk.{il}.attn_output.weight", (d_inner, n_embd), t.resident)
+
+
 def kimi_k3(t=Types(), **p):
     """llama.cpp's `kimi-k3`: KDA recurrent layers (head_count_kv 0) and MLA layers, one leading dense
     block, a shared expert, and a latent MoE whose routed experts run at expert_latent_length."""
@@ -428,28 +473,13 @@ def kimi_k3(t=Types(), **p):
     n_layer, n_embd, n_head = p["n_layer"], p["n_embd"], p["n_head"]
     # KimiLinearConfig: full-attention layers are 1-indexed multiples of `full_every`; the rest are KDA.
     is_mla = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", n_head)
-    spec.meta("{arch}.attention.head_count_kv", [1 if mla else 0 for mla in is_mla], "u32[]")
-    spec.meta("{arch}.vocab_size", p["vocab"])
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.kda.head_dim", p["kda_head"])
-    _mla_keys(spec, p)
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_shared_count", p["n_shared"])
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
-    spec.meta("{arch}.expert_gating_func", 2)
+    _kimi_keys(spec, p, is_mla, k3=True)
     spec.meta("{arch}.expert_latent_length", p["latent"])
     spec.meta("{arch}.activation.situ_beta", 1.0, "f32")
     spec.meta("{arch}.activation.situ_linear_beta", 0.5, "f32")
     spec.meta("{arch}.attn_res.block_size", 8)
     _embeddings(spec, p, t)
     spec.add("output_res_score.weight", (n_embd,), t.norm)
-    d_inner = p["kda_head"] * n_head
     for il in range(n_layer):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
         spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
@@ -459,18 +489,7 @@ def kimi_k3(t=Types(), **p):
             _mla_attention(spec, il, p, t)
             spec.add(f"blk.{il}.attn_gate.weight", (n_embd, n_head * p["v_head"]), t.resident)
         else:
-            for conv in ("q", "k", "v"):
-                spec.add(f"blk.{il}.ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
-            for name in ("attn_q", "attn_k", "attn_v"):
-                spec.add(f"blk.{il}.{name}.weight", (n_embd, d_inner), t.resident)
-            spec.add(f"blk.{il}.ssm_f_a.weight", (n_embd, p["kda_head"]), t.resident)
-            spec.add(f"blk.{il}.ssm_f_b.weight", (p["kda_head"], d_inner), t.resident)
-            spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, n_head), t.norm)
-            spec.add(f"blk.{il}.ssm_a", (n_head,), t.norm)
-            spec.add(f"blk.{il}.ssm_dt.bias", (d_inner,), t.norm)
-            spec.add(f"blk.{il}.ssm_g.weight", (n_embd, d_inner), t.resident)
-            spec.add(f"blk.{il}.ssm_norm.weight", (p["kda_head"],), t.norm)
-            spec.add(f"blk.{il}.attn_output.weight", (d_inner, n_embd), t.resident)
+            _kda_block(spec, il, p, t, factored_gate=False)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
@@ -480,6 +499,36 @@ def kimi_k3(t=Types(), **p):
         spec.add(f"blk.{il}.ffn_routed_down.weight", (n_embd, p["latent"]), t.resident)
         spec.add(f"blk.{il}.ffn_routed_up.weight", (p["latent"], n_embd), t.resident)
         spec.add(f"blk.{il}.ffn_routed_norm.weight", (p["latent"],), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def kimi_linear(t=Types(), **p):
+    """llama.cpp's `kimi-linear` (src/models/kimi-linear.cpp): KDA recurrent layers (head_count_kv 0)
+    with a factored output gate (ssm_g_a / ssm_g_b) and NoPE MLA layers every `full_every`, one leading
+    dense block, then a sigmoid-routed MoE with a shared expert."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 0, "kv_lora": 64, "rope": 16,
+         "qk_nope": 32, "v_head": 32, "full_every": 4, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("kimi-linear", [])
+    _common(spec, p)
+    n_layer, n_embd, n_head = p["n_layer"], p["n_embd"], p["n_head"]
+    is_mla = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    _kimi_keys(spec, p, is_mla, k3=False)
+    _embeddings(spec, p, t)
+    for il in range(n_layer):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if is_mla[il]:
+            _mla_attention(spec, il, p, t)
+        else:
+            _kda_block(spec, il, p, t, factored_gate=True)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
         _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
     return spec
 
@@ -1295,6 +1344,7 @@ BUILDERS = {
     "deepseek2": deepseek2,
     "gpt-oss": gpt_oss,
     "kimi-k3": kimi_k3,
+    "kimi-linear": kimi_linear,
     "qwen35moe": qwen35moe,
     "deepseek32": deepseek32,
     "glm4moe": glm4moe,

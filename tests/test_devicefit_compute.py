@@ -81,6 +81,28 @@ def test_compute_buffer_with_llama_servers_outputs(preset_model, preset):
         assert ours.logits_bytes == graph.n_vocab * case["outputs"] * 4
 
 
+def test_kimi_linear_kda_equals_llama_cpp(tmp_path):
+    """kimi-linear (KDA layers op by op, NoPE MLA, sigmoid-routed MoE with normalised weights) on the
+    fixture factory's layout: KV, recurrent state and compute equal to llama.cpp's over 4k-64k, ubatch
+    128-2048, flash attention on and off, -np 1, 2 (unified) and 4."""
+    from moetools import synth
+
+    cases = DATA["kda_cases"]
+    assert {c["ctx"] for c in cases} >= {4096, 16384, 65536} and {c["parallel"] for c in cases} >= {1, 4}
+    spec = synth.tiny("kimi-linear", **cases[0]["params"])
+    path = synth.write_model(spec, tmp_path / "kimi-linear.gguf", sparse=True)[0]
+    graph, shape = shapes(path)
+    assert shape.recurrent_kind == "kda" and not graph.rope
+    for case in cases:
+        settings = settings_of(case)
+        caches = kv.kv_caches(shape, case["ctx"], settings)
+        attention = [[c.cells, c.layers, round(c.k_bytes / 2**20, 2), round(c.v_bytes / 2**20, 2)] for c in caches if c.kind != "recurrent"]
+        state = [[c.cells, round(c.r_bytes / 2**20, 2), round(c.s_bytes / 2**20, 2)] for c in caches if c.kind == "recurrent"]
+        assert attention == case["kv_mib"] and state == case["state_mib"], case
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
+        assert abs(ours - case["compute_mib"]) < 0.006, (case, ours)
+
+
 def test_llama_servers_output_rows():
     assert kv.server_outputs(2048, 1) == 1 and kv.server_outputs(2048, 4) == 4
     assert kv.server_outputs(2048, 4, kv.SERVER_DRAFT_MAX) == 16  # -np 4 with a draft: 1 + 3 rows each

@@ -1024,7 +1024,7 @@ _SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m
 _SOFTMAX_WEIGHT = ("gpt-oss",)
 _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
 _NORM_W_NEVER = ("gpt-oss", "jamba")  # openai-moe.cpp / jamba.cpp pass false whatever the key says
-_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe")  # lfm2.cpp, ernie4-5-moe.cpp pass true
+_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe", "kimi-linear")  # lfm2.cpp, ernie4-5-moe.cpp, kimi-linear.cpp pass true
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
@@ -1036,6 +1036,8 @@ RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, 
 # ... of those, the loaders whose t_h_nextn is the state before the output norm (openai-moe.cpp, step35.cpp:
 # get_rows, then the norm); the others norm every row first and drop the rows after it
 NEXTN_RAW_STATE = ("gpt-oss", "step35")
+# loaders that expand the attention norm before the layer body (before a delta net gathers its states)
+NORM_FIRST_ARCHES = ("qwen3next", "qwen35moe", "kimi-linear")
 # build_layer_attn of qwen3next.cpp / qwen35moe.cpp / qwen35.cpp: attn_q gives the query and the output
 # gate side by side (Qcur_full); the gate is made contiguous after the attention (ggml_cont_2d)
 GATED_Q_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
@@ -2275,7 +2277,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
                 banked = True
             cur = mixed_in
         x = b.norm(cur, n_embd)
-        if stack is not None or graph_shape.architecture in kvmod.GDN_ARCHES:
+        if stack is not None or graph_shape.architecture in NORM_FIRST_ARCHES:
             # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push);
             # qwen3next.cpp / qwen35moe.cpp too (before the delta net gathers its states)
             g.expand(x)
