@@ -12,7 +12,7 @@ warm-up run writes the bytecode cache an installed package has; the baseline is 
 REF in a temporary folder. Runs alternate between the two trees so load changes hit both alike. Each
 case's --json output is also compared between the trees (device-fit's plan must not change).
 
-    .venv/bin/python benchmarks/bench_devicefit_cases.py [--against REF] [--runs N] [--only SUBSTRING]
+    .venv/bin/python benchmarks/bench_devicefit_cases.py [--against REF] [--runs N] [--only SUBSTRING,...]
 """
 
 import argparse
@@ -106,7 +106,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="main", help="baseline commit (default main)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="", help="only cases whose name contains this")
+    parser.add_argument("--only", default="", help="only cases whose name contains one of these (comma-separated)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-devicefit-cases-") as folder:
         paths = write_models(folder)
@@ -118,7 +118,7 @@ def main(argv=None):
             print(f"{'case':44} {'old CPU':>8} {'new CPU':>8} {'ratio':>6} {'old wall':>8} {'new wall':>8}  same-output  target")
             over, differ = [], []
             for name, case_argv in cases(paths):
-                if args.only not in name:
+                if args.only and not any(part in name for part in args.only.split(",")):
                     continue
                 figures = measure(trees, case_argv, args.runs)
                 new_wall, new_cpu, new_out, new_rc = figures["new"]
