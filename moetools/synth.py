@@ -162,6 +162,22 @@ def qwen3moe(t=Types(), **p):
     return spec
 
 
+def _renamed(spec, arch):
+    """The spec under another architecture name (its `{arch}.` keys renamed with it)."""
+    old = spec.architecture
+    spec.architecture = arch
+    spec.metadata = [(key.replace(old + ".", arch + ".", 1), value, kind) for key, value, kind in spec.metadata]
+    return spec
+
+
+def qwen3vlmoe(t=Types(), **p):
+    """Qwen3-VL MoE's text model (`qwen3vlmoe`): the qwen3moe layout with M-RoPE (`rope.dimension_sections`,
+    four positions per token; llama.cpp src/models/qwen3vlmoe.cpp)."""
+    spec = _renamed(qwen3moe(t, **p), "qwen3vlmoe")
+    spec.meta("{arch}.rope.dimension_sections", [12, 10, 10, 0], "i32[]")
+    return spec
+
+
 def granitemoe(t=Types(), **p):
     """Granite MoE (`granitemoe`, granite-3.x-MoE): the llama layout with routed experts plus Granite's
     embedding, residual, attention and logit scales (in-place scalings; llama.cpp src/models/granite-moe.cpp)."""
@@ -634,6 +650,23 @@ def deepseek32(t=Types(), **p):
         spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
         if il >= trunk:
             _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+def glm_dsa(t=Types(), **p):
+    """GLM-5 / GLM-5.2 (`glm-dsa`): the DeepSeek-V3.2 layout (MLA, DSA indexer, sigmoid-routed experts,
+    NextN blocks) where only the layers `indexer.types` marks full (`idx_types`, a string of 0/1 per trunk
+    layer) carry the indexer's tensors; the shared ones reuse the last full layer's top-k
+    (llama.cpp src/models/glm-dsa.cpp)."""
+    p = {"idx_types": "1001"} | p
+    types = [int(c) for c in p["idx_types"]]
+    spec = deepseek32(t, **(p | {"n_layer": len(types)}))
+    spec.architecture = "glm-dsa"
+    spec.metadata = [(key.replace("deepseek32.", "glm-dsa.", 1), value, kind) for key, value, kind in spec.metadata]
+    spec.meta("{arch}.attention.indexer.types", types, "u32[]")
+    shared = {il for il, full in enumerate(types) if not full}
+    spec.tensors = [tensor for tensor in spec.tensors
+                    if not (".indexer." in tensor.name and int(tensor.name.split(".")[1]) in shared)]
     return spec
 
 
@@ -1347,6 +1380,8 @@ BUILDERS = {
     "kimi-linear": kimi_linear,
     "qwen35moe": qwen35moe,
     "deepseek32": deepseek32,
+    "glm-dsa": glm_dsa,
+    "qwen3vlmoe": qwen3vlmoe,
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,

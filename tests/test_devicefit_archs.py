@@ -89,13 +89,13 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
                           "ernie4_5-moe": 0.002, "deepseek": 0.001, "granitemoe": 0.002, "hunyuan-moe": 0.001,
-                          "dots1": 0.002}
+                          "dots1": 0.002, "glm-dsa": 0.001, "qwen3vlmoe": 0.003}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
-                                  "granitemoe", "hunyuan-moe", "dots1"])
+                                  "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -106,7 +106,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     one-row token shift, SwiGLU FFN), Mixtral (llama with routed experts), Qwen2-MoE (q/k/v biases, a
     sigmoid-gated shared expert), OLMoE (q/k normed before the reshape), ERNIE-4.5-MoE, DeepSeek-MoE and
     dots.llm1 (a leading dense block, shared experts), Granite-MoE (in-place scales), Hunyuan-MoE (q/k normed after
-    the rope, a shared MLP), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    the rope, a shared MLP), GLM-5.2 (`glm-dsa`: DSA indexer only in the layers `indexer.types` marks full, the
+    others reuse its top-k), Qwen3-VL MoE (M-RoPE: four positions a token), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -142,6 +143,11 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1") else 0
         assert all(shape.has_kv) and not any(shape.is_recurrent)
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (len(graph.layers) - dense)
+    elif arch == "glm-dsa":  # indexer.types 1001: an indexer cache in layers 0 and 3 only (not the NextN block)
+        assert shape.indexer_layers == [True, False, False, True, False] and shape.trunk_layers == 4
+        assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3  # the trunk; NextN not in the graph
+    elif arch == "qwen3vlmoe":
+        assert graph.pos_per_token == 4 and [layer.ffn for layer in graph.layers] == ["moe"] * 4
     elif arch in ("arwkv7", "rwkv6", "rwkv6qwen2"):
         assert shape.recurrent_kind == "rwkv" and all(shape.is_recurrent) and not any(shape.has_kv)
     elif arch == "falcon-h1":
