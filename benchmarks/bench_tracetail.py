@@ -22,10 +22,18 @@ ratio against the LRU demand curve alone (in-process) over the same decode token
 budgets, and the predictive curve beside LRU's on that trace too. Every figure comes with the load
 average: this machine is shared.
 
+Before/after: `--against DIR` (another checkout, e.g. `git worktree add /tmp/main-before main`) runs
+the demand curves (or, with --whole-only, the whole process) of DIR's moetools and of this checkout
+one after the other, `--rounds` times alternately, in subprocesses, and prints each one's CPU
+seconds (the least of the rounds), the predictive curve in requests per CPU second beside LRU's for
+both, and this checkout's ratio to DIR's; the curves (hits, or the curve JSON's sha256) must be equal.
+
     .venv/bin/python benchmarks/bench_tracetail.py [--requests N] [--lru-only] [--no-demand] [--no-whole] [--whole-only]
+                                                   [--against DIR [--rounds N]]
 """
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -35,7 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if "--code" in sys.argv:  # import moetools from another checkout (a subprocess of --against)
+    sys.path.insert(0, os.path.abspath(sys.argv[sys.argv.index("--code") + 1]))
+else:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import scratch  # noqa: E402
 
@@ -86,12 +97,13 @@ def token_ids(tokens):
     return [np.sort(make_ids(layers, token.reshape(-1))) for token in tokens]
 
 
-def demand_curves(tokens, budgets):
-    """{policy: (seconds, hits per budget)} of the demand-cache curves, predictive and LRU apart."""
+def demand_curves(tokens, budgets, quiet=False):
+    """{policy: (seconds, hits per budget, CPU seconds)} of the demand-cache curves, predictive and LRU apart."""
     space = demand.ItemSpace(range(LAYERS), EXPERTS)
     warm = demand.DemandPolicies(space, budgets[:2], names=("lru", "predictive"))
     _, warm_up = timed(warm.decode, tokens[:8])  # numba import and compile or cache load, once per process
-    print(f"demand-cache kernels: {curves.stack_engine()} (import and compile or cache load: {warm_up:.2f} s, once per process)")
+    if not quiet:
+        print(f"demand-cache kernels: {curves.stack_engine()} (import and compile or cache load: {warm_up:.2f} s, once per process)")
     out = {}
     for name in ("lru", "predictive"):
         policies = demand.DemandPolicies(space, budgets, names=(name,))
@@ -164,6 +176,80 @@ def whole_process(min_requests):
           f"({pred_cpu / lru_cpu:.2f}x LRU's; wall {pred_wall / lru_wall:.2f}x)")
 
 
+def demand_json(n_requests, n_budgets):
+    """The demand curves (lru, predictive) of the imported moetools on the synthetic trace, as JSON on
+    stdout (for --against)."""
+    _, _, distinct, routing = synthetic_trace(n_requests)
+    budgets = np.unique(np.round(np.geomspace(LAYERS, distinct, n_budgets)).astype(np.int64))
+    tokens = token_ids(routing)
+    runs = demand_curves(tokens, budgets, quiet=True)
+    print(json.dumps({name: {"cpu": cpu, "wall": wall, "hits": hits.tolist()} for name, (wall, hits, cpu) in runs.items()}
+                     | {"requests": int(sum(len(t) for t in tokens)), "budgets": len(budgets)}))
+
+
+def whole_json(trace, code):
+    """CPU seconds and the curve JSON's sha256 of `trace-tail TRACE --once --curve` run from `code`."""
+    with scratch("bench-tracetail-") as folder:
+        curve_path = os.path.join(folder, "curve.json")
+        argv = [sys.executable, "-m", "moetools", "trace-tail", trace, "--synth-layers", "48", "--experts", "128", "--once",
+                "--curve", "-o", curve_path]
+        cpu = cpu_of_children()
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=code)
+        wall = time.perf_counter() - start
+        cpu = cpu_of_children() - cpu
+        with open(curve_path, "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+    return {"cpu": cpu, "wall": wall, "sha256": digest}
+
+
+def against(other, args):
+    """This checkout against `other` (its moetools), alternately, `args.rounds` times."""
+    other = os.path.abspath(other)
+    codes = {"before": other, "after": str(ROOT)}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    runs = {name: [] for name in codes}
+    if args.whole_only:
+        with scratch("bench-tracetail-") as folder:
+            trace = os.path.join(folder, "qwen-repeated.trace")
+            requests, _, _ = repeated_shared_trace(trace, args.requests)
+            for name, code in codes.items():  # compile or load each one's kernels once, untimed
+                whole_json(trace, code)
+            for _ in range(args.rounds):
+                for name, code in codes.items():
+                    runs[name].append(whole_json(trace, code))
+        digests = {run["sha256"] for name in runs for run in runs[name]}
+        assert len(digests) == 1, f"the curve JSON differs between the checkouts: {digests}"
+        cpu = {name: min(run["cpu"] for run in runs[name]) for name in runs}
+        print(f"whole trace-tail --once --curve, {requests:,} requests, {args.rounds} rounds alternately, load average "
+              f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; same curve JSON (sha256 {digests.pop()[:16]})")
+        for name in codes:
+            print(f"  {name:6} ({codes[name]}): {cpu[name]:.2f} s CPU ({requests / cpu[name]:,.0f} requests per CPU second)")
+        print(f"  after / before: {cpu['after'] / cpu['before']:.2f}x the CPU")
+        return
+    for _ in range(args.rounds):
+        for name, code in codes.items():
+            argv = [sys.executable, os.path.abspath(__file__), "--demand-json", "--code", code, "--requests", str(args.requests),
+                    "--budgets", str(args.budgets)]
+            out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+            runs[name].append(json.loads(out.strip().splitlines()[-1]))
+    first = runs["before"][0]
+    for name in runs:
+        for run in runs[name]:
+            for policy in ("lru", "predictive"):
+                assert run[policy]["hits"] == first[policy]["hits"], f"{policy}'s curve differs ({name})"
+    requests = first["requests"]
+    cpu = {name: {policy: min(run[policy]["cpu"] for run in runs[name]) for policy in ("lru", "predictive")} for name in runs}
+    print(f"demand curves over {first['budgets']} budgets, {requests:,} requests, {args.rounds} rounds alternately, load "
+          f"average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; the same hits")
+    for name in codes:
+        lru, pred = cpu[name]["lru"], cpu[name]["predictive"]
+        print(f"  {name:6} ({codes[name]}): lru {lru:.2f} s CPU ({requests / lru:,.0f} req per CPU s), predictive {pred:.2f} s CPU "
+              f"({requests / pred:,.0f} req per CPU s): {pred / lru:.2f}x LRU's")
+    for policy in ("lru", "predictive"):
+        print(f"  {policy}: after / before {cpu['after'][policy] / cpu['before'][policy]:.2f}x the CPU")
+
+
 def timed(function, *args):
     start = time.perf_counter()
     value = function(*args)
@@ -178,7 +264,17 @@ def main():
     parser.add_argument("--no-demand", action="store_true", help="skip the demand-cache curves")
     parser.add_argument("--no-whole", action="store_true", help="skip the whole-process trace-tail run")
     parser.add_argument("--whole-only", action="store_true", help="only the whole-process trace-tail run")
+    parser.add_argument("--against", metavar="DIR", help="another checkout to compare with (before/after), alternately")
+    parser.add_argument("--rounds", type=int, default=2, help="alternate rounds of --against")
+    parser.add_argument("--demand-json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--code", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.demand_json:
+        demand_json(args.requests, args.budgets)
+        return
+    if args.against:
+        against(args.against, args)
+        return
     if args.whole_only:
         whole_process(args.requests)
         return

@@ -97,6 +97,7 @@ class CacheStates:
         self.hcount = np.zeros((n, n_layers), dtype=np.int64)
         self.touched = np.zeros((n, 2 * n_layers), dtype=np.int64)
         self.tree = np.full((n, 2 * leaves), -1, dtype=np.int64)
+        self.stack = np.zeros((n, 6 * (leaves.bit_length() + 2)), dtype=np.int64)  # the tree search's (node, layer, span)s
         self.held = np.zeros((n, n_experts), dtype=np.int64)
         self.misc = np.tile(np.array([0, -1, -1, 0, 0, 0], dtype=np.int64), (n, 1))
         self.space = space
@@ -104,7 +105,7 @@ class CacheStates:
     def arrays(self):
         """The state arrays in demandkernels' argument order (after the keys and tables)."""
         return (self.in_cache, self.pos, self.key_a, self.key_b, self.prot, self.members, self.count, self.heap,
-                self.hpos, self.hcount, self.touched, self.tree, self.held, self.misc)
+                self.hpos, self.hcount, self.touched, self.tree, self.stack, self.held, self.misc)
 
     def run_cache(self, index, batch, mode, req_a=None, req_b=None, tab_a=None, tab_b=None, distance_weight=0.0):
         """Replays `batch` (whole tokens) on cache `index`; returns hit flags (int8, one per request)."""

@@ -28,7 +28,7 @@ NEVER = -1 << 62
 
 
 def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_b, tab_a, tab_b, distance_weight,
-           in_cache, pos, key_a, key_b, prot, members, count, heap, hpos, hcount, touched, tree, held, misc, hit):
+           in_cache, pos, key_a, key_b, prot, members, count, heap, hpos, hcount, touched, tree, stack, held, misc, hit):
     """A demand cache of `capacity` slots over requests 0..len(items)-1; hit[r] = 1 for a hit.
 
     Every miss is admitted; when the cache is full the victim is the cached item with the lowest
@@ -46,7 +46,9 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
     no distance term a tournament tree over the layers' heap tops (`tree[node]`: the layer whose
     top is smallest below it, -1 none; leaves at len(tree) // 2 + layer; layers whose top may
     have changed are listed in `touched` and replayed up the tree before a victim is chosen) gives
-    the victim; with one, every layer's top is compared. A miss costs O(log) heap and tree steps.
+    the victim; with one, a branch and bound over the same tree visits only the subtrees whose
+    lowest key less the largest distance of their layers could beat the best top found (`stack`:
+    its scratch). A miss costs O(log) heap and tree steps.
     The heap moves are written out where they happen: as compiled helper functions (tried) they
     made the replay 2-3x slower.
 
@@ -60,7 +62,6 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
     n_held = misc[N_HELD]
     n_touched = misc[N_TOUCHED]
     leaves = len(tree) // 2
-    use_tree = distance_weight == 0.0
     n = len(items)
     for r in range(n + 1):
         if r < n:
@@ -106,7 +107,7 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                                 break
                         heap[cur_layer, i] = y
                         hpos[y] = i
-                    if use_tree and n_held > 0 and touched[cur_layer] == 0:
+                    if n_held > 0 and touched[cur_layer] == 0:
                         touched[cur_layer] = 1
                         touched[n_layers + n_touched] = cur_layer
                         n_touched += 1
@@ -149,7 +150,7 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                             break
                     heap[lay, i] = y
                     hpos[y] = i
-                if use_tree and touched[lay] == 0:
+                if touched[lay] == 0:
                     touched[lay] = 1
                     touched[n_layers + n_touched] = lay
                     n_touched += 1
@@ -196,7 +197,7 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                             break
                     heap[layer, i] = y
                     hpos[y] = i
-                if use_tree and touched[layer] == 0:
+                if touched[layer] == 0:
                     touched[layer] = 1
                     touched[n_layers + n_touched] = layer
                     n_touched += 1
@@ -206,17 +207,30 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                 victim = NO_ITEM
                 best_a = math.inf
                 best_b = 0
-                if use_tree:
-                    if n_touched * 4 > n_layers:  # many changed: rebuild the whole tree bottom up
-                        for k in range(n_touched):
-                            touched[touched[n_layers + k]] = 0
-                        for lay in range(leaves):
-                            tree[leaves + lay] = lay if lay < n_layers and hcount[lay] > 0 else NO_ITEM
-                        first_node = leaves - 1
-                        n_touched = 0
+                if n_touched * 4 > n_layers:  # many changed: rebuild the whole tree bottom up
+                    for k in range(n_touched):
+                        touched[touched[n_layers + k]] = 0
+                    for lay in range(leaves):
+                        tree[leaves + lay] = lay if lay < n_layers and hcount[lay] > 0 else NO_ITEM
+                    first_node = leaves - 1
+                    n_touched = 0
+                else:
+                    first_node = 0
+                for node in range(first_node, 0, -1):
+                    wl = tree[2 * node]
+                    wr = tree[2 * node + 1]
+                    if wl == NO_ITEM or (wr != NO_ITEM and (key_a[heap[wr, 0]] < key_a[heap[wl, 0]] or (
+                            key_a[heap[wr, 0]] == key_a[heap[wl, 0]] and key_b[heap[wr, 0]] < key_b[heap[wl, 0]]))):
+                        tree[node] = wr
                     else:
-                        first_node = 0
-                    for node in range(first_node, 0, -1):
+                        tree[node] = wl
+                for k in range(n_touched):  # replay the few changed layers up the tree
+                    lay = touched[n_layers + k]
+                    touched[lay] = 0
+                    node = leaves + lay
+                    tree[node] = lay if hcount[lay] > 0 else NO_ITEM
+                    node >>= 1
+                    while node >= 1:
                         wl = tree[2 * node]
                         wr = tree[2 * node + 1]
                         if wl == NO_ITEM or (wr != NO_ITEM and (key_a[heap[wr, 0]] < key_a[heap[wl, 0]] or (
@@ -224,38 +238,62 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                             tree[node] = wr
                         else:
                             tree[node] = wl
-                    for k in range(n_touched):  # replay the few changed layers up the tree
-                        lay = touched[n_layers + k]
-                        touched[lay] = 0
-                        node = leaves + lay
-                        tree[node] = lay if hcount[lay] > 0 else NO_ITEM
                         node >>= 1
-                        while node >= 1:
-                            wl = tree[2 * node]
-                            wr = tree[2 * node + 1]
-                            if wl == NO_ITEM or (wr != NO_ITEM and (key_a[heap[wr, 0]] < key_a[heap[wl, 0]] or (
-                                    key_a[heap[wr, 0]] == key_a[heap[wl, 0]] and key_b[heap[wr, 0]] < key_b[heap[wl, 0]]))):
-                                tree[node] = wr
-                            else:
-                                tree[node] = wl
-                            node >>= 1
-                    n_touched = 0
+                n_touched = 0
+                if distance_weight == 0.0:
                     if tree[1] != NO_ITEM:
                         victim = heap[tree[1], 0]
-                else:
-                    for lay in range(n_layers):
-                        if hcount[lay] == 0:
+                elif tree[1] != NO_ITEM:
+                    # branch and bound over the tree: a subtree's lowest key less the largest distance of
+                    # its layers bounds every key in it from below (fl(a - b) is monotone in a and in b),
+                    # so a subtree is skipped when that bound is above the best found; the child whose
+                    # key is the lowest is searched first. stack: (node, first layer, layers under it)
+                    stack[0] = 1
+                    stack[1] = 0
+                    stack[2] = leaves
+                    depth = 1
+                    while depth > 0:
+                        depth -= 1
+                        node = stack[3 * depth]
+                        lo = stack[3 * depth + 1]
+                        span = stack[3 * depth + 2]
+                        w = tree[node]
+                        if w == NO_ITEM:
                             continue
-                        y = heap[lay, 0]
-                        a = key_a[y]
-                        ahead = lay - cur_layer  # layers until it comes up again (no modulo: cheaper)
-                        if ahead < 0:
-                            ahead += n_layers
-                        a -= distance_weight * ahead
-                        if victim == NO_ITEM or a < best_a or (a == best_a and key_b[y] < best_b):
-                            best_a = a
-                            best_b = key_b[y]
-                            victim = y
+                        y = heap[w, 0]
+                        if span == 1:
+                            ahead = lo - cur_layer  # layers until it comes up again (no modulo: cheaper)
+                            if ahead < 0:
+                                ahead += n_layers
+                            a = key_a[y] - distance_weight * ahead
+                            if victim == NO_ITEM or a < best_a or (a == best_a and key_b[y] < best_b):
+                                best_a = a
+                                best_b = key_b[y]
+                                victim = y
+                            continue
+                        hi = min(lo + span, n_layers) - 1
+                        if cur_layer <= lo:
+                            far = hi - cur_layer
+                        elif cur_layer > hi:
+                            far = hi - cur_layer + n_layers
+                        else:
+                            far = n_layers - 1
+                        if victim != NO_ITEM and key_a[y] - distance_weight * far > best_a:
+                            continue
+                        half = span >> 1
+                        if tree[2 * node] == w:  # the left child holds the lowest key: pushed last, searched first
+                            stack[3 * depth] = 2 * node + 1
+                            stack[3 * depth + 1] = lo + half
+                            stack[3 * depth + 3] = 2 * node
+                            stack[3 * depth + 4] = lo
+                        else:
+                            stack[3 * depth] = 2 * node
+                            stack[3 * depth + 1] = lo
+                            stack[3 * depth + 3] = 2 * node + 1
+                            stack[3 * depth + 4] = lo + half
+                        stack[3 * depth + 2] = half
+                        stack[3 * depth + 5] = half
+                        depth += 2
                 if victim == NO_ITEM:  # everything cached is protected: the lowest key of the layer goes
                     for j in range(count[cur_layer]):
                         y = members[cur_layer, j]
@@ -291,7 +329,7 @@ def replay(items, visits, rows, capacity, n_layers, n_experts, mode, req_a, req_
                                 break
                         heap[vl, i] = y
                         hpos[y] = i
-                    if use_tree and touched[vl] == 0:
+                    if touched[vl] == 0:
                         touched[vl] = 1
                         touched[n_layers + n_touched] = vl
                         n_touched += 1
@@ -391,6 +429,8 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
                 j = hist_token[s]
                 if j < 0 or j >= t or j <= t - ring or so_far == 0:
                     continue
+                if sim[s] == 0.0 and gamma > 0.0:  # a weight of 0 ** gamma = 0: no vote (pow not needed)
+                    continue
                 w = (sim[s] / so_far) ** gamma
                 if w <= 0.0:
                     continue
@@ -476,7 +516,7 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
 
 def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capacities, decays, keep, ema, scores,
            last_seen, rewards, served, block, tab, seen, block_rows, hit, in_cache, pos, key_a, key_b, prot, members,
-           count, heap, hpos, hcount, touched, tree, held, misc, out):
+           count, heap, hpos, hcount, touched, tree, stack, held, misc, out):
     """The decayed-frequency bandit as demand caches, for every budget at once.
 
     Cache arm x B + b is arm `arm`'s shadow cache at budget b (capacities[b]), cache n_arms x B + b
@@ -524,7 +564,7 @@ def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capaci
                 c = arm * n_budgets + b
                 replay(items[lo:hi], visits[lo:hi], block_rows[lo:hi], capacities[b], n_layers, n_experts, KEYS_PER_TOKEN,
                        no_a, no_b, tab[arm], seen, 0.0, in_cache[c], pos[c], key_a[c], key_b[c], prot[c], members[c],
-                       count[c], heap[c], hpos[c], hcount[c], touched[c], tree[c], held[c], misc[c], hit[lo:hi])
+                       count[c], heap[c], hpos[c], hcount[c], touched[c], tree[c], stack[c], held[c], misc[c], hit[lo:hi])
                 for t in range(first, stop):
                     hits = 0
                     for k in range(starts[t], starts[t + 1]):
@@ -542,7 +582,7 @@ def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capaci
                 c = n_arms * n_budgets + b
                 replay(items[a:z], visits[a:z], block_rows[a:z], capacities[b], n_layers, n_experts, KEYS_PER_TOKEN,
                        no_a, no_b, tab[scored], seen, 0.0, in_cache[c], pos[c], key_a[c], key_b[c], prot[c], members[c],
-                       count[c], heap[c], hpos[c], hcount[c], touched[c], tree[c], held[c], misc[c], hit[a:z])
+                       count[c], heap[c], hpos[c], hcount[c], touched[c], tree[c], stack[c], held[c], misc[c], hit[a:z])
                 hits = 0
                 for k in range(a, z):
                     hits += hit[k]
