@@ -178,6 +178,71 @@ def qwen3vlmoe(t=Types(), **p):
     return spec
 
 
+def phimoe(t=Types(), **p):
+    """Phi-3.5-MoE (`phimoe`): the llama layout with routed experts, LayerNorms with biases, q/k/v/output
+    biases and an output bias (llama.cpp src/models/phimoe.cpp)."""
+    spec = llama_moe(t, **(p | {"arch": "phimoe"}))
+    n_embd = spec.tensors[0].shape[0]
+    vocab = spec.tensors[0].shape[1]
+    spec.add("output_norm.bias", (n_embd,), t.norm)
+    spec.add("output.bias", (vocab,), t.norm)
+    for tensor in list(spec.tensors):
+        name = tensor.name
+        if name.endswith(("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                          "attn_output.weight")) and name.startswith("blk."):
+            spec.add(name[:-len("weight")] + "bias", (tensor.shape[-1] if "attn_" in name and "norm" not in name
+                                                       else n_embd,), t.norm)
+    return spec
+
+
+def dbrx(t=Types(), **p):
+    """DBRX (`dbrx`): a fused qkv projection (its values clamped to `attention.clamp_kqv`), LayerNorms,
+    `attn_output_norm` before the routed experts (llama.cpp src/models/dbrx.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
+         "vocab": 1024, "ctx": 2048, "rope_base": 5e5} | p
+    spec = ModelSpec("dbrx", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.attention.clamp_kqv", 8.0, "f32")
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, n_embd + 2 * p["n_head_kv"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_output.weight", (n_embd, n_embd), t.resident)
+        spec.add(f"blk.{il}.attn_output_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+    return spec
+
+
+def grok(t=Types(), **p):
+    """Grok-2 (`grok`; `dense=False`: Grok-1): GQA with a post-attention norm, a dense SwiGLU FFN beside
+    the routed experts (Grok-2 only), a post-FFN norm, softcapped attention and router logits
+    (llama.cpp src/models/grok.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_expert": 8,
+         "top_k": 2, "dense": True, "vocab": 1024, "ctx": 2048, "rope_base": 2.08e5} | p
+    spec = ModelSpec("grok", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    n_ff_exp = p["n_ff_exp"] if p["dense"] else p["n_ff"]
+    spec.meta("{arch}.expert_feed_forward_length", n_ff_exp)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_output_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if p["dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, n_ff_exp, p["n_expert"], t)
+        spec.add(f"blk.{il}.layer_output_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
 def granitemoe(t=Types(), **p):
     """Granite MoE (`granitemoe`, granite-3.x-MoE): the llama layout with routed experts plus Granite's
     embedding, residual, attention and logit scales (in-place scalings; llama.cpp src/models/granite-moe.cpp)."""
@@ -1382,6 +1447,9 @@ BUILDERS = {
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "qwen3vlmoe": qwen3vlmoe,
+    "phimoe": phimoe,
+    "dbrx": dbrx,
+    "grok": grok,
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,

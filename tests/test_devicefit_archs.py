@@ -89,13 +89,15 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
                           "ernie4_5-moe": 0.002, "deepseek": 0.001, "granitemoe": 0.002, "hunyuan-moe": 0.001,
-                          "dots1": 0.002, "glm-dsa": 0.001, "qwen3vlmoe": 0.003}
+                          "dots1": 0.002, "glm-dsa": 0.001, "qwen3vlmoe": 0.003,
+                          "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
-                                  "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe"])
+                                  "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
+                                  "phimoe", "dbrx", "grok"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -107,7 +109,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     sigmoid-gated shared expert), OLMoE (q/k normed before the reshape), ERNIE-4.5-MoE, DeepSeek-MoE and
     dots.llm1 (a leading dense block, shared experts), Granite-MoE (in-place scales), Hunyuan-MoE (q/k normed after
     the rope, a shared MLP), GLM-5.2 (`glm-dsa`: DSA indexer only in the layers `indexer.types` marks full, the
-    others reuse its top-k), Qwen3-VL MoE (M-RoPE: four positions a token), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    others reuse its top-k), Qwen3-VL MoE (M-RoPE: four positions a token), Phi-3.5-MoE (LayerNorms and
+    biases), DBRX (fused qkv), Grok-2 (a dense FFN beside the experts; llama.cpp forces flash attention off,
+    so its -fa on cases are sized with it off), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -120,9 +124,12 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         graph = compute.graph_shape(model, shape)
     tolerance = TINY_COMPUTE_TOLERANCE[arch]
     for case in cases:
-        assert logged_form(kv.kv_caches(shape, case["ctx"], settings_of(case))) == (case["kv_mib"], case["state_mib"]), case
+        settings = settings_of(case)
+        forced = kv.force_flash_attn_off(arch, settings)
+        assert (forced is not None) == (arch == "grok" and case["flash_attn"])
+        assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
         if tolerance is not None:
-            ours = compute.compute_buffers(graph, shape, case["ctx"], settings_of(case)).device_bytes / 2**20
+            ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
             assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
     if arch == "gemma4":
         assert shape.has_kv == [True] * 4 + [False] * 4
@@ -139,7 +146,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch == "gemma3n":  # layers 20.. reuse layer 18's (SWA) / 19's (full) KV: 16 SWA + 4 full layers
         assert shape.has_kv == [True] * 20 + [False] * 4
         assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
-    elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe", "dots1"):
+    elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe", "dots1",
+                  "phimoe", "dbrx", "grok"):
         dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1") else 0
         assert all(shape.has_kv) and not any(shape.is_recurrent)
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (len(graph.layers) - dense)
@@ -340,6 +348,27 @@ def _renamed(arch, new, tmp_path):
 def test_unknown_and_memoryless_architectures_are_refused(tmp_path, arch, needle):
     with pytest.raises(GGUFError, match=needle):
         shape_of(_renamed("qwen3moe", arch, tmp_path))
+
+
+def test_grok_is_planned_without_flash_attention(tmp_path):
+    """llama.cpp forces flash attention off for grok (llama_init_from_model): device-fit plans it so, says
+    why, and its launch flags say -fa off; with -fa off asked nothing is said."""
+    import json as jsonlib
+    import subprocess
+    import sys
+
+    path = synth.write_model(synth.tiny("grok"), tmp_path / "grok.gguf", sparse=True)[0]
+    runs = {}
+    for fa in ("on", "off"):
+        proc = subprocess.run([sys.executable, "-m", "moetools", "device-fit", str(path), "--runtime", "llama",
+                               "--vram", "24G", "--ram", "32G", "--ctx", "8192", "-fa", fa, "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        runs[fa] = jsonlib.loads(proc.stdout)
+    assert [w for w in runs["on"]["warnings"] if "forces it off" in w] and not runs["off"]["warnings"]
+    args = runs["on"]["launch"]["llama"]["args"]
+    assert args[args.index("-fa") + 1] == "off"
+    assert runs["on"]["devices"] == runs["off"]["devices"]
 
 
 def test_cli_refusal_is_one_line_exit_2(tmp_path):

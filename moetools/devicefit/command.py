@@ -18,7 +18,7 @@ from moetools.devicefit import core, devices, upstream
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
-from moetools.devicefit.kv import CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, server_outputs
+from moetools.devicefit.kv import CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.gguf.sources import is_repo
 from moetools.output import Table, print_json, render, warn
@@ -265,8 +265,9 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
                            margin=0 if reserve is not None else _size_option("--margin", margin))
 
 
-def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=()):
-    """--runtime llama: plan, print, exit 1 when a device does not fit. `notes` join the document's."""
+def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=(), warnings=()):
+    """--runtime llama: plan, print, exit 1 when a device does not fit. `notes` and `warnings` join the
+    document's."""
     if emit == "env":
         raise UsageError("--emit env is the fork's launch; use --emit llama with --runtime llama")
     if facts.layers is None:
@@ -275,6 +276,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     result = upstream.plan(facts, offload, cpu, options)
     doc = upstream.result_doc(result, facts, model_path, core.kv_flags(options.kv))
     doc["notes"] = list(notes) + doc["notes"]
+    doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
     for message in doc["warnings"]:
@@ -599,12 +601,15 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
                          "target's own layers and devices")
     if draft_device is not None and not draft_path:
         raise UsageError("--device-draft places a draft model: give --draft MODEL")
-    facts = fetch_stats = target_vocab = None
+    facts = fetch_stats = target_vocab = forced = None
     if not repo:
         with open_model(model_path, fetch) as model:
             _refuse_a_tier(model_path, model.metadata)
             facts = core.model_facts(model, load_mtp=mtp)
             fetch_stats = model.fetch_stats
+            forced = force_flash_attn_off(facts.architecture, settings)
+            if forced:
+                facts.warnings.append(forced)
             if draft_path:
                 target_vocab = draftmod.vocab_of(model, decode=True)
     if runtime == "llama":
@@ -629,7 +634,8 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
                                            ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
-        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram))
+        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram),
+                   [forced] if forced else [])
         return
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")

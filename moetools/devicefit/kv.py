@@ -475,6 +475,21 @@ class KVSettings(Record):
     )
 
 
+# architectures llama_init_from_model runs without flash attention whatever -fa says (llama-context.cpp:
+# "flash_attn is not compatible with Grok - forcing off"; grok's softcapped KQ is built outside FA)
+FLASH_ATTN_FORCED_OFF = ("grok",)
+
+
+def force_flash_attn_off(architecture, settings):
+    """Turn flash attention off in `settings` where llama.cpp forces it off for this architecture;
+    returns the warning to show, or None."""
+    if architecture not in FLASH_ATTN_FORCED_OFF or not settings.flash_attn:
+        return None
+    settings.flash_attn = False
+    return (f"llama.cpp runs {architecture} without flash attention whatever -fa says (it forces it off): "
+            "planned with -fa off (its KQ scores take n_kv x n_ubatch f32 per head)")
+
+
 SERVER_DRAFT_MAX = 3  # common_params_speculative_draft::n_max, the tokens a draft proposes per step
 
 
