@@ -361,6 +361,79 @@ def dots1(t=Types(), **p):
                                extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32")))
 
 
+def _fuse_qkv(spec):
+    """attn_q/k/v of every block replaced by one attn_qkv of their rows, in the position of attn_q."""
+    fused = []
+    for tensor in spec.tensors:
+        name = tensor.name
+        if name.endswith(("attn_k.weight", "attn_v.weight")):
+            continue
+        if name.endswith("attn_q.weight"):
+            blk = name[:-len("attn_q.weight")]
+            rows = sum(next(x for x in spec.tensors if x.name == blk + part).shape[1]
+                       for part in ("attn_q.weight", "attn_k.weight", "attn_v.weight"))
+            tensor = TensorSpec(blk + "attn_qkv.weight", (tensor.shape[0], rows), tensor.type_id)
+        fused.append(tensor)
+    spec.tensors = fused
+    return spec
+
+
+def bailingmoe2(t=Types(), **p):
+    """Ling/Ring-2.0 (`bailingmoe2`): a fused qkv with per-head q/k norms and partial rotary, leading dense
+    blocks, sigmoid-routed experts with a selection bias and normalised weights beside shared experts
+    (llama.cpp src/models/bailingmoe2.cpp)."""
+    p = {"n_head_kv": 2} | p
+    spec = _shared_experts_moe("bailingmoe2", t, p, 2.5, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32")))
+    head = spec.tensors[0].shape[0] // p.get("n_head", 4)
+    spec.meta("{arch}.rope.dimension_count", head // 2)
+    return _fuse_qkv(spec)
+
+
+def step35(t=Types(), **p):
+    """Step-3.5-Flash (`step35`): sliding-window and full-attention layers (`pattern`, S/F per layer) with
+    their own query-head counts (`head_count` per layer), per-head q/k norms, a head-wise sigmoid gate on
+    the attention output, a leading dense block, then sigmoid-routed experts with a selection bias beside
+    a shared expert (llama.cpp src/models/step35.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "heads_full": 4, "heads_swa": 6, "n_head_kv": 2, "head": 64, "n_ff": 512,
+         "n_ff_exp": 128, "n_ff_shexp": 128, "n_expert": 16, "top_k": 4, "n_dense": 1, "pattern": "FSSS",
+         "swa": 128, "vocab": 1024, "ctx": 4096, "rope_base": 5e6} | p
+    spec = ModelSpec("step35", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    heads = [p["heads_full"] if c == "F" else p["heads_swa"] for c in p["pattern"]]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", heads, "u32[]")
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_weights_scale", 3.0, "f32")
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    _embeddings(spec, p, t)
+    for il, n_head in enumerate(heads):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p | {"n_head": n_head}, head, t)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, n_head), t.resident)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), F32)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
 def _shared_experts_moe(arch, t, p, weights_scale, probs_bias, qk_norm=False, extra=()):
     """DeepSeek-V1-style MoE layouts: leading dense blocks, then routed experts and n_shared shared
     experts of the expert width."""
@@ -1450,6 +1523,8 @@ BUILDERS = {
     "phimoe": phimoe,
     "dbrx": dbrx,
     "grok": grok,
+    "bailingmoe2": bailingmoe2,
+    "step35": step35,
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,

@@ -90,14 +90,14 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
                           "ernie4_5-moe": 0.002, "deepseek": 0.001, "granitemoe": 0.002, "hunyuan-moe": 0.001,
                           "dots1": 0.002, "glm-dsa": 0.001, "qwen3vlmoe": 0.003,
-                          "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001}
+                          "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001, "bailingmoe2": 0.002, "step35": 0.004}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
-                                  "phimoe", "dbrx", "grok"])
+                                  "phimoe", "dbrx", "grok", "bailingmoe2", "step35"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -111,7 +111,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     the rope, a shared MLP), GLM-5.2 (`glm-dsa`: DSA indexer only in the layers `indexer.types` marks full, the
     others reuse its top-k), Qwen3-VL MoE (M-RoPE: four positions a token), Phi-3.5-MoE (LayerNorms and
     biases), DBRX (fused qkv), Grok-2 (a dense FFN beside the experts; llama.cpp forces flash attention off,
-    so its -fa on cases are sized with it off), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    so its -fa on cases are sized with it off), Ling-2.0 (`bailingmoe2`: fused qkv, q/k norms, shared
+    experts), Step-3.5 (sliding-window and full layers with their own head counts, a head-wise attention
+    gate), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -147,13 +149,17 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert shape.has_kv == [True] * 20 + [False] * 4
         assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
     elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe", "dots1",
-                  "phimoe", "dbrx", "grok"):
-        dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1") else 0
+                  "phimoe", "dbrx", "grok", "bailingmoe2"):
+        dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1", "bailingmoe2") else 0
         assert all(shape.has_kv) and not any(shape.is_recurrent)
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (len(graph.layers) - dense)
     elif arch == "glm-dsa":  # indexer.types 1001: an indexer cache in layers 0 and 3 only (not the NextN block)
         assert shape.indexer_layers == [True, False, False, True, False] and shape.trunk_layers == 4
         assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3  # the trunk; NextN not in the graph
+    elif arch == "step35":  # pattern FSSS: 4 query heads in the full layer, 6 in the sliding-window ones
+        assert shape.is_swa == [False, True, True, True] and shape.n_swa == 128
+        assert list(graph.n_head) == [4, 6, 6, 6]
+        assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3
     elif arch == "qwen3vlmoe":
         assert graph.pos_per_token == 4 and [layer.ffn for layer in graph.layers] == ["moe"] * 4
     elif arch in ("arwkv7", "rwkv6", "rwkv6qwen2"):
