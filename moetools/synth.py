@@ -434,6 +434,120 @@ def step35(t=Types(), **p):
     return spec
 
 
+def mimo2(t=Types(), **p):
+    """MiMo-V2-Flash (`mimo2`): sliding-window and full layers (`pattern`) with their own key/value head
+    counts, keys wider than values, attention sinks, scaled values, a leading dense block, then
+    sigmoid-routed experts with a selection bias (llama.cpp src/models/mimo2.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "kv_full": 2, "kv_swa": 4, "k_head": 96, "v_head": 64, "n_ff": 512,
+         "n_ff_exp": 128, "n_expert": 16, "top_k": 4, "n_dense": 1, "pattern": "FSSS", "swa": 128, "vocab": 1024,
+         "ctx": 4096, "rope_base": 5e6} | p
+    spec = ModelSpec("mimo2", [])
+    _common(spec, p)
+    n_embd, k_head, v_head, n_head = p["n_embd"], p["k_head"], p["v_head"], p["n_head"]
+    kv_heads = [p["kv_full"] if c == "F" else p["kv_swa"] for c in p["pattern"]]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", kv_heads, "u32[]")
+    spec.meta("{arch}.attention.key_length", k_head)
+    spec.meta("{arch}.attention.value_length", v_head)
+    spec.meta("{arch}.rope.dimension_count", k_head // 2)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    spec.meta("{arch}.attention.value_scale", 0.707, "f32")
+    _embeddings(spec, p, t)
+    for il, n_kv in enumerate(kv_heads):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_q.weight", (n_embd, n_head * k_head), t.resident)
+        spec.add(f"blk.{il}.attn_k.weight", (n_embd, n_kv * k_head), t.resident)
+        spec.add(f"blk.{il}.attn_v.weight", (n_embd, n_kv * v_head), t.resident)
+        spec.add(f"blk.{il}.attn_output.weight", (n_head * v_head, n_embd), t.resident)
+        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), F32)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), F32)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def afmoe(t=Types(), **p):
+    """Arcee Trinity (`afmoe`): GQA with per-head q/k norms and a sigmoid gate on the attention output,
+    norms before and after attention and FFN, three sliding-window layers to one full (`swa` tokens),
+    a leading dense block, then sigmoid-routed experts with a selection bias beside shared experts
+    (llama.cpp src/models/afmoe.cpp)."""
+    p = {"n_head_kv": 2, "n_shared": 1, "swa": 128} | p
+    spec = _shared_experts_moe("afmoe", t, p, 2.5, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
+                                      ("attention.sliding_window", p["swa"], "u32")))
+    n_embd = spec.tensors[0].shape[0]
+    extra = []
+    for tensor in spec.tensors:
+        name = tensor.name
+        if name.endswith("attn_q.weight"):
+            extra.append(TensorSpec(name.replace("attn_q", "attn_gate"), tensor.shape, tensor.type_id))
+        if name.endswith(("attn_norm.weight", "ffn_norm.weight")):
+            post = name.replace("attn_norm", "post_attention_norm").replace("ffn_norm", "post_ffw_norm")
+            extra.append(TensorSpec(post, (n_embd,), tensor.type_id))
+    spec.tensors += extra
+    return spec
+
+
+def smallthinker(t=Types(), **p):
+    """SmallThinker (`smallthinker`): the llama layout with routed experts whose router reads the layer
+    input before attention; with `attention.sliding_window` set, three 4096-token sliding-window layers
+    to one full one, the full ones without rope (llama.cpp src/models/smallthinker.cpp)."""
+    p = {"swa": 4096, "n_ff_exp": 128} | p
+    spec = llama_moe(t, **(p | {"arch": "smallthinker", "n_ff": p["n_ff_exp"]}))
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    if p["swa"]:
+        spec.meta("{arch}.attention.sliding_window", p["swa"])
+    return spec
+
+
+def cohere2moe(t=Types(), **p):
+    """Cohere Command MoE (`cohere2moe`): parallel attention and FFN from one norm, three sliding-window
+    layers to one full, a logit scale, a leading dense block, then sigmoid-routed experts beside a shared
+    expert (llama.cpp src/models/cohere2moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_shared": 1,
+         "n_expert": 16, "top_k": 4, "n_dense": 1, "swa": 128, "vocab": 1024, "ctx": 4096, "rope_base": 5e4} | p
+    spec = ModelSpec("cohere2moe", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    for key, value, kind in (("attention.sliding_window", p["swa"], "u32"), ("logit_scale", 0.125, "f32"),
+                             ("leading_dense_block_count", p["n_dense"], "u32"),
+                             ("expert_feed_forward_length", p["n_ff_exp"], "u32"),
+                             ("expert_shared_count", p["n_shared"], "u32"), ("expert_weights_norm", True, "bool")):
+        spec.meta("{arch}." + key, value, kind)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def exaone_moe(t=Types(), **p):
+    """EXAONE MoE (`exaone-moe`): GQA with per-head q/k norms, three sliding-window layers to one full, a
+    leading dense block, then sigmoid-routed experts with a selection bias beside a shared expert
+    (llama.cpp src/models/exaone-moe.cpp)."""
+    p = {"n_head_kv": 2, "n_shared": 1, "swa": 128} | p
+    return _shared_experts_moe("exaone-moe", t, p, 2.5, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
+                                      ("attention.sliding_window", p["swa"], "u32")))
+
+
 def _shared_experts_moe(arch, t, p, weights_scale, probs_bias, qk_norm=False, extra=()):
     """DeepSeek-V1-style MoE layouts: leading dense blocks, then routed experts and n_shared shared
     experts of the expert width."""
@@ -1525,6 +1639,11 @@ BUILDERS = {
     "grok": grok,
     "bailingmoe2": bailingmoe2,
     "step35": step35,
+    "mimo2": mimo2,
+    "afmoe": afmoe,
+    "smallthinker": smallthinker,
+    "cohere2moe": cohere2moe,
+    "exaone-moe": exaone_moe,
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,

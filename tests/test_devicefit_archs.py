@@ -90,14 +90,17 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
                           "ernie4_5-moe": 0.002, "deepseek": 0.001, "granitemoe": 0.002, "hunyuan-moe": 0.001,
                           "dots1": 0.002, "glm-dsa": 0.001, "qwen3vlmoe": 0.003,
-                          "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001, "bailingmoe2": 0.002, "step35": 0.004}
+                          "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001, "bailingmoe2": 0.002, "step35": 0.004,
+                          "mimo2": 0.002, "afmoe": 0.004, "smallthinker": 0.003, "cohere2moe": 0.035,
+                          "exaone-moe": 0.004}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
-                                  "phimoe", "dbrx", "grok", "bailingmoe2", "step35"])
+                                  "phimoe", "dbrx", "grok", "bailingmoe2", "step35", "mimo2", "afmoe",
+                                  "smallthinker", "cohere2moe", "exaone-moe"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -113,7 +116,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     biases), DBRX (fused qkv), Grok-2 (a dense FFN beside the experts; llama.cpp forces flash attention off,
     so its -fa on cases are sized with it off), Ling-2.0 (`bailingmoe2`: fused qkv, q/k norms, shared
     experts), Step-3.5 (sliding-window and full layers with their own head counts, a head-wise attention
-    gate), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    gate), MiMo-V2 (sliding-window and full layers with their own KV head counts, keys wider than values,
+    sinks), Arcee's afmoe, SmallThinker (the router reads the layer input), Cohere's MoE (parallel
+    attention and FFN) and EXAONE-MoE (three sliding-window layers to one full), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -160,6 +165,12 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert shape.is_swa == [False, True, True, True] and shape.n_swa == 128
         assert list(graph.n_head) == [4, 6, 6, 6]
         assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3
+    elif arch in ("mimo2", "afmoe", "smallthinker", "cohere2moe", "exaone-moe"):
+        assert shape.is_swa == [False, True, True, True] if arch == "mimo2" else [True, True, True, False]
+        dense = 0 if arch == "smallthinker" else 1
+        assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (4 - dense)
+        if arch == "mimo2":
+            assert shape.head_count_kv == [2, 4, 4, 4] and (shape.k_width[0], shape.v_width[0]) == (96, 64)
     elif arch == "qwen3vlmoe":
         assert graph.pos_per_token == 4 and [layer.ffn for layer in graph.layers] == ["moe"] * 4
     elif arch in ("arwkv7", "rwkv6", "rwkv6qwen2"):
