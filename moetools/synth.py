@@ -548,6 +548,46 @@ def exaone_moe(t=Types(), **p):
                                       ("attention.sliding_window", p["swa"], "u32")))
 
 
+def arctic(t=Types(), **p):
+    """Snowflake Arctic (`arctic`): a dense n_embd-wide residual FFN in every block, then a second norm and
+    routed experts on its output (llama.cpp src/models/arctic.cpp)."""
+    spec = llama_moe(t, **(p | {"arch": "arctic"}))
+    n_embd = spec.tensors[0].shape[0]
+    tensors = []
+    for tensor in spec.tensors:
+        if tensor.name.endswith("ffn_gate_inp.weight"):
+            blk = tensor.name[:-len("ffn_gate_inp.weight")]
+            for part, shape in (("ffn_gate", (n_embd, n_embd)), ("ffn_up", (n_embd, n_embd)), ("ffn_down", (n_embd, n_embd))):
+                tensors.append(TensorSpec(blk + part + ".weight", shape, t.resident))
+            tensors.append(TensorSpec(blk + "ffn_norm_exps.weight", (n_embd,), t.norm))
+        tensors.append(tensor)
+    spec.tensors = tensors
+    return spec
+
+
+def grovemoe(t=Types(), **p):
+    """GroveMoE (`grovemoe`): the qwen3moe layout plus adjugate "chunk" experts, one per group of
+    `experts_per_group` routed experts, `n_ff_chexp` wide (llama.cpp src/models/grovemoe.cpp)."""
+    p = {"n_ff_chexp": 64, "per_group": 2} | p
+    spec = _renamed(qwen3moe(t, **p), "grovemoe")
+    spec.meta("{arch}.expert_chunk_feed_forward_length", p["n_ff_chexp"])
+    spec.meta("{arch}.expert_group_scale", 0.05, "f32")
+    spec.meta("{arch}.experts_per_group", p["per_group"])
+    n_embd = spec.tensors[0].shape[0]
+    n_chunk = p.get("n_expert", 16) // p["per_group"]
+    tensors = []
+    for tensor in spec.tensors:
+        tensors.append(tensor)
+        if tensor.name.endswith("ffn_down_exps.weight"):
+            blk = tensor.name[:-len("ffn_down_exps.weight")]
+            c = p["n_ff_chexp"]
+            for part, shape in (("ffn_gate_chexps", (n_embd, c, n_chunk)), ("ffn_up_chexps", (n_embd, c, n_chunk)),
+                                ("ffn_down_chexps", (c, n_embd, n_chunk))):
+                tensors.append(TensorSpec(blk + part + ".weight", shape, t.expert))
+    spec.tensors = tensors
+    return spec
+
+
 def _shared_experts_moe(arch, t, p, weights_scale, probs_bias, qk_norm=False, extra=()):
     """DeepSeek-V1-style MoE layouts: leading dense blocks, then routed experts and n_shared shared
     experts of the expert width."""
@@ -1644,6 +1684,8 @@ BUILDERS = {
     "smallthinker": smallthinker,
     "cohere2moe": cohere2moe,
     "exaone-moe": exaone_moe,
+    "arctic": arctic,
+    "grovemoe": grovemoe,
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,
