@@ -588,6 +588,33 @@ def grovemoe(t=Types(), **p):
     return spec
 
 
+def bailingmoe(t=Types(), **p):
+    """Ling-1.x (`bailingmoe`): GQA, softmax-routed experts beside shared experts in every block
+    (llama.cpp src/models/bailingmoe.cpp)."""
+    p = {"n_head_kv": 2, "n_dense": 0} | p
+    spec = _shared_experts_moe("bailingmoe", t, p, 1.0, probs_bias=False, extra=(("expert_weights_norm", True, "bool"),))
+    spec.meta("{arch}.rope.dimension_count", spec.tensors[0].shape[0] // p.get("n_head", 4))
+    return spec
+
+
+def granite_moe_shexp(t=Types(), **p):
+    """Granite-4.0's attention-only MoE (`granite` with experts): granitemoe's layout and scales plus a
+    shared expert `n_ff_shexp` wide (llama.cpp src/models/granite.cpp)."""
+    p = {"n_ff_shexp": 256} | p
+    spec = _renamed(granitemoe(t, **p), "granite")
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    n_embd = spec.tensors[0].shape[0]
+    for il in range(p.get("n_layer", 4)):
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def llama_like_moe(arch):
+    """A builder of the llama layout with routed experts under another loader (`mistral3`, `minicpm`:
+    their loaders take experts when `expert_count` is set; src/models/mistral3.cpp, minicpm.cpp)."""
+    return lambda t=Types(), **p: _renamed(llama_moe(t, **p), arch)
+
+
 def _shared_experts_moe(arch, t, p, weights_scale, probs_bias, qk_norm=False, extra=()):
     """DeepSeek-V1-style MoE layouts: leading dense blocks, then routed experts and n_shared shared
     experts of the expert width."""
@@ -1686,6 +1713,10 @@ BUILDERS = {
     "exaone-moe": exaone_moe,
     "arctic": arctic,
     "grovemoe": grovemoe,
+    "bailingmoe": bailingmoe,
+    "granite": granite_moe_shexp,
+    "mistral3": llama_like_moe("mistral3"),
+    "minicpm": llama_like_moe("minicpm"),
     "glm4moe": glm4moe,
     "minimax-m2": minimax_m2,
     "nemotron_h_moe": nemotron_h_moe,

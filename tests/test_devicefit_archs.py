@@ -92,7 +92,8 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "dots1": 0.002, "glm-dsa": 0.001, "qwen3vlmoe": 0.003,
                           "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001, "bailingmoe2": 0.002, "step35": 0.004,
                           "mimo2": 0.002, "afmoe": 0.004, "smallthinker": 0.003, "cohere2moe": 0.035,
-                          "exaone-moe": 0.004, "arctic": 0.05, "grovemoe": 0.06}
+                          "exaone-moe": 0.004, "arctic": 0.05, "grovemoe": 0.06,
+                          "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
@@ -100,7 +101,8 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
                                   "phimoe", "dbrx", "grok", "bailingmoe2", "step35", "mimo2", "afmoe",
-                                  "smallthinker", "cohere2moe", "exaone-moe", "arctic", "grovemoe"])
+                                  "smallthinker", "cohere2moe", "exaone-moe", "arctic", "grovemoe",
+                                  "bailingmoe", "granite", "mistral3", "minicpm"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -120,7 +122,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     sinks), Arcee's afmoe, SmallThinker (the router reads the layer input), Cohere's MoE (parallel
     attention and FFN), EXAONE-MoE (three sliding-window layers to one full), Arctic (a dense residual FFN
     beside the experts: not replayed, under by up to 5%) and GroveMoE (chunk experts per group: not
-    replayed, under by up to 5.3%), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    replayed, under by up to 5.3%), Ling-1.x (`bailingmoe`), Granite-4.0's attention-only MoE (`granite`
+    with experts and a shared expert) and the mistral3 / minicpm loaders with experts, the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -156,7 +159,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert shape.has_kv == [True] * 20 + [False] * 4
         assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
     elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe", "dots1",
-                  "phimoe", "dbrx", "grok", "bailingmoe2", "arctic", "grovemoe"):
+                  "phimoe", "dbrx", "grok", "bailingmoe2", "arctic", "grovemoe", "bailingmoe", "granite",
+                  "mistral3", "minicpm"):
         dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1", "bailingmoe2") else 0
         assert all(shape.has_kv) and not any(shape.is_recurrent)
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (len(graph.layers) - dense)
