@@ -609,6 +609,50 @@ def granite_moe_shexp(t=Types(), **p):
     return spec
 
 
+def granite_swa(t=Types(), **p):
+    """Granite's sliding-window MoE (`granite_swa`): granite's MoE with a shared expert, sliding-window
+    layers by `pattern` (S/F) and attention sinks in every layer (llama.cpp src/models/granite-swa.cpp)."""
+    p = {"pattern": "SSSF", "swa": 128} | p
+    spec = _renamed(granite_moe_shexp(t, **(p | {"n_layer": len(p["pattern"])})), "granite_swa")
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    n_head = p.get("n_head", 4)
+    # the shared expert's gate and up fused in ffn_up_shexp (2 x n_ff_shexp rows, LLM_FFN_SWIGLU)
+    spec.tensors = [TensorSpec(x.name, (x.shape[0], 2 * x.shape[1]), x.type_id) if x.name.endswith("ffn_up_shexp.weight")
+                    else x for x in spec.tensors if not x.name.endswith("ffn_gate_shexp.weight")]
+    for il in range(len(p["pattern"])):
+        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), F32)
+    return spec
+
+
+def hy_v3(t=Types(), **p):
+    """Hunyuan-V3 (`hy_v3`): GQA with per-head q/k norms, a leading dense block (the loader goes by the
+    tensors present), then sigmoid-routed experts with a selection bias (`exp_probs_b`, no suffix)
+    beside a shared expert (llama.cpp src/models/hy-v3.cpp)."""
+    p = {"n_head_kv": 2, "n_shared": 1} | p
+    spec = _shared_experts_moe("hy_v3", t, p, 1.0, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
+                                      ("expert_shared_feed_forward_length", p.get("n_ff_exp", 128), "u32")))
+    spec.tensors = [TensorSpec(x.name[:-len(".bias")], x.shape, x.type_id) if x.name.endswith("exp_probs_b.bias") else x
+                    for x in spec.tensors]
+    return spec
+
+
+def qwen3moe_swa(arch):
+    """A builder of the qwen3moe layout under a sliding-window loader: `mellum` (three sliding-window
+    layers to one full once `attention.sliding_window` is set) and `maple` (`pattern` S/F, a SwiGLU clamp
+    per layer) (llama.cpp src/models/mellum.cpp, maple.cpp)."""
+    def build(t=Types(), **p):
+        p = {"swa": 128, "pattern": "SSSF"} | p
+        spec = _renamed(qwen3moe(t, **(p | {"n_layer": len(p["pattern"])})), arch)
+        spec.meta("{arch}.attention.sliding_window", p["swa"])
+        if arch == "maple":
+            spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+            spec.meta("{arch}.swiglu_clamp_exp", 7.0, "f32")
+        return spec
+    return build
+
+
 def llama_like_moe(arch):
     """A builder of the llama layout with routed experts under another loader (`mistral3`, `minicpm`:
     their loaders take experts when `expert_count` is set; src/models/mistral3.cpp, minicpm.cpp)."""
@@ -1715,6 +1759,12 @@ BUILDERS = {
     "grovemoe": grovemoe,
     "bailingmoe": bailingmoe,
     "granite": granite_moe_shexp,
+    "granite_swa": granite_swa,
+    "hy_v3": hy_v3,
+    "mellum": qwen3moe_swa("mellum"),
+    "maple": qwen3moe_swa("maple"),
+    # DeepSeek-OCR's language model: DeepSeek-MoE V1's layout (MHA, shared experts; src/models/deepseek2ocr.cpp)
+    "deepseek2-ocr": lambda t=Types(), **p: _renamed(deepseek(t, **p), "deepseek2-ocr"),
     "mistral3": llama_like_moe("mistral3"),
     "minicpm": llama_like_moe("minicpm"),
     "glm4moe": glm4moe,

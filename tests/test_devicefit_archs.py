@@ -93,7 +93,9 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "phimoe": 0.002, "dbrx": 0.002, "grok": 0.001, "bailingmoe2": 0.002, "step35": 0.004,
                           "mimo2": 0.002, "afmoe": 0.004, "smallthinker": 0.003, "cohere2moe": 0.035,
                           "exaone-moe": 0.004, "arctic": 0.05, "grovemoe": 0.06,
-                          "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002}
+                          "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002,
+                          "granite_swa": 0.004, "hy_v3": 0.005, "mellum": 0.003,
+                          "maple": 0.003, "deepseek2-ocr": 0.002}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
@@ -102,7 +104,8 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
                                   "phimoe", "dbrx", "grok", "bailingmoe2", "step35", "mimo2", "afmoe",
                                   "smallthinker", "cohere2moe", "exaone-moe", "arctic", "grovemoe",
-                                  "bailingmoe", "granite", "mistral3", "minicpm"])
+                                  "bailingmoe", "granite", "mistral3", "minicpm", "granite_swa", "hy_v3",
+                                  "mellum", "maple", "deepseek2-ocr"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -123,7 +126,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     attention and FFN), EXAONE-MoE (three sliding-window layers to one full), Arctic (a dense residual FFN
     beside the experts: not replayed, under by up to 5%) and GroveMoE (chunk experts per group: not
     replayed, under by up to 5.3%), Ling-1.x (`bailingmoe`), Granite-4.0's attention-only MoE (`granite`
-    with experts and a shared expert) and the mistral3 / minicpm loaders with experts, the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    with experts and a shared expert; `granite_swa`: sliding-window layers, sinks, a fused shared gate/up)
+    the mistral3 / minicpm loaders with experts, Hunyuan-V3 (`hy_v3`), Mellum and Maple (qwen3moe layouts
+    with sliding-window layers), DeepSeek-OCR's language model (`deepseek2-ocr`), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -160,8 +165,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert (graph.altup, graph.altup_width, graph.laurel_rank) == (4, 256, 64)
     elif arch in ("mixtral", "qwen2moe", "olmoe", "ernie4_5-moe", "deepseek", "granitemoe", "hunyuan-moe", "dots1",
                   "phimoe", "dbrx", "grok", "bailingmoe2", "arctic", "grovemoe", "bailingmoe", "granite",
-                  "mistral3", "minicpm"):
-        dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1", "bailingmoe2") else 0
+                  "mistral3", "minicpm", "hy_v3", "deepseek2-ocr"):
+        dense = 1 if arch in ("ernie4_5-moe", "deepseek", "dots1", "bailingmoe2", "hy_v3", "deepseek2-ocr") else 0
         assert all(shape.has_kv) and not any(shape.is_recurrent)
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (len(graph.layers) - dense)
     elif arch == "glm-dsa":  # indexer.types 1001: an indexer cache in layers 0 and 3 only (not the NextN block)
@@ -171,9 +176,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert shape.is_swa == [False, True, True, True] and shape.n_swa == 128
         assert list(graph.n_head) == [4, 6, 6, 6]
         assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3
-    elif arch in ("mimo2", "afmoe", "smallthinker", "cohere2moe", "exaone-moe"):
+    elif arch in ("mimo2", "afmoe", "smallthinker", "cohere2moe", "exaone-moe", "granite_swa", "mellum", "maple"):
         assert shape.is_swa == [False, True, True, True] if arch == "mimo2" else [True, True, True, False]
-        dense = 0 if arch == "smallthinker" else 1
+        dense = 0 if arch in ("smallthinker", "granite_swa", "mellum", "maple") else 1
         assert [layer.ffn for layer in graph.layers] == ["dense"] * dense + ["moe"] * (4 - dense)
         if arch == "mimo2":
             assert shape.head_count_kv == [2, 4, 4, 4] and (shape.k_width[0], shape.v_width[0]) == (96, 64)
