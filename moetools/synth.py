@@ -653,6 +653,16 @@ def qwen3moe_swa(arch):
     return build
 
 
+def laguna(t=Types(), **p):
+    """Laguna (`laguna`, XS.2): step35's layout (full / sliding-window / sliding-window / sliding-window
+    with their own query-head counts, a per-head sigmoid gate, a leading dense block, sigmoid routing with
+    a selection bias beside a shared expert) under its own loader (llama.cpp src/models/laguna.cpp)."""
+    p = {"n_dense": 1} | p
+    spec = _renamed(step35(t, **p), "laguna")
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    return spec
+
+
 def llama_like_moe(arch):
     """A builder of the llama layout with routed experts under another loader (`mistral3`, `minicpm`:
     their loaders take experts when `expert_count` is set; src/models/mistral3.cpp, minicpm.cpp)."""
@@ -1763,6 +1773,7 @@ BUILDERS = {
     "hy_v3": hy_v3,
     "mellum": qwen3moe_swa("mellum"),
     "maple": qwen3moe_swa("maple"),
+    "laguna": laguna,
     # DeepSeek-OCR's language model: DeepSeek-MoE V1's layout (MHA, shared experts; src/models/deepseek2ocr.cpp)
     "deepseek2-ocr": lambda t=Types(), **p: _renamed(deepseek(t, **p), "deepseek2-ocr"),
     "mistral3": llama_like_moe("mistral3"),

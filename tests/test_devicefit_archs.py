@@ -95,7 +95,8 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "exaone-moe": 0.004, "arctic": 0.05, "grovemoe": 0.06,
                           "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002,
                           "granite_swa": 0.004, "hy_v3": 0.005, "mellum": 0.003,
-                          "maple": 0.003, "deepseek2-ocr": 0.002}
+                          "maple": 0.003, "deepseek2-ocr": 0.002,
+                          "laguna": 0.004}
 
 
 @pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
@@ -105,7 +106,7 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                                   "phimoe", "dbrx", "grok", "bailingmoe2", "step35", "mimo2", "afmoe",
                                   "smallthinker", "cohere2moe", "exaone-moe", "arctic", "grovemoe",
                                   "bailingmoe", "granite", "mistral3", "minicpm", "granite_swa", "hy_v3",
-                                  "mellum", "maple", "deepseek2-ocr"])
+                                  "mellum", "maple", "deepseek2-ocr", "laguna"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -128,7 +129,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     replayed, under by up to 5.3%), Ling-1.x (`bailingmoe`), Granite-4.0's attention-only MoE (`granite`
     with experts and a shared expert; `granite_swa`: sliding-window layers, sinks, a fused shared gate/up)
     the mistral3 / minicpm loaders with experts, Hunyuan-V3 (`hy_v3`), Mellum and Maple (qwen3moe layouts
-    with sliding-window layers), DeepSeek-OCR's language model (`deepseek2-ocr`), the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
+    with sliding-window layers), DeepSeek-OCR's language model (`deepseek2-ocr`), Laguna (step35's layout),
+    the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks) and pure Mamba-1, measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -172,7 +174,7 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch == "glm-dsa":  # indexer.types 1001: an indexer cache in layers 0 and 3 only (not the NextN block)
         assert shape.indexer_layers == [True, False, False, True, False] and shape.trunk_layers == 4
         assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3  # the trunk; NextN not in the graph
-    elif arch == "step35":  # pattern FSSS: 4 query heads in the full layer, 6 in the sliding-window ones
+    elif arch in ("step35", "laguna"):  # pattern FSSS: 4 query heads in the full layer, 6 in the sliding-window ones
         assert shape.is_swa == [False, True, True, True] and shape.n_swa == 128
         assert list(graph.n_head) == [4, 6, 6, 6]
         assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 3
