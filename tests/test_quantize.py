@@ -601,16 +601,18 @@ def test_row_tasks_keep_every_thread_busy_and_stay_bounded(tmp_path, monkeypatch
         assert all(n <= 3 for _, n in tasks) and sum(n for _, n in tasks) == big.n_elements // big.shape[0]
 
 
-def test_squares_and_peak_match_float64_and_see_nan():
-    from moetools.quantize import core
+@pytest.mark.parametrize("figures", ["numpy", "source_figures"])
+def test_squares_and_peak_match_float64_and_see_nan(figures):
+    from moetools.quantize import kernels
 
+    function = kernels.squares_and_peak if figures == "numpy" else kernels.source_figures  # compiled when numba is there
     rng = np.random.default_rng(3)
     values = (rng.standard_normal((64, 512)) * 0.05).astype(np.float32)
-    total, peak = core._squares_and_peak(values)
+    total, peak = function(values)
     assert total == pytest.approx(float(np.sum(values.astype(np.float64) ** 2)), rel=1e-6)
     assert peak == float(np.abs(values).max())
     huge = np.array([[3e20, 1.0]], dtype=np.float32)  # a float32 row sum overflows: float64 then
-    assert core._squares_and_peak(huge)[0] == pytest.approx(9e40, rel=1e-6)
+    assert function(huge)[0] == pytest.approx(9e40, rel=1e-6)
     values[5, 7] = np.nan
-    assert all(math.isnan(x) for x in core._squares_and_peak(values))
-    assert core._squares_and_peak(np.zeros((0, 4), np.float32)) == (0.0, 0.0)
+    assert all(math.isnan(x) for x in function(values))
+    assert function(np.zeros((0, 4), np.float32)) == (0.0, 0.0)

@@ -300,7 +300,10 @@ def test_threads_do_not_change_bytes_with_an_imatrix(name, engine):
         assert np.array_equal(kernels.quantize(x, IMATRIX_TYPES[name], threads=3, imatrix=imatrix), one)
 
 
-@pytest.mark.parametrize("name", ["q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs", "iq4_nl"])
+DEQUANTIZED = ["q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs", "iq4_nl", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]
+
+
+@pytest.mark.parametrize("name", DEQUANTIZED)
 def test_compiled_dequantizers_give_gguf_floats(name, golden_input, compiled):
     """The compiled dequantizers (a tier's error measurement) give gguf's floats bit for bit, for
     quantizer output and for random bytes (every bit pattern of the levels and scale bytes)."""
@@ -312,11 +315,13 @@ def test_compiled_dequantizers_give_gguf_floats(name, golden_input, compiled):
     noise = np.random.default_rng(7).integers(0, 256, size=(64, 256 // block * block_bytes), dtype=np.uint8)
     blocks = noise.reshape(-1, block_bytes)
     half_at = {"q2_K": (80, 82), "q3_K": (108,), "q4_K": (0, 2), "q5_K": (0, 2), "q6_K": (208,), "iq4_xs": (0,),
-               "iq4_nl": (0,)}[name]
+               "iq4_nl": (0,), "q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2)}[name]
     for offset in half_at:  # finite float16 scales (random ones may be NaN, which compare unequal)
         blocks[:, offset] = np.random.default_rng(offset).integers(0, 256, size=blocks.shape[0], dtype=np.uint8)
         blocks[:, offset + 1] = np.random.default_rng(offset + 1).integers(0, 0x7B, size=blocks.shape[0], dtype=np.uint8)
     for data in (quantized, noise):
+        if block < 256:
+            data = np.ascontiguousarray(data).reshape(-1, 256 // block * block_bytes)
         ours = compiled.dequantize_rows(name, data, data.shape[0], 256)
         theirs = quants.dequantize(data, GGMLQuantizationType(type_id)).reshape(data.shape[0], 256)
         assert ours.view(np.uint32).tolist() == theirs.view(np.uint32).tolist()
@@ -337,3 +342,38 @@ def test_block_bytes_do_not_depend_on_the_row_width(name, weighted, engine):
     wide = kernels.quantize(x.reshape(8, 11 * 256), IMATRIX_TYPES[name], threads=1,
                             imatrix=None if imatrix is None else np.tile(imatrix, 11))
     assert narrow.tobytes() == wide.tobytes()
+
+
+@pytest.mark.parametrize("name", DEQUANTIZED)
+def test_compiled_error_figures_equal_dequantizing(name, golden_input, compiled):
+    """A tier's error figures from the compiled pass (no dequantized copy, squares added in float64)
+    are what dequantizing and subtracting gives: the largest error exactly, the sum of squares to
+    float64 rounding of the exact float32 errors' squares (numpy's float32 row sums differ from it
+    only by their own rounding)."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((6, 512)) * 0.05).astype(np.float32)
+    x[2, :40] *= 30  # a few large values: blocks of very different scales
+    type_id = kernels.GGML_TYPE_IDS[name]
+    data = kernels.quantize(x, type_id)
+    error = kernels.dequantize(data, type_id, x.shape) - x
+    sse, peak = kernels.error_figures(data, type_id, x)
+    assert peak == float(np.abs(error).max())
+    assert sse == pytest.approx(float(np.sum(error.astype(np.float64) ** 2)), rel=1e-12)
+    numpy_sse, numpy_peak = kernels.squares_and_peak(error)
+    assert numpy_peak == peak and numpy_sse == pytest.approx(sse, rel=1e-6)
+
+
+def test_figures_see_nan_and_infinity(compiled):
+    """The compiled figures propagate a NaN (above everything, as numpy's max) and an infinity."""
+    x = (np.random.default_rng(9).standard_normal((3, 256)) * 0.05).astype(np.float32)
+    data = kernels.quantize(x, kernels.GGML_TYPE_IDS["q8_0"])
+    assert kernels.source_figures(x) == pytest.approx((float(np.sum(x.astype(np.float64) ** 2)), float(np.abs(x).max())))
+    for bad in (np.inf, -np.inf, np.nan):
+        broken = x.copy()
+        broken[1, 77] = bad
+        for figures in (kernels.source_figures(broken), kernels.error_figures(data, kernels.GGML_TYPE_IDS["q8_0"], broken)):
+            if np.isnan(bad):
+                assert all(np.isnan(value) for value in figures)
+            else:
+                assert figures == (np.inf, np.inf)
+    assert kernels.source_figures(np.zeros((0, 4), np.float32)) == (0.0, 0.0)

@@ -454,21 +454,6 @@ def _pad(handle, alignment):
         _write(handle, b"\0" * padding)
 
 
-def _squares_and_peak(values):
-    """(sum of squares, largest |value|) of a float32 array; NaN if any value is. Each row's squares
-    are summed in float32 by one dot product (einsum: no squared copy), the row sums in float64:
-    a third of the time of squaring into a new array and summing that in float64."""
-    import numpy as np
-
-    if not values.size:
-        return 0.0, 0.0
-    rows = values.reshape(-1, values.shape[-1]) if values.ndim > 1 else values.reshape(1, -1)
-    sum_of_squares = float(np.einsum("ij,ij->i", rows, rows).sum(dtype=np.float64))
-    if not math.isfinite(sum_of_squares) and np.isfinite(rows).all():  # a float32 row sum overflowed (|x| > 1e19)
-        sum_of_squares = float(np.add.reduce(np.square(rows, dtype=np.float64), axis=None))
-    return sum_of_squares, float(np.maximum(rows.max(), -rows.min()))
-
-
 def _quantize_rows(source, out_type, first_row, rows_per_matrix, weights):
     """Quantize rows first_row.. of a tensor (source (n, ne0)) with its imatrix `weights` (ne0 per
     matrix of `rows_per_matrix` rows) or none, splitting where a matrix ends, as llama-quantize
@@ -512,7 +497,7 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types, measure=True):
     if not measure:
         return [(_quantize_rows(source, out_type, first_row, rows_per_matrix(tensor), weights), 0.0, 0.0, 0.0, 0.0)
                 for out_type, weights in out_types]
-    ss_source, peak_source = _squares_and_peak(source)
+    ss_source, peak_source = kernels.source_figures(source)
     if not (math.isfinite(ss_source) and math.isfinite(peak_source)):
         bad_row = first_row + int(np.argmin(np.isfinite(source).all(axis=1)))
         raise InputError(model.shards[tensor.shard], f"tensor {tensor.name!r} holds NaN or infinite values (row {bad_row}); "
@@ -520,7 +505,7 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types, measure=True):
     results = []
     for out_type, weights in out_types:
         data = _quantize_rows(source, out_type, first_row, rows_per_matrix(tensor), weights)
-        sse, peak_error = _squares_and_peak(kernels.dequantize(data, out_type, source.shape) - source)
+        sse, peak_error = kernels.error_figures(data, out_type, source)
         results.append((data, sse, ss_source, peak_error, peak_source))
     return results
 

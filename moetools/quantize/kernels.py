@@ -24,6 +24,7 @@ imatrix variants, `make_qx_quants`, `make_q3_quants`, `make_qkx2_quants` / `make
 `make_qp_quants`, `quantize_row_iq4_nl_impl`), reimplemented here over whole arrays of groups.
 """
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -1051,3 +1052,38 @@ def dequantize(data, type_id, shape):
         _load_compiled(compiled._dequantize_rows, _dequantize_signature)
         return compiled.dequantize_rows(name, _read_only(np.ascontiguousarray(data)), n_rows, shape[-1]).reshape(shape)
     return quants.dequantize(data.reshape(n_rows, -1), qtype).reshape(shape)
+
+
+def squares_and_peak(values):
+    """(sum of squares, largest |value|) of a float32 array, numpy's way; NaN if any value is. Each
+    row's squares are summed in float32 by one dot product (einsum: no squared copy), the row sums
+    in float64."""
+    if not values.size:
+        return 0.0, 0.0
+    rows = values.reshape(-1, values.shape[-1]) if values.ndim > 1 else values.reshape(1, -1)
+    sum_of_squares = float(np.einsum("ij,ij->i", rows, rows).sum(dtype=np.float64))
+    if not math.isfinite(sum_of_squares) and np.isfinite(rows).all():  # a float32 row sum overflowed (|x| > 1e19)
+        sum_of_squares = float(np.add.reduce(np.square(rows, dtype=np.float64), axis=None))
+    return sum_of_squares, float(np.maximum(rows.max(), -rows.min()))
+
+
+def source_figures(source):
+    """(sum of squares, largest |value|) of float32 `source` (n_rows, row): NaN or infinite when a
+    value is. Compiled when the kernels are (one pass, the squares added in float64)."""
+    compiled = compiled_kernels()
+    if compiled is None or not source.size:
+        return squares_and_peak(source)
+    return compiled.source_stats(source)
+
+
+def error_figures(data, type_id, source):
+    """(sum of squared errors, largest |error|) of `type_id` bytes `data` (the quantized `source`)
+    against float32 `source` (n_rows, row): what dequantizing `data` and subtracting `source` gives.
+    Compiled for the types the compiled dequantizers cover (block by block, no dequantized copy of
+    the tensor, the squares added in float64: the same figure to float32 rounding); otherwise
+    through `dequantize` and numpy."""
+    compiled = compiled_kernels()
+    name = GGML_TYPES[type_id][0] if type_id in GGML_TYPES else None
+    if compiled is not None and name in compiled.DEQUANT and source.size:
+        return compiled.error_rows(name, data, source)
+    return squares_and_peak(dequantize(data, type_id, source.shape) - source)

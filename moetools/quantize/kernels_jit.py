@@ -1416,30 +1416,176 @@ def deq_iq4_xs(y, out):
 
 
 @numba.njit(**_JIT)
+def deq_q8_0(y, out):
+    d = _half_at(y, 0)
+    for j in range(32):
+        out[j] = F32(F32(_int8(y[2 + j])) * d)
+
+
+@numba.njit(inline="always", **_JIT)
+def _u32_at(y, offset):
+    return np.int64(y[offset]) | (np.int64(y[offset + 1]) << 8) | (np.int64(y[offset + 2]) << 16) | (np.int64(y[offset + 3]) << 24)
+
+
+@numba.njit(**_JIT)
+def _deq_32(y, out, fifth_bit, has_min):
+    """Q4_0 (no fifth bit, no min), Q4_1 (a min), Q5_0 (fifth bits), Q5_1 (both): gguf's d * q (- 8 or
+    16 without a min) or d * q + m, in float32."""
+    d = _half_at(y, 0)
+    m = _half_at(y, 2) if has_min else F32(0)
+    at = 4 if has_min else 2
+    qh = _u32_at(y, at) if fifth_bit else 0
+    qs = at + 4 if fifth_bit else at
+    offset = 0 if has_min else (16 if fifth_bit else 8)
+    for j in range(16):
+        byte = np.int64(y[qs + j])
+        low = (byte & 0xF) | (((qh >> j) & 1) << 4)
+        high = (byte >> 4) | (((qh >> (j + 16)) & 1) << 4)
+        if has_min:
+            out[j] = F32(F32(d * F32(low)) + m)
+            out[j + 16] = F32(F32(d * F32(high)) + m)
+        else:
+            out[j] = F32(d * F32(low - offset))
+            out[j + 16] = F32(d * F32(high - offset))
+
+
+@numba.njit(**_JIT)
+def _dequantize_block(kind, y, o):
+    """One block of `kind` (DEQUANT's) from its bytes y into o."""
+    if kind == 2:
+        deq_q2_k(y, o)
+    elif kind == 3:
+        deq_q3_k(y, o)
+    elif kind == 4:
+        deq_q4_k(y, o)
+    elif kind == 5:
+        deq_q5_k(y, o)
+    elif kind == 6:
+        deq_q6_k(y, o)
+    elif kind == 7:
+        deq_iq4_xs(y, o)
+    elif kind == 8:
+        deq_iq4_nl(y, o)
+    elif kind == 9:
+        deq_q8_0(y, o)
+    else:  # 10..13: Q4_0, Q4_1, Q5_0, Q5_1
+        _deq_32(y, o, kind >= 12, kind % 2 == 1)
+
+
+@numba.njit(**_JIT)
 def _dequantize_rows(kind, data, out, block, block_bytes):
     for r in range(data.shape[0]):
         for i in range(out.shape[1] // block):
-            y = data[r, block_bytes * i:block_bytes * i + block_bytes]
-            o = out[r, block * i:block * i + block]
-            if kind == 2:
-                deq_q2_k(y, o)
-            elif kind == 3:
-                deq_q3_k(y, o)
-            elif kind == 4:
-                deq_q4_k(y, o)
-            elif kind == 5:
-                deq_q5_k(y, o)
-            elif kind == 6:
-                deq_q6_k(y, o)
-            elif kind == 7:
-                deq_iq4_xs(y, o)
-            else:
-                deq_iq4_nl(y, o)
+            _dequantize_block(kind, data[r, block_bytes * i:block_bytes * i + block_bytes], out[r, block * i:block * i + block])
 
 
 # ggml type name -> (kind for _dequantize_rows, values per block, bytes per block)
 DEQUANT = {"q2_K": (2, 256, 84), "q3_K": (3, 256, 110), "q4_K": (4, 256, 144), "q5_K": (5, 256, 176),
-           "q6_K": (6, 256, 210), "iq4_xs": (7, 256, 136), "iq4_nl": (8, 32, 18)}
+           "q6_K": (6, 256, 210), "iq4_xs": (7, 256, 136), "iq4_nl": (8, 32, 18), "q8_0": (9, 32, 34),
+           "q4_0": (10, 32, 18), "q4_1": (11, 32, 20), "q5_0": (12, 32, 22), "q5_1": (13, 32, 24)}
+
+
+# --- the error measurement: a tier's figures without a dequantized copy of the tensor -------------
+# Sums of squares are added in float64 (each float32 square is exact in float64) in whatever order
+# the compiler vectorises them ("reassoc" on _sum_of_squares only; the dequantizers above keep
+# ggml's float32 operations). A finite sum means every value was finite, so only then is the peak
+# taken by a loop the compiler may treat as NaN-free; otherwise the peak is NaN or infinite, found
+# by an exact scalar loop (as numpy's max propagates NaN).
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
+def _sum_of_squares(a, b, first, n, magnitudes):
+    """The sum of (a[l] - b[first + l])^2 for l < n in float64; the float32 |a[l] - b[first + l]| into
+    magnitudes."""
+    total = 0.0
+    for l in range(n):
+        e = F32(a[l] - b[first + l])
+        magnitudes[l] = abs(e)
+        total += F64(e) * F64(e)
+    return total
+
+
+@numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"nnan", "nsz"})
+def _finite_peak(magnitudes, n):
+    """max(magnitudes[:n]), which are finite and >= 0."""
+    peak = F32(0)
+    for l in range(n):
+        peak = magnitudes[l] if magnitudes[l] > peak else peak
+    return peak
+
+
+@numba.njit(**_JIT)
+def _any_peak(magnitudes, n):
+    """max(magnitudes[:n]) with NaN above everything (numpy's max)."""
+    peak = F32(0)
+    for l in range(n):
+        v = magnitudes[l]
+        if v != v:
+            return v
+        peak = v if v > peak else peak
+    return peak
+
+
+@numba.njit(**_JIT)
+def _peak_of(magnitudes, n, total, peak):
+    if total - total == 0.0:  # finite: so was every value
+        return max(peak, _finite_peak(magnitudes, n))
+    if peak != peak:
+        return peak
+    found = _any_peak(magnitudes, n)
+    return found if found != found else max(peak, found)
+
+
+@numba.njit(**_JIT)
+def _source_stats(source, out):
+    """out[0] = sum of source^2 (float64); returns the largest |source| (NaN or infinite if one is)."""
+    zeros = np.zeros(source.shape[1], dtype=np.float32)
+    magnitudes = np.empty(source.shape[1], dtype=np.float32)
+    total = 0.0
+    peak = F32(0)
+    for r in range(source.shape[0]):
+        part = _sum_of_squares(source[r], zeros, 0, source.shape[1], magnitudes)
+        total += part
+        peak = _peak_of(magnitudes, source.shape[1], part, peak)
+    out[0] = total
+    return peak
+
+
+@numba.njit(**_JIT)
+def _error_rows(kind, data, source, block, block_bytes, out):
+    """out[0] = sum over the rows of (dequantized data - source)^2; returns the largest |error|."""
+    deq = np.empty(block, dtype=np.float32)
+    magnitudes = np.empty(block, dtype=np.float32)
+    total = 0.0
+    peak = F32(0)
+    for r in range(source.shape[0]):
+        x = source[r]
+        for i in range(source.shape[1] // block):
+            _dequantize_block(kind, data[r, block_bytes * i:block_bytes * i + block_bytes], deq)
+            part = _sum_of_squares(deq, x, block * i, block, magnitudes)
+            total += part
+            peak = _peak_of(magnitudes, block, part, peak)
+    out[0] = total
+    return peak
+
+
+def source_stats(source):
+    """(sum of squares (float64), largest |value|) of a float32 (n_rows, row) array; the largest is
+    NaN or infinite when a value is."""
+    out = np.zeros(1, dtype=np.float64)
+    peak = _source_stats(np.ascontiguousarray(source, dtype=np.float32), out)
+    return float(out[0]), float(peak)
+
+
+def error_rows(name, data, source):
+    """(sum of squared errors, largest |error|) of ggml `name` bytes `data` (uint8, n_rows *
+    row_bytes) against float32 `source` (n_rows, row): what dequantizing them and subtracting the
+    source gives, without the dequantized copy."""
+    kind, block, block_bytes = DEQUANT[name]
+    n_rows, row = source.shape
+    out = np.zeros(1, dtype=np.float64)
+    peak = _error_rows(kind, np.ascontiguousarray(data).reshape(n_rows, row // block * block_bytes),
+                       np.ascontiguousarray(source, dtype=np.float32), block, block_bytes, out)
+    return float(out[0]), float(peak)
 
 
 def dequantize_rows(name, data, n_rows, row):
