@@ -774,8 +774,8 @@ def kernels_to_compile(plans):
     requantized = [(tier, plan) for tier in plans for plan in tier.tensors
                    if plan.action == "quantize" and (tier.pending is None or plan.out_shard in tier.pending)]
     dequantized = {plan.tensor.type_id for _, plan in requantized}
-    dequantized |= {plan.out_type for tier, plan in requantized if tier.measure}
-    return kernels.uncompiled_types({plan.out_type for _, plan in requantized}, dequantized)
+    measured = {plan.out_type for tier, plan in requantized if tier.measure}
+    return kernels.uncompiled_types({plan.out_type for _, plan in requantized}, dequantized, measured)
 
 
 def estimate(model, tiers, threads=None):

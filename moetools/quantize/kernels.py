@@ -862,9 +862,9 @@ IGNORES_IMATRIX = {Q8_0, F16, BF16, 0}
 # whatever the load; README has the figures), without and with an importance matrix. quantize's ETA
 # uses them; unknown types count at the slowest figure.
 MEASURED_MB_PER_S = {
-    "numba": {"q8_0": 800.0, "q4_0": 730.0, "q4_1": 700.0, "q5_0": 700.0, "q5_1": 800.0, "q6_K": 160.0, "q5_K": 200.0,
+    "numba": {"q8_0": 800.0, "q4_0": 730.0, "q4_1": 700.0, "q5_0": 700.0, "q5_1": 800.0, "q6_K": 170.0, "q5_K": 200.0,
               "q4_K": 220.0, "q3_K": 370.0, "q2_K": 240.0, "iq4_xs": 175.0, "iq4_nl": 170.0, "f16": 500.0, "bf16": 300.0},
-    "numba imatrix": {"q4_0": 190.0, "q4_1": 120.0, "q5_0": 135.0, "q5_1": 120.0, "q6_K": 140.0, "q5_K": 100.0, "q4_K": 100.0,
+    "numba imatrix": {"q4_0": 190.0, "q4_1": 120.0, "q5_0": 135.0, "q5_1": 120.0, "q6_K": 170.0, "q5_K": 100.0, "q4_K": 100.0,
                       "q3_K": 90.0, "q2_K": 110.0, "iq4_xs": 175.0, "iq4_nl": 170.0},
     "numpy": {"q8_0": 330.0, "q4_0": 550.0, "q4_1": 520.0, "q5_0": 390.0, "q5_1": 550.0, "q6_K": 34.0, "q5_K": 19.0,
               "q4_K": 18.0, "q3_K": 39.0, "q2_K": 25.0, "iq4_xs": 5.8, "iq4_nl": 5.8, "f16": 500.0, "bf16": 300.0},
@@ -883,10 +883,11 @@ def estimated_seconds(type_id, n_values, threads=1, imatrix=False):
     return n_values * 4 / 1e6 / rate / max(1, threads)
 
 
-def uncompiled_types(type_ids, dequantized=()):
-    """The ggml type names among `type_ids` (to quantize to) and `dequantized` (to dequantize with the
-    compiled dequantizers) whose compiled kernels numba's cache does not hold yet: what a first run
-    compiles (tens of seconds of CPU each; cached after). [] with the numpy engine."""
+def uncompiled_types(type_ids, dequantized=(), measured=()):
+    """The ggml type names among `type_ids` (to quantize to), `dequantized` (source types to dequantize
+    with the compiled dequantizers) and `measured` (types whose error is measured: the compiled error
+    pass) whose compiled kernels numba's cache does not hold yet: what a first run compiles (tens of
+    seconds of CPU each; cached after). [] with the numpy engine."""
     compiled = compiled_kernels()
     if compiled is None:
         return []
@@ -898,9 +899,13 @@ def uncompiled_types(type_ids, dequantized=()):
         name = GGML_TYPES[type_id][0] if type_id in GGML_TYPES else None
         if name in compiled.ROWS and jitload.is_cached(compiled.ROWS[name][0], _quantize_signature(jitload)) is False:
             names.append(name)
+    wanted = []  # the dequantizer drivers this run calls
     if any(GGML_TYPES.get(type_id, ("",))[0] in compiled.DEQUANT for type_id in dequantized):
-        if jitload.is_cached(compiled._dequantize_rows, _dequantize_signature(jitload)) is False:
-            names.append("the dequantizers")
+        wanted.append((compiled._dequantize_rows, _dequantize_signature))
+    if any(GGML_TYPES.get(type_id, ("",))[0] in compiled.DEQUANT for type_id in measured):
+        wanted += [(compiled._error_rows, _error_signature), (compiled._source_stats, _source_signature)]
+    if any(jitload.is_cached(function, signature(jitload)) is False for function, signature in wanted):
+        names.append("the dequantizers")
     return names
 
 
@@ -915,6 +920,18 @@ def _dequantize_signature(jitload):
     """The compiled dequantizer's signature: (kind, bytes (read-only), floats out, block, block bytes)."""
     return (jitload.types.int64, jitload.array(np.uint8, 2, True), jitload.array(F32, 2, False), jitload.types.int64,
             jitload.types.int64)
+
+
+def _error_signature(jitload):
+    """The compiled error pass's signature: (kind, bytes (read-only), source (read-only), block, block
+    bytes, float64 sum out)."""
+    return (jitload.types.int64, jitload.array(np.uint8, 2, True), jitload.array(F32, 2, True), jitload.types.int64,
+            jitload.types.int64, jitload.array(np.float64, 1, False))
+
+
+def _source_signature(jitload):
+    """The compiled source figures' signature: (source (read-only), float64 sum out)."""
+    return (jitload.array(F32, 2, True), jitload.array(np.float64, 1, False))
 
 
 def _load_compiled(dispatcher, signature):
@@ -1073,7 +1090,8 @@ def source_figures(source):
     compiled = compiled_kernels()
     if compiled is None or not source.size:
         return squares_and_peak(source)
-    return compiled.source_stats(source)
+    _load_compiled(compiled._source_stats, _source_signature)
+    return compiled.source_stats(_read_only(np.ascontiguousarray(source, dtype=F32).reshape(-1, source.shape[-1])))
 
 
 def error_figures(data, type_id, source):
@@ -1085,5 +1103,6 @@ def error_figures(data, type_id, source):
     compiled = compiled_kernels()
     name = GGML_TYPES[type_id][0] if type_id in GGML_TYPES else None
     if compiled is not None and name in compiled.DEQUANT and source.size:
-        return compiled.error_rows(name, data, source)
+        _load_compiled(compiled._error_rows, _error_signature)
+        return compiled.error_rows(name, _read_only(np.ascontiguousarray(data)), _read_only(np.ascontiguousarray(source, dtype=F32)))
     return squares_and_peak(dequantize(data, type_id, source.shape) - source)

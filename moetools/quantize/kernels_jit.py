@@ -213,12 +213,14 @@ def make_qx_quants(n, nmax, x, L, qw, has_qw, work):
     for s in range(QX_STEPS):
         sumlx[s] = F32(0)
         suml2[s] = F32(0)
+    low = F32(-nmax)
+    high = F32(nmax - 1)
     for i in range(n):
         xi = x[i]
         w = qw[i] if has_qw else F32(xi * xi)
         wx = F32(w * xi)
         for s in range(QX_STEPS):
-            lf = F32(max(-nmax, min(nmax - 1, nearest_int(F32(iscales[s] * xi)))))
+            lf = _clamped(F32(iscales[s] * xi), low, high)  # 32-bit lanes: int64 -> float does not vectorise
             sumlx[s] = F32(sumlx[s] + F32(wx * lf))
             suml2[s] = F32(suml2[s] + F32(F32(w * lf) * lf))
     scale = F32(sumlx[0] / suml2[0]) if suml2[0] != 0 else F32(0)
@@ -231,7 +233,7 @@ def make_qx_quants(n, nmax, x, L, qw, has_qw, work):
             chosen = s
     iscale = iscales[chosen]
     for i in range(n):
-        L[i] = nmax + max(-nmax, min(nmax - 1, nearest_int(F32(iscale * x[i]))))
+        L[i] = np.int32(_clamped(F32(iscale * x[i]), low, high)) + np.int32(nmax)
     return scale
 
 
@@ -803,8 +805,8 @@ def q6_k_block(x, y, qw, has_qw, L, scales, work):
         d = F32(dval * F32(sc))
         if d == 0:
             continue
-        for ii in range(16):
-            L[16 * j + ii] = max(-32, min(31, nearest_int(F32(x[16 * j + ii] / d)))) + 32
+        for ii in range(16):  # clamped as floats in 32-bit lanes: AVX2 has no int64 min/max or int64 -> float
+            L[16 * j + ii] = np.int32(_clamped(F32(x[16 * j + ii] / d), F32(-32), F32(31))) + np.int32(32)
     for j in range(0, 256, 128):
         for l in range(32):
             l1, l2, l3, l4 = np.int64(L[j + l]), np.int64(L[j + l + 32]), np.int64(L[j + l + 64]), np.int64(L[j + l + 96])
@@ -1569,22 +1571,21 @@ def _error_rows(kind, data, source, block, block_bytes, out):
 
 
 def source_stats(source):
-    """(sum of squares (float64), largest |value|) of a float32 (n_rows, row) array; the largest is
-    NaN or infinite when a value is."""
+    """(sum of squares (float64), largest |value|) of a C-contiguous float32 (n_rows, row) array; the
+    largest is NaN or infinite when a value is."""
     out = np.zeros(1, dtype=np.float64)
-    peak = _source_stats(np.ascontiguousarray(source, dtype=np.float32), out)
+    peak = _source_stats(source, out)
     return float(out[0]), float(peak)
 
 
 def error_rows(name, data, source):
-    """(sum of squared errors, largest |error|) of ggml `name` bytes `data` (uint8, n_rows *
-    row_bytes) against float32 `source` (n_rows, row): what dequantizing them and subtracting the
-    source gives, without the dequantized copy."""
+    """(sum of squared errors, largest |error|) of ggml `name` bytes `data` (C-contiguous uint8, n_rows
+    * row_bytes) against C-contiguous float32 `source` (n_rows, row): what dequantizing them and
+    subtracting the source gives, without the dequantized copy."""
     kind, block, block_bytes = DEQUANT[name]
     n_rows, row = source.shape
     out = np.zeros(1, dtype=np.float64)
-    peak = _error_rows(kind, np.ascontiguousarray(data).reshape(n_rows, row // block * block_bytes),
-                       np.ascontiguousarray(source, dtype=np.float32), block, block_bytes, out)
+    peak = _error_rows(kind, data.reshape(n_rows, row // block * block_bytes), source, block, block_bytes, out)
     return float(out[0]), float(peak)
 
 
