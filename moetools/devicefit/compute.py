@@ -2319,7 +2319,14 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         else:
             cur = residual
-        if layer.ffn != "none":
+        if layer.ffn == "moe" and graph_shape.architecture == "arctic":
+            # arctic.cpp: a dense n_embd-wide FFN of the normed ffn_inp, added to it; the experts read the
+            # layer input (inpSA, alive until then) normed by ffn_norm_exps, and add to that sum
+            dense = _ffn(b, b.norm(cur, n_embd), n_embd)
+            ffn_out = g.op(b.f32(n_embd, T), dense, cur, inplace=(0, 1))
+            out = _moe(b, il, b.norm(residual, n_embd), layer)
+            cur = g.op(b.f32(n_embd, T), out, ffn_out, inplace=(0, 1))
+        elif layer.ffn != "none":
             ffn_in = cur
             x = b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
             out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
