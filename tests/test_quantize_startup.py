@@ -126,6 +126,38 @@ def test_cached_machine_code_loads_by_signature_without_numbas_refresh(tmp_path)
                        "refreshed": False}
 
 
+_CHANGED_PRIVATE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numba
+from moetools.quantize import jitload
+import probe_kernels
+cache = probe_kernels.twice._cache
+real = cache._load_overload
+# a numba whose private call takes other arguments, and whose own public lookup knows them
+cache._load_overload = lambda sig, target_context, *, new_argument: real(sig, target_context)
+cache.load_overload = lambda sig, target_context: real(sig, target_context)
+jitload.cheap_cache_loads(probe_kernels)
+jitload.load_signature(probe_kernels.twice, (numba.types.int64,))
+print(json.dumps({"value": probe_kernels.twice(21), "hits": sum(probe_kernels.twice.stats.cache_hits.values())}))
+"""
+
+
+@pytest.mark.skipif(not NUMBA_INSTALLED, reason="numba is not installed")
+def test_a_numba_with_other_private_cache_calls_falls_back_to_its_own_cache_path(tmp_path):
+    """jitload relies on numba's private cache methods (numba is not pinned above): when their calls
+    differ, the cached machine code still loads, through numba's own lookup, and runs."""
+    (tmp_path / "probe_kernels.py").write_text("import numba\n\n\n@numba.njit(cache=True)\ndef twice(x):\n    return 2 * x\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    first = subprocess.run([sys.executable, "-c", _CACHED_PROBE, str(tmp_path)], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=600, check=True)
+    assert json.loads(first.stdout)["value"] == 42
+    second = subprocess.run([sys.executable, "-c", _CHANGED_PRIVATE_PROBE, str(tmp_path)], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout) == {"value": 42, "hits": 1}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not NUMBA_INSTALLED, reason="numba is not installed")
 def test_first_run_says_it_compiles_the_kernels(tmp_path):
