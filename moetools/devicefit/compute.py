@@ -1609,6 +1609,17 @@ def _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out):
     return g.op(b.f32(n_embd, b.T), out, ffn_inp, inplace=(0, 1))
 
 
+def _rwkv_norm(b, x, rms):
+    """An RWKV block's norm of x: the layer norm with its weight and bias (both applied in place), or,
+    `rms` (arwkv7, rwkv6qwen2), an RMS norm with a weight (in place unless x is a view)."""
+    if rms:
+        return b.norm(x, b.shape.n_embd)
+    g = b.g
+    f = lambda: b.f32(b.shape.n_embd, b.T)  # noqa: E731
+    y = g.op(f(), x)
+    return g.op(f(), g.op(f(), y, b.weights, inplace=(0,)), b.weights, inplace=(0,))
+
+
 def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     """One RWKV-7 block as src/models/rwkv7.cpp and rwkv7-base.cpp build it: the token-shift state
     gathered, the layer norm (GGML_OP_NORM: a new tensor) with bias, the shifted input, the time mix
@@ -1625,11 +1636,7 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     inp = g.view(cur)
     arwkv = layer.mixer == "arwkv7"
 
-    def layer_norm(x):
-        if arwkv:  # RMS norm, no bias (in place, unless the source is a view)
-            return b.norm(x, n_embd)
-        y = g.op(f(), x)
-        return g.op(f(), g.op(f(), y, b.weights, inplace=(0,)), b.weights, inplace=(0,))
+    layer_norm = lambda x: _rwkv_norm(b, x, rms=arwkv)  # noqa: E731  arwkv7: RMS norm, no bias
 
     att = layer_norm(inp)
     x_prev = g.op(f(), g.view(shift), g.view(att))  # concat
@@ -1713,11 +1720,7 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
     inp = g.view(cur)
 
-    def layer_norm(x):
-        if qrwkv:  # RMS norm with a weight (a new tensor when its source is a view)
-            return b.norm(x, n_embd)
-        y = g.op(f(), x)
-        return g.op(f(), g.op(f(), y, b.weights, inplace=(0,)), b.weights, inplace=(0,))
+    layer_norm = lambda x: _rwkv_norm(b, x, rms=qrwkv)  # noqa: E731  rwkv6qwen2: RMS norm with a weight
 
     att = layer_norm(inp)
     x_prev = g.op(f(), g.view(shift), g.view(att))
@@ -2657,8 +2660,6 @@ LLAMA_MTP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "dee
 # ... of which these drop the non-output rows right after the attention (the FFN and head run on the
 # output rows only), as a trunk's last layer does: src/models/qwen3next.cpp graph_mtp.
 MTP_ROWS_AFTER_ATTENTION = ("qwen3next",)
-# nemotron-h-moe.cpp graph_mtp: crop_before_ffn = inp_out_ids && (!embeddings_nextn || masked)
-MTP_NEMOTRON_CROPS = True
 
 
 def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):
@@ -2709,7 +2710,9 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
         residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
         T = b.T = n_out
     cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
-    if nemotron and MTP_NEMOTRON_CROPS:  # nemotron-h-moe.cpp crop_before_ffn: the MoE runs on the output rows
+    # nemotron-h-moe.cpp graph_mtp: crop_before_ffn = inp_out_ids && (!embeddings_nextn || masked), true
+    # for a drafting context: the MoE runs on the output rows
+    if nemotron:
         cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
         T = b.T = n_out
         rows_dropped = True
