@@ -925,28 +925,31 @@ def kimi_linear(t=Types(), **p):
 def qwen35moe(t=Types(), **p):
     """Qwen3.5 MoE (`qwen35moe`) and Qwen3-Next (`qwen3next`): gated delta net layers, one full
     attention layer every `full_every` (gated queries, q/k norms), routed experts and a gated shared
-    expert (llama.cpp src/models/qwen35moe.cpp, qwen3next.cpp)."""
+    expert (llama.cpp src/models/qwen35moe.cpp, qwen3next.cpp). With arch `qwen35` (dense Qwen3.5,
+    src/models/qwen35.cpp) the same layers with an `n_ff`-wide SwiGLU FFN instead of the experts."""
     p = {"arch": "qwen35moe", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16,
          "n_ff_exp": 64, "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4,
-         "state": 32, "full_every": 4, "nextn": 0, "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
+         "state": 32, "full_every": 4, "nextn": 0, "vocab": 1024, "ctx": 4096, "rope_base": 1e7, "n_ff": 512} | p
+    dense = p["arch"] == "qwen35"
     spec = ModelSpec(p["arch"], [])
     trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
     _common(spec, p | {"n_layer": n_all})
     if p["nextn"]:  # the MTP head: full-attention blocks after the trunk (never recurrent)
         spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     n_embd, head = p["n_embd"], p["head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.feed_forward_length", p["n_ff"] if dense else p["n_ff_exp"])
     spec.meta("{arch}.attention.head_count", p["n_head"])
     spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
     spec.meta("{arch}.attention.key_length", head)
     spec.meta("{arch}.attention.value_length", head)
     spec.meta("{arch}.rope.dimension_count", p["rope"])
-    if p["arch"] == "qwen35moe":
+    if p["arch"] in ("qwen35moe", "qwen35"):
         spec.meta("{arch}.rope.dimension_sections", [11, 11, 10, 0], "i32[]")
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    if not dense:
+        spec.meta("{arch}.expert_count", p["n_expert"])
+        spec.meta("{arch}.expert_used_count", p["top_k"])
+        spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+        spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
     key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
     spec.meta("{arch}.ssm.conv_kernel", p["conv"])
     spec.meta("{arch}.ssm.inner_size", value_dim)
@@ -983,6 +986,9 @@ def qwen35moe(t=Types(), **p):
                 spec.add(f"blk.{il}.ssm_alpha.weight", (n_embd, p["v_heads"]), t.norm)
             spec.add(f"blk.{il}.ssm_norm.weight", (p["state"],), t.norm)
             spec.add(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), t.resident)
+        if dense:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
         spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
@@ -1752,6 +1758,7 @@ BUILDERS = {
     "kimi-k3": kimi_k3,
     "kimi-linear": kimi_linear,
     "qwen35moe": qwen35moe,
+    "qwen35": lambda t=Types(), **p: qwen35moe(t, **({"arch": "qwen35"} | p)),
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "qwen3vlmoe": qwen3vlmoe,

@@ -84,7 +84,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -99,7 +99,7 @@ TINY_COMPUTE_TOLERANCE = {"mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.00
                           "laguna": 0.004}
 
 
-@pytest.mark.parametrize("arch", ["gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -132,7 +132,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     the mistral3 / minicpm loaders with experts, Hunyuan-V3 (`hy_v3`), Mellum and Maple (qwen3moe layouts
     with sliding-window layers), DeepSeek-OCR's language model (`deepseek2-ocr`), Laguna (step35's layout),
     the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
-    MLP blocks) and pure Mamba-1, measured on tiny real
+    MLP blocks), pure Mamba-1 and dense Qwen3.5 (`qwen35`: qwen35moe's gated delta nets and gated-query
+    attention with a SwiGLU FFN, at Qwen3.5-27B's widths), measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -152,7 +153,12 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         if tolerance is not None:
             ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
             assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "gemma4":
+    if arch == "qwen35":  # dense Qwen3.5 at 27B width: three gated delta nets to one gated-query attention layer
+        assert shape.recurrent_kind == "gdn" and shape.is_recurrent == [True, True, True, False] * 2
+        assert shape.has_kv == [False, False, False, True] * 2
+        assert [layer.mixer for layer in graph.layers] == ["gdn", "gdn", "gdn", "attention"] * 2
+        assert {layer.ffn for layer in graph.layers} == {"dense"} and graph.layers[3].gated_q
+    elif arch == "gemma4":
         assert shape.has_kv == [True] * 4 + [False] * 4
         assert any("reuse an earlier layer" in note for note in shape.notes)
     elif arch == "granitehybrid":

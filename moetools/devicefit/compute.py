@@ -1037,7 +1037,7 @@ RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, 
 # get_rows, then the norm); the others norm every row first and drop the rows after it
 NEXTN_RAW_STATE = ("gpt-oss", "step35")
 # loaders that expand the attention norm before the layer body (before a delta net gathers its states)
-NORM_FIRST_ARCHES = ("qwen3next", "qwen35moe", "kimi-linear")
+NORM_FIRST_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "kimi-linear")
 # build_layer_attn of qwen3next.cpp / qwen35moe.cpp / qwen35.cpp: attn_q gives the query and the output
 # gate side by side (Qcur_full); the gate is made contiguous after the attention (ggml_cont_2d)
 GATED_Q_ARCHES = ("qwen3next", "qwen35", "qwen35moe")

@@ -67,8 +67,8 @@ FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 # Hybrid models whose recurrent layers are the Kimi Delta Attention ones (head_count_kv 0).
 KDA_ARCHES = ("kimi-k3", "kimi-linear")
 # Hybrid models whose recurrent layers are gated delta nets: `attention.recurrent_layers`, else every
-# layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp).
-GDN_ARCHES = ("qwen3next", "qwen35moe")
+# layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp, qwen35.cpp).
+GDN_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
 # Recurrent and hybrid architectures sized from their loaders (src/models/*.cpp load_arch_hparams) and
 # llama_model::create_memory's filters: arch -> (state kind, which trunk layers are recurrent, which
 # layers attend).
@@ -108,7 +108,6 @@ GLM_DSA_DEFAULT_LAYERS = 78
 UNSUPPORTED = {
     "bailingmoe3": "its hybrid linear-attention state",
     "glm5-next": "its hybrid KDA state with a DSA indexer cache (llama_memory_hybrid_idx)",
-    "qwen35": "its MTP/recurrent state layout",
     "qwen4exp": "its QSA indexer cache (llama_memory_hybrid_idx)",
     "deepseek4": "its compressed DSV4 KV cache (llama_kv_cache_dsv4)",
     "minimax-01": "its lightning-attention state (n_embd_head_la)",
