@@ -548,6 +548,32 @@ def exaone_moe(t=Types(), **p):
                                       ("attention.sliding_window", p["swa"], "u32")))
 
 
+def exaone4(t=Types(), **p):
+    """EXAONE-4.0 (`exaone4`): post-norm blocks (attention and FFN outputs RMS-normed before their
+    residual adds, no pre-norms), GQA with per-head q/k norms, a dense SwiGLU FFN. llama.cpp's loader
+    gives only the 64-block model (EXAONE-4.0-32B) sliding-window layers: three to one full (unroped)
+    layer, a 4096 window unless `attention.sliding_window` says otherwise (src/models/exaone4.cpp)."""
+    p = {"n_layer": 64, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "swa": 128,
+         "vocab": 1024, "ctx": 8192, "rope_base": 1e6} | p
+    spec = ModelSpec("exaone4", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head)
+    if p["swa"]:
+        spec.meta("{arch}.attention.sliding_window", p["swa"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        _gqa_attention(spec, il, p | {"n_embd": n_embd}, head, t)
+        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+        spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
 def arctic(t=Types(), **p):
     """Snowflake Arctic (`arctic`): a dense n_embd-wide residual FFN in every block, then a second norm and
     routed experts on its output (llama.cpp src/models/arctic.cpp)."""
@@ -1759,6 +1785,7 @@ BUILDERS = {
     "kimi-linear": kimi_linear,
     "qwen35moe": qwen35moe,
     "qwen35": lambda t=Types(), **p: qwen35moe(t, **({"arch": "qwen35"} | p)),
+    "exaone4": exaone4,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "qwen3vlmoe": qwen3vlmoe,

@@ -84,7 +84,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -99,7 +99,7 @@ TINY_COMPUTE_TOLERANCE = {"qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.0
                           "laguna": 0.004}
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -133,7 +133,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     with sliding-window layers), DeepSeek-OCR's language model (`deepseek2-ocr`), Laguna (step35's layout),
     the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks), pure Mamba-1 and dense Qwen3.5 (`qwen35`: qwen35moe's gated delta nets and gated-query
-    attention with a SwiGLU FFN, at Qwen3.5-27B's widths), measured on tiny real
+    attention with a SwiGLU FFN, at Qwen3.5-27B's widths) and EXAONE-4.0-32B (`exaone4`: post-norm blocks,
+    no pre-norms, sliding-window layers only in a 64-block model), measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -153,7 +154,10 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         if tolerance is not None:
             ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
             assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "qwen35":  # dense Qwen3.5 at 27B width: three gated delta nets to one gated-query attention layer
+    if arch == "exaone4":  # 64 blocks (EXAONE-4.0-32B): three 4096-token sliding-window layers to one full
+        assert shape.is_swa == [True, True, True, False] * 16 and (shape.swa_type, shape.n_swa) == ("standard", 4096)
+        assert {layer.ffn for layer in graph.layers} == {"dense"} and all(layer.qk_norm for layer in graph.layers)
+    elif arch == "qwen35":  # dense Qwen3.5 at 27B width: three gated delta nets to one gated-query attention layer
         assert shape.recurrent_kind == "gdn" and shape.is_recurrent == [True, True, True, False] * 2
         assert shape.has_kv == [False, False, False, True] * 2
         assert [layer.mixer for layer in graph.layers] == ["gdn", "gdn", "gdn", "attention"] * 2
@@ -327,6 +331,17 @@ def test_unsized_architecture_names_what_is_missing(tmp_path):
     path = synth.write_model(spec, tmp_path / "m3.gguf", sparse=True)[0]
     with pytest.raises(GGUFError, match=r"cannot size architecture 'minimax-m3'.*MSA indexer cache"):
         shape_of(path)
+
+
+def test_exaone4_slides_only_with_64_blocks(tmp_path):
+    """exaone4.cpp sets a sliding window only for the 64-block model: a 30-block EXAONE-4.0 with
+    attention.sliding_window is all full attention (llama.cpp 0c1e57098 logs one non-SWA cache of 30
+    layers for it), with a note saying so."""
+    path = synth.write_model(synth.tiny("exaone4", n_layer=30), tmp_path / "exaone4.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    assert not any(shape.is_swa) and shape.swa_type == "none"
+    assert [(c.kind, c.layers) for c in kv.kv_caches(shape, 8192, KVSettings())] == [("full", 30)]
+    assert any("only a 64-block model" in note for note in shape.notes)
 
 
 def test_glm_dsa_indexer_types(tmp_path):

@@ -1038,6 +1038,9 @@ RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, 
 NEXTN_RAW_STATE = ("gpt-oss", "step35")
 # loaders that expand the attention norm before the layer body (before a delta net gathers its states)
 NORM_FIRST_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "kimi-linear")
+# loaders whose blocks have no pre-norms (exaone4.cpp): attention and FFN read the stream itself and
+# their outputs are RMS-normed before each residual add
+POST_NORM_ARCHES = ("exaone4",)
 # build_layer_attn of qwen3next.cpp / qwen35moe.cpp / qwen35.cpp: attn_q gives the query and the output
 # gate side by side (Qcur_full); the gate is made contiguous after the attention (ggml_cont_2d)
 GATED_Q_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
@@ -2279,7 +2282,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
                 stack.push(cur)  # banks the raw layer input
                 banked = True
             cur = mixed_in
-        x = b.norm(cur, n_embd)
+        post_norm = graph_shape.architecture in POST_NORM_ARCHES
+        x = cur if post_norm else b.norm(cur, n_embd)
         if stack is not None or graph_shape.architecture in NORM_FIRST_ARCHES:
             # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push);
             # qwen3next.cpp / qwen35moe.cpp too (before the delta net gathers its states)
@@ -2315,6 +2319,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
                 mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
             residual = g.op(b.f32(n_embd, n_out), residual, out_ids)
             T = b.T = n_out  # the rest runs on the output rows only
+        if post_norm and mixed is not None:
+            mixed = b.norm(mixed, n_embd)  # attn_post_norm (after the last layer's output rows are taken)
         if banked and mixed is not None:
             cur = mixed  # the stream restarts from the mixer's output
         elif mixed is not None:
@@ -2331,8 +2337,12 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             cur = g.op(b.f32(n_embd, T), out, ffn_out, inplace=(0, 1))
         elif layer.ffn != "none":
             ffn_in = cur
-            x = b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
+            x = cur if post_norm else b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
             out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
+            if post_norm:  # ffn_post_norm, built with il = -1 (never pinned to the layer's device)
+                il_saved, b.il = b.il, -1
+                out = b.norm(out, n_embd)
+                b.il = il_saved
             pair = (ffn_in, out) if graph_shape.residual_first else (out, ffn_in)
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)

@@ -37,7 +37,8 @@ F32_BYTES = 4
 # Architectures whose loader sets a sliding window (src/models/*.cpp, load_arch_hparams):
 # arch -> (when, built-in period, dense_first, n_swa default or None if the key is required, type).
 #   when: "always"; "key>0" (only if attention.sliding_window is present and > 0);
-#         "key!=0" (unless the key is present and 0); "array" (the per-layer pattern key is required).
+#         "key!=0" (unless the key is present and 0); "array" (the per-layer pattern key is required);
+#         "64 blocks" (exaone4.cpp: only a 64-block trunk, EXAONE-4.0-32B, gets sliding-window layers).
 #   a fixed n_swa (llama4, smallthinker) overrides the key, as those loaders do.
 SWA_RULES = {
     "gpt-oss": ("always", 2, False, None, "standard"),
@@ -46,6 +47,7 @@ SWA_RULES = {
     "cohere2": ("always", 4, False, None, "standard"),
     "cohere2moe": ("always", 4, True, None, "standard"),
     "exaone-moe": ("always", 4, False, None, "standard"),
+    "exaone4": ("64 blocks", 4, False, 4096, "standard"),
     "muse-glimmer": ("always", 4, False, None, "standard"),
     "olmo2": ("key>0", 4, False, None, "standard"),
     "afmoe": ("key>0", 4, False, None, "standard"),
@@ -117,7 +119,6 @@ UNSUPPORTED = {
     "gemma4-assistant": "its KV shared with another model's context",
     "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
     "modern-bert": "no KV cache (an encoder device-fit does not plan)",
-    "exaone4": "its sliding-window layout",
 }
 # llama_model::create_memory gives these no memory at all (encoders, diffusion models): device-fit
 # plans autoregressive serving and refuses them.
@@ -199,6 +200,8 @@ def _swa_layers(model, arch, trunk, n_layer):
     if when == "key>0" and not window:
         return none
     if when == "key!=0" and window == 0:
+        return none
+    if when == "64 blocks" and trunk != 64:
         return none
     if arch in FIXED_SWA:
         window = FIXED_SWA[arch]
@@ -408,6 +411,9 @@ def kv_shape(model):
             raise GGUFError(model.path, f"device-fit cannot size {arch} with a sliding window: it has no model of "
                                         "the hybrid sliding-window memory (llama_memory_hybrid_iswa)", key=model.key(Keys.SLIDING_WINDOW))
         notes.append(f"{arch}: llama.cpp's loader ignores attention.sliding_window; every layer sized as full attention")
+    elif swa_type == "none" and arch == "exaone4" and model.get_int(Keys.SLIDING_WINDOW, None):
+        notes.append(f"exaone4: llama.cpp's loader gives only a 64-block model sliding-window layers; these "
+                     f"{trunk} are sized as full attention")
     recurrent_kind, is_recurrent, has_kv = _layer_filters(model, arch, trunk, n_layer, head_count_kv)
     if trunk < n_layer and not any(has_kv[trunk:]):
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
