@@ -574,6 +574,37 @@ def exaone4(t=Types(), **p):
     return spec
 
 
+def minimax_01(t=Types(), **p):
+    """MiniMax-Text-01 (`minimax-01`): lightning (linear) attention blocks — a fused silu'd qkv, an
+    RMS-normed output times a sigmoid gate — with one softmax GQA block every `full_every` (roped over
+    half the head), routed experts (softmax gate) in every block, residuals of the normed input scaled
+    by `residual_scale` (llama.cpp src/models/minimax-01.cpp)."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 128, "n_expert": 8,
+         "top_k": 2, "full_every": 8, "vocab": 1024, "ctx": 8192, "rope_base": 1e7} | p
+    spec = ModelSpec("minimax-01", [])
+    _common(spec, p)
+    n_embd, head, heads = p["n_embd"], p["head"], p["n_head"] * p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head // 2)
+    spec.meta("{arch}.residual_scale", 3.5565588200778455, "f32")
+    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["full_every"] == 0:
+            _gqa_attention(spec, il, p, head, t)
+        else:
+            spec.add(blk + "attn_norm_2.weight", (heads,), t.norm)
+            spec.add(blk + "attn_qkv.weight", (n_embd, 3 * heads), t.resident)
+            spec.add(blk + "attn_gate.weight", (n_embd, heads), t.resident)
+            spec.add(blk + "attn_output.weight", (heads, n_embd), t.resident)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+    return spec
+
+
 def arctic(t=Types(), **p):
     """Snowflake Arctic (`arctic`): a dense n_embd-wide residual FFN in every block, then a second norm and
     routed experts on its output (llama.cpp src/models/arctic.cpp)."""
@@ -1786,6 +1817,7 @@ BUILDERS = {
     "qwen35moe": qwen35moe,
     "qwen35": lambda t=Types(), **p: qwen35moe(t, **({"arch": "qwen35"} | p)),
     "exaone4": exaone4,
+    "minimax-01": minimax_01,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "qwen3vlmoe": qwen3vlmoe,
@@ -1940,6 +1972,14 @@ PRESETS = {
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-M2 (synthetic)",
         n_layer=62, n_embd=3072, n_head=48, n_head_kv=8, head=128, rope=64, n_ff_exp=1536, n_expert=256,
         top_k=8, vocab=200064, ctx=196608, file_type=15),
+    # MiniMaxAI/MiniMax-Text-01 config.json (as recalled, not re-read this session: 80 layers, 6144 wide,
+    # 64 query / 8 KV heads of 128 (rotary_dim 64), attn_type_list: seven lightning-attention layers then
+    # one softmax layer, 32 experts of 9216 (top-2), vocab 200064, 10,240,000-token context; llama.cpp's
+    # conversion writes the layernorm alphas as residual_scale).
+    "minimax-text-01": lambda: minimax_01(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-Text-01 (synthetic)",
+        n_layer=80, n_embd=6144, n_head=64, n_head_kv=8, head=128, n_ff=9216, n_expert=32, top_k=2,
+        vocab=200064, ctx=10240000, file_type=15),
     # google/gemma-4-26B-A4B config.json (values as cross-checked in public GGUF readers): 30 layers,
     # 2816 wide, 16 query heads; sliding layers 8 KV heads of 256 with a 1024 window, every 6th layer full
     # with 2 KV heads of 512; a 2112-wide dense MLP beside 128 experts of 704 (top-8); tied embeddings.

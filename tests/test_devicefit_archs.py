@@ -84,7 +84,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -99,7 +99,7 @@ TINY_COMPUTE_TOLERANCE = {"exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "g
                           "laguna": 0.004}
 
 
-@pytest.mark.parametrize("arch", ["exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -134,7 +134,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     the dense Nemotron-H hybrid (Mamba-2, attention and relu^2
     MLP blocks), pure Mamba-1 and dense Qwen3.5 (`qwen35`: qwen35moe's gated delta nets and gated-query
     attention with a SwiGLU FFN, at Qwen3.5-27B's widths) and EXAONE-4.0-32B (`exaone4`: post-norm blocks,
-    no pre-norms, sliding-window layers only in a 64-block model), measured on tiny real
+    no pre-norms, sliding-window layers only in a 64-block model) and MiniMax-Text-01 (`minimax-01`: lightning
+    attention's head_k^2 x n_head f32 state, its decay inputs and intra-block scores, residuals of the
+    normed inputs; every layer replayed), measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -154,7 +156,11 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         if tolerance is not None:
             ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
             assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "exaone4":  # 64 blocks (EXAONE-4.0-32B): three 4096-token sliding-window layers to one full
+    if arch == "minimax-01":  # seven lightning-attention blocks, then one softmax GQA block
+        assert shape.recurrent_kind == "lightning" and shape.is_recurrent == [True] * 7 + [False]
+        assert shape.has_kv == [False] * 7 + [True] and (shape.state_r, shape.state_s) == (0, 128 * 128 * 64)
+        assert [layer.mixer for layer in graph.layers] == ["lightning"] * 7 + ["attention"]
+    elif arch == "exaone4":  # 64 blocks (EXAONE-4.0-32B): three 4096-token sliding-window layers to one full
         assert shape.is_swa == [True, True, True, False] * 16 and (shape.swa_type, shape.n_swa) == ("standard", 4096)
         assert {layer.ffn for layer in graph.layers} == {"dense"} and all(layer.qk_norm for layer in graph.layers)
     elif arch == "qwen35":  # dense Qwen3.5 at 27B width: three gated delta nets to one gated-query attention layer
@@ -331,6 +337,19 @@ def test_unsized_architecture_names_what_is_missing(tmp_path):
     path = synth.write_model(spec, tmp_path / "m3.gguf", sparse=True)[0]
     with pytest.raises(GGUFError, match=r"cannot size architecture 'minimax-m3'.*MSA indexer cache"):
         shape_of(path)
+
+
+def test_minimax_text_01_preset_memory(tmp_path):
+    """MiniMax-Text-01's 80 blocks: 70 lightning-attention blocks hold one 128 x 128 x 64 f32 state per
+    sequence (4 MiB, llama_hparams::n_embd_s with n_embd_head_la), the 10 softmax blocks (every 8th) an
+    f16 KV cache of 8 heads of 128."""
+    path = synth.write_model(synth.preset("minimax-text-01"), tmp_path / "mt01.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    assert [il for il in range(80) if kv.holds_kv(shape, il)] == list(range(7, 80, 8))
+    caches = {c.kind: c for c in kv.kv_caches(shape, 8192, KVSettings(n_seq=2))}
+    assert caches["recurrent"].layers == 70 and caches["recurrent"].s_bytes == 70 * 2 * 128 * 128 * 64 * 4
+    assert caches["recurrent"].r_bytes == 0
+    assert kv.bytes_per_token(shape, KVSettings()) == 10 * 2 * 8 * 128 * 2
 
 
 def test_exaone4_slides_only_with_64_blocks(tmp_path):

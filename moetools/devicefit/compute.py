@@ -917,6 +917,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     mixer = "none"
     if kvshape.is_recurrent[il] and kvshape.architecture in kvmod.GDN_ARCHES:
         mixer = "gdn"
+    elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "lightning":
+        mixer = "lightning"
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "kda":
         mixer = "kda"
     elif kvshape.architecture in ("rwkv7", "arwkv7") and _has(model, blk + "time_mix_lerp_fused.weight"):
@@ -962,6 +964,9 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.qkv_bias = _has(model, blk + "attn_q.bias") or _has(model, blk + "attn_qkv.bias")
         shape.o_bias = _has(model, blk + "attn_output.bias")
         shape.qk_norm = _has(model, blk + "attn_q_norm.weight")
+        shape.gate_rows = _rows(model, blk + "attn_gate.weight")
+    elif mixer == "lightning":
+        shape.q_rows = _rows(model, blk + "attn_qkv.weight")  # q, k and v of every head
         shape.gate_rows = _rows(model, blk + "attn_gate.weight")
     elif mixer == "kda":
         shape.q_rows = _rows(model, blk + "attn_q.weight")
@@ -1024,10 +1029,10 @@ _SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m
 _SOFTMAX_WEIGHT = ("gpt-oss",)
 _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
 _NORM_W_NEVER = ("gpt-oss", "jamba")  # openai-moe.cpp / jamba.cpp pass false whatever the key says
-_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe", "kimi-linear")  # lfm2.cpp, ernie4-5-moe.cpp, kimi-linear.cpp pass true
+_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe", "kimi-linear", "minimax-01")  # lfm2.cpp, ernie4-5-moe.cpp, kimi-linear.cpp, minimax-01.cpp pass true
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
-STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv")
+STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning")
 NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba",  # build_qkv without ggml_rope_ext
                   "kimi-k3", "kimi-linear")  # NoPE MLA: k_pe and q_pe are views, never roped
 PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
@@ -1038,6 +1043,9 @@ RELU_SQR_ARCHES = ("nemotron_h", "nemotron_h_moe")  # LLM_FFN_RELU_SQR experts, 
 NEXTN_RAW_STATE = ("gpt-oss", "step35")
 # loaders that expand the attention norm before the layer body (before a delta net gathers its states)
 NORM_FIRST_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "kimi-linear")
+# loaders whose residuals are the *normed* block inputs, scaled by residual_scale (minimax-01.cpp: the
+# attention adds scale(attn_norm(x)), the FFN scale(ffn_norm(h)))
+NORMED_RESIDUAL_ARCHES = ("minimax-01",)
 # loaders whose blocks have no pre-norms (exaone4.cpp): attention and FFN read the stream itself and
 # their outputs are RMS-normed before each residual add
 POST_NORM_ARCHES = ("exaone4",)
@@ -1589,6 +1597,64 @@ def _gdn_layer(b, il, x, layer):
     y = b.norm(g.view(out), inner)
     y = g.op(y.nbytes, y, b.unary(g.view(z), z.nbytes), inplace=(0, 1))  # * silu(z)
     return g.view(b.mm(b.shape.n_embd, g.view(y)))
+
+
+def _lightning_inputs(b):
+    """minimax-01.cpp's llm_graph_input_la: the per-head slopes, the q and k decay exponents (one per head
+    and token) and the diagonal decay (n_seq_tokens^2 per head and sequence), all f32."""
+    if getattr(b, "la", None) is None:
+        heads = b.shape.n_head[0]
+        n_seq = max(1, b.settings.n_seq)
+        t = b.T // n_seq
+        g = b.g
+        b.la = (g.input(b.f32(heads)), g.input(b.f32(heads, b.T)), g.input(b.f32(heads, b.T)),
+                g.input(b.f32(t, t, heads, n_seq)))
+    return b.la
+
+
+def _lightning_layer(b, il, x, layer):
+    """MiniMax-01's lightning attention block (minimax-01.cpp): the (empty) conv state and the state
+    gathered (build_rs), the silu'd fused qkv, the decays exp(scale(input)), q times its decay against
+    the old state, the intra-chunk q k^T times the diagonal decay against v (contiguous), their sum; the
+    block decay of the slopes, the old state times it plus (k times its decay, contiguous) v^T, copied
+    back to the cache; the output permuted contiguous, RMS-normed, times sigmoid of the gate, projected.
+    Views (the q/k/v slices, the state's reshape) are never reused in place."""
+    g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
+    heads = b.shape.n_head[il]
+    head = layer.q_rows // (3 * heads)
+    t = T // n_seq
+    slopes, q_decay_in, k_decay_in, diag_decay_in = _lightning_inputs(b)
+    s_copy = _state_copy(b)
+    g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))  # conv state (0 wide)
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    slope_rate = g.op(b.f32(heads), slopes, inplace=(0,))
+    qkv_mixed = b.unary(b.mm(layer.q_rows, g.view(x)), b.f32(layer.q_rows, T))  # silu
+    q, k, v = g.view(qkv_mixed), g.view(qkv_mixed), g.view(qkv_mixed)
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    kv_old = g.view(state)
+    decay = lambda source: b.unary(g.op(source.nbytes, source, inplace=(0,)), source.nbytes)  # noqa: E731
+    q_decay = decay(q_decay_in)
+    q_s = g.op(b.f32(head, heads, T), q, q_decay)
+    qkv_none_diag = g.op(b.f32(head, t, heads, n_seq), kv_old, g.view(q_s))
+    qk = g.op(b.f32(t, t, heads, n_seq), g.view(k), g.view(q))
+    qk = g.op(qk.nbytes, qk, decay(diag_decay_in), inplace=(0,))
+    v_trans = g.op(b.f32(head, heads, T), g.view(v))  # cont(permute)
+    qkv_diag = g.op(b.f32(head, t, heads, n_seq), v_trans, qk)
+    out = g.expand(g.op(qkv_none_diag.nbytes, qkv_none_diag, qkv_diag, inplace=(0,)))
+    block_decay = b.unary(g.op(slope_rate.nbytes, slope_rate, inplace=(0,)), slope_rate.nbytes)  # scale, exp
+    kv_old_s = g.op(b.f32(b.kv.state_s, n_seq), kv_old, g.view(block_decay))
+    k_after = g.op(b.f32(head, heads, T), k, decay(k_decay_in))
+    k_after_trans = g.op(k_after.nbytes, g.view(k_after))  # cont(permute)
+    kv_cur = g.op(b.f32(b.kv.state_s, n_seq), k_after_trans, v_trans)
+    kv_new = g.op(kv_cur.nbytes, kv_old_s, kv_cur, inplace=(0,))
+    g.expand(g.view(b.cache, kv_new, g.view(b.cache)))  # cpy into the state cache
+    out = g.op(b.f32(head * heads, T), g.view(out))  # cont(permute)
+    out = b.norm(g.view(out), head * heads)
+    gate = b.unary(b.mm(layer.gate_rows, g.view(x)), b.f32(layer.gate_rows, T))  # sigmoid
+    out = g.op(gate.nbytes, gate, out, inplace=(0, 1))
+    return g.view(b.mm(b.shape.n_embd, out))
 
 
 def _state_copy(b):
@@ -2211,6 +2277,11 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None):
         # and freed in its layer: the free blocks shift from layer to layer (measured: leaving repeats
         # out lost a third of DeepSeek-V3.2's buffer)
         return set()
+    if any(layer.mixer == "lightning" for layer in graph_shape.layers):
+        # minimax-01's stream moves to the experts' output every layer and the next layer's state gathers
+        # run before that: the free blocks alternate between two layouts, so leaving an odd number of
+        # layers out shifts everything after (measured: 6% over on a tiny model at MiniMax-Text-01's width)
+        return set()
     skipped, run, previous = set(), 0, None
     last = len(graph_shape.layers) - 1
     for il in sorted(layer_set):
@@ -2284,6 +2355,9 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             cur = mixed_in
         post_norm = graph_shape.architecture in POST_NORM_ARCHES
         x = cur if post_norm else b.norm(cur, n_embd)
+        normed_residual = graph_shape.architecture in NORMED_RESIDUAL_ARCHES
+        if normed_residual:
+            residual = x
         if stack is not None or graph_shape.architecture in NORM_FIRST_ARCHES:
             # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push);
             # qwen3next.cpp / qwen35moe.cpp too (before the delta net gathers its states)
@@ -2296,6 +2370,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = _kda_layer(b, il, x, layer)
         elif layer.mixer == "gdn":
             mixed = _gdn_layer(b, il, x, layer)
+        elif layer.mixer == "lightning":
+            mixed = _lightning_layer(b, il, x, layer)
         elif layer.mixer == "mamba2":
             mixed = _mamba2_layer(b, il, x, layer)
         elif layer.mixer == "mamba":
@@ -2321,6 +2397,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             T = b.T = n_out  # the rest runs on the output rows only
         if post_norm and mixed is not None:
             mixed = b.norm(mixed, n_embd)  # attn_post_norm (after the last layer's output rows are taken)
+        if normed_residual:
+            residual = g.op(residual.nbytes, residual, inplace=(0,))  # scale by residual_scale
         if banked and mixed is not None:
             cur = mixed  # the stream restarts from the mixer's output
         elif mixed is not None:
@@ -2339,6 +2417,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             ffn_in = cur
             x = cur if post_norm else b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
             out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
+            if normed_residual:  # the FFN's residual is its normed input, scaled after the experts ran
+                ffn_in = g.op(x.nbytes, x, inplace=(0,))
             if post_norm:  # ffn_post_norm, built with il = -1 (never pinned to the layer's device)
                 il_saved, b.il = b.il, -1
                 out = b.norm(out, n_embd)

@@ -68,6 +68,10 @@ FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
 # Hybrid models whose recurrent layers are the Kimi Delta Attention ones (head_count_kv 0).
 KDA_ARCHES = ("kimi-k3", "kimi-linear")
+# Hybrids whose recurrent layers are lightning (linear) attention (minimax-01.cpp): `attention.recurrent_layers`,
+# else all but every `full_attention_interval`-th (default 8); state n_embd_s = head_k^2 x n_head (llama_hparams
+# n_embd_head_la), no conv state (n_embd_r falls through to the Mamba formula without ssm keys: 0).
+LIGHTNING_ARCHES = ("minimax-01",)
 # Hybrid models whose recurrent layers are gated delta nets: `attention.recurrent_layers`, else every
 # layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp, qwen35.cpp).
 GDN_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
@@ -95,7 +99,7 @@ RECURRENT_RULES = {
     "lfm2": ("shortconv", "hkv0", "not_recurrent"),
     "lfm2moe": ("shortconv", "hkv0", "not_recurrent"),
 }
-HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES + tuple(arch for arch, rule in RECURRENT_RULES.items() if rule[2] != "none")
+HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES + LIGHTNING_ARCHES + tuple(arch for arch, rule in RECURRENT_RULES.items() if rule[2] != "none")
 # DSA sparse attention: an extra indexer K cache (src/llama-kv-cache-dsa.cpp).
 DSA_ARCHES = ("deepseek32", "glm-dsa")
 INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
@@ -112,7 +116,6 @@ UNSUPPORTED = {
     "glm5-next": "its hybrid KDA state with a DSA indexer cache (llama_memory_hybrid_idx)",
     "qwen4exp": "its QSA indexer cache (llama_memory_hybrid_idx)",
     "deepseek4": "its compressed DSV4 KV cache (llama_kv_cache_dsv4)",
-    "minimax-01": "its lightning-attention state (n_embd_head_la)",
     "minimax-m3": "its MSA indexer cache (llama_kv_cache_msa)",
     "dots3note": "its DSA + sliding-window cache (llama_kv_cache_dsa_iswa)",
     "hy_v4": "its DSA indexer over shared layers",
@@ -179,7 +182,7 @@ class KVShape(Record):
         ("mla", False),
         ("state_r", 0),  # f32 values per recurrent row (conv state)
         ("state_s", 0),  # f32 values per recurrent row (recurrent matrix state)
-        ("recurrent_kind", ""),  # "kda" | "gdn" | "mamba" | "rwkv" | "shortconv" ("" without recurrent layers)
+        ("recurrent_kind", ""),  # "kda" | "gdn" | "lightning" | "mamba" | "rwkv" | "shortconv" ("" without recurrent layers)
         ("has_kv", list),  # per block: False where the layer holds no attention cache (filtered/shared); [] = all
         ("indexer_width", 0),  # DSA: values per cell of the indexer K cache (one head)
         ("indexer_layers", list),  # per block: True where the layer has an indexer cache
@@ -237,7 +240,7 @@ def _swa_layers(model, arch, trunk, n_layer):
     return flags, window, swa_type
 
 
-def _gdn_layers(model, trunk, n_layer):
+def _gdn_layers(model, trunk, n_layer, default_interval=4):
     key = model.key("{arch}.attention.recurrent_layers")
     raw = model.metadata.get(key)
     if isinstance(raw, LazyArray):
@@ -246,7 +249,7 @@ def _gdn_layers(model, trunk, n_layer):
         if len(raw) != n_layer:
             raise GGUFError(model.path, f"recurrent-layer array has {len(raw)} entries for {n_layer} blocks", key=key)
         return [bool(value) for value in raw]
-    interval = model.get_int("{arch}.full_attention_interval", 4)
+    interval = model.get_int("{arch}.full_attention_interval", default_interval)
     if interval == 0:
         raise GGUFError(model.path, "full_attention_interval 0 is not a layer period", key=model.key("{arch}.full_attention_interval"))
     return [il < trunk and (il + 1) % interval != 0 for il in range(n_layer)]
@@ -269,7 +272,7 @@ def _int_array(model, template, n_layer, default):
     return [raw] * n_layer
 
 
-def _recurrent_state(model, kind, n_embd, head_count):
+def _recurrent_state(model, kind, n_embd, head_count, k_width=0):
     """(n_embd_r, n_embd_s) of llama_hparams for a recurrent kind, from the keys its loader reads."""
     if kind == "rwkv":
         head_size = model.get_int("{arch}.wkv.head_size", required_for="the RWKV state")
@@ -283,6 +286,8 @@ def _recurrent_state(model, kind, n_embd, head_count):
         kda = model.get_int(Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
         d_inner = head_count[0] * kda
         return 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner, kda * kda * head_count[0]
+    if kind == "lightning":
+        return 0, k_width * k_width * head_count[0]
     what = "gated delta net" if kind == "gdn" else "Mamba"
     d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for=f"the {what} conv state")
     d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for=f"the {what} state")
@@ -310,10 +315,11 @@ def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
         is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
         # the hybrid's default attention filter ("not recurrent") keeps the NextN blocks
         return kind, is_recurrent, [not r for r in is_recurrent]
-    if arch in GDN_ARCHES:
-        is_recurrent = _gdn_layers(model, trunk, n_layer)
-        # create_memory's filters for the Qwen hybrids: trunk layers only
-        return "gdn", is_recurrent, [il < trunk and not is_recurrent[il] for il in range(n_layer)]
+    if arch in GDN_ARCHES or arch in LIGHTNING_ARCHES:
+        lightning = arch in LIGHTNING_ARCHES
+        is_recurrent = _gdn_layers(model, trunk, n_layer, 8 if lightning else 4)
+        # create_memory's filters for the Qwen hybrids and minimax-01: trunk layers only
+        return ("lightning" if lightning else "gdn"), is_recurrent, [il < trunk and not is_recurrent[il] for il in range(n_layer)]
     rule = RECURRENT_RULES.get(arch)
     if rule is None:
         # a plain KV cache: with NextN layers the filter keeps the trunk only
@@ -421,7 +427,7 @@ def kv_shape(model):
         notes.append(f"{arch}: {trunk - sum(has_kv[:trunk])} layer(s) reuse an earlier layer's KV cache and hold none")
     state_r = state_s = 0
     if any(is_recurrent):
-        state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count)
+        state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
     indexer_width, indexer_layers = 0, []
     if arch in DSA_ARCHES:
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the DSA indexer cache")
