@@ -979,6 +979,73 @@ def kimi_linear(t=Types(), **p):
     return spec
 
 
+def bailingmoe3(t=Types(), **p):
+    """Ling/Ring-2.5-style `bailingmoe3` (src/models/bailingmoe3.cpp): KDA linear-attention blocks
+    (head_count_kv 0: per-q/k/v short convs, a one-projection decay gate with dt bias and A, a
+    one-projection output gate) and gated MLA blocks (a per-head sigmoid gate) every `full_every`, a
+    leading dense block, sigmoid-routed experts with a selection bias beside a shared expert, and
+    `nextn` MTP blocks after the trunk (which the hybrid's default filter gives a KV cache)."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 0, "kv_lora": 64, "rope": 16,
+         "qk_nope": 32, "v_head": 32, "full_every": 4, "nextn": 1, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("bailingmoe3", [])
+    trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
+    n_embd, n_head, head = p["n_embd"], p["n_head"], p["kda_head"]
+    d_inner = n_head * head
+    is_mla = [(il + 1) % p["full_every"] == 0 or il >= trunk for il in range(n_all)]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", [1 if mla else 0 for mla in is_mla], "u32[]")
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.kda.head_dim", head)
+    spec.meta("{arch}.kda.gate_lower_bound", -5.0, "f32")
+    _mla_keys(spec, p)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_gating_func", 2)
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    for il in range(n_all):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        if is_mla[il]:
+            _mla_attention(spec, il, p, t)
+            spec.add(blk + "attn_gate.weight", (n_embd, n_head), t.norm)
+        else:
+            for conv in ("q", "k", "v"):
+                spec.add(f"{blk}ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
+            for name in ("attn_q", "attn_k", "attn_v"):
+                spec.add(f"{blk}{name}.weight", (n_embd, d_inner), t.resident)
+            spec.add(blk + "ssm_f_a.weight", (n_embd, d_inner), t.resident)
+            spec.add(blk + "ssm_beta.weight", (n_embd, n_head), t.norm)
+            spec.add(blk + "ssm_a", (1, n_head), t.norm)
+            spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
+            spec.add(blk + "ssm_g_a.weight", (n_embd, d_inner), t.resident)
+            spec.add(blk + "ssm_norm.weight", (head,), t.norm)
+            spec.add(blk + "attn_output.weight", (d_inner, n_embd), t.resident)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(blk + "exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk:
+            spec.add(blk + "nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
+            spec.add(blk + "nextn.enorm.weight", (n_embd,), t.norm)
+            spec.add(blk + "nextn.hnorm.weight", (n_embd,), t.norm)
+            spec.add(blk + "layer_output_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
 def qwen35moe(t=Types(), **p):
     """Qwen3.5 MoE (`qwen35moe`) and Qwen3-Next (`qwen3next`): gated delta net layers, one full
     attention layer every `full_every` (gated queries, q/k norms), routed experts and a gated shared
@@ -1818,6 +1885,7 @@ BUILDERS = {
     "qwen35": lambda t=Types(), **p: qwen35moe(t, **({"arch": "qwen35"} | p)),
     "exaone4": exaone4,
     "minimax-01": minimax_01,
+    "bailingmoe3": bailingmoe3,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "qwen3vlmoe": qwen3vlmoe,

@@ -84,7 +84,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -99,7 +99,7 @@ TINY_COMPUTE_TOLERANCE = {"minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001
                           "laguna": 0.004}
 
 
-@pytest.mark.parametrize("arch", ["minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -136,7 +136,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     attention with a SwiGLU FFN, at Qwen3.5-27B's widths) and EXAONE-4.0-32B (`exaone4`: post-norm blocks,
     no pre-norms, sliding-window layers only in a 64-block model) and MiniMax-Text-01 (`minimax-01`: lightning
     attention's head_k^2 x n_head f32 state, its decay inputs and intra-block scores, residuals of the
-    normed inputs; every layer replayed), measured on tiny real
+    normed inputs; every layer replayed) and Ling-2.5-style `bailingmoe3` (KDA blocks with their own conv
+    and gate order, MLA blocks with a per-head gate, an MTP block the hybrid's default filter gives KV),
+    measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
@@ -156,7 +158,12 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         if tolerance is not None:
             ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
             assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "minimax-01":  # seven lightning-attention blocks, then one softmax GQA block
+    if arch == "bailingmoe3":  # KDA x3, gated MLA, KDA x3, gated MLA, then the MTP block (which holds KV)
+        assert shape.recurrent_kind == "kda" and shape.is_recurrent == [True, True, True, False] * 2 + [False]
+        assert shape.has_kv == [False, False, False, True] * 2 + [True] and shape.mla and shape.trunk_layers == 8
+        assert [layer.mixer for layer in graph.layers] == ["bkda", "bkda", "bkda", "mla"] * 2
+        assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 7
+    elif arch == "minimax-01":  # seven lightning-attention blocks, then one softmax GQA block
         assert shape.recurrent_kind == "lightning" and shape.is_recurrent == [True] * 7 + [False]
         assert shape.has_kv == [False] * 7 + [True] and (shape.state_r, shape.state_s) == (0, 128 * 128 * 64)
         assert [layer.mixer for layer in graph.layers] == ["lightning"] * 7 + ["attention"]

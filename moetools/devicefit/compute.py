@@ -824,7 +824,7 @@ class LayerShape(Record):
     """One block's graph-relevant widths (read from its tensors' shapes)."""
 
     FIELDS = (
-        ("mixer", REQUIRED),  # "attention", "mla", "kda", "gdn", "mamba", "mamba2", "shortconv",
+        ("mixer", REQUIRED),  # "attention", "mla", "kda", "bkda" (bailingmoe3's KDA), "gdn", "lightning", "mamba", "mamba2", "shortconv",
         # "attention+mamba2" (falcon-h1), "none"
         ("q_rows", 0),  # rows of the query projection output (attn_q / attn_q_b / fused qkv)
         ("k_rows", 0),
@@ -920,7 +920,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "lightning":
         mixer = "lightning"
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "kda":
-        mixer = "kda"
+        mixer = "bkda" if kvshape.architecture == "bailingmoe3" else "kda"
     elif kvshape.architecture in ("rwkv7", "arwkv7") and _has(model, blk + "time_mix_lerp_fused.weight"):
         mixer = kvshape.architecture
     elif kvshape.architecture == "rwkv6" and _has(model, blk + "time_mix_lerp_fused.weight") \
@@ -968,6 +968,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
     elif mixer == "lightning":
         shape.q_rows = _rows(model, blk + "attn_qkv.weight")  # q, k and v of every head
         shape.gate_rows = _rows(model, blk + "attn_gate.weight")
+    elif mixer == "bkda":
+        shape.q_rows = _rows(model, blk + "attn_q.weight")
     elif mixer == "kda":
         shape.q_rows = _rows(model, blk + "attn_q.weight")
         shape.ssm_conv_channels = shape.q_rows
@@ -1032,7 +1034,7 @@ _NORM_W_NEVER = ("gpt-oss", "jamba")  # openai-moe.cpp / jamba.cpp pass false wh
 _NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe", "kimi-linear", "minimax-01")  # lfm2.cpp, ernie4-5-moe.cpp, kimi-linear.cpp, minimax-01.cpp pass true
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
-STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning")
+STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning", "bkda")
 NO_ROPE_ARCHES = ("nemotron_h", "nemotron_h_moe", "jamba",  # build_qkv without ggml_rope_ext
                   "kimi-k3", "kimi-linear")  # NoPE MLA: k_pe and q_pe are views, never roped
 PARALLEL_SSM_ARCHES = ("falcon-h1",)  # attention and Mamba-2 side by side in every block, outputs added
@@ -1436,7 +1438,13 @@ def _mla_layer(b, il, x, layer):
     g.expand(k_cur)
     g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs["full"]))
     cur = _mha(b, il, q_cur, kv_lora + rope, "full", n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
-    if layer.gate_rows:
+    if layer.gate_rows and shape.architecture == "bailingmoe3":
+        # bailingmoe3.cpp: one sigmoid gate per head (of a reshape: a new tensor), the output reshaped
+        # (a view: the mul is a new tensor) and made contiguous before the projection
+        gate = b.unary(g.view(b.mm(layer.gate_rows, x)), b.f32(layer.gate_rows, T))
+        cur = g.op(b.f32(n_head * v_head, T), g.view(cur), gate)
+        cur = g.op(cur.nbytes, g.view(cur))
+    elif layer.gate_rows:
         gate = b.mm(layer.gate_rows, x)
         gate = b.unary(gate, gate.nbytes)
         cur = g.op(b.f32(n_head * v_head, T), cur, gate, inplace=(0, 1))  # mul: in place of the sigmoid
@@ -1542,6 +1550,54 @@ def _kda_layer(b, il, x, layer):
     out_gate = b.mm(d_inner, b.mm(layer.ssm_inner, g.view(x))) if layer.ssm_inner else b.mm(d_inner, g.view(x))
     y = g.op(y.nbytes, y, b.unary(g.view(out_gate), out_gate.nbytes), inplace=(0, 1))  # * sigmoid(g2)
     y = g.op(b.f32(d_inner, T), y)  # cont_2d
+    return b.mm(b.shape.n_embd, y)
+
+
+def _bailing_kda_layer(b, il, x, layer):
+    """bailingmoe3's KDA block (bailingmoe3.cpp): the conv states gathered (build_rs), then per q/k/v its
+    projection, the concat with its state and the copies back (one per written rollback snapshot); only
+    those are expanded, so the rest joins the graph when the delta net's state copy does: per q, k, v the
+    conv and silu (of a reshape: a new tensor), q and k l2-normed (rms_norm of a view, scale in place),
+    the decay gate (f_a x + dt bias, times A, sigmoid, scale), beta's sigmoid, the fused GATED_DELTA_NET
+    (output rows and state snapshots); then the output contiguous, RMS-normed, times sigmoid of the
+    output gate (g_a x), contiguous again and projected."""
+    g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
+    d_inner = layer.q_rows
+    n_head = b.shape.n_head[il] or 1
+    t = T // n_seq
+    snapshots = 1 + b.settings.rs_seq
+    s_copy = _state_copy(b)
+    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    conv_ins = []
+    for _ in range(3):
+        proj = b.mm(d_inner, x)
+        conv_in = g.op(b.f32(d_inner, T) + b.f32(b.kv.state_r // 3, n_seq), g.view(conv_states), g.view(proj))
+        for _ in range(min(t, snapshots)):
+            g.expand(g.view(b.cache, g.view(conv_in), g.view(b.cache)))  # the window back to the cache
+        conv_ins.append(conv_in)
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    qkv = []
+    for index, conv_in in enumerate(conv_ins):
+        conv = b.unary(g.view(g.op(b.f32(d_inner, T), conv_in, b.weights)), b.f32(d_inner, T))  # ssm_conv, silu
+        if index < 2:  # build_gdn_l2_norm: rms_norm of a reshape (a new tensor), scale in place
+            conv = b.unary(g.op(b.f32(d_inner, T), g.view(conv), inplace=(0,)), b.f32(d_inner, T))
+        qkv.append(conv)
+    gate = g.op(b.f32(d_inner, T), b.mm(d_inner, x), b.weights, inplace=(0,))  # f_a x + dt bias
+    gate = g.op(gate.nbytes, g.view(gate), b.weights, inplace=(0,))  # * A (of a reshape: a new tensor)
+    gate = b.unary(b.unary(gate, gate.nbytes), gate.nbytes)  # sigmoid, scale by the lower bound
+    beta = b.unary(g.view(b.mm(n_head, x)), b.f32(n_head, T))  # sigmoid of a reshape: a new tensor
+    out = g.op(b.f32(d_inner, T) + snapshots * b.f32(b.kv.state_s, n_seq), g.view(qkv[0]), g.view(qkv[1]),
+               g.view(qkv[2]), g.view(gate), beta, g.view(state))
+    for _ in range(min(t, snapshots) if snapshots > 1 else 1):
+        g.expand(g.view(b.cache, g.view(out), g.view(b.cache)))  # the new state(s) back to the cache
+    y = g.op(b.f32(d_inner, T), g.view(out))  # cont
+    y = b.norm(g.view(y), d_inner)
+    out_gate = b.mm(d_inner, x)
+    y = g.op(y.nbytes, y, b.unary(g.view(out_gate), out_gate.nbytes), inplace=(0, 1))  # * sigmoid(g_a x)
+    y = g.op(b.f32(d_inner, T), g.view(y))  # cont_2d
     return b.mm(b.shape.n_embd, y)
 
 
@@ -2368,6 +2424,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = _mla_layer(b, il, x, layer)
         elif layer.mixer == "kda":
             mixed = _kda_layer(b, il, x, layer)
+        elif layer.mixer == "bkda":
+            mixed = _bailing_kda_layer(b, il, x, layer)
         elif layer.mixer == "gdn":
             mixed = _gdn_layer(b, il, x, layer)
         elif layer.mixer == "lightning":

@@ -67,7 +67,7 @@ SWA_RULES = {
 FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
 # Hybrid models whose recurrent layers are the Kimi Delta Attention ones (head_count_kv 0).
-KDA_ARCHES = ("kimi-k3", "kimi-linear")
+KDA_ARCHES = ("kimi-k3", "kimi-linear", "bailingmoe3")
 # Hybrids whose recurrent layers are lightning (linear) attention (minimax-01.cpp): `attention.recurrent_layers`,
 # else all but every `full_attention_interval`-th (default 8); state n_embd_s = head_k^2 x n_head (llama_hparams
 # n_embd_head_la), no conv state (n_embd_r falls through to the Mamba formula without ssm keys: 0).
@@ -112,7 +112,6 @@ GLM_DSA_DEFAULT_LAYERS = 78
 # Architectures llama.cpp runs whose memory this module does not model: refuse, never guess. Each names
 # the memory llama.cpp builds for it that device-fit has no formula for.
 UNSUPPORTED = {
-    "bailingmoe3": "its hybrid linear-attention state",
     "glm5-next": "its hybrid KDA state with a DSA indexer cache (llama_memory_hybrid_idx)",
     "qwen4exp": "its QSA indexer cache (llama_memory_hybrid_idx)",
     "deepseek4": "its compressed DSV4 KV cache (llama_kv_cache_dsv4)",
