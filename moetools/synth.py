@@ -994,21 +994,9 @@ def bailingmoe3(t=Types(), **p):
     n_embd, n_head, head = p["n_embd"], p["n_head"], p["kda_head"]
     d_inner = n_head * head
     is_mla = [(il + 1) % p["full_every"] == 0 or il >= trunk for il in range(n_all)]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", n_head)
-    spec.meta("{arch}.attention.head_count_kv", [1 if mla else 0 for mla in is_mla], "u32[]")
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.kda.head_dim", head)
-    spec.meta("{arch}.kda.gate_lower_bound", -5.0, "f32")
-    _mla_keys(spec, p)
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_shared_count", p["n_shared"])
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    _kimi_keys(spec, p, is_mla, k3=False)
+    spec.meta("{arch}.kda.gate_lower_bound", -5.0, "f32")  # bailingmoe3.cpp requires it (and asserts < 0)
     spec.meta("{arch}.expert_weights_norm", True, "bool")
-    spec.meta("{arch}.expert_gating_func", 2)
     if p["nextn"]:
         spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     _embeddings(spec, p, t)

@@ -1507,6 +1507,24 @@ def _dsa_mask(b, il, x, qr):
     return g.op(filled.nbytes, g.view(unmasked), mask, inplace=(0,))  # add: a new tensor (its source is a view)
 
 
+def _kda_conv_windows(b, x, d_inner, copies):
+    """A KDA block's conv states gathered at once (build_rs), then per q/k/v a projection, its concat
+    with its state and `copies` copies of the window back to the cache: (s_copy, the three concats)."""
+    g, T = b.g, b.T
+    n_seq = max(1, b.settings.n_seq)
+    s_copy = _state_copy(b)
+    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    conv_ins = []
+    for _ in range(3):
+        proj = b.mm(d_inner, x)
+        conv_in = g.op(b.f32(d_inner, T) + b.f32(b.kv.state_r // 3, n_seq), g.view(conv_states), g.view(proj))
+        for _ in range(copies):
+            g.expand(g.view(b.cache, g.view(conv_in)))  # the window back to the cache
+        conv_ins.append(conv_in)
+    return s_copy, conv_ins
+
+
 def _kda_layer(b, il, x, layer):
     """Kimi delta attention (kimi-k3.cpp build_kda_layer, kimi-linear.cpp): the three conv states
     gathered at once (build_rs), per q/k/v a projection, the concat with its state and the copy back
@@ -1519,16 +1537,7 @@ def _kda_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     d_inner = layer.q_rows
     snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
-    s_copy = _state_copy(b)
-    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
-    conv_ins = []
-    for _ in range(3):
-        proj = b.mm(d_inner, x)
-        conv_in = g.op(b.f32(d_inner, T) + b.f32(b.kv.state_r // 3, n_seq), g.view(conv_states), g.view(proj))
-        for _ in range(snapshots if b.kv.architecture == "kimi-k3" else 1):
-            g.expand(g.view(b.cache, g.view(conv_in)))  # the window back to the cache
-        conv_ins.append(conv_in)
+    s_copy, conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture == "kimi-k3" else 1)
     gate = g.op(b.f32(d_inner, T), b.weights, b.mm(layer.ssm_dt_rank or d_inner, x))  # f_b(f_a x)
     gate = b.unary(g.op(gate.nbytes, gate, b.weights, inplace=(0,)), gate.nbytes)  # + dt bias, softplus
     gate = g.op(gate.nbytes, g.view(gate), b.weights, inplace=(0,))  # * A (of a reshape: a new tensor)
@@ -1567,16 +1576,7 @@ def _bailing_kda_layer(b, il, x, layer):
     n_head = b.shape.n_head[il] or 1
     t = T // n_seq
     snapshots = 1 + b.settings.rs_seq
-    s_copy = _state_copy(b)
-    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
-    conv_ins = []
-    for _ in range(3):
-        proj = b.mm(d_inner, x)
-        conv_in = g.op(b.f32(d_inner, T) + b.f32(b.kv.state_r // 3, n_seq), g.view(conv_states), g.view(proj))
-        for _ in range(min(t, snapshots)):
-            g.expand(g.view(b.cache, g.view(conv_in), g.view(b.cache)))  # the window back to the cache
-        conv_ins.append(conv_in)
+    s_copy, conv_ins = _kda_conv_windows(b, x, d_inner, min(t, snapshots))
     state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
     qkv = []
