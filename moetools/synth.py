@@ -1577,9 +1577,10 @@ def lfm2(t=Types(), **p):
     """LFM2 (`lfm2`) and LFM2-MoE (`lfm2moe`, with `n_expert`): short-convolution blocks (head_count_kv
     0; in_proj to b/c/x, a `l_cache`-wide causal conv) and attention blocks with q/k norms in a
     `pattern` of C and *, a dense SwiGLU FFN in the first `n_dense` blocks and routed experts (sigmoid
-    gate, selection bias, normalised weights) after (llama.cpp src/models/lfm2.cpp, lfm2moe.cpp)."""
+    gate, selection bias, normalised weights) after (llama.cpp src/models/lfm2.cpp, lfm2moe.cpp). `swa` > 0
+    writes attention.sliding_window (lfm2.cpp then slides every attention block; lfm2moe.cpp ignores it)."""
     p = {"pattern": "CC*CC*CC", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128,
-         "n_expert": 0, "top_k": 4, "n_dense": 2, "l_cache": 3, "vocab": 1024, "ctx": 4096} | p
+         "n_expert": 0, "top_k": 4, "n_dense": 2, "l_cache": 3, "vocab": 1024, "ctx": 4096, "swa": 0} | p
     pattern = p["pattern"]
     moe = p["n_expert"] > 0
     spec = ModelSpec("lfm2moe" if moe else "lfm2", [])
@@ -1588,6 +1589,8 @@ def lfm2(t=Types(), **p):
     head = n_embd // p["n_head"]
     _hybrid_widths(spec, p, pattern)
     spec.meta("{arch}.shortconv.l_cache", p["l_cache"])
+    if p["swa"]:
+        spec.meta("{arch}.attention.sliding_window", p["swa"])
     if moe:
         spec.meta("{arch}.expert_count", p["n_expert"])
         spec.meta("{arch}.expert_used_count", p["top_k"])
@@ -1925,6 +1928,7 @@ BUILDERS = {
     "gemma3n": gemma3n,
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
+    "lfm2-swa": lambda t=Types(), **p: lfm2(t, **({"swa": 128} | p)),  # `lfm2` with a sliding window
     "gemma4": gemma4,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
 }

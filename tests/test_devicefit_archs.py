@@ -84,7 +84,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -99,7 +99,7 @@ TINY_COMPUTE_TOLERANCE = {"bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 
                           "laguna": 0.004}
 
 
-@pytest.mark.parametrize("arch", ["bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -138,6 +138,7 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     attention's head_k^2 x n_head f32 state, its decay inputs and intra-block scores, residuals of the
     normed inputs; every layer replayed) and Ling-2.5-style `bailingmoe3` (KDA blocks with their own conv
     and gate order, MLA blocks with a per-head gate, an MTP block the hybrid's default filter gives KV),
+    LFM2 with a sliding window (`lfm2-swa`: llama_memory_hybrid_iswa, every attention block sliding),
     measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -154,11 +155,16 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         settings = settings_of(case)
         forced = kv.force_flash_attn_off(arch, settings)
         assert (forced is not None) == (arch == "grok" and case["flash_attn"])
-        assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (case["kv_mib"], case["state_mib"]), case
+        # (llama_kv_cache_iswa logs its non-SWA cache even with no layer in it: LFM2 with a window)
+        logged = [entry for entry in case["kv_mib"] if entry[1]]
+        assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (logged, case["state_mib"]), case
         if tolerance is not None:
             ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
             assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "bailingmoe3":  # KDA x3, gated MLA, KDA x3, gated MLA, then the MTP block (which holds KV)
+    if arch == "lfm2-swa":  # lfm2 with attention.sliding_window: both attention blocks slide, no full cache
+        assert shape.is_swa == [c == "*" for c in "CC*CC*CC"] and (shape.swa_type, shape.n_swa) == ("standard", 512)
+        assert shape.has_kv == shape.is_swa and shape.is_recurrent == [c == "C" for c in "CC*CC*CC"]
+    elif arch == "bailingmoe3":  # KDA x3, gated MLA, KDA x3, gated MLA, then the MTP block (which holds KV)
         assert shape.recurrent_kind == "kda" and shape.is_recurrent == [True, True, True, False] * 2 + [False]
         assert shape.has_kv == [False, False, False, True] * 2 + [True] and shape.mla and shape.trunk_layers == 8
         assert [layer.mixer for layer in graph.layers] == ["bkda", "bkda", "bkda", "mla"] * 2
@@ -344,6 +350,16 @@ def test_unsized_architecture_names_what_is_missing(tmp_path):
     path = synth.write_model(spec, tmp_path / "m3.gguf", sparse=True)[0]
     with pytest.raises(GGUFError, match=r"cannot size architecture 'minimax-m3'.*MSA indexer cache"):
         shape_of(path)
+
+
+def test_lfm2moe_ignores_a_sliding_window(tmp_path):
+    """lfm2moe.cpp reads no attention.sliding_window (lfm2.cpp does): llama.cpp 0c1e57098 logs one
+    4096-cell cache of the 2 attention blocks for the tiny LFM2-MoE with a 128-token window at ctx 4096."""
+    spec = synth.tiny("lfm2moe", swa=128)
+    shape = shape_of(synth.write_model(spec, tmp_path / "lfm2moe.gguf", sparse=True)[0])
+    attention, _ = logged_form(kv.kv_caches(shape, 4096, KVSettings()))
+    assert attention == [[4096, 2, 2.0, 2.0]] and not any(shape.is_swa)
+    assert any("ignores attention.sliding_window" in note for note in shape.notes)
 
 
 def test_minimax_text_01_preset_memory(tmp_path):

@@ -63,6 +63,7 @@ SWA_RULES = {
     "granite_swa": ("array", 0, False, None, "standard"),
     "step35": ("array", 0, False, None, "standard"),
     "spark2_5": ("array", 0, False, None, "standard"),
+    "lfm2": ("key>0", 0, False, None, "standard"),  # every attention layer slides (lfm2.cpp: is_swa = !is_recr)
 }
 FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
@@ -412,14 +413,13 @@ def kv_shape(model):
     v_swa = model.get_int(Keys.VALUE_LENGTH_SWA, v_full, required_for=swa_required)
     is_swa, n_swa, swa_type = _swa_layers(model, arch, trunk, n_layer)
     if swa_type == "none" and arch not in SWA_RULES and model.get_int(Keys.SLIDING_WINDOW, None):
-        if arch in ("lfm2", "lfm2moe"):
-            raise GGUFError(model.path, f"device-fit cannot size {arch} with a sliding window: it has no model of "
-                                        "the hybrid sliding-window memory (llama_memory_hybrid_iswa)", key=model.key(Keys.SLIDING_WINDOW))
         notes.append(f"{arch}: llama.cpp's loader ignores attention.sliding_window; every layer sized as full attention")
     elif swa_type == "none" and arch == "exaone4" and model.get_int(Keys.SLIDING_WINDOW, None):
         notes.append(f"exaone4: llama.cpp's loader gives only a 64-block model sliding-window layers; these "
                      f"{trunk} are sized as full attention")
     recurrent_kind, is_recurrent, has_kv = _layer_filters(model, arch, trunk, n_layer, head_count_kv)
+    if arch == "lfm2" and swa_type != "none":  # llama_memory_hybrid_iswa: the short convolutions do not slide
+        is_swa = [flag and not is_recurrent[il] for il, flag in enumerate(is_swa)]
     if trunk < n_layer and not any(has_kv[trunk:]):
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
     if arch in ("gemma3n", "gemma4") and not all(has_kv[:trunk]):
