@@ -376,3 +376,84 @@ def test_compiled_and_interpreted_kernels_write_the_same_curve(tmp_path):
         docs.append(json.loads(done.stdout))
     assert docs[0]["requests"] == 12 * 288 and set(docs[0]["demand_policies"]) >= {"predictive", "decay_bandit"}
     assert docs[0] == docs[1]
+
+
+# --- --policies ----------------------------------------------------------------------------------
+
+
+def test_policies_curves_only_the_named_policies_with_the_same_figures(tmp_path):
+    """--policies predictive,lru runs those two (and Belady) with the figures of the full run, says so in
+    demand_policies, and leaves the instruments out unless --instruments asks for them."""
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(40))
+    common = [str(binary), "--synth-layers", "4", "--experts", "16", "--curve", "2,8,32"]
+    full = ok_json(common)
+    part = ok_json([*common, "--policies", "predictive,lru"])
+    assert part["demand_policies"] == ["lru", "predictive"] and part["ceiling_policies"] == ["belady"]
+    assert list(part["hit"]) == ["lru", "predictive", "belady"]
+    for name in part["hit"]:
+        assert part["hit"][name] == full["hit"][name]
+    assert "topk_instruments" not in part and "instruments" not in part["summary"] and "topk_hit" not in part["summary"]
+    assert part["summary"]["demand_policies"] == ["lru", "predictive"]
+    assert set(part["summary"]["gap_closed"]) == {"lru", "predictive"}
+    assert part["summary"]["gap_closed"]["predictive"] == full["summary"]["gap_closed"]["predictive"]
+    # LRU (the gap-closed baseline) and Belady (the ceiling) run whatever is named
+    only = ok_json([*common, "--policies", "lfu,belady", "--instruments"])
+    assert only["demand_policies"] == ["lru", "lfu"] and list(only["hit"]) == ["lru", "lfu", "belady"]
+    assert only["topk_instruments"] == full["topk_instruments"] and only["summary"]["instruments"] == full["summary"]["instruments"]
+    assert full["demand_policies"] == ["lru", "lfu", "decay_bandit", "prefill_pin", "predictive"]
+    # the table output works without the instruments too
+    table = run([*common, "--policies", "predictive"])
+    assert table.exit_code == 0 and "predictive" in table.stdout and "decay_bandit" not in table.stdout
+
+
+@pytest.mark.parametrize("text, words", [("predictive,nope", "'nope' is not a policy"), ("recency", "'recency' is not a policy"),
+                                         (",", "no policy named")])
+def test_policies_bad_names_exit_2_listing_the_valid_ones(tmp_path, text, words):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(5))
+    result = run([str(binary), "--synth-layers", "4", "--experts", "16", "--curve", "--policies", text])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0]
+    assert "choose from lru, lfu, decay_bandit, prefill_pin, predictive, belady" in lines[0]
+
+
+def test_pin_policy_outside_policies_exits_2(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(5))
+    result = run([str(binary), "--synth-layers", "4", "--experts", "16", "--expert-bytes", "2KiB", "--plan",
+                  str(tmp_path / "plan.json"), "--policies", "lfu", "--pin-policy", "predictive"])
+    assert result.exit_code == 2 and "--pin-policy predictive: not run" in result.stderr and "lru, lfu" in result.stderr
+    assert not (tmp_path / "plan.json").exists()
+    ok_json([str(binary), "--synth-layers", "4", "--experts", "16", "--expert-bytes", "2KiB", "--plan",
+             str(tmp_path / "plan.json"), "--policies", "lfu", "--pin-policy", "lfu"])
+    assert read_plan(str(tmp_path / "plan.json")).pin_list
+
+
+def test_follow_with_policies_reports_only_those(tmp_path):
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(6))
+    result = run([str(binary), "--synth-layers", "4", "--experts", "16", "--budget-slots", "8", "--follow", "--max-idle", "0",
+                  "--policies", "predictive"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 5 and all(set(line["hit"]) == {"lru", "predictive"} for line in lines)
+    assert all("topk_hit" not in line and "repeat" not in line for line in lines)
+
+
+def test_device_fit_predicts_from_the_best_policy_of_a_partial_curve(tmp_path, tiny_models):
+    """A curve of --policies lfu,lru names what ran; device-fit's default coverage policy is the best of
+    those (no note), never a policy the curve does not hold."""
+    from moetools.formats.curve import default_coverage_policy
+
+    binary = write_tokens(tmp_path / "t.trace", skewed_tokens(40))
+    curve_path = tmp_path / "curve.json"
+    doc = ok_json([str(binary), "--synth-layers", "4", "--experts", "16", "--curve", "2,8,32", "--policies", "lfu",
+                   "-o", str(curve_path)])
+    curve = read_curve(str(curve_path))
+    assert curve.demand_policies() == ["lru", "lfu"]
+    best = max(("lru", "lfu"), key=lambda name: sum(doc["hit"][name]))
+    assert default_coverage_policy(curve, str(curve_path)) == (best, None)
+    fit = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "8G", "--coverage", str(curve_path),
+                                   "--json"], catch_exceptions=False)
+    assert fit.exit_code == 0, fit.output
+    fitted = json.loads(fit.stdout)
+    assert fitted["coverage_source"] == f"curve ({best})"
+    assert not any("older moetools" in warning for warning in fitted.get("warnings", []))

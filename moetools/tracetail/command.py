@@ -155,7 +155,8 @@ def _settings(got, layer_map, options):
     top_k = options["top_k"] or (layer_map.top_k if layer_map else 0) or got.top_k
     moe_layers = (layer_map.moe_layers if layer_map else 0) or got.n_layers
     return Settings(budget=None, curve_budgets=None, window=options["window"], prefill=options["prefill"],
-                    top_k=top_k, moe_layers=moe_layers if n_expert else 0, n_expert=n_expert)
+                    top_k=top_k, moe_layers=moe_layers if n_expert else 0, n_expert=n_expert,
+                    policies=options["policies"], instruments=options["instruments"])
 
 
 def _expert_bytes(option, layer_map, got):
@@ -201,7 +202,7 @@ def _summary_tables(doc):
     if probe:
         for key, value in probe.items():
             facts.append([f"daemon: {key.replace('_', ' ')}", "-" if value is None else str(value)])
-    for key, value in doc["instruments"].items():
+    for key, value in doc.get("instruments", {}).items():
         facts.append([key.replace("_", " "), "-" if value is None else f"{value:.4f}"])
     for key, value in doc.get("topk_hit", {}).items():
         facts.append([f"{key.replace('_', ' ')} top-S set (bypasses the cache)", f"{value:.4f}"])
@@ -331,6 +332,11 @@ def _write_plan(path, budget_bytes, pins):
 @click.option("--plot", metavar="FILE.svg", help="Draw the curves as SVG (Belady as the ceiling). Implies --curve.")
 @click.option("--write-trace", metavar="OUT", help="Also write the input as a 12-byte trace (the fork's format).")
 @click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list current (see README: Plan file).")
+@click.option("--policies", "policies_text", metavar="NAME[,NAME...]",
+              help="Replay only these demand policies (lru, lfu, decay_bandit, prefill_pin, predictive; LRU, the baseline, "
+                   "and Belady, the ceiling, always run). Default: every one, with the instruments.")
+@click.option("--instruments/--no-instruments", default=None,
+              help="The per-token instruments and the top-S sets (default: on, off when --policies is given).")
 @click.option("--pin-policy", default="predictive", show_default=True, metavar="POLICY",
               help="Whose scores rank the plan's pins: predictive, decay_bandit, lfu or lru.")
 @click.option("--write-table", "table_path", metavar="FILE",
@@ -344,7 +350,7 @@ def _write_plan(path, budget_bytes, pins):
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 @source_options
 def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
-                       window, curve, plot, write_trace, plan_path, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
+                       window, curve, plot, write_trace, plan_path, policies_text, instruments, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
                        json_flag, fetch):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
@@ -365,9 +371,11 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
     options = {"experts": experts, "top_k": top_k, "window": window, "prefill": prefill}
     if plot and curve is None:
         curve = "auto"
-    from moetools.tracetail.core import check_pin_policy
+    from moetools.tracetail.core import DEMAND_POLICIES, check_pin_policy, select_policies
 
-    check_pin_policy(pin_policy)
+    options["policies"] = DEMAND_POLICIES if policies_text is None else select_policies(policies_text.split(","))
+    options["instruments"] = (policies_text is None) if instruments is None else instruments
+    check_pin_policy(pin_policy, options["policies"] if plan_path else DEMAND_POLICIES)
     options["pin_policy"] = pin_policy
     layer_map = _layer_map(model, synth_layers, experts, top_k, fetch)
     if table_path:
@@ -443,7 +451,7 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
                           decode_tokens=summary["decode_tokens"],
                           extra={"demand_policies": result.curve["demand_policies"],
                                  "ceiling_policies": result.curve["ceiling_policies"],
-                                 "topk_instruments": result.curve["topk_instruments"],
+                                 **({"topk_instruments": result.curve["topk_instruments"]} if "topk_instruments" in result.curve else {}),
                                  "distinct": summary["distinct"], "total_slots": summary["total_slots"],
                                  "expert_bytes": summary["expert_bytes"], "summary": summary})
         doc = doc_curve.to_doc()

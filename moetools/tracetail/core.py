@@ -23,6 +23,7 @@ CURVE_POLICIES = DEMAND_POLICIES + CEILING_POLICIES
 PIN_POLICIES = ("predictive", "decay_bandit", "lfu", "lru")  # demand policies whose scores can rank pins
 DEFAULT_PIN_POLICY = "predictive"
 DEFAULT_CURVE_POINTS = 20
+ALWAYS_RUN = ("lru",)  # the baseline of every gap-closed figure: run whatever --policies names (Belady too)
 
 
 @dataclass
@@ -34,6 +35,22 @@ class Settings:
     top_k: int = 0
     moe_layers: int = 0
     n_expert: int = 0
+    policies: tuple = DEMAND_POLICIES  # the demand caches replayed (select_policies), in DEMAND_POLICIES order
+    instruments: bool = True  # the per-token instruments and the top-S sets
+
+
+def select_policies(names):
+    """The demand policies to replay for `names` (what --policies lists): those named plus LRU (the
+    gap-closed baseline), in DEMAND_POLICIES order; "belady" is accepted and needs nothing here (the
+    ceiling is always computed). UsageError naming the valid names for anything else."""
+    names = [name.strip() for name in names if name.strip()]
+    valid = DEMAND_POLICIES + CEILING_POLICIES
+    unknown = [name for name in names if name not in valid]
+    if unknown or not names:
+        what = f"{unknown[0]!r} is not a policy" if unknown else "no policy named"
+        raise UsageError(f"--policies: {what} (choose from {', '.join(valid)})")
+    wanted = set(names) | set(ALWAYS_RUN)
+    return tuple(name for name in DEMAND_POLICIES if name in wanted)
 
 
 class Engine:
@@ -59,17 +76,18 @@ class Engine:
     def reset(self):
         s = self.settings
         self.splitter = PhaseSplitter(s.prefill, s.top_k, s.moe_layers, s.n_expert)
-        self.demand = demand.DemandPolicies(self.space, self.budgets)
-        self.scored = ScoredPolicies(self.budgets, s.window)
-        self.instruments = Instruments(s.window)
+        self.policies = tuple(s.policies)
+        self.demand = demand.DemandPolicies(self.space, self.budgets, names=self.policies)
+        self.scored = ScoredPolicies(self.budgets, s.window) if s.instruments else None
+        self.instruments = Instruments(s.window) if s.instruments else None
         self.tokens = 0
         self.prefill_tokens = 0
         self.decode = []  # decode tokens (id arrays) for the offline curves
         self.pending = []  # lazy: decode tokens not replayed yet
         self.decode_tokens = 0
         self.requests = 0
-        self.hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in DEMAND_POLICIES}
-        self.topk_hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in TOPK_INSTRUMENTS}
+        self.hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in self.policies}
+        self.topk_hits = {name: np.zeros(len(self.budgets), dtype=np.int64) for name in TOPK_INSTRUMENTS} if self.scored else None
 
     def add(self, ids, phase=None):
         """One token (sorted request ids). `phase` from the input format, else the split rule."""
@@ -82,7 +100,8 @@ class Engine:
         if phase != "decode":
             self.flush()
             self.prefill_tokens += 1
-            self.scored.observe_prefill(ids)
+            if self.scored is not None:
+                self.scored.observe_prefill(ids)
             self.demand.observe_prefill(ids)
             return None
         n = len(ids)
@@ -91,10 +110,12 @@ class Engine:
         self.requests += n
         if self.keep_decode:
             self.decode.append(ids)
-        topk = self.scored.decode(ids)
-        for name, value in topk.items():
-            self.topk_hits[name] += value
-        instruments = self.instruments.decode(ids)
+        topk = instruments = None
+        if self.scored is not None:
+            topk = self.scored.decode(ids)
+            for name, value in topk.items():
+                self.topk_hits[name] += value
+            instruments = self.instruments.decode(ids)
         if self.lazy:
             self.pending.append(ids)
             return None
@@ -103,11 +124,13 @@ class Engine:
             "token": index,
             "decode_token": decode_index,
             "experts": n,
-            "hit": {name: int(hits[name][0, self.main]) / n if n else 0.0 for name in DEMAND_POLICIES},
-            "topk_hit": {name: int(value[self.main]) / n if n else 0.0 for name, value in topk.items()},
-            "bandit_decay": self.demand.served_decay(self.main),
+            "hit": {name: int(hits[name][0, self.main]) / n if n else 0.0 for name in self.policies},
         }
-        record.update(instruments)
+        if topk is not None:
+            record["topk_hit"] = {name: int(value[self.main]) / n if n else 0.0 for name, value in topk.items()}
+        record["bandit_decay"] = self.demand.served_decay(self.main)
+        if instruments is not None:
+            record.update(instruments)
         return record
 
     def _replay(self, tokens):
@@ -232,7 +255,8 @@ def summarise(engine, belady=None):
     def ratio(value):
         return float(value) / requests if requests else 0.0
 
-    hit = {name: ratio(engine.hits[name][main]) for name in DEMAND_POLICIES}
+    names = engine.policies
+    hit = {name: ratio(engine.hits[name][main]) for name in names}
     if belady is not None:
         hit["belady"] = ratio(belady[main])
     doc = {
@@ -243,13 +267,15 @@ def summarise(engine, belady=None):
         "experts_per_token": requests / engine.decode_tokens if engine.decode_tokens else 0.0,
         "budget_slots": int(engine.settings.budget),
         "hit": hit,
-        "demand_policies": list(DEMAND_POLICIES),
-        "gap_to_belady": {name: hit["belady"] - hit[name] for name in DEMAND_POLICIES} if "belady" in hit else {},
-        "gap_closed": {name: gap_closed(hit[name], hit["lru"], hit["belady"]) for name in DEMAND_POLICIES} if "belady" in hit else {},
-        "topk_hit": {name: ratio(engine.topk_hits[name][main]) for name in TOPK_INSTRUMENTS},
-        "bandit_decay": engine.demand.served_decay(main) if engine.decode_tokens else None,
-        "instruments": engine.instruments.summary(),
+        "demand_policies": list(names),
+        "gap_to_belady": {name: hit["belady"] - hit[name] for name in names} if "belady" in hit else {},
+        "gap_closed": {name: gap_closed(hit[name], hit["lru"], hit["belady"]) for name in names} if "belady" in hit else {},
     }
+    if engine.scored is not None:
+        doc["topk_hit"] = {name: ratio(engine.topk_hits[name][main]) for name in TOPK_INSTRUMENTS}
+    doc["bandit_decay"] = engine.demand.served_decay(main) if engine.decode_tokens else None
+    if engine.instruments is not None:
+        doc["instruments"] = engine.instruments.summary()
     return doc
 
 
@@ -310,11 +336,12 @@ def analyse(tokens, phases, settings, progress=no_progress):
         def ratios(values):
             return [float(v) / requests if requests else 0.0 for v in values[index]]
 
-        hit = {name: ratios(engine.hits[name]) for name in DEMAND_POLICIES}
+        hit = {name: ratios(engine.hits[name]) for name in engine.policies}
         hit["belady"] = ratios(belady)
         curve = {"slots": [int(b) for b in settings.curve_budgets], "hit": hit,
-                 "demand_policies": list(DEMAND_POLICIES), "ceiling_policies": list(CEILING_POLICIES),
-                 "topk_instruments": {name: ratios(engine.topk_hits[name]) for name in TOPK_INSTRUMENTS}}
+                 "demand_policies": list(engine.policies), "ceiling_policies": list(CEILING_POLICIES)}
+        if engine.scored is not None:
+            curve["topk_instruments"] = {name: ratios(engine.topk_hits[name]) for name in TOPK_INSTRUMENTS}
     return Analysis(summary, curve, distinct, {"engine": engine})
 
 
@@ -382,8 +409,13 @@ def plan_pins(engine, budget_bytes, expert_bytes, policy=DEFAULT_PIN_POLICY):
     return engine.pins(pin_ceiling(budget_bytes, expert_bytes), policy)
 
 
-def check_pin_policy(policy):
-    """UsageError unless `policy` is one whose scores can rank pins (a demand policy trace-tail runs)."""
+def check_pin_policy(policy, policies=DEMAND_POLICIES):
+    """UsageError unless `policy` is one whose scores can rank pins (a demand policy trace-tail runs)
+    and is among `policies`, the demand policies this run replays."""
     if policy not in PIN_POLICIES:
         runs = ", ".join(PIN_POLICIES)
         raise UsageError(f"--pin-policy {policy}: not a policy trace-tail runs with scores to rank pins by (choose from {runs})")
+    if policy not in policies:
+        runs = ", ".join(name for name in PIN_POLICIES if name in policies)
+        raise UsageError(f"--pin-policy {policy}: not run (--policies replays {', '.join(policies)}): add it to --policies "
+                         f"or choose from {runs}")
