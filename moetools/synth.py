@@ -1032,6 +1032,47 @@ def bailingmoe3(t=Types(), **p):
             spec.add(blk + "nextn.hnorm.weight", (n_embd,), t.norm)
             spec.add(blk + "layer_output_norm.weight", (n_embd,), t.norm)
     return spec
+def _gdn_keys(spec, p):
+    """The gated delta net keys of the Qwen hybrids; returns (key_dim, value_dim)."""
+    key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", value_dim)
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["v_heads"])
+    spec.meta("{arch}.ssm.group_count", p["k_heads"])
+    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    return key_dim, value_dim
+
+
+def _gated_attention(spec, il, p, t):
+    """A Qwen hybrid's full-attention block: queries with their output gate, K, V, q/k norms."""
+    n_embd, head = p["n_embd"], p["head"]
+    q, kv = p["n_head"] * head, p["n_head_kv"] * head
+    spec.add(f"blk.{il}.attn_q.weight", (n_embd, 2 * q), t.resident)
+    spec.add(f"blk.{il}.attn_k.weight", (n_embd, kv), t.resident)
+    spec.add(f"blk.{il}.attn_v.weight", (n_embd, kv), t.resident)
+    spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
+    spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+    spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+
+
+def _gdn_block(spec, il, p, t, key_dim, value_dim, fused_ba=False):
+    """A gated delta net block: qkv and gate projections, conv, dt bias, A, beta / alpha (qwen3next:
+    one ssm_ba projection), the norm and the output projection."""
+    n_embd = p["n_embd"]
+    conv_dim = 2 * key_dim + value_dim
+    spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, conv_dim), t.resident)
+    spec.add(f"blk.{il}.attn_gate.weight", (n_embd, value_dim), t.resident)
+    spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
+    spec.add(f"blk.{il}.ssm_dt.bias", (p["v_heads"],), t.norm)
+    spec.add(f"blk.{il}.ssm_a", (p["v_heads"],), t.norm)
+    if fused_ba:
+        spec.add(f"blk.{il}.ssm_ba.weight", (n_embd, 2 * p["v_heads"]), t.norm)
+    else:
+        spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, p["v_heads"]), t.norm)
+        spec.add(f"blk.{il}.ssm_alpha.weight", (n_embd, p["v_heads"]), t.norm)
+    spec.add(f"blk.{il}.ssm_norm.weight", (p["state"],), t.norm)
+    spec.add(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), t.resident)
 
 
 def qwen35moe(t=Types(), **p):
@@ -1158,6 +1199,371 @@ def glm_dsa(t=Types(), **p):
     shared = {il for il, full in enumerate(types) if not full}
     spec.tensors = [tensor for tensor in spec.tensors
                     if not (".indexer." in tensor.name and int(tensor.name.split(".")[1]) in shared)]
+    return spec
+
+
+def dots3note(t=Types(), **p):
+    """dots.llm3 (`dots3note`): DeepSeek-V3.2's MLA + DSA layout with sliding-window layers of their own
+    MLA geometry (`*_swa` keys, `swa` a 0/1 string per trunk layer), the lightning indexer only in the
+    layers `indexer.types` marks (the full ones), a norm on the shared rope key (attn_k_norm), a
+    head-wise sigmoid output gate (attn_gate) and `nextn` MTP blocks with a dense FFN
+    (llama.cpp src/models/dots3note.cpp)."""
+    p = {"swa": "0101", "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 32, "qk_nope": 32, "v_head": 32,
+         "kv_lora_swa": 32, "qk_nope_swa": 64, "v_head_swa": 64, "window": 128,
+         "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "nextn": 0, "vocab": 1024, "ctx": 4096} | p
+    pattern = [int(c) for c in p["swa"]]
+    trunk = len(pattern)
+    n_block = trunk + p["nextn"]
+    spec = ModelSpec("dots3note", [])
+    _common(spec, p | {"n_layer": n_block})
+    n_embd = p["n_embd"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _mla_keys(spec, p)
+    spec.meta("{arch}.attention.kv_lora_rank_swa", p["kv_lora_swa"])
+    spec.meta("{arch}.attention.key_length_swa", p["kv_lora_swa"] + p["rope"])
+    spec.meta("{arch}.attention.value_length_swa", p["kv_lora_swa"])
+    spec.meta("{arch}.attention.key_length_mla_swa", p["qk_nope_swa"] + p["rope"])
+    spec.meta("{arch}.attention.value_length_mla_swa", p["v_head_swa"])
+    spec.meta("{arch}.rope.freq_base_swa", 10000.0, "f32")
+    spec.meta("{arch}.attention.sliding_window", p["window"])
+    spec.meta("{arch}.attention.sliding_window_pattern", pattern, "u32[]")
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta("{arch}.attention.indexer.types", [1 - flag for flag in pattern], "u32[]")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    swa_geometry = {"kv_lora": p["kv_lora_swa"], "qk_nope": p["qk_nope_swa"], "v_head": p["v_head_swa"]}
+    for il in range(n_block):
+        is_mtp = il >= trunk
+        is_swa = is_mtp or pattern[il]  # the NextN block uses the sliding-window geometry
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _mla_attention(spec, il, p | swa_geometry if is_swa else p, t)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (p["rope"],), t.norm)
+        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, p["n_head"]), t.resident)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if not is_mtp and not pattern[il]:
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+        if is_mtp or il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if is_mtp:
+            _nextn_block(spec, il, n_embd, t)
+            spec.add(f"blk.{il}.nextn.embed_tokens.weight", (n_embd, p["vocab"]), t.embed)
+    return spec
+
+
+def hy_v4(t=Types(), **p):
+    """Hunyuan-V4 (`hy_v4`): MLA with attention sinks and an element-wise sigmoid output gate, iHC
+    hyper-connections (`hc` residual streams, pre/post mixes only), a leading dense block, experts
+    with a shared one, and the DSA lightning indexer in the layers `idx_types` marks (a 0/1 string per
+    layer, the first 1: the others reuse the last full layer's top-k; `idx_top_k` 0 writes a
+    full-attention checkpoint without an indexer) (llama.cpp src/models/hy-v4.cpp)."""
+    p = {"idx_types": "1010", "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 32, "qk_nope": 32,
+         "v_head": 32, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "hc": 4, "vocab": 1024, "ctx": 4096} | p
+    types = [int(c) for c in p["idx_types"]]
+    n_layer = len(types)
+    spec = ModelSpec("hy_v4", [])
+    _common(spec, p | {"n_layer": n_layer})
+    n_embd, hc = p["n_embd"], p["hc"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.swiglu_clamp_exp", 10.0, "f32")
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+    spec.meta("{arch}.hyper_connection.magnitude", 2.0, "f32")
+    _mla_keys(spec, p)
+    if p["idx_top_k"]:
+        spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+        spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+        spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+        spec.meta("{arch}.attention.indexer.types", types, "u32[]")
+    _embeddings(spec, p, t)
+    spec.add("output_hc_fn.weight", (hc * n_embd, hc), t.norm)
+    spec.add("output_hc_base.weight", (hc,), t.norm)
+    spec.add("output_hc_scale.weight", (1,), t.norm)
+    for il in range(n_layer):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_sinks.weight", (p["n_head"],), t.norm)
+        _mla_attention(spec, il, p, t)
+        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, p["n_head"] * p["v_head"]), t.resident)
+        if p["idx_top_k"] and types[il]:
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+        for part in ("attn", "ffn"):
+            spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc * n_embd, 2 * hc), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_base.weight", (2 * hc,), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_scale.weight", (2,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def glm5_next(t=Types(), **p):
+    """GLM-5.3-Flash (`glm5-next`): KDA layers (head_count_kv 0; `layers` a string of K = KDA, * = attention)
+    and NoPE MLA layers (the cache row is the latent alone) with a k-pool DSA indexer (key, gate and
+    pooled key cached per token; `idx_types`, a 0/1 string per trunk layer, writes `indexer.types`: the
+    shared layers carry no indexer tensors), mHC residual streams (`hc`, DeepSeek-V4's Sinkhorn mixes),
+    a leading dense block and sigmoid-routed experts with a shared one, `nextn` NextN blocks
+    (llama.cpp src/models/glm5-next.cpp)."""
+    p = {"layers": "KK*K", "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "qk_nope": 64,
+         "v_head": 32, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "kpool": 4, "hc": 4, "nextn": 0,
+         "vocab": 1024, "ctx": 4096} | p
+    kinds = p["layers"] + "*" * p["nextn"]
+    n_block, trunk = len(kinds), len(p["layers"])
+    spec = ModelSpec("glm5-next", [])
+    _common(spec, p | {"n_layer": n_block})
+    n_embd, n_head, hc = p["n_embd"], p["n_head"], p["hc"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", [0 if kind == "K" else 1 for kind in kinds], "u32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _mla_keys(spec, p | {"rope": 0})
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.kda.head_dim", p["kda_head"])
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta("{arch}.attention.indexer.kpool", p["kpool"])
+    idx_types = [int(c) for c in p.get("idx_types", "1" * trunk)]
+    if "idx_types" in p:
+        spec.meta("{arch}.attention.indexer.types", idx_types, "u32[]")
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.sinkhorn_iterations", 20)
+    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    hc_mix = (2 + hc) * hc
+    idx = p["idx_head"]
+    for il, kind in enumerate(kinds):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < trunk:
+            for part in ("attn", "ffn"):
+                spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc * n_embd, hc_mix), t.norm)
+                spec.add(f"blk.{il}.hc_{part}_base.weight", (hc_mix,), t.norm)
+                spec.add(f"blk.{il}.hc_{part}_scale.weight", (3,), t.norm)
+        if kind == "K":
+            _kda_block(spec, il, p, t, factored_gate=True)
+            spec.tensors = [TensorSpec(x.name, (n_head,), x.type_id) if x.name == f"blk.{il}.ssm_a" else x
+                            for x in spec.tensors]
+        else:
+            _mla_attention(spec, il, p | {"rope": 0}, t)
+        if kind != "K" and (il >= trunk or idx_types[il]):
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.bias", (idx,), t.norm)
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, idx), t.resident)
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_gate.weight", (n_embd, idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_ape.weight", (idx, p["kpool"]), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+def qwen4exp(t=Types(), **p):
+    """Qwen4-Exp (`qwen4exp`): Qwen3.5's gated delta net layers with one full-attention layer every
+    `full_every` (gated queries, q/k norms) that attends through the QSA indexer (indexer q/k projections
+    and norms; `ratio` writes attention.compress_ratios, 0 leaves the key out: dense attention), low-rank
+    hyper-connections (`hc` streams, `hc_rank`) in place of the layer norms and the output norm, routed
+    experts and a gated shared expert (llama.cpp src/models/qwen4exp.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16, "n_ff_exp": 64,
+         "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4, "state": 32,
+         "full_every": 4, "hc": 4, "hc_rank": 8, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "ratio": 4,
+         "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
+    spec = ModelSpec("qwen4exp", [])
+    n_layer = p["n_layer"]
+    _common(spec, p)
+    n_embd, head, hc, rank = p["n_embd"], p["head"], p["hc"], p["hc_rank"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta("{arch}.rope.dimension_sections", [p["rope"] // 8, p["rope"] // 8, p["rope"] // 4, 0], "i32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    key_dim, value_dim = _gdn_keys(spec, p)
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.low_rank", rank)
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    if p["ratio"]:
+        spec.meta("{arch}.attention.compress_ratios", [p["ratio"]] * n_layer, "u32[]")
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    spec.add("output_hc_norm.weight", (n_embd, hc), t.norm)
+    spec.add("output_hc_down.weight", (hc * n_embd, rank), t.norm)
+    spec.add("output_hc_up.weight", (rank, hc * n_embd), t.norm)
+    for il in range(n_layer):
+        for part in ("attn", "ffn"):
+            spec.add(f"blk.{il}.hc_{part}_norm.weight", (n_embd, hc), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_down.weight", (hc * n_embd, rank), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_up.weight", (rank, hc * n_embd), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_inject.weight", (hc * n_embd, hc), t.norm)
+        if (il + 1) % p["full_every"] == 0:
+            idx = p["idx_head"]
+            _gated_attention(spec, il, p, t)
+            spec.add(f"blk.{il}.indexer.q_proj.weight", (n_embd, p["idx_heads"] * idx), t.resident)
+            spec.add(f"blk.{il}.indexer.k_proj.weight", (n_embd, idx), t.resident)
+            spec.add(f"blk.{il}.indexer.q_norm.weight", (idx,), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
+        else:
+            _gdn_block(spec, il, p, t, key_dim, value_dim)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def deepseek4(t=Types(), **p):
+    """DeepSeek-V4 (`deepseek4`): one K-only head per token (`key_length` wide, rope on half) with
+    attention sinks and a grouped low-rank output (attn_output_a/_b), hyper-connections (`hc` residual
+    streams mixed by hc_attn_*/hc_ffn_*), and per layer a compression ratio (`ratios`): 0 sliding
+    window only, 4 a CSA compressor plus the lightning indexer's, 128 an HCA compressor; sqrt-softplus
+    routed experts with a shared one, `nextn` MTP blocks at the end (llama.cpp src/models/deepseek4.cpp)."""
+    p = {"ratios": (0, 0, 4, 128), "n_embd": 512, "n_head": 8, "head": 128, "rope": 32, "q_lora": 64,
+         "o_groups": 8, "o_lora": 32, "n_ff_exp": 128, "n_expert": 8, "top_k": 2, "n_shared": 1,
+         "idx_heads": 4, "idx_head": 64, "idx_top_k": 512, "hc": 4, "swa": 128, "nextn": 0,
+         "vocab": 1024, "ctx": 65536} | p
+    ratios = list(p["ratios"])
+    n_block = len(ratios)
+    trunk = n_block - p["nextn"]
+    spec = ModelSpec("deepseek4", [])
+    _common(spec, p | {"n_layer": n_block})
+    n_embd, n_head, head, hc = p["n_embd"], p["n_head"], p["head"], p["hc"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta("{arch}.attention.q_lora_rank", p["q_lora"])
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 1.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_gating_func", 4)  # sqrt(softplus), the only scoring the loader accepts
+    spec.meta("{arch}.swiglu_clamp_exp", 10.0, "f32")
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta("{arch}.attention.output_group_count", p["o_groups"])
+    spec.meta("{arch}.attention.output_lora_rank", p["o_lora"])
+    spec.meta("{arch}.attention.compress_ratios", ratios, "u32[]")
+    spec.meta("{arch}.attention.compress_rope_freq_base", 160000.0, "f32")
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.sinkhorn_iterations", 20)
+    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+    spec.meta("{arch}.hash_layer_count", 0)
+    spec.meta("{arch}.embedding_length_out", hc * n_embd)
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    hc_dim, hc_mix = hc * n_embd, (2 + hc) * hc
+    spec.add("output_hc_fn.weight", (hc_dim, hc), t.norm)
+    spec.add("output_hc_base.weight", (hc,), t.norm)
+    spec.add("output_hc_scale.weight", (1,), t.norm)
+    for il, ratio in enumerate(ratios):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), t.norm)
+        spec.add(f"blk.{il}.attn_q_a.weight", (n_embd, p["q_lora"]), t.resident)
+        spec.add(f"blk.{il}.attn_q_a_norm.weight", (p["q_lora"],), t.norm)
+        spec.add(f"blk.{il}.attn_q_b.weight", (p["q_lora"], n_head * head), t.resident)
+        spec.add(f"blk.{il}.attn_kv.weight", (n_embd, head), t.resident)
+        spec.add(f"blk.{il}.attn_kv_a_norm.weight", (head,), t.norm)
+        # the converter writes wo_a 2-D (the loader reshapes it to [heads x head / groups, o_lora, groups])
+        spec.add(f"blk.{il}.attn_output_a.weight", (n_head * head // p["o_groups"], p["o_lora"] * p["o_groups"]), t.resident)
+        spec.add(f"blk.{il}.attn_output_b.weight", (p["o_groups"] * p["o_lora"], n_embd), t.resident)
+        for part in ("attn", "ffn"):
+            spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc_dim, hc_mix), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_base.weight", (hc_mix,), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_scale.weight", (3,), t.norm)
+        if ratio:
+            coff = 2 if ratio == 4 else 1
+            spec.add(f"blk.{il}.attn_compressor_kv.weight", (n_embd, coff * head), t.resident)
+            spec.add(f"blk.{il}.attn_compressor_gate.weight", (n_embd, coff * head), t.resident)
+            spec.add(f"blk.{il}.attn_compressor_ape.weight", (coff * head, ratio), t.norm)
+            spec.add(f"blk.{il}.attn_compressor_norm.weight", (head,), t.norm)
+        if ratio == 4:
+            idx = p["idx_head"]
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_kv.weight", (n_embd, 2 * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_gate.weight", (n_embd, 2 * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_ape.weight", (2 * idx, ratio), t.norm)
+            spec.add(f"blk.{il}.indexer_compressor_norm.weight", (idx,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
     return spec
 
 
@@ -1879,6 +2285,11 @@ BUILDERS = {
     "bailingmoe3": bailingmoe3,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
+    "deepseek4": deepseek4,
+    "dots3note": dots3note,
+    "hy_v4": hy_v4,
+    "glm5-next": glm5_next,
+    "qwen4exp": qwen4exp,
     "qwen3vlmoe": qwen3vlmoe,
     "phimoe": phimoe,
     "dbrx": dbrx,

@@ -31,9 +31,16 @@ def shape_of(path):
 def logged_form(caches):
     """Our caches as llama.cpp logs them: [cells, layers, K MiB, V MiB] per KV cache, [cells, R, S] per state."""
     mib = lambda n: round(n / 2**20, 2)
-    attention = [[c.cells, c.layers, mib(c.k_bytes), mib(c.v_bytes)] for c in caches if c.kind != "recurrent"]
+    attention = [[c.cells, c.layers, mib(c.k_bytes), mib(c.v_bytes)] for c in caches
+                 if c.kind != "recurrent" and not c.kind.endswith("-state")]
     state = [[c.cells, mib(c.r_bytes), mib(c.s_bytes)] for c in caches if c.kind == "recurrent"]
     return attention, state
+
+
+def compressor_form(caches):
+    """DeepSeek-V4's compressor states as llama_dsv4_comp_state logs them: [kind, layers, MiB]."""
+    return [[c.kind[:-len("-state")], c.layers, round((c.r_bytes + c.s_bytes) / 2**20, 2)]
+            for c in caches if c.kind.endswith("-state")]
 
 
 def test_every_new_preset_is_measured():
@@ -96,7 +103,7 @@ TINY_COMPUTE_TOLERANCE = {"lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01":
                           "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002,
                           "granite_swa": 0.004, "hy_v3": 0.005, "mellum": 0.003,
                           "maple": 0.003, "deepseek2-ocr": 0.002,
-                          "laguna": 0.004}
+                          "laguna": 0.004, "deepseek4": 0.07, "dots3note": 0.001, "hy_v4": 0.06, "glm5-next": 0.002, "qwen4exp": 0.001}
 
 
 @pytest.mark.parametrize("arch", ["lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
@@ -106,7 +113,7 @@ TINY_COMPUTE_TOLERANCE = {"lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01":
                                   "phimoe", "dbrx", "grok", "bailingmoe2", "step35", "mimo2", "afmoe",
                                   "smallthinker", "cohere2moe", "exaone-moe", "arctic", "grovemoe",
                                   "bailingmoe", "granite", "mistral3", "minicpm", "granite_swa", "hy_v3",
-                                  "mellum", "maple", "deepseek2-ocr", "laguna"])
+                                  "mellum", "maple", "deepseek2-ocr", "laguna", "deepseek4", "dots3note", "hy_v4", "glm5-next", "qwen4exp"])
 def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     """gemma4 `shared_kv_layers` (the reusing layers hold no cache), pure Mamba-2 and RWKV-7 models
     (state only), a Granite-4.0-H-style Mamba-2/attention MoE hybrid, llama4's chunked attention (8192-token chunks: pad256(min(cells, 8192 x seqs + n_ubatch)) cells
@@ -139,28 +146,51 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     normed inputs; every layer replayed) and Ling-2.5-style `bailingmoe3` (KDA blocks with their own conv
     and gate order, MLA blocks with a per-head gate, an MTP block the hybrid's default filter gives KV),
     LFM2 with a sliding window (`lfm2-swa`: llama_memory_hybrid_iswa, every attention block sliding),
+    DeepSeek-V4 (llama_kv_cache_dsv4: every block's window cache, the
+    csa / hca / lightning-indexer compressed caches of the layers compressing by 4 or 128 and their
+    compressor states, one stream per sequence even with --kv-unified; hyper-connections, compressors
+    and the indexer's top-k in the graph, at its tiny width, with a NextN block, and at DeepSeek-V4 width:
+    flash attention equal, without it up to 7% over), dots.llm3 (`dots3note`, llama_kv_cache_dsa_iswa: MLA
+    full layers with the DSA indexer cache, sliding-window layers of their own MLA widths, the shared rope
+    key normed, a head-wise output gate; tiny, with a NextN block, and at width), Hunyuan-V4 (`hy_v4`: MLA
+    with the DSA indexer cache only in the layers indexer.types marks, the others reusing its top-k, or
+    none on a full-attention checkpoint; iHC hyper-connections; compute 0.95-1.02x with flash attention,
+    within 0.8% without), GLM-5.3-Flash (`glm5-next`, llama_memory_hybrid_idx: KDA state, the NoPE MLA
+    latent cache and the k-pool indexer cache of key, gate and pooled key; mHC streams, the k-pool
+    selection with every pool new at reserve, the gather path of small ubatches), Qwen4-Exp (`qwen4exp`,
+    llama_memory_hybrid_idx: gated delta net state, the attention layers' K/V and QSA indexer key caches;
+    low-rank hyper-connections, the QSA block top-k mask, or dense attention without compress_ratios),
     measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
 
     cases = [case for case in DATA["tiny_cases"] if case["tiny"] == arch]
     assert cases
-    # header-only: the memory model reads no tensor data (llama.cpp measured the same layouts written whole)
-    path = synth.write_model(synth.tiny(arch, **cases[0]["params"]), tmp_path / f"{arch}.gguf", sparse=True)[0]
-    shape = shape_of(path)
-    with open_model(path) as model:
-        graph = compute.graph_shape(model, shape)
     tolerance = TINY_COMPUTE_TOLERANCE[arch]
+    layouts = []  # the measured layouts of the architecture (most one; deepseek4: tiny, with NextN, wide)
     for case in cases:
-        settings = settings_of(case)
-        forced = kv.force_flash_attn_off(arch, settings)
-        assert (forced is not None) == (arch == "grok" and case["flash_attn"])
-        # (llama_kv_cache_iswa logs its non-SWA cache even with no layer in it: LFM2 with a window)
-        logged = [entry for entry in case["kv_mib"] if entry[1]]
-        assert logged_form(kv.kv_caches(shape, case["ctx"], settings)) == (logged, case["state_mib"]), case
-        if tolerance is not None:
-            ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
-            assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
+        if case["params"] not in layouts:
+            layouts.append(case["params"])
+    for index, params in enumerate(layouts):
+        # header-only: the memory model reads no tensor data (llama.cpp measured the same layouts written whole)
+        path = synth.write_model(synth.tiny(arch, **params), tmp_path / f"{arch}-{index}.gguf", sparse=True)[0]
+        shape = shape_of(path)
+        with open_model(path) as model:
+            graph = compute.graph_shape(model, shape)
+        for case in cases:
+            if case["params"] != params:
+                continue
+            settings = settings_of(case)
+            forced = kv.force_flash_attn_off(arch, settings)
+            assert (forced is not None) == (arch == "grok" and case["flash_attn"])
+            caches = kv.kv_caches(shape, case["ctx"], settings)
+            # (llama_kv_cache_iswa logs its non-SWA cache even with no layer in it: LFM2 with a window)
+            logged = [entry for entry in case["kv_mib"] if entry[1]]
+            assert logged_form(caches) == (logged, case["state_mib"]), case
+            assert compressor_form(caches) == case.get("compressor_mib", []), case
+            if tolerance is not None:
+                ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
+                assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
     if arch == "lfm2-swa":  # lfm2 with attention.sliding_window: both attention blocks slide, no full cache
         assert shape.is_swa == [c == "*" for c in "CC*CC*CC"] and (shape.swa_type, shape.n_swa) == ("standard", 512)
         assert shape.has_kv == shape.is_swa and shape.is_recurrent == [c == "C" for c in "CC*CC*CC"]
@@ -224,6 +254,29 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch in ("mamba2", "rwkv7", "mamba"):
         assert shape.recurrent_kind == {"mamba2": "mamba", "rwkv7": "rwkv", "mamba": "mamba"}[arch]
         assert all(shape.is_recurrent) and not any(shape.has_kv)
+    elif arch == "qwen4exp":  # the last layout measured: the wide one
+        assert shape.is_recurrent == [c == "G" for c in "GGG*GGG*"] and shape.indexer_layers == [c == "*" for c in "GGG*GGG*"]
+        assert (shape.indexer_width, shape.recurrent_kind) == (128, "gdn")
+        assert [layer.mixer for layer in graph.layers] == ["gdn" if c == "G" else "attention" for c in "GGG*GGG*"]
+        assert graph.dsv4 == {"hc": 4, "rank": 64, "ratio": 4} and [layer.gated_q for layer in graph.layers][3]
+    elif arch == "glm5-next":  # the last layout measured: the wide one
+        assert shape.is_recurrent == [c == "K" for c in "KKK*KKK*"] and shape.indexer_layers == [c == "*" for c in "KKK*KKK*"]
+        assert (shape.k_width[3], shape.indexer_width, shape.recurrent_kind) == (512, 3 * 128, "kda")
+        assert [layer.mixer for layer in graph.layers] == ["kda" if c == "K" else "mla" for c in "KKK*KKK*"]
+        assert graph.dsv4 == {"hc": 4, "kpool": 4, "select_tail": False} and graph.indexer_head == 128
+    elif arch == "hy_v4":  # the last layout measured: the wide one
+        assert shape.indexer_layers == [c == "1" for c in "1011011"] and shape.indexer_width == 128
+        assert shape.k_width[0] == 576 and not any(shape.is_swa)
+        assert [layer.mixer for layer in graph.layers] == ["mla"] * 7 and graph.dsv4 == {"hc": 4}
+        assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 6
+    elif arch == "dots3note":  # the last layout measured: the wide one
+        assert shape.is_swa == [c == "1" for c in "011011"] and shape.indexer_layers == [c == "0" for c in "011011"]
+        assert (shape.k_width[0], shape.k_width[1], shape.indexer_width, shape.n_swa) == (576, 320, 128, 4096)
+        assert graph.mla_swa == (256, 128, 128) and [layer.mixer for layer in graph.layers] == ["mla"] * 6
+    elif arch == "deepseek4":  # the last layout measured: DeepSeek-V4's width
+        assert shape.compress_ratios == [0, 0, 4, 128, 4, 128] and all(shape.is_swa) and shape.mla
+        assert (shape.n_swa, shape.indexer_width, shape.k_width[0]) == (128, 128, 512)
+        assert [layer.mixer for layer in graph.layers] == ["dsv4"] * 6 and graph.dsv4["hc"] == 4
     else:
         assert (shape.swa_type, shape.n_swa) == ("chunked", 8192)
         assert shape.is_swa == [True, True, True, False] * 2
@@ -334,6 +387,11 @@ def _drop_key(spec, suffix):
     ("nemotron_h_moe", ".feed_forward_length", "Nemotron-H layer pattern"),
     ("gemma4", ".attention.key_length_swa", "sliding-window head width"),
     ("gemma4", ".attention.sliding_window_pattern", "sliding-window layers"),
+    ("dots3note", ".attention.indexer.types", "DSA indexer cache"),
+    ("dots3note", ".attention.sliding_window_pattern", "sliding-window layers"),
+    ("dots3note", ".attention.sliding_window", "sliding-window cache"),
+    ("hy_v4", ".attention.indexer.key_length", "DSA indexer cache"),
+    ("glm5-next", ".attention.indexer.kpool", "k-pool indexer cache"),
 ])
 def test_missing_architecture_keys_are_named(tmp_path, arch, suffix, needle):
     spec = _drop_key(synth.tiny(arch), suffix)
@@ -477,3 +535,72 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "minimax-m3" in lines[0] and "MSA indexer cache" in lines[0], proc.stderr
+
+
+def _with_meta(spec, suffix, value, kind):
+    spec.metadata = [(key, value if key.endswith(suffix) else old, kind if key.endswith(suffix) else k)
+                     for key, old, k in spec.metadata]
+    return spec
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda spec: _drop_key(spec, ".attention.compress_ratios"), "compress by 4 or 128"),
+    (lambda spec: _with_meta(spec, ".attention.compress_ratios", [0, 4, 128], "u32[]"), "3 entries for 4 blocks"),
+    (lambda spec: _with_meta(spec, ".attention.compress_ratios", [0, 0, 8, 128], "u32[]"), "other than 0, 4 and 128"),
+    (lambda spec: _drop_key(spec, ".attention.sliding_window"), "sliding-window cache"),
+    (lambda spec: _drop_key(spec, ".attention.indexer.key_length"), "lightning-indexer cache"),
+])
+def test_deepseek4_refusals_name_the_key(tmp_path, change, needle):
+    """DeepSeek-V4 headers llama.cpp's loader refuses (or device-fit cannot size) are exit-2 errors naming the key."""
+    path = synth.write_model(change(synth.tiny("deepseek4")), tmp_path / "ds4.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match=needle):
+        shape_of(path)
+
+
+def test_deepseek4_nextn_counts_only_with_its_tensors(tmp_path):
+    """llama_model_deepseek4 keeps nextn_predict_layers only when blk.<trunk>.nextn.eh_proj is in the file;
+    either way every block has a window cache (the DSV4 caches clear n_layer_nextn), the compressor
+    states only the trunk's."""
+    spec = synth.tiny("deepseek4", ratios=(0, 4, 128, 4), nextn=1)
+    path = synth.write_model(spec, tmp_path / "mtp.gguf", sparse=True)[0]
+    with_mtp = shape_of(path)
+    spec.tensors = [tensor for tensor in spec.tensors if ".nextn." not in tensor.name]
+    path = synth.write_model(spec, tmp_path / "no-mtp.gguf", sparse=True)[0]
+    without = shape_of(path)
+    assert (with_mtp.trunk_layers, without.trunk_layers) == (3, 4)
+    settings = KVSettings()
+    for shape, csa_states in ((with_mtp, 1), (without, 2)):
+        caches = {cache.kind: cache for cache in kv.kv_caches(shape, 4096, settings)}
+        assert (caches["swa"].layers, caches["csa"].layers, caches["csa-state"].layers) == (4, 2, csa_states)
+        assert sum(kv.per_layer(shape, 4096, settings)) == kv.total(kv.kv_caches(shape, 4096, settings))
+
+
+def test_hy_v4_layer_zero_must_index(tmp_path):
+    """llama_model_hy_v4 refuses a DSA checkpoint whose first layer has no indexer (nothing precedes it
+    to share a top-k); without indexer.top_k the checkpoint is all full attention: no indexer cache."""
+    path = synth.write_model(synth.tiny("hy_v4", idx_types="0110"), tmp_path / "bad.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match="layer 0 has no indexer") as error:
+        shape_of(path)
+    assert ".attention.indexer.types" in str(error.value)
+    path = synth.write_model(synth.tiny("hy_v4", idx_top_k=0), tmp_path / "full.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    assert shape.indexer_width == 0 and not any(shape.indexer_layers)
+    assert [cache.kind for cache in kv.kv_caches(shape, 4096, KVSettings())] == ["full"]
+
+
+def test_qwen4exp_refusals_name_what_is_missing(tmp_path):
+    """A qwen4exp with a PLE module is refused (its conv-history state rows and graph are not modelled),
+    naming ple.layers; attention layers with different compression ratios are refused at the compute."""
+    from moetools.devicefit import compute
+
+    spec = synth.tiny("qwen4exp")
+    spec.meta("{arch}.ple.layers", [0], "u32[]")
+    path = synth.write_model(spec, tmp_path / "ple.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match="PLE module") as error:
+        shape_of(path)
+    assert "ple.layers" in str(error.value)
+    spec = _with_meta(synth.tiny("qwen4exp", n_layer=8), ".attention.compress_ratios", [4, 4, 4, 4, 4, 4, 4, 8], "u32[]")
+    path = synth.write_model(spec, tmp_path / "ratios.gguf", sparse=True)[0]
+    with open_model(path) as model:
+        with pytest.raises(GGUFError, match="different compression ratios"):
+            compute.graph_shape(model, kv.kv_shape(model))

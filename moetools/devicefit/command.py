@@ -57,6 +57,8 @@ def _cell_summary(doc):
     for cache in doc["kv"]:
         if cache["kind"] == "recurrent":
             parts.append(f"recurrent {cache['layers']} layers x {cache['cells']} seq")
+        elif cache["kind"].endswith("-state"):  # DeepSeek-V4's compressor states
+            parts.append(f"{cache['kind']} {cache['layers']} layers x {cache['cells']} rows")
         else:
             parts.append(f"{cache['kind']} {cache['layers']} layers x {cache['cells']} cells")
     return "; ".join(parts) or "-"

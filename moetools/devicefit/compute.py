@@ -898,6 +898,8 @@ class GraphShape(Record):
         ("altup", 0),  # gemma3n: AltUp streams (n_altup; 0: not a gemma3n graph),
         ("altup_width", 0),  # ... the per-layer input width (n_embd_altup),
         ("laurel_rank", 0),  # ... and LAuReL's rank
+        ("mla_swa", ()),  # dots3note: the sliding-window layers' own (kv_lora, nope, v_head) MLA widths
+        ("dsv4", dict),  # deepseek4: hyper-connection streams, head, rope, q latent and grouped output widths
     )
 
 
@@ -934,6 +936,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         mixer = "mamba"  # Mamba-1 (jamba, mamba): dt/B/C from an x projection
     elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
         mixer = "mamba2"
+    elif kvshape.compress_ratios:
+        mixer = "dsv4"  # one K-only head, compressors by the layer's ratio (_dsv4_attention)
     elif kvshape.head_count_kv[il] and kvshape.mla:
         if not _has(model, blk + "attn_kv_a_mqa.weight"):  # llama.cpp: "missing tensor" at load
             raise GGUFError(model.path, f"tensor {blk}attn_kv_a_mqa.weight is missing: layer {il} is an MLA "
@@ -1031,7 +1035,7 @@ _SIGMOID_DEFAULT = ("deepseek2", "kimi-k3", "kimi-linear", "glm4moe", "minimax-m
 _SOFTMAX_WEIGHT = ("gpt-oss",)
 _NORM_W_DEFAULT = ("qwen3moe", "qwen3next", "qwen35moe", "minimax-m2", "glm4moe")
 _NORM_W_NEVER = ("gpt-oss", "jamba")  # openai-moe.cpp / jamba.cpp pass false whatever the key says
-_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe", "kimi-linear", "minimax-01")  # lfm2.cpp, ernie4-5-moe.cpp, kimi-linear.cpp, minimax-01.cpp pass true
+_NORM_W_ALWAYS = ("lfm2moe", "ernie4_5-moe", "kimi-linear", "minimax-01", "qwen4exp")  # lfm2.cpp, ernie4-5-moe.cpp, kimi-linear.cpp, minimax-01.cpp, qwen4exp.cpp pass true
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning", "bkda")
@@ -1053,7 +1057,7 @@ NORMED_RESIDUAL_ARCHES = ("minimax-01",)
 POST_NORM_ARCHES = ("exaone4",)
 # build_layer_attn of qwen3next.cpp / qwen35moe.cpp / qwen35.cpp: attn_q gives the query and the output
 # gate side by side (Qcur_full); the gate is made contiguous after the attention (ggml_cont_2d)
-GATED_Q_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
+GATED_Q_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "qwen4exp")
 # llama_model_rope_type: M-RoPE / interleaved M-RoPE (4 positions per token), always or with rope sections
 MROPE_ARCHES = ("qwen2vl", "paddleocr", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen4exp", "qwen3tts")
 MROPE_IF_SECTIONS = ("glm4", "glm4moe", "bailingmoe3", "hunyuan_vl")
@@ -1082,6 +1086,8 @@ def graph_shape(model, kvshape=None):
         2 if arch in _SIGMOID_DEFAULT else 3 if arch in _SOFTMAX_WEIGHT else 1)
     if arch in _SOFTMAX_WEIGHT:
         gating = 3
+    if arch == "qwen4exp":  # qwen4exp.cpp passes softmax whatever expert_gating_func says
+        gating = 1
     norm_w = (bool(model.get("{arch}.expert_weights_norm", arch in _NORM_W_DEFAULT)) and arch not in _NORM_W_NEVER
               or arch in _NORM_W_ALWAYS)
     scale = model.get("{arch}.expert_weights_scale", 0.0)
@@ -1108,6 +1114,11 @@ def graph_shape(model, kvshape=None):
         k_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
         shape.mla_nope = k_mla - shape.mla_rope
         shape.mla_v_head = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
+        if arch == "dots3note":
+            need = "the sliding-window layers' MLA compute"
+            shape.mla_swa = (model.get_int("{arch}.attention.kv_lora_rank_swa", None, required_for=need),
+                             model.get_int("{arch}.attention.key_length_mla_swa", None, required_for=need) - shape.mla_rope,
+                             model.get_int("{arch}.attention.value_length_mla_swa", None, required_for=need))
     if arch in MTP_GRAPH_ARCHES:
         shape.mtp_layers = _mtp_layer_shapes(model, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
     if arch in GATED_Q_ARCHES:
@@ -1119,10 +1130,32 @@ def graph_shape(model, kvshape=None):
     if arch in MROPE_ARCHES or (arch in MROPE_IF_SECTIONS and isinstance(sections, (list, tuple))
                                 and len(sections) > 1 and sections[0] > 0 and sections[1] > 0):
         shape.pos_per_token = 4  # GGML_MROPE_SECTIONS
+    if kvshape.compress_ratios:
+        _dsv4_shape(model, shape)
+    elif arch == "glm5-next":  # mHC streams around KDA and NoPE MLA with the k-pool indexer
+        need = "GLM5-Next's compute"
+        shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
+                      "kpool": model.get_int("{arch}.attention.indexer.kpool", None, required_for=need),
+                      "select_tail": bool(model.get("{arch}.attention.indexer.kpool_select_tail", False))}
+    elif arch == "qwen4exp":  # low-rank hyper-connections, QSA over the attention layers
+        need = "Qwen4-Exp's compute"
+        ratios = model.layer_values("{arch}.attention.compress_ratios", 0)
+        attention = {ratios[il] or 0 for il in range(kvshape.trunk_layers) if not kvshape.is_recurrent[il]}
+        if len(attention) > 1:
+            raise GGUFError(model.path, "device-fit cannot size the compute of qwen4exp attention layers with different "
+                                        "compression ratios (one QSA input set per ratio is not modelled)",
+                            key=model.key("{arch}.attention.compress_ratios"))
+        shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
+                      "rank": model.get_int("{arch}.hyper_connection.low_rank", None, required_for=need),
+                      "ratio": attention.pop() if attention else 0}
+    elif arch == "hy_v4":  # iHC streams around MLA
+        shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for="Hunyuan-V4's compute")}
     if kvshape.indexer_width:
         shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
                                             required_for="the DSA lightning indexer's compute")
         shape.indexer_head = kvshape.indexer_width
+        if arch == "glm5-next":  # (its cache row is key, gate and pooled key)
+            shape.indexer_head = model.get_int(kvmod.INDEXER_KEY_LENGTH, None, required_for="the DSA lightning indexer's compute")
         shape.indexer_top_k = model.get_int("{arch}.attention.indexer.top_k", None,
                                             required_for="the DSA lightning indexer's compute")
     return shape
@@ -1352,7 +1385,7 @@ def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
     g.expand(g.view(b.cache, g.view(v_cur), b.v_idxs[kind]))
 
 
-def _gqa_layer(b, il, x, layer):
+def _gqa_layer(b, il, x, layer, mask=None):
     g, T = b.g, b.T
     kv = b.kv
     kind = "swa" if kv.is_swa[il] else "full"
@@ -1392,7 +1425,7 @@ def _gqa_layer(b, il, x, layer):
     for tensor in ((q, k, v) if "swa" in b.cells else (q, v, k)):
         g.expand(tensor)
     _store(b, kind, k, v, layer.fused_qkv and b.v_rot is None, b.f32(hkv * v_width, T))
-    cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width)
+    cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width, mask=mask)
     if b.v_rot is not None:
         cur = g.view(g.op(b.f32(n_head * v_width, T), b.v_rot, g.view(cur)))
     if layer.gated_q:  # the gate half of Qcur_full (alive until here), contiguous, sigmoid, times the output
@@ -1414,18 +1447,27 @@ def _mla_layer(b, il, x, layer):
     shape = b.shape
     n_head = shape.n_head[il]
     kv_lora, rope, nope, v_head = shape.kv_lora, shape.mla_rope, shape.mla_nope, shape.mla_v_head
+    kind = "swa" if b.kv.is_swa[il] else "full"
+    if kind == "swa" and shape.mla_swa:  # dots3note's sliding-window layers: their own MLA widths
+        kv_lora, nope, v_head = shape.mla_swa
+    dots3 = shape.architecture == "dots3note"
     mask = None
     if layer.q_lora:
         qr = b.mm(layer.q_lora, x)
         qr = b.norm(qr, layer.q_lora)
-        if "indexer" in b.masks:  # (the MTP graph's dense MLA has no indexer)
+        if "indexer" in b.masks and kind == "full":  # (the MTP graph's dense MLA has no indexer)
             mask = _dsa_mask(b, il, x, qr)
         q = b.mm(n_head * (nope + rope), qr)
     else:
         q = b.mm(n_head * (nope + rope), x)
     q = g.view(q)
     kv_pe = b.mm(kv_lora + rope, x)
-    k_pe = g.op(b.f32(rope, T), g.view(kv_pe), b.pos, inplace=(0,)) if shape.rope else g.view(kv_pe)
+    if dots3:  # dots3note.cpp: an RMS norm of the shared rope key (a view: a new tensor) before its rope
+        k_pe = g.op(b.f32(rope, T), g.view(kv_pe))
+        k_pe = g.op(k_pe.nbytes, k_pe, b.weights, inplace=(0,))
+        k_pe = g.op(k_pe.nbytes, k_pe, b.pos, inplace=(0,))
+    else:
+        k_pe = g.op(b.f32(rope, T), g.view(kv_pe), b.pos, inplace=(0,)) if shape.rope else g.view(kv_pe)
     kv_c = g.op(b.f32(kv_lora, T), g.view(kv_pe), inplace=(0,))
     kv_c = g.op(kv_c.nbytes, kv_c, b.weights, inplace=(0,))
     q_pe = g.op(b.f32(rope, n_head, T), g.view(q), b.pos, inplace=(0,)) if shape.rope else g.view(q)
@@ -1436,8 +1478,8 @@ def _mla_layer(b, il, x, layer):
     g.expand(q_cur)
     g.expand(kv_c3)
     g.expand(k_cur)
-    g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs["full"]))
-    cur = _mha(b, il, q_cur, kv_lora + rope, "full", n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
+    g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs[kind]))
+    cur = _mha(b, il, q_cur, kv_lora + rope, kind, n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
     if layer.gate_rows and shape.architecture == "bailingmoe3":
         # bailingmoe3.cpp: one sigmoid gate per head (of a reshape: a new tensor), the output reshaped
         # (a view: the mul is a new tensor) and made contiguous before the projection
@@ -1447,7 +1489,10 @@ def _mla_layer(b, il, x, layer):
     elif layer.gate_rows:
         gate = b.mm(layer.gate_rows, x)
         gate = b.unary(gate, gate.nbytes)
-        cur = g.op(b.f32(n_head * v_head, T), cur, gate, inplace=(0, 1))  # mul: in place of the sigmoid
+        if dots3:  # the head-wise gate broadcast over reshapes: a new tensor
+            cur = g.op(b.f32(n_head * v_head, T), g.view(cur), g.view(gate))
+        else:
+            cur = g.op(b.f32(n_head * v_head, T), cur, gate, inplace=(0, 1))  # mul: in place of the sigmoid
     return b.mm(shape.n_embd, cur)
 
 
@@ -1458,10 +1503,12 @@ def _dsa_inputs(b):
     g, T = b.g, b.T
     b.k_idxs["indexer"] = g.input(I64_BYTES * T)
     b.masks["indexer"] = g.input(F16_BYTES * b.cells["indexer"] * T)
-    nrot = 64
-    while b.shape.indexer_head % (nrot * 2) == 0:
-        nrot *= 2
-    b.indexer_rot = g.input(b.f32(nrot, nrot))
+    b.indexer_rot = None
+    if b.shape.architecture != "hy_v4":  # hy-v4.cpp skips the rotation (it only helps FP8 kernels)
+        nrot = 64
+        while b.shape.indexer_head % (nrot * 2) == 0:
+            nrot *= 2
+        b.indexer_rot = g.input(b.f32(nrot, nrot))
     b.top_k = None
 
 
@@ -1487,8 +1534,9 @@ def _dsa_mask(b, il, x, qr):
         k = g.op(k.nbytes, k, b.weights, inplace=(0,))
         k = g.op(k.nbytes, k, b.weights, inplace=(0,))
         k = g.op(k.nbytes, g.view(k), b.pos, inplace=(0,))
-        q = g.op(q.nbytes, b.indexer_rot, q)
-        k = g.op(k.nbytes, b.indexer_rot, k)
+        if b.indexer_rot is not None:
+            q = g.op(q.nbytes, b.indexer_rot, q)
+            k = g.op(k.nbytes, b.indexer_rot, k)
         g.expand(g.view(b.cache, g.view(k), b.k_idxs["indexer"]))
         weights = b.mm(heads, x)
         weights = g.op(weights.nbytes, g.view(weights), inplace=(0,))  # scale of the per-stream view
@@ -1537,7 +1585,7 @@ def _kda_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     d_inner = layer.q_rows
     snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
-    s_copy, conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture == "kimi-k3" else 1)
+    s_copy, conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture in ("kimi-k3", "glm5-next") else 1)
     gate = g.op(b.f32(d_inner, T), b.weights, b.mm(layer.ssm_dt_rank or d_inner, x))  # f_b(f_a x)
     gate = b.unary(g.op(gate.nbytes, gate, b.weights, inplace=(0,)), gate.nbytes)  # + dt bias, softplus
     gate = g.op(gate.nbytes, g.view(gate), b.weights, inplace=(0,))  # * A (of a reshape: a new tensor)
@@ -2015,6 +2063,8 @@ def _moe(b, il, x, layer, logits=None, shared=None):
         probs = logits
     else:
         probs = b.unary(logits, logits.nbytes)
+        if layer.gating == 4:  # sqrt(softplus(logits)) (DeepSeek-V4)
+            probs = b.unary(probs, probs.nbytes)
     selection = probs
     if layer.probs_bias:
         selection = g.op(probs.nbytes, probs, b.weights, inplace=(0,))
@@ -2136,6 +2186,578 @@ def _ffn(b, x, n_ff, gated=True):
     gate = b.mm(n_ff, x)
     act = _situ(b, gate, up) if b.shape.situ else g.op(up.nbytes, gate, up)
     return b.mm(b.shape.n_embd, act)
+
+
+# --- DeepSeek-V4 (src/models/deepseek4.cpp, llama_kv_cache_dsv4) ----------------------------------
+
+DSV4_STATE_ROWS = {4: 8, 128: 128}  # compressor state rows per ratio (CSA overlaps two blocks of 4)
+
+
+def _dsv4_shape(model, shape):
+    """The widths deepseek4.cpp's graph reads, from the keys its loader requires."""
+    need = "DeepSeek-V4's compute"
+    shape.dsv4 = {
+        "hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
+        "head": model.get_int(Keys.KEY_LENGTH, None, required_for=need),
+        "rope": model.get_int(Keys.ROPE_DIMENSION_COUNT, 0),
+        "q_lora": model.get_int("{arch}.attention.q_lora_rank", None, required_for=need),
+        "o_groups": model.get_int("{arch}.attention.output_group_count", None, required_for=need),
+        "o_lora": model.get_int("{arch}.attention.output_lora_rank", None, required_for=need),
+    }
+
+
+def _dsv4_inputs(b):
+    """llm_graph_input_dsv4: the raw window cache's k_idxs and mask, and per compressed kind its state
+    positions, write positions / indices, read and persist indices and mask (f16 with flash attention,
+    the lightning indexer's always), plus the Hadamard rotations (the indexer's always)."""
+    g, T = b.g, b.T
+    mask_type = F16_BYTES if b.fa else F32_BYTES
+    b.k_idxs["swa"] = g.input(I64_BYTES * T)
+    b.masks["swa"] = g.input(mask_type * b.cells["swa"] * T)
+    quantized = kvmod.cache_type(b.settings.ctk)[0] > 1
+    head = b.shape.dsv4["head"]
+    b.k_rot = g.input(b.f32(_nrot(head), _nrot(head))) if quantized and head % 64 == 0 else None
+    b.dsv4_inputs = {}
+    for kind, ratio in (("csa", 4), ("hca", 128), ("indexer", 4)):
+        if kind not in b.cells:
+            continue
+        rows = DSV4_STATE_ROWS[ratio]
+        blocks = T // ratio + 1
+        inputs = {"pos": g.input(I32_BYTES * T), "write_pos": g.input(I32_BYTES * blocks),
+                  "read": g.input(I32_BYTES * (2 if ratio == 4 else 1) * ratio * blocks),
+                  "write": g.input(I64_BYTES * blocks), "persist_src": g.input(I32_BYTES * rows),
+                  "persist_dst": g.input(I32_BYTES * rows),
+                  "mask": g.input((F16_BYTES if kind == "indexer" else mask_type) * b.cells[kind] * T)}
+        width = b.shape.indexer_head if kind == "indexer" else head
+        if kind == "indexer" or (quantized and width % 64 == 0):
+            inputs["rot"] = g.input(b.f32(_nrot(width), _nrot(width)))
+        b.dsv4_inputs[kind] = inputs
+
+
+def _nrot(width):
+    nrot = 64
+    while width % (nrot * 2) == 0:
+        nrot *= 2
+    return nrot
+
+
+def _hadamard(b, x, rot, nbytes=None):
+    """llama_mul_mat_hadamard: a (made contiguous / reshaped) x times the rotation, the same size
+    (nbytes: that size when x is a view)."""
+    return b.g.op(nbytes or x.nbytes, rot, b.g.view(x))
+
+
+def _dsv4_hc_pre(b, stream):
+    """build_hc_pre: rms norm of the flattened streams, their mixes, the pre / post weights (sigmoid
+    affine of views: new tensors), the fused Sinkhorn combination and the fused weighted sum."""
+    g, T, hc, n_embd = b.g, b.T, b.shape.dsv4["hc"], b.shape.n_embd
+    flat = g.op(b.f32(hc * n_embd, T), g.view(stream))
+    mixes = b.mm((2 + hc) * hc, flat)
+    parts = []
+    for _ in ("pre", "post"):
+        part = g.op(b.f32(hc, T), g.view(mixes), b.weights)  # mul of a view: a new tensor
+        for _ in range(3):  # add base, sigmoid, scale(_bias)
+            part = g.op(part.nbytes, part, inplace=(0,))
+        parts.append(part)
+    comb = g.op(b.f32(hc, hc, T), mixes, b.weights, b.weights)  # GGML_OP_DSV4_HC_COMB
+    return g.op(b.f32(n_embd, T), stream, parts[0]), parts[1], comb  # GGML_OP_DSV4_HC_PRE
+
+
+def _dsv4_compress(b, kind, x, width, ratio):
+    """The compressor of one kind: state kv / score projections of the layer input (the score plus its
+    APE rows), the state sources (the stored rows concatenated with them), the block rows gathered,
+    softmax-weighted and summed, normed, roped (and rotated), written to the compressed cache; the last
+    rows kept in the state. Returns the state kv and score projections."""
+    g, T = b.g, b.T
+    inputs = b.dsv4_inputs[kind]
+    rows = DSV4_STATE_ROWS[ratio]
+    coff = 2 if ratio == 4 else 1
+    blocks = T // ratio + 1
+    kv = b.mm(coff * width, x)
+    score = b.mm(coff * width, x)
+    ape = g.op(b.f32(coff * width, T), b.weights, inputs["pos"])
+    score = g.op(score.nbytes, score, ape, inplace=(0,))
+    state_kv, state_score = g.view(b.cache), g.view(b.cache)
+    source_kv = g.op(b.f32(coff * width, rows + T), g.view(state_kv), kv)
+    source_score = g.op(b.f32(coff * width, rows + T), g.view(state_score), score)
+    n_read = ratio * blocks
+    if ratio == 4:  # build_overlap_compressed_kv_from_state: a zero (-inf) row appended first
+        padded = []
+        for source in (source_kv, source_score):
+            row = g.op(b.f32(coff * width), g.view(source))
+            padded.append(g.op(source.nbytes + row.nbytes, source, g.view(row)))
+        kv_rows = g.op(b.f32(coff * width, 2 * n_read), padded[0], inputs["read"])
+        score_rows = g.op(b.f32(coff * width, 2 * n_read), padded[1], inputs["read"])
+        halves = [g.op(b.f32(width, n_read), g.view(src)) for src in (kv_rows, kv_rows, score_rows, score_rows)]
+        values = g.op(b.f32(width, 2 * ratio, blocks), g.view(halves[0]), g.view(halves[1]))
+        scores = g.op(b.f32(width, 2 * ratio, blocks), g.view(halves[2]), g.view(halves[3]))
+    else:  # build_hca_compressed_kv_from_state
+        values = g.op(b.f32(width, n_read), source_kv, inputs["read"])
+        scores = g.op(b.f32(width, n_read), source_score, inputs["read"])
+    values = g.op(values.nbytes, g.view(g.view(values)))  # cont(permute)
+    scores = g.op(scores.nbytes, g.view(g.view(scores)))
+    weights = g.op(scores.nbytes, scores, inplace=(0,))  # soft_max
+    comp = g.op(values.nbytes, values, weights, inplace=(0, 1))
+    comp = g.op(b.f32(width, blocks), comp)  # sum_rows
+    comp = g.op(comp.nbytes, g.view(comp))  # cont(permute)
+    comp = g.op(comp.nbytes, g.op(comp.nbytes, comp, inplace=(0,)), b.weights, inplace=(0,))  # rms norm, weight
+    comp = g.op(comp.nbytes, comp, inputs["write_pos"], inplace=(0,))  # rope
+    if "rot" in inputs:
+        comp = _hadamard(b, comp, inputs["rot"])
+    g.expand(g.view(b.cache, g.view(comp), inputs["write"]))
+    for source in (kv, score):
+        persist = g.op(b.f32(coff * width, rows), source, inputs["persist_src"])
+        g.expand(g.view(b.cache, persist, inputs["persist_dst"]))
+    return kv, score
+
+
+def _dsv4_attention(b, il, x, ratio):
+    """build_attention_impl: q from the q latent (rms-normed per head, roped), one K/V head (normed,
+    roped), the layer's compressors, then attention over the raw window (and the compressed rows:
+    csa's top-k of the lightning indexer's scores, or every hca row) with sinks, de-roped, the grouped
+    low-rank output projection."""
+    g, T, d = b.g, b.T, b.shape.dsv4
+    n_head, head = b.shape.n_head[il], d["head"]
+    qr = b.norm(b.mm(d["q_lora"], x), d["q_lora"])
+    q = b.mm(n_head * head, qr)
+    q = g.op(q.nbytes, g.view(q))  # rms_norm of the per-head reshape
+    q = g.op(q.nbytes, q, b.pos, inplace=(0,))
+    kv = b.norm(b.mm(head, x), head)
+    kv = g.op(kv.nbytes, g.view(kv), b.pos)  # rope of the reshape
+    if ratio == 128:
+        _dsv4_compress(b, "hca", x, head, 128)
+    elif ratio == 4:
+        _dsv4_compress(b, "csa", x, head, 4)
+        _dsv4_compress(b, "indexer", x, b.shape.indexer_head, 4)
+    kind = {4: "csa", 128: "hca"}.get(ratio)
+    raw_cells = b.cells["swa"]
+    mask = b.masks["swa"]
+    n_kv = raw_cells
+    if kind == "csa":
+        inputs = b.dsv4_inputs["indexer"]
+        heads, width = b.shape.indexer_heads, b.shape.indexer_head
+        iq = b.mm(heads * width, qr)
+        iq = g.op(iq.nbytes, g.view(iq), b.pos)  # rope of the reshape
+        iq = _hadamard(b, iq, inputs["rot"])
+        iw = b.mm(heads, x)
+        iw = g.op(iw.nbytes, iw, inplace=(0,))  # scale
+        n_lid = b.cells["indexer"]
+        scores = g.op(b.f32(n_lid, T), g.view(iq), g.view(b.cache), g.view(iw), inputs["mask"])
+        k_top = min(n_lid, b.shape.indexer_top_k)
+        top_k = g.op(I32_BYTES * k_top * T, scores)
+        top_k = g.op(top_k.nbytes, g.view(top_k))  # cont
+    if b.k_rot is not None:
+        q = _hadamard(b, q, b.k_rot)
+        kv = _hadamard(b, kv, b.k_rot)
+    g.expand(q)
+    g.expand(kv)
+    g.expand(g.view(b.cache, g.view(kv), b.k_idxs["swa"]))
+    k = g.view(b.cache)
+    mask_type = F16_BYTES if b.fa else F32_BYTES
+    if kind is not None:
+        n_comp = b.cells[kind]
+        n_kv = raw_cells + n_comp
+        k = g.op(kvmod.row_bytes(b.settings.ctk, head) * n_kv * b.streams, g.view(b.cache), g.view(b.cache))  # concat
+        comp_mask = b.dsv4_inputs[kind]["mask"]
+        if kind == "csa":  # build_top_k_mask
+            filled = g.op(comp_mask.nbytes, comp_mask, inplace=(0,))
+            empty = _Tensor(mask_type * k_top * T, has_op=False)
+            zeros = g.op(empty.nbytes, empty, inplace=(0,))
+            unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
+            comp_mask = g.op(filled.nbytes, g.view(unmasked), comp_mask, inplace=(0,))
+        mask = g.op(mask_type * n_kv * T, mask, comp_mask)  # concat
+    qv = g.view(g.view(q))
+    if b.fa:
+        cur = g.op(b.f32(head, n_head, T), qv, g.view(k), g.view(k), mask)
+        cur = g.expand(g.view(cur))
+    else:
+        kq = g.op(b.f32(n_kv, T, n_head), g.view(k), qv)
+        kq = g.op(kq.nbytes, kq, mask, b.weights, inplace=(0,))  # soft_max_ext with sinks
+        v = g.op(kvmod.row_bytes(b.settings.ctk, head) * n_kv * b.streams, g.view(g.view(k)))  # cont(transpose)
+        kqv = g.op(b.f32(head, T, n_head), v, kq)
+        cur = g.expand(g.op(b.f32(head * n_head, T), g.view(kqv)))
+    if b.k_rot is not None:
+        cur = _hadamard(b, cur, b.k_rot, b.f32(head, n_head, T))
+    cur = g.op(b.f32(head, n_head, T), g.view(cur), b.pos)  # rope_back of the reshape
+    oa = g.op(b.f32(d["o_lora"], T, d["o_groups"]), b.weights, g.view(g.view(cur)))
+    oa = g.op(oa.nbytes, g.view(oa))  # cont_2d of the permute
+    return b.mm(b.shape.n_embd, oa)
+
+
+def _ihc_reduce(b, x, pre, tokens):
+    """hy_v4_hc_reduce: x cast to f32 (a copy), each stream times its weight, summed, cast back."""
+    g, hc, n_embd = b.g, b.shape.dsv4["hc"], b.shape.n_embd
+    x_f32 = g.op(b.f32(n_embd, hc, tokens), x)
+    cur = None
+    for _ in range(hc):
+        part = g.op(b.f32(n_embd, tokens), g.view(x_f32), g.view(pre))
+        cur = part if cur is None else g.op(part.nbytes, cur, part, inplace=(0,))
+    return g.op(cur.nbytes, cur)
+
+
+def _ihc_pre(b, stream):
+    """llama_model_hy_v4::graph::build_hc_pre (unfused, no Sinkhorn term): rms norm of the flattened
+    streams, 2 x hc mixes, pre and post weights (sigmoid affine of views), the weighted reduce."""
+    g, T, hc, n_embd = b.g, b.T, b.shape.dsv4["hc"], b.shape.n_embd
+    flat = g.op(b.f32(hc * n_embd, T), g.view(stream))
+    mixes = b.mm(2 * hc, flat)
+    pre = g.op(b.f32(hc, T), g.view(mixes), b.weights)
+    for _ in range(3):  # add base, sigmoid, scale_bias
+        pre = g.op(pre.nbytes, pre, inplace=(0,))
+    post = g.op(b.f32(hc, T), g.view(mixes), b.weights)
+    for _ in range(4):  # add base, sigmoid, scale (magnitude), scale_bias
+        post = g.op(post.nbytes, post, inplace=(0,))
+    return _ihc_reduce(b, stream, pre, T), post
+
+
+def _ihc_post(b, x, residual, post):
+    """build_hc_post: x, post and the residual cast to f32, per stream residual + x x post (concatenated
+    one stream at a time), cast back."""
+    g, T, hc, n_embd = b.g, b.T, b.shape.dsv4["hc"], b.shape.n_embd
+    x_f32 = g.op(x.nbytes, x)
+    post_f32 = g.op(post.nbytes, post)
+    res_f32 = g.op(b.f32(n_embd, hc, T), residual)
+    out = None
+    for i in range(hc):
+        cur = g.op(b.f32(n_embd, T), g.view(res_f32), g.op(b.f32(n_embd, T), x_f32, g.view(post_f32)), inplace=(0, 1))
+        cur = g.view(cur)
+        out = cur if out is None else g.op(b.f32(n_embd, i + 1, T), out, cur)
+    return g.op(b.f32(n_embd, hc, T), out)
+
+
+def _build_dsv4(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
+    """The hyper-connection graphs: llama_model_deepseek4::graph (fused pre/post mixes with a Sinkhorn
+    combination, its own attention, sqrt-softplus MoE) and llama_model_hy_v4::graph (unfused iHC mixes
+    around MLA / DSA attention, a dense lead FFN). The embedding repeated into hc streams, per layer a
+    pre-mix, the mixer, a post-mix, again around the FFN; the streams' output rows, the head's
+    (unfused) mix, the norm and the logits."""
+    g, n_embd, hc = b.g, graph_shape.n_embd, graph_shape.dsv4["hc"]
+    ihc = graph_shape.architecture == "hy_v4"
+    glm5 = graph_shape.architecture == "glm5-next"
+    if ihc:
+        _attention_inputs(b, ["full"])
+        if graph_shape.indexer_heads:
+            _dsa_inputs(b)
+    elif glm5:
+        _glm5_inputs(b)
+    else:
+        _dsv4_inputs(b)
+    stream = g.op(b.f32(n_embd, hc, b.T), g.view(lookup))  # repeat_4d
+    for il, layer in enumerate(graph_shape.layers):
+        if il not in layer_set:
+            continue
+        if b.homes is not None:
+            b.move(b.homes.layer_device[il], il)
+        residual = stream
+        if ihc:
+            cur, post = _ihc_pre(b, stream)
+            cur = _mla_layer(b, il, b.norm(cur, n_embd), layer)
+            stream = _ihc_post(b, cur, residual, post)
+            residual = stream
+            cur, post = _ihc_pre(b, stream)
+        else:
+            cur, post, comb = _dsv4_hc_pre(b, stream)
+            cur = b.norm(cur, n_embd)
+            if glm5:  # glm5-next.cpp expands the attention norm before the layer body
+                g.expand(cur)
+                cur = _kda_layer(b, il, cur, layer) if layer.mixer == "kda" else _glm5_dsa_layer(b, il, cur, layer)
+            else:
+                cur = _dsv4_attention(b, il, cur, b.kv.compress_ratios[il])
+            stream = g.op(b.f32(n_embd, hc, b.T), cur, residual, post, comb)  # GGML_OP_DSV4_HC_POST
+            residual = stream
+            cur, post, comb = _dsv4_hc_pre(b, stream)
+            if not glm5:
+                for tensor in (residual, post, comb):
+                    g.expand(tensor)
+        x = b.norm(cur, n_embd)
+        out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
+        if ihc:
+            stream = _ihc_post(b, out, residual, post)
+        else:
+            stream = g.op(b.f32(n_embd, hc, b.T), out, residual, post, comb)
+        g.expand(stream)
+        g.boundaries.append(stream)
+    if not output:
+        g.expand(stream)
+        return g
+    if b.homes is not None:
+        b.move(b.homes.layer_device[-1], -1)
+    rows = g.op(b.f32(n_embd * hc, n_out), g.view(stream), out_ids)
+    b.T = n_out
+    if glm5:  # build_hc_mean: the streams summed (views: a new tensor, then in place) and scaled
+        cur = g.op(b.f32(n_embd, n_out), g.view(rows), g.view(rows))
+        for _ in range(hc - 2):
+            cur = g.op(cur.nbytes, cur, g.view(rows), inplace=(0,))
+        cur = b.norm(g.op(cur.nbytes, cur, inplace=(0,)), n_embd)  # scale 1/hc, the output norm
+        cur.is_output = True
+        logits = b.mm(graph_shape.n_vocab, cur)
+        logits.is_output = True
+        g.expand(logits)
+        return g
+    flat = g.op(rows.nbytes, g.view(rows))  # rms_norm of the reshape
+    pre = b.mm(hc, flat)
+    for _ in range(4):  # mul scale, add base, sigmoid, scale_bias
+        pre = g.op(pre.nbytes, pre, inplace=(0,))
+    if ihc:
+        cur = _ihc_reduce(b, g.view(rows), pre, n_out)
+    else:
+        cur = None
+        for _ in range(hc):  # build_hc_pre unfused (il -1): one weighted stream at a time
+            part = g.op(b.f32(n_embd, n_out), g.view(rows), g.view(pre))
+            cur = part if cur is None else g.op(part.nbytes, cur, part, inplace=(0,))
+    cur = b.norm(cur, n_embd)
+    cur.is_output = True
+    logits = b.mm(graph_shape.n_vocab, cur)
+    logits.is_output = True
+    g.expand(logits)
+    return g
+
+
+# --- GLM5-Next (src/models/glm5-next.cpp, llama_memory_hybrid_idx) -------------------------------
+
+KPOOL_GATHER_MAX_UBATCH = 16  # build_inp_kpool: ubatches up to this gather the selected latents
+
+
+def _glm5_inputs(b):
+    """build_inp_mem_hybrid_k's attention inputs and build_inp_kpool's: the indexer cache's k_idxs,
+    pool cells / members / mask (f16: the fused lightning indexer) / tail members, the gather mask and
+    the new pools' members and rows. At reserve every pool is new: (cells per stream / kpool) x n_seq of
+    them (llama_memory_hybrid_idx_context's full context), padded by kpool_pad to 64 past one more."""
+    g, T, d = b.g, b.T, b.shape.dsv4
+    _attention_inputs(b, ["full"])
+    kpool = d["kpool"]
+    n_new = b.cells["full"] // kpool * max(1, b.settings.n_seq)
+    n_pool = max(64, -(-(n_new + 1) // 64) * 64)
+    n_sel = kpool * min(n_pool, b.shape.indexer_top_k // kpool) + (kpool - 1 if d["select_tail"] else 0)
+    b.kpool = {"k_idxs": g.input(I64_BYTES * T), "cells": g.input(I32_BYTES * n_pool),
+               "members": g.input(I32_BYTES * kpool * n_pool), "mask": g.input(F16_BYTES * n_pool * T),
+               "tail": g.input(I32_BYTES * (kpool - 1) * T), "gather_mask": g.input(F32_BYTES * n_sel * T),
+               "new": g.input(I32_BYTES * kpool * n_new), "new_rep": g.input(I64_BYTES * n_new), "n_pool": n_pool,
+               "n_new": n_new, "n_sel": n_sel}
+    b.kpool["gather"] = T <= KPOOL_GATHER_MAX_UBATCH and b.cells["full"] > n_sel
+    b.prev_sel = None
+
+
+def _glm5_kpool_select(b, x, qr):
+    """build_kpool_select: indexer queries, the key (layer norm) and pool gate cached with a zero pooled
+    slot, the new pool's members gathered, gated by softmax over the pool and summed, scattered to the
+    pooled slots and all pools gathered; the lightning indexer's pool scores, their top pools ordered by
+    score, expanded to member cells (plus the tail), then (scatter path) a -inf mask of n_kv + n_sel
+    rows with zeros set at the live cells, added to the causal mask."""
+    g, T, d, kp = b.g, b.T, b.shape.dsv4, b.kpool
+    heads, width, kpool, n_pool, n_sel = b.shape.indexer_heads, b.shape.indexer_head, d["kpool"], kp["n_pool"], kp["n_sel"]
+    n_new = kp["n_new"]
+    iq = g.view(b.mm(heads * width, qr))
+    ik = b.mm(width, x)
+    ik = g.op(ik.nbytes, g.op(ik.nbytes, g.op(ik.nbytes, ik), b.weights, inplace=(0,)), b.weights, inplace=(0,))
+    ig = b.mm(width, x)
+    empty = _Tensor(b.f32(width, T), has_op=False)
+    pzero = g.op(empty.nbytes, empty, inplace=(0,))
+    packed = g.op(b.f32(3 * width, T), g.op(b.f32(2 * width, T), ik, ig), pzero)
+    g.expand(g.view(b.cache, g.view(packed), kp["k_idxs"]))
+    rows = g.op(b.f32(2 * width, kpool, n_new), g.view(b.cache), g.view(kp["new"]))
+    logits = g.op(b.f32(width, kpool, n_new), g.view(rows), b.weights)
+    logits = g.op(logits.nbytes, g.view(logits))  # cont(permute)
+    probs = g.op(logits.nbytes, g.view(logits))  # soft_max of the reshape
+    pk = g.op(b.f32(width, kpool, n_new), g.view(g.view(rows)))  # cont(permute)
+    pooled_new = g.op(b.f32(width, n_new), g.op(pk.nbytes, g.view(probs), pk, inplace=(0, 1)))  # sum_rows(mul)
+    g.expand(g.view(b.cache, g.view(pooled_new), kp["new_rep"]))
+    pooled = g.op(b.f32(width, n_pool), g.view(b.cache), kp["cells"])
+    weights = b.mm(heads, x)
+    weights = g.op(weights.nbytes, g.view(weights), inplace=(0,))  # scale of the per-stream view
+    score = g.op(b.f32(n_pool, T), iq, g.view(pooled), weights, kp["mask"])
+    n_top = min(n_pool, b.shape.indexer_top_k // kpool)
+    top_k = g.op(I32_BYTES * n_top * T, score)
+    sel_score = g.op(b.f32(n_top, T), g.view(score), top_k)
+    order = g.op(I32_BYTES * n_top * T, g.view(sel_score))
+    top_f = g.op(b.f32(n_top, T), top_k)
+    top_f = g.op(b.f32(n_top, T), g.view(top_f), order)
+    top_f = g.op(top_f.nbytes, g.view(top_f))  # cont of the reshape
+    top_k = g.op(I32_BYTES * n_top * T, top_f)
+    sel_idx = g.op(I32_BYTES * kpool * n_top * T, kp["members"], g.view(top_k))
+    if d["select_tail"]:
+        sel_idx = g.op(I32_BYTES * n_sel * T, g.view(sel_idx), kp["tail"])
+    if kp["gather"]:
+        return sel_idx
+    n_kv = b.cells["full"]
+    mask_type = F16_BYTES if b.fa else F32_BYTES
+    seed = g.op(F32_BYTES, g.view(sel_idx))
+    mask_seed = seed if not b.fa else g.op(F16_BYTES, seed)
+    mask_seed = g.op(mask_seed.nbytes, mask_seed)  # fill -inf
+    mask_all = g.op(mask_type * (n_kv + n_sel) * T, mask_seed)  # repeat
+    zeros = g.op(b.f32(n_sel, T), g.op(F32_BYTES, seed))  # fill 0, repeat
+    live = g.op(b.f32(n_sel, T), g.view(kp["gather_mask"]))  # exp of the reshape
+    dump = g.op(b.f32(n_sel))  # arange
+    idx = g.op(b.f32(n_sel, T), sel_idx)
+    idx = g.op(idx.nbytes, g.op(idx.nbytes, g.op(idx.nbytes, idx, dump, inplace=(0,)), live, inplace=(0, 1)), dump, inplace=(0,))
+    idx = g.op(I32_BYTES * n_sel * T, idx)
+    sel = _Tensor(0, (g.view(zeros), g.view(idx), g.view(mask_all)), view_src=mask_all)  # set_rows
+    return g.op(mask_type * n_kv * T, g.view(sel), g.view(b.masks["full"]))
+
+
+def _glm5_dsa_layer(b, il, x, layer):
+    """build_dsa_layer: NoPE MLA (q latent, the absorbed query, the normed latent cached alone) over
+    the k-pool selection (the last full indexer layer's for a shared one)."""
+    g, T, shape = b.g, b.T, b.shape
+    n_head, kv_lora, nope, v_head = shape.n_head[il], shape.kv_lora, shape.mla_nope, shape.mla_v_head
+    qr = b.norm(b.mm(layer.q_lora, x), layer.q_lora)
+    q = b.mm(n_head * nope, qr)
+    kv = b.norm(b.mm(kv_lora, x), kv_lora)
+    q_abs = g.op(b.f32(kv_lora, T, n_head), b.weights, g.view(g.view(q)))
+    if b.kv.indexer_layers[il] or b.prev_sel is None:
+        b.prev_sel = _glm5_kpool_select(b, x, qr)
+    sel = b.prev_sel
+    g.expand(q_abs)
+    g.expand(kv)
+    g.expand(g.view(b.cache, g.view(kv), b.k_idxs["full"]))
+    if b.kpool["gather"]:  # small decode batches: attention over the gathered latents
+        g.expand(b.masks["full"])
+        n_sel = b.kpool["n_sel"]
+        k_g = g.op(b.f32(kv_lora, n_sel, T), g.view(b.cache), g.view(sel))
+        kq = g.op(b.f32(n_sel, n_head, T), k_g, g.view(q_abs))
+        kq = g.op(kq.nbytes, kq, b.kpool["gather_mask"], inplace=(0,))
+        v_t = g.op(k_g.nbytes, g.view(k_g))
+        kqv = g.op(b.f32(v_head, n_head, T), b.weights, g.op(b.f32(kv_lora, n_head, T), v_t, kq))
+        out = g.op(kqv.nbytes, g.view(kqv))
+    else:
+        out = _mha(b, il, g.view(q_abs), kv_lora, "full", n_head, kv_lora, kv_lora, v_mla_rows=v_head, mask=g.view(sel))
+    return b.mm(shape.n_embd, out)
+
+
+# --- Qwen4-Exp (src/models/qwen4exp.cpp, llama_memory_hybrid_idx) --------------------------------
+
+def _q4_hc_mix(b, stream, head=False):
+    """build_hc_mix: the streams' grouped RMS norm (times its gammas), a low-rank gate (down, scale,
+    silu, up), the fused gated mean (the head's unfused: sigmoid, times, the mean of a cont and adds,
+    scale), and for a layer the inject projection. Returns (mixed, normed streams)."""
+    g, T, hc, n_embd, rank = b.g, b.T, b.shape.dsv4["hc"], b.shape.n_embd, b.shape.dsv4["rank"]
+    xn = g.op(b.f32(n_embd, hc, T), stream)  # rms_norm
+    xn = g.op(xn.nbytes, xn, b.weights, inplace=(0,))
+    lo = b.mm(rank, g.view(xn))
+    lo = b.unary(b.unary(lo, lo.nbytes), lo.nbytes)  # scale, silu
+    gate = b.mm(hc * n_embd, lo)
+    if not head:
+        return g.op(b.f32(n_embd, T), g.view(xn), g.view(gate)), xn  # GGML_OP_DSV4_HC_PRE (gated)
+    gated = g.op(xn.nbytes, xn, b.unary(gate, gate.nbytes), inplace=(0, 1))
+    mixed = g.op(b.f32(n_embd, T), g.view(gated))  # cont of the first stream
+    for _ in range(hc - 1):
+        mixed = g.op(mixed.nbytes, mixed, g.view(gated), inplace=(0,))
+    return g.op(mixed.nbytes, mixed, inplace=(0,)), xn
+
+
+def _q4_combine(b, stream, out, inject):
+    """build_hc_combine: 2 sigmoid(inject / hc) (in place) and the fused post (identity comb)."""
+    g = b.g
+    w = b.unary(b.unary(b.unary(inject, inject.nbytes), inject.nbytes), inject.nbytes)
+    return g.op(stream.nbytes, out, stream, w)
+
+
+def _q4_qsa_inputs(b):
+    """llm_graph_input_qsa (one set per ratio): the indexer cache's k_idxs, the cell -> block map, the
+    block members and positions, the per-block bias."""
+    g, T = b.g, b.T
+    r = b.shape.dsv4["ratio"]
+    n_kv, streams = b.cells["full"], b.streams
+    n_blocks = -(-n_kv // r)
+    b.qsa = {"k_idxs": g.input(I64_BYTES * T), "cell_blk": g.input(I32_BYTES * n_kv * streams),
+             "blk_cells": g.input(I32_BYTES * r * n_blocks * streams), "blk_pos": g.input(I32_BYTES * 4 * n_blocks * streams),
+             "bias": g.input(F32_BYTES * n_blocks * T), "n_blocks": n_blocks}
+
+
+def _q4_qsa_mask(b, x):
+    """build_qsa_top_k + build_attn_qsa's mask: raw indexer keys cached, each block's members gathered
+    and mean-pooled (a cont per member, adds), normed and roped; queries normed and roped; rectified
+    per-head block scores summed, plus the block bias, expanded to cells, plus the mask (cast to f32
+    with flash attention); the top cells (whole blocks plus the tail), then -inf filled, zeros set at them,
+    added to the mask."""
+    g, T, shape, qsa = b.g, b.T, b.shape, b.qsa
+    r, n_blocks, streams = shape.dsv4["ratio"], qsa["n_blocks"], b.streams
+    width, heads = shape.indexer_head, shape.indexer_heads
+    n_kv = b.cells["full"]
+    k_raw = b.mm(width, x)
+    g.expand(g.view(b.cache, g.view(k_raw), qsa["k_idxs"]))
+    members = g.op(b.f32(width, r * n_blocks * streams), g.view(b.cache), qsa["blk_cells"])
+    pooled = None
+    for _ in range(r):
+        part = g.op(b.f32(width, n_blocks * streams), g.view(members))  # cont of a member slice
+        pooled = part if pooled is None else g.op(part.nbytes, pooled, part, inplace=(0, 1))
+    pooled = b.unary(pooled, pooled.nbytes)  # scale 1/r
+    pooled = g.op(pooled.nbytes, g.op(pooled.nbytes, g.view(pooled)), b.weights, inplace=(0,))  # rms norm of the reshape
+    pooled = g.op(pooled.nbytes, g.view(pooled), qsa["blk_pos"])  # rope_multi of the reshape
+    q = b.mm(heads * width, x)
+    q = g.op(q.nbytes, g.op(q.nbytes, g.view(q)), b.weights, inplace=(0,))
+    q = g.op(q.nbytes, q, b.pos, inplace=(0,))
+    score = g.op(b.f32(n_blocks, heads, T), g.view(pooled), g.view(q))
+    score = g.op(score.nbytes, g.view(score))  # relu of the reshape
+    summed = g.op(b.f32(n_blocks, T), g.view(score))  # cont of head 0
+    for _ in range(heads - 1):
+        summed = g.op(summed.nbytes, summed, g.view(score), inplace=(0,))
+    summed = g.op(summed.nbytes, summed, qsa["bias"], inplace=(0,))
+    expanded = g.op(summed.nbytes, g.view(summed))  # cont(permute)
+    expanded = g.op(b.f32(n_kv, T), expanded, qsa["cell_blk"])  # get_rows
+    expanded = g.op(expanded.nbytes, g.view(expanded))  # cont(permute)
+    mask = b.masks["full"]
+    mask_f32 = g.op(b.f32(n_kv, T), mask) if b.fa else mask  # cast
+    expanded = g.op(expanded.nbytes, expanded, g.view(mask_f32), inplace=(0,))
+    k_top = min(n_kv, shape.indexer_top_k + r - 1)
+    top_k = g.op(I32_BYTES * k_top * T, expanded)
+    top_k = g.op(top_k.nbytes, top_k)  # cont
+    filled = g.op(mask.nbytes, mask, inplace=(0,))
+    empty = _Tensor(b.f32(k_top, T), has_op=False)
+    zeros = g.op(empty.nbytes, empty, inplace=(0,))
+    unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
+    return g.op(filled.nbytes, g.view(unmasked), mask, inplace=(0,))
+
+
+def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
+    """llama_model_qwen4exp::graph: the embedding repeated into hc streams; per layer a low-rank
+    hyper-connection mix, the gated delta net or gated attention (through the QSA top-k mask where the
+    layer has a compression ratio), the output rows of the last layer, the combine; again around the
+    MoE with its gated shared expert; the head's mix is the output norm."""
+    g, n_embd, hc = b.g, graph_shape.n_embd, graph_shape.dsv4["hc"]
+    _attention_inputs(b, ["full"])
+    if graph_shape.indexer_heads and graph_shape.dsv4["ratio"]:
+        _q4_qsa_inputs(b)
+    else:
+        b.qsa = None
+    g.expand(lookup)
+    stream = g.op(b.f32(n_embd, hc, b.T), g.view(lookup))  # repeat_4d
+    last = len(graph_shape.layers) - 1
+    for il, layer in enumerate(graph_shape.layers):
+        if il not in layer_set:
+            continue
+        if b.homes is not None:
+            b.move(b.homes.layer_device[il], il)
+        cur, xn = _q4_hc_mix(b, stream)
+        g.expand(cur)
+        if layer.mixer == "gdn":
+            cur = _gdn_layer(b, il, cur, layer)
+        else:
+            mask = _q4_qsa_mask(b, cur) if b.qsa is not None else None
+            cur = _gqa_layer(b, il, cur, layer, mask=mask)
+        inject = b.mm(hc, g.view(xn))
+        if il == last:
+            cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+            inject = g.op(b.f32(hc, n_out), inject, out_ids)
+            stream = g.op(b.f32(n_embd * hc, n_out), g.view(stream), out_ids)
+            b.T = n_out
+        stream = _q4_combine(b, stream, cur, inject)
+        cur, xn = _q4_hc_mix(b, stream)
+        out = _moe(b, il, cur, layer)
+        stream = _q4_combine(b, stream, out, b.mm(hc, g.view(xn)))
+        g.expand(stream)
+        g.boundaries.append(stream)
+    if not output:
+        g.expand(stream)
+        return g
+    if b.homes is not None:
+        b.move(b.homes.layer_device[-1], -1)
+    cur, _ = _q4_hc_mix(b, stream, head=True)
+    cur.is_output = True
+    logits = b.mm(graph_shape.n_vocab, cur)
+    logits.is_output = True
+    g.expand(logits)
+    return g
 
 
 # --- gemma3n (src/models/gemma3n.cpp) --------------------------------------------------------
@@ -2372,6 +2994,10 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     g.expand(embd_in)
     cur = lookup
     b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
+    if graph_shape.architecture == "qwen4exp":
+        return _build_qwen4exp(b, graph_shape, layer_set, output, g.input(I32_BYTES * n_out), n_out, lookup)
+    if graph_shape.dsv4:
+        return _build_dsv4(b, graph_shape, layer_set, output, g.input(I32_BYTES * n_out), n_out, lookup)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     _attention_inputs(b, kinds)
     if graph_shape.indexer_heads and "indexer" in b.cells:

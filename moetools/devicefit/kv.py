@@ -64,6 +64,7 @@ SWA_RULES = {
     "step35": ("array", 0, False, None, "standard"),
     "spark2_5": ("array", 0, False, None, "standard"),
     "lfm2": ("key>0", 0, False, None, "standard"),  # every attention layer slides (lfm2.cpp: is_swa = !is_recr)
+    "dots3note": ("array", 0, False, None, "standard"),
 }
 FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
@@ -74,8 +75,9 @@ KDA_ARCHES = ("kimi-k3", "kimi-linear", "bailingmoe3")
 # n_embd_head_la), no conv state (n_embd_r falls through to the Mamba formula without ssm keys: 0).
 LIGHTNING_ARCHES = ("minimax-01",)
 # Hybrid models whose recurrent layers are gated delta nets: `attention.recurrent_layers`, else every
-# layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp, qwen35.cpp).
-GDN_ARCHES = ("qwen3next", "qwen35", "qwen35moe")
+# layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp, qwen35.cpp,
+# qwen4exp.cpp).
+GDN_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "qwen4exp")
 # Recurrent and hybrid architectures sized from their loaders (src/models/*.cpp load_arch_hparams) and
 # llama_model::create_memory's filters: arch -> (state kind, which trunk layers are recurrent, which
 # layers attend).
@@ -102,7 +104,8 @@ RECURRENT_RULES = {
 }
 HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES + LIGHTNING_ARCHES + tuple(arch for arch, rule in RECURRENT_RULES.items() if rule[2] != "none")
 # DSA sparse attention: an extra indexer K cache (src/llama-kv-cache-dsa.cpp).
-DSA_ARCHES = ("deepseek32", "glm-dsa")
+DSA_ARCHES = ("deepseek32", "glm-dsa", "dots3note", "hy_v4", "glm5-next")
+INDEXER_TOP_K = "{arch}.attention.indexer.top_k"
 INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
 INDEXER_TYPES = "{arch}.attention.indexer.types"
 SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"
@@ -113,12 +116,7 @@ GLM_DSA_DEFAULT_LAYERS = 78
 # Architectures llama.cpp runs whose memory this module does not model: refuse, never guess. Each names
 # the memory llama.cpp builds for it that device-fit has no formula for.
 UNSUPPORTED = {
-    "glm5-next": "its hybrid KDA state with a DSA indexer cache (llama_memory_hybrid_idx)",
-    "qwen4exp": "its QSA indexer cache (llama_memory_hybrid_idx)",
-    "deepseek4": "its compressed DSV4 KV cache (llama_kv_cache_dsv4)",
     "minimax-m3": "its MSA indexer cache (llama_kv_cache_msa)",
-    "dots3note": "its DSA + sliding-window cache (llama_kv_cache_dsa_iswa)",
-    "hy_v4": "its DSA indexer over shared layers",
     "gemma4-assistant": "its KV shared with another model's context",
     "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
     "modern-bert": "no KV cache (an encoder device-fit does not plan)",
@@ -186,6 +184,9 @@ class KVShape(Record):
         ("has_kv", list),  # per block: False where the layer holds no attention cache (filtered/shared); [] = all
         ("indexer_width", 0),  # DSA: values per cell of the indexer K cache (one head)
         ("indexer_layers", list),  # per block: True where the layer has an indexer cache
+        # DeepSeek-V4 (llama_kv_cache_dsv4): per block its compression ratio (0 window only, 4 CSA +
+        # lightning indexer, 128 HCA); [] for every other architecture
+        ("compress_ratios", list),
         ("notes", list),
     )
 
@@ -310,6 +311,10 @@ def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
     elif arch == "gemma3n":
         no_kv_from = GEMMA3N_KV_LAYERS
     kind, is_recurrent = "", [False] * n_layer
+    if arch == "glm5-next":
+        # llama_model create_memory's filters: KDA (head_count_kv 0) and attention layers of the trunk only
+        is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
+        return "kda", is_recurrent, [il < trunk and not is_recurrent[il] for il in range(n_layer)]
     if arch in KDA_ARCHES:
         kind = "kda"
         is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
@@ -353,6 +358,22 @@ def _indexer_layers(model, arch, trunk, n_layer):
     """Which blocks carry a DSA indexer cache: the trunk (glm-dsa: the layers indexer.types marks full)."""
     if arch == "deepseek32":
         return [il < trunk for il in range(n_layer)]
+    if arch == "glm5-next":  # get_key_or_arr over the trunk, default every layer; KDA layers have none
+        full = _int_array(model, INDEXER_TYPES, trunk, [1] * trunk)
+        n_kv = model.layer_values(Keys.HEAD_COUNT_KV, None)
+        return [il < trunk and bool(full[il]) and n_kv[il] != 0 for il in range(n_layer)]
+    if arch == "hy_v4":  # get_key_or_arr, default none; llama_model_hy_v4 needs layer 0 to index
+        full = _int_array(model, INDEXER_TYPES, trunk, [0] * trunk)
+        if not full[0]:
+            raise GGUFError(model.path, "hy_v4's layer 0 has no indexer (llama.cpp refuses it: nothing precedes it to "
+                                        "share a top-k)", key=model.key(INDEXER_TYPES))
+        return [il < trunk and bool(full[il]) for il in range(n_layer)]
+    if arch == "dots3note":  # the loader requires the array (get_arr)
+        key = model.key(INDEXER_TYPES)
+        if model.metadata.get(key) is None:
+            raise GGUFError(model.path, "missing metadata key needed for the DSA indexer cache (which layers index)", key=key)
+        full = _int_array(model, INDEXER_TYPES, trunk, [])
+        return [il < trunk and bool(full[il]) for il in range(n_layer)]
     context_train = model.get_int(Keys.CONTEXT_LENGTH, 0)
     if context_train < 1048576:
         full = [1] * trunk  # GLM-5/5.1: every layer indexes
@@ -361,6 +382,39 @@ def _indexer_layers(model, arch, trunk, n_layer):
         full += [0] * (trunk - len(full))
     full = _int_array(model, INDEXER_TYPES, trunk, full)
     return [il < trunk and bool(full[il]) for il in range(n_layer)]
+
+
+# llama_kv_cache_dsv4 (src/llama-kv-cache-dsv4.cpp): the compression ratios its loader accepts and the
+# compressor state each keeps per layer and sequence: (ratio, state rows, state width in K head widths or
+# "indexer" widths). CSA and the lightning indexer overlap two blocks of 4 (8 rows, twice the width).
+DSV4_CSA, DSV4_HCA = 4, 128
+DSV4_STATES = (("csa", DSV4_CSA, 2 * DSV4_CSA, 2, False), ("hca", DSV4_HCA, DSV4_HCA, 1, False),
+               ("indexer", DSV4_CSA, 2 * DSV4_CSA, 2, True))
+NEXTN_PROBE = "blk.{}.nextn.eh_proj.weight"
+
+
+def _dsv4_trunk(model, n_layer, nextn):
+    """llama_model_deepseek4::load_arch_hparams: NextN layers count only when the first one's eh_proj is in
+    the file (a conversion without the MTP tensors keeps the key); the trunk is the rest."""
+    if 0 < nextn < n_layer and NEXTN_PROBE.format(n_layer - nextn) in model.tensor_by_name:
+        return n_layer - nextn
+    return n_layer
+
+
+def _dsv4_ratios(model, n_layer):
+    key = model.key("{arch}.attention.compress_ratios")
+    raw = model.metadata.get(key)
+    if isinstance(raw, LazyArray):
+        raw = raw.load()
+    if not isinstance(raw, list):
+        raise GGUFError(model.path, "missing metadata key needed for DeepSeek-V4's compressed caches (which layers "
+                                    "compress by 4 or 128)", key=key)
+    if len(raw) < n_layer:
+        raise GGUFError(model.path, f"compress_ratios has {len(raw)} entries for {n_layer} blocks (llama.cpp refuses it)", key=key)
+    ratios = [int(value) for value in raw[:n_layer]]
+    if any(ratio not in (0, DSV4_CSA, DSV4_HCA) for ratio in ratios):
+        raise GGUFError(model.path, "DeepSeek-V4 compression ratios other than 0, 4 and 128 (llama.cpp refuses them)", key=key)
+    return ratios
 
 
 def kv_shape(model):
@@ -387,6 +441,8 @@ def kv_shape(model):
     head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
     nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
+    if arch == "deepseek4":
+        trunk = _dsv4_trunk(model, n_layer, nextn)
     notes = []
 
     k_key_length_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
@@ -412,7 +468,13 @@ def kv_shape(model):
     k_swa = model.get_int(Keys.KEY_LENGTH_SWA, k_full, required_for=swa_required)
     v_swa = model.get_int(Keys.VALUE_LENGTH_SWA, v_full, required_for=swa_required)
     is_swa, n_swa, swa_type = _swa_layers(model, arch, trunk, n_layer)
-    if swa_type == "none" and arch not in SWA_RULES and model.get_int(Keys.SLIDING_WINDOW, None):
+    compress_ratios = []
+    if arch == "deepseek4":
+        # every block slides (set_swa_pattern(0), the NextN ones too), one K-only head per cell
+        mla, is_swa, swa_type = True, [True] * n_layer, "standard"
+        n_swa = model.get_int(Keys.SLIDING_WINDOW, None, required_for="DeepSeek-V4's sliding-window cache")
+        compress_ratios = _dsv4_ratios(model, n_layer)
+    elif swa_type == "none" and arch not in SWA_RULES and model.get_int(Keys.SLIDING_WINDOW, None):
         notes.append(f"{arch}: llama.cpp's loader ignores attention.sliding_window; every layer sized as full attention")
     elif swa_type == "none" and arch == "exaone4" and model.get_int(Keys.SLIDING_WINDOW, None):
         notes.append(f"exaone4: llama.cpp's loader gives only a 64-block model sliding-window layers; these "
@@ -420,6 +482,9 @@ def kv_shape(model):
     recurrent_kind, is_recurrent, has_kv = _layer_filters(model, arch, trunk, n_layer, head_count_kv)
     if arch == "lfm2" and swa_type != "none":  # llama_memory_hybrid_iswa: the short convolutions do not slide
         is_swa = [flag and not is_recurrent[il] for il, flag in enumerate(is_swa)]
+    if compress_ratios:
+        # the raw window cache holds every block (llama_kv_cache_dsv4 clears n_layer_nextn for its caches)
+        has_kv = [True] * n_layer
     if trunk < n_layer and not any(has_kv[trunk:]):
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
     if arch in ("gemma3n", "gemma4") and not all(has_kv[:trunk]):
@@ -428,9 +493,28 @@ def kv_shape(model):
     if any(is_recurrent):
         state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
     indexer_width, indexer_layers = 0, []
-    if arch in DSA_ARCHES:
+    if arch in DSA_ARCHES and not (arch == "hy_v4" and not model.get_int(INDEXER_TOP_K, 0)):
+        # (a hy_v4 checkpoint without indexer.top_k is all full attention: a plain MLA cache)
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the DSA indexer cache")
         indexer_layers = _indexer_layers(model, arch, trunk, n_layer)
+        if arch == "glm5-next":
+            # llama_memory_hybrid_idx caches key, gate and pooled key per token (indexer.kpool > 1 asserted)
+            kpool = model.get_int("{arch}.attention.indexer.kpool", None, required_for="GLM5-Next's k-pool indexer cache")
+            if kpool < 2:
+                raise GGUFError(model.path, f"indexer.kpool {kpool} (llama.cpp asserts more than 1)",
+                                key=model.key("{arch}.attention.indexer.kpool"))
+            indexer_width *= 3
+    elif compress_ratios:
+        indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="DeepSeek-V4's lightning-indexer cache")
+    elif arch == "qwen4exp":
+        # llama_memory_hybrid_idx: one key head per cell for the QSA, in the trunk's attention layers
+        indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the QSA indexer cache")
+        indexer_layers = [il < trunk and not is_recurrent[il] for il in range(n_layer)]
+        if model.metadata.get(model.key("{arch}.ple.layers")):
+            # llama.cpp keeps the PLE module's conv history as extra rows of the recurrent cache (cache_ple_r_l)
+            raise GGUFError(model.path, "device-fit cannot size qwen4exp with a PLE module (ple.layers): it has no model "
+                                        "of its conv-history state (the recurrent cache's P rows) and its graph",
+                            key=model.key("{arch}.ple.layers"))
     if any(head_count_kv[il] and has_kv[il] and not (k_full if not is_swa[il] else k_swa) for il in range(n_layer)):
         raise GGUFError(model.path, "attention layers without a key width", key=model.key(Keys.KEY_LENGTH))
     return KVShape(
@@ -453,6 +537,7 @@ def kv_shape(model):
         has_kv=has_kv,
         indexer_width=indexer_width,
         indexer_layers=indexer_layers,
+        compress_ratios=compress_ratios,
         notes=notes,
     )
 
@@ -533,7 +618,7 @@ class KVCache(Record):
     def to_doc(self):
         doc = {"kind": self.kind, "cells": self.cells * self.streams, "cells_per_stream": self.cells,
                "streams": self.streams, "layers": self.layers, "k_bytes": self.k_bytes, "v_bytes": self.v_bytes}
-        if self.kind == "recurrent":
+        if self.kind == "recurrent" or self.kind.endswith("-state"):
             doc.update(r_bytes=self.r_bytes, s_bytes=self.s_bytes)
         doc["bytes"] = self.total
         return doc
@@ -611,14 +696,104 @@ def _state_rows(settings):
     return max(1, settings.n_seq) * (1 + settings.rs_seq)
 
 
+def _indexer_row(shape, il, settings):
+    """Bytes of one cell of a layer's DSA indexer cache: one head of indexer width (llama_kv_cache_dsa
+    overrides only the full-attention head width, so a sliding-window layer marked indexing would get
+    its own key width: dots3note)."""
+    return row_bytes(settings.ctk, shape.k_width[il] if shape.is_swa[il] else shape.indexer_width)
+
+
 def _recurrent_layers(shape):
     return [il for il in range(shape.trunk_layers) if shape.is_recurrent[il]]
 
 
+def _dsv4_cells(shape, ctx, settings):
+    """(streams, cells per stream of the raw window cache, of each compressed cache kind) of
+    llama_kv_cache_dsv4: one stream per sequence even with --kv-unified (then each of n_ctx cells), the
+    window cache pad256(min(cells, n_swa + n_ubatch)) (or the whole with swa_full), the compressed ones
+    pad256(ceil(cells / ratio))."""
+    if ctx < 1:
+        raise UsageError("the context must be at least 1 token")
+    n_ctx = pad(ctx)
+    if settings.unified:
+        cells = n_ctx
+    else:
+        if n_ctx // settings.n_seq == 0:
+            raise UsageError(f"--parallel {settings.n_seq} leaves no cells per sequence in a context of {ctx}")
+        cells = pad(n_ctx // settings.n_seq)
+    raw = cells if settings.swa_full else pad(min(cells, shape.n_swa + n_ubatch(settings, ctx)))
+    compressed = {"csa": pad(max(1, -(-cells // DSV4_CSA))), "hca": pad(max(1, -(-cells // DSV4_HCA)))}
+    compressed["indexer"] = compressed["csa"]
+    return settings.n_seq, raw, compressed
+
+
+def _dsv4_layers(shape, kind):
+    ratio = DSV4_HCA if kind == "hca" else DSV4_CSA
+    return [il for il, value in enumerate(shape.compress_ratios) if value == ratio]
+
+
+def _dsv4_row(shape, kind, settings):
+    """Bytes of one cell of a DSV4 K-only cache (the indexer's one head of indexer width)."""
+    width = shape.indexer_width if kind == "indexer" else shape.head_count_kv[0] * shape.k_width[0]
+    return row_bytes(settings.ctk, width)
+
+
+def _dsv4_state_tensor(shape, rows, width_heads, indexer, settings):
+    """f32 bytes of one layer's compressor kv (or score) tensor over every sequence's planes
+    (llama_dsv4_comp_state: n_seq x (1 + n_rs_seq) planes of rows x width)."""
+    width = width_heads * (shape.indexer_width if indexer else shape.k_width[0])
+    return F32_BYTES * width * rows * settings.n_seq * (1 + settings.rs_seq)
+
+
+def _dsv4_state_layers(shape, ratio):
+    """Layers with a compressor state: the trunk's of that ratio (llama_dsv4_comp_state filters on
+    model.hparams.n_layer(), unlike the caches)."""
+    return [il for il in _dsv4_layers(shape, "hca" if ratio == DSV4_HCA else "csa") if il < shape.trunk_layers]
+
+
+def _dsv4_caches(shape, ctx, settings):
+    streams, raw_cells, compressed = _dsv4_cells(shape, ctx, settings)
+    layers = [il for il in range(shape.block_count) if holds_kv(shape, il)]
+    raw = KVCache("swa", raw_cells, streams, len(layers),
+                  k_bytes=sum(row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il]) for il in layers) * raw_cells * streams)
+    result = [raw] if layers else []
+    for kind in ("csa", "hca", "indexer"):
+        compressed_layers = _dsv4_layers(shape, kind)
+        if compressed_layers:
+            result.append(KVCache(kind, compressed[kind], streams, len(compressed_layers),
+                                  k_bytes=len(compressed_layers) * _dsv4_row(shape, kind, settings) * compressed[kind] * streams))
+    for name, ratio, rows, width_heads, indexer in DSV4_STATES:
+        # the compressor states cover the trunk only (model.hparams.n_layer())
+        state_layers = _dsv4_state_layers(shape, ratio)
+        if state_layers:
+            tensor = _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
+            result.append(KVCache(f"{name}-state", rows * (1 + settings.rs_seq), streams, len(state_layers),
+                                  r_bytes=tensor * len(state_layers), s_bytes=tensor * len(state_layers)))
+    return result
+
+
+def _dsv4_per_layer(shape, ctx, settings):
+    result = [0] * shape.block_count
+    streams, raw_cells, compressed = _dsv4_cells(shape, ctx, settings)
+    for il in range(shape.block_count):
+        if holds_kv(shape, il):
+            result[il] += row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il]) * raw_cells * streams
+    for kind in ("csa", "hca", "indexer"):
+        for il in _dsv4_layers(shape, kind):
+            result[il] += _dsv4_row(shape, kind, settings) * compressed[kind] * streams
+    for _, ratio, rows, width_heads, indexer in DSV4_STATES:
+        for il in _dsv4_state_layers(shape, ratio):
+            result[il] += 2 * _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
+    return result
+
+
 def kv_caches(shape, ctx, settings):
     """The caches llama.cpp allocates for a context of `ctx` tokens: a list of KVCache (full first,
-    then swa, then the DSA indexer's, then recurrent; empty kinds left out). `ctx` >= 1; call
+    then swa, then the DSA indexer's, then recurrent; empty kinds left out; DeepSeek-V4: its window
+    cache, the csa / hca / indexer compressed caches and their compressor states). `ctx` >= 1; call
     check_settings first."""
+    if shape.compress_ratios:
+        return _dsv4_caches(shape, ctx, settings)
     streams, cells, swa_cells = _cells(shape, ctx, settings)
     v_widest = _v_widest(shape, settings)
     caches = {"full": KVCache("full", cells, streams, 0), "swa": KVCache("swa", swa_cells, streams, 0),
@@ -636,8 +811,10 @@ def kv_caches(shape, ctx, settings):
     for il, flag in enumerate(shape.indexer_layers):
         if flag:
             indexer.layers += 1
-            indexer.k_bytes += row_bytes(settings.ctk, shape.indexer_width) * cells * streams
-    result = [cache for cache in caches.values() if cache.layers]
+            indexer.k_bytes += _indexer_row(shape, il, settings) * cells * streams
+    order = ("full", "indexer", "swa") if shape.architecture == "dots3note" else ("full", "swa", "indexer")
+    # (llama_kv_cache_dsa_iswa builds its DSA pair before the sliding-window cache)
+    result = [caches[kind] for kind in order if caches[kind].layers]
     recurrent_layers = len(_recurrent_layers(shape))
     if recurrent_layers:
         rows = _state_rows(settings)
@@ -663,13 +840,19 @@ def bytes_per_token(shape, settings):
     for il in range(shape.block_count):
         if holds_kv(shape, il) and not shape.is_swa[il]:
             total += _row_bytes_of(shape, il, settings, 0 if settings.flash_attn else _v_widest(shape, settings))
-    total += sum(shape.indexer_layers) * row_bytes(settings.ctk, shape.indexer_width) if shape.indexer_width else 0
+    total += sum(_indexer_row(shape, il, settings) for il, flag in enumerate(shape.indexer_layers) if flag)
+    if shape.compress_ratios:
+        # DeepSeek-V4: the window cache does not grow; a compressed row per `ratio` tokens does
+        total = sum(len(_dsv4_layers(shape, kind)) * _dsv4_row(shape, kind, settings) / (DSV4_HCA if kind == "hca" else DSV4_CSA)
+                    for kind in ("csa", "hca", "indexer"))
     return total
 
 
 def per_layer(shape, ctx, settings):
     """Bytes of each block's KV cache (or recurrent state), a list of block_count: the KV of a layer
     lives on that layer's device. Sums to total(kv_caches(shape, ctx, settings))."""
+    if shape.compress_ratios:
+        return _dsv4_per_layer(shape, ctx, settings)
     result = [0] * shape.block_count
     streams, cells, swa_cells = _cells(shape, ctx, settings)
     v_widest = _v_widest(shape, settings)
@@ -678,7 +861,7 @@ def per_layer(shape, ctx, settings):
             result[il] += _row_bytes_of(shape, il, settings, v_widest) * (swa_cells if shape.is_swa[il] else cells) * streams
     for il, flag in enumerate(shape.indexer_layers):
         if flag:
-            result[il] += row_bytes(settings.ctk, shape.indexer_width) * cells * streams
+            result[il] += _indexer_row(shape, il, settings) * cells * streams
     rows = _state_rows(settings)
     for il in _recurrent_layers(shape):
         result[il] += (shape.state_r + shape.state_s) * rows * F32_BYTES
@@ -687,8 +870,14 @@ def per_layer(shape, ctx, settings):
 
 def read_per_token(shape, depth, settings):
     """Bytes of each block's cache one decoded token reads at `depth` tokens of context: the K (and V)
-    rows of min(depth, window) cells (with the DSA indexer's keys), or a recurrent layer's whole state."""
+    rows of min(depth, window) cells (with the DSA indexer's keys), or a recurrent layer's whole state
+    (DeepSeek-V4: its window, the compressed rows of depth / ratio cells and the indexer's keys)."""
     result = [0.0] * shape.block_count
+    if shape.compress_ratios:
+        for kind in ("csa", "hca", "indexer"):
+            ratio = DSV4_HCA if kind == "hca" else DSV4_CSA
+            for il in _dsv4_layers(shape, kind):
+                result[il] += float(_dsv4_row(shape, kind, settings) * (depth // ratio))
     for il in _recurrent_layers(shape):
         result[il] += float((shape.state_r + shape.state_s) * F32_BYTES)
     for il in range(shape.block_count):
@@ -702,5 +891,5 @@ def read_per_token(shape, depth, settings):
         result[il] += float(size * cells)
     for il, flag in enumerate(shape.indexer_layers):
         if flag:
-            result[il] += float(row_bytes(settings.ctk, shape.indexer_width) * depth)
+            result[il] += float(_indexer_row(shape, il, settings) * depth)
     return result
