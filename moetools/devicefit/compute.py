@@ -2362,6 +2362,8 @@ def _dsv4_attention(b, il, x, ratio):
         if kind == "csa":  # build_top_k_mask
             filled = g.op(comp_mask.nbytes, comp_mask, inplace=(0,))
             empty = _Tensor(mask_type * k_top * T, has_op=False)
+            if b.homes is not None:
+                empty.device = b.dev  # (a leaf without a buffer goes to its consumer's backend)
             zeros = g.op(empty.nbytes, empty, inplace=(0,))
             unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
             comp_mask = g.op(filled.nbytes, g.view(unmasked), comp_mask, inplace=(0,))
@@ -2552,6 +2554,8 @@ def _glm5_kpool_select(b, x, qr):
     ik = g.op(ik.nbytes, g.op(ik.nbytes, g.op(ik.nbytes, ik), b.weights, inplace=(0,)), b.weights, inplace=(0,))
     ig = b.mm(width, x)
     empty = _Tensor(b.f32(width, T), has_op=False)
+    if b.homes is not None:
+        empty.device = b.dev  # (a leaf without a buffer goes to its consumer's backend)
     pzero = g.op(empty.nbytes, empty, inplace=(0,))
     packed = g.op(b.f32(3 * width, T), g.op(b.f32(2 * width, T), ik, ig), pzero)
     g.expand(g.view(b.cache, g.view(packed), kp["k_idxs"]))
@@ -2704,6 +2708,8 @@ def _q4_qsa_mask(b, x):
     top_k = g.op(top_k.nbytes, top_k)  # cont
     filled = g.op(mask.nbytes, mask, inplace=(0,))
     empty = _Tensor(b.f32(k_top, T), has_op=False)
+    if b.homes is not None:
+        empty.device = b.dev  # (a leaf without a buffer goes to its consumer's backend)
     zeros = g.op(empty.nbytes, empty, inplace=(0,))
     unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
     return g.op(filled.nbytes, g.view(unmasked), mask, inplace=(0,))

@@ -1,0 +1,47 @@
+"""device-fit --runtime llama per device for the architectures whose caches and graphs llama.cpp builds
+in its own memory types (deepseek4, dots3note, hy_v4, glm5-next, qwen4exp), against what llama.cpp
+0c1e57098 logged on two ggml-rpc-server devices on loopback and the CPU
+(tests/data/devicefit_llama_archs_devices.json). No llama.cpp needed: the tiny layouts are rewritten
+header-only and planned again."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from moetools import synth
+from moetools.cli import cli
+
+RECORD = json.loads((Path(__file__).parent / "data" / "devicefit_llama_archs_devices.json").read_text())
+MiB = 1024 * 1024
+# compute per device, ours / llama.cpp's (hy_v4: its sigmoid gate's multiply reuses flash attention's
+# output through a reshape, which the replay does not)
+COMPUTE_TOLERANCE = {"deepseek4": 0.002, "dots3note": 0.002, "glm5-next": 0.005, "qwen4exp": 0.002, "hy_v4": 0.012}
+
+
+def test_every_architecture_is_recorded():
+    assert RECORD["llama_cpp_commit"] == "0c1e57098"
+    assert {case["tiny"] for case in RECORD["cases"]} == set(COMPUTE_TOLERANCE)
+
+
+@pytest.mark.parametrize("case", RECORD["cases"], ids=lambda case: case["tiny"])
+def test_per_device_buffers_equal_llama_cpp(tmp_path, case):
+    """The flags llama.cpp ran, each device's model and KV/state bytes to the logged 0.01 MiB (llama.cpp
+    logs each cache and state buffer: 0.02 MiB for their rounding), its compute buffer within the
+    tolerance, with layers on both RPC devices."""
+    path = synth.write_model(synth.tiny(case["tiny"]), tmp_path / "model.gguf", sparse=True)[0]
+    result = CliRunner().invoke(cli, ["device-fit", str(path), *case["device_fit_args"], "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    args = plan["launch"]["llama"]["args"]
+    assert [arg for arg in args[2:] if arg != "--no-kv-unified"] == case["emitted_args"]
+    logged = case["logged"]
+    assert {device["name"] for device in plan["devices"]} == set(logged)
+    assert sum(1 for device in plan["devices"] if device["kind"] == "rpc" and device["compute_bytes"]) == 2
+    for device in plan["devices"]:
+        name, found = device["name"], logged[device["name"]]
+        assert f"{(device['resident_bytes'] + device['expert_bytes']) / MiB:.2f}" == found["model"], name
+        assert abs(device["kv_bytes"] / MiB - float(found.get("kv", "0"))) <= 0.02, (name, device["kv_bytes"] / MiB)
+        theirs = float(found["compute"]) * MiB
+        assert abs(device["compute_bytes"] / theirs - 1) <= COMPUTE_TOLERANCE[case["tiny"]], (name, device["compute_bytes"] / MiB)
