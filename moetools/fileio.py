@@ -1,5 +1,6 @@
 """Small file-access helpers shared by the tools that stream big files."""
 
+import contextlib
 import os
 import threading
 
@@ -70,3 +71,27 @@ def preadinto(fd, buffers, offset):
                 filled += len(piece)
             total += filled
     return total
+
+
+def map_read(fd, offset, length):
+    """A read-only memoryview of the `length` bytes at `offset` of the file `fd`, mapped (no copy
+    into a buffer: the page cache's own pages), or None where that range cannot be mapped (past the
+    end of the file, which mmap checks; a file system or platform without mapping): the caller then
+    reads with `pread`. The mapping asks the system to read the whole range ahead (MADV_WILLNEED,
+    where there is one), as one read call would, instead of page by page as it is touched. It lives
+    as long as the view (and anything made from it) does. A file cut shorter while mapped is the one
+    case a read would report and a mapping cannot (the process gets SIGBUS): the tools that use this
+    read files nobody rewrites in place (models, which llama.cpp maps the same way)."""
+    import mmap
+
+    if length <= 0:
+        return None
+    base = offset - offset % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapped = mmap.mmap(fd, length + offset - base, access=mmap.ACCESS_READ, offset=base)
+    except (OSError, ValueError, OverflowError):  # past the end, or no mapping here
+        return None
+    if hasattr(mmap, "MADV_WILLNEED"):
+        with contextlib.suppress(OSError, ValueError):
+            mapped.madvise(mmap.MADV_WILLNEED)
+    return memoryview(mapped)[offset - base:]

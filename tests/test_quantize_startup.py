@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from moetools import synth
-from moetools.quantize import kernels
+from moetools.quantize import kernels, startup
 from tests import factory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,6 +92,93 @@ def test_read_only_and_writable_rows_share_one_compiled_driver(monkeypatch):
     assert np.array_equal(values[0], values[1])
     added = set(dequantizer.signatures) - before
     assert len(added) <= 1 and not any(sig[1].mutable for sig in added), added
+
+
+# The command's process state: the collector while it runs and after, OpenBLAS's thread count, and
+# whether numba's typing of the kernels' read-only arrays imported numpy.ma.
+_LEAN_PROBE = """
+import gc, json, os, sys
+from moetools.cli import cli
+from moetools.quantize import core
+seen = []
+real = core.plan_tiers
+def plan_tiers(*args, **kwargs):
+    seen.append(gc.isenabled())
+    return real(*args, **kwargs)
+core.plan_tiers = plan_tiers
+try:
+    cli(sys.argv[1:], standalone_mode=False)
+    code = 0
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "collector_in_command": seen, "collector_after": gc.isenabled(),
+                  "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "numpy.ma": "numpy.ma" in sys.modules}),
+      file=sys.stderr)
+"""
+
+
+def test_a_run_pauses_the_collector_keeps_blas_on_one_thread_and_never_imports_numpy_ma(tmp_path):
+    """A quantize process runs with the cyclic collector paused (numba's import and cache loads make
+    hundreds of collections of objects that are not garbage) and switched back on after; it asks
+    OpenBLAS for one thread before numpy loads (an idle worker spins a tenth of a second), unless
+    the user chose a count; and numba's typing of the kernels' read-only arrays does not import
+    numpy.ma (jitload.cheap_array_typing: 35 ms of CPU)."""
+    source = factory.write_tiny(tmp_path, "qwen3moe", n_layer=1, vocab=256,
+                                types=synth.Types(resident=synth.F32, embed=synth.F32, output=synth.F32))
+    env = {name: value for name, value in os.environ.items() if name not in startup.BLAS_THREAD_VARIABLES}
+    outcomes = []
+    for extra_env in ({}, {"OPENBLAS_NUM_THREADS": "3"}):
+        run = subprocess.run([sys.executable, "-c", _LEAN_PROBE, "quantize", str(source), "--pure", "--type", "q6_K",
+                              "-o", str(tmp_path / "tiers"), "--force", "--json"], capture_output=True, text=True,
+                             cwd=ROOT, env={**env, kernels.NO_JIT_ENV: "", **extra_env}, timeout=900)
+        outcomes.append(json.loads(run.stderr.strip().splitlines()[-1]))
+    assert outcomes == [{"code": 0, "collector_in_command": [False], "collector_after": True, "blas_threads": "1",
+                         "numpy.ma": False},
+                        {"code": 0, "collector_in_command": [False], "collector_after": True, "blas_threads": "3",
+                         "numpy.ma": False}]
+
+
+def test_quiet_blas_leaves_a_chosen_count_and_a_loaded_numpy_alone():
+    assert startup.quiet_blas(environ={}, loaded={}) is True
+    for environ, loaded in (({"OMP_NUM_THREADS": "4"}, {}), ({}, {"numpy": object()})):
+        chosen = dict(environ)
+        assert startup.quiet_blas(environ=chosen, loaded=loaded) is False and chosen == environ
+
+
+@pytest.mark.skipif(not NUMBA_INSTALLED, reason="numba is not installed")
+def test_array_typing_is_numbas_and_dispatches_the_same(tmp_path):
+    """jitload.array_type gives numba's typeof of plain arrays (dtype, dimensions, C/F/A layout,
+    read-only); a dispatcher given cheap_array_typing types a read-only array so, runs it, and
+    leaves anything else (a scalar, a masked array) to numba's own typing."""
+    import types as pytypes
+
+    import numba
+
+    from moetools.quantize import jitload
+
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    arrays = [base, frozen, base[:, ::2], np.asfortranarray(base), np.zeros(5, dtype=np.uint8), np.zeros((), np.int64),
+              np.zeros((2, 2), np.complex64), frozen[1:3]]
+    for value in arrays:
+        assert jitload.array_type(value) == numba.typeof(value), value.flags
+
+    @numba.njit
+    def total(values):
+        return values.sum()
+
+    @numba.njit
+    def doubled(x):
+        return 2 * x
+
+    namespace = pytypes.SimpleNamespace(total=total, doubled=doubled, other=len)
+    assert jitload.cheap_array_typing(namespace) == 2
+    assert total(frozen) == frozen.sum() and total(base[:, ::2]) == base[:, ::2].sum()
+    assert set(total.signatures) == {(numba.typeof(frozen),), (numba.typeof(base[:, ::2]),)}
+    assert doubled(21) == 42
+    with pytest.raises(numba.core.errors.NumbaError):
+        total(np.ma.masked_array(base))
 
 
 _CACHED_PROBE = """

@@ -1,5 +1,7 @@
 """The shared reader against gguf's own reader, on factory files and llama.cpp-written files."""
 
+import os
+
 import gguf
 import numpy as np
 import pytest
@@ -55,6 +57,47 @@ def test_tensor_bytes_equal_gguf_reader(tiny_models):
         for tensor in reader.tensors:
             assert model.read_tensor_bytes(tensor.name) == bytes(np.asarray(tensor.data).view(np.uint8).reshape(-1))
             assert np.array_equal(model.tensor_memmap(tensor.name), np.asarray(tensor.data).view(np.uint8).reshape(-1))
+
+
+def test_mapped_tensor_bytes_equal_the_read_ones(tiny_models):
+    """view_tensor_bytes (a memory map of just the range, no copy) gives the bytes read_tensor_bytes
+    reads, read-only, for whole tensors and for slices at any offset (the map starts at an
+    allocation-granularity boundary below it)."""
+    with open_model(tiny_models["deepseek2"]) as model:
+        for tensor in model.tensors:
+            view = model.view_tensor_bytes(tensor)
+            assert isinstance(view, memoryview) and view.readonly
+            assert bytes(view) == model.read_tensor_bytes(tensor), tensor.name
+            start = min(7, tensor.n_bytes - 1)
+            length = min(1001, tensor.n_bytes - start)
+            assert bytes(model.view_tensor_bytes(tensor, start, length)) == model.read_tensor_bytes(tensor, start, length)
+        with pytest.raises(ValueError, match="outside tensor"):
+            model.view_tensor_bytes(model.tensors[0], 1, model.tensors[0].n_bytes)
+
+
+def test_a_range_that_cannot_be_mapped_is_read_and_a_cut_file_reported(tmp_path, tiny_models):
+    """Past the end of the file (cut after it was opened) a range cannot be mapped: the view falls
+    back to the positioned read, which reports the short read (no crash, no partial bytes)."""
+    from moetools import fileio
+    from moetools.errors import GGUFError
+
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(open(tiny_models["qwen3moe"], "rb").read())
+    with open_model(path) as model:
+        last = max(model.tensors, key=lambda tensor: tensor.offset)
+        whole = model.view_tensor_bytes(last)
+        assert bytes(whole) == model.read_tensor_bytes(last)
+        del whole
+        os.truncate(path, last.offset + last.n_bytes // 2)
+        fd = fileio.open_read(path)
+        try:
+            assert fileio.map_read(fd, last.offset, last.n_bytes) is None
+            assert fileio.map_read(fd, 0, 0) is None
+            assert bytes(fileio.map_read(fd, 3, 10)) == path.read_bytes()[3:13]
+        finally:
+            os.close(fd)
+        with pytest.raises(GGUFError, match="short read"):
+            model.view_tensor_bytes(last)
 
 
 def test_large_arrays_stay_lazy_and_load_on_demand(tiny_models):

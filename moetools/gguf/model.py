@@ -1,7 +1,7 @@
 """A whole model: one GGUF file or a validated shard set, its tensor table and its summary.
 
 This is the one way moetools opens a GGUF. It reads headers only; a tool that needs a tensor's data
-asks for it (`read_tensor_bytes`, `tensor_memmap`).
+asks for it (`read_tensor_bytes`, `view_tensor_bytes`, `tensor_memmap`).
 """
 
 import glob
@@ -10,7 +10,7 @@ import re
 from functools import cached_property, lru_cache
 
 from moetools.errors import GGUFError
-from moetools.fileio import open_read, pread, preadinto
+from moetools.fileio import map_read, open_read, pread, preadinto
 from moetools.gguf.constants import LLAMA_MAX_EXPERTS, LLAMA_MAX_LAYERS, Keys
 from moetools.gguf.header import LazyArray, read_header
 from moetools.gguf.sources import is_remote
@@ -321,19 +321,32 @@ class Model:
 
     # --- tensor data ------------------------------------------------------------------------
 
-    def read_tensor_bytes(self, tensor, start=0, length=None):
-        """Bytes of one tensor (or a slice of it, `start` relative to the tensor) with a positioned read."""
+    def _tensor_slice(self, tensor, start, length):
+        """(TensorInfo, length) of `tensor` (or its name) from `start`; ValueError outside it."""
         if isinstance(tensor, str):
             tensor = self.tensor_by_name[tensor]
         if length is None:
             length = tensor.n_bytes - start
         if start < 0 or length < 0 or start + length > tensor.n_bytes:
             raise ValueError(f"slice {start}+{length} outside tensor {tensor.name} ({tensor.n_bytes} bytes)")
+        return tensor, length
+
+    def read_tensor_bytes(self, tensor, start=0, length=None):
+        """Bytes of one tensor (or a slice of it, `start` relative to the tensor) with a positioned read."""
+        tensor, length = self._tensor_slice(tensor, start, length)
         fd = self._fd(tensor.shard)
         data = pread(fd, length, tensor.offset + start)
         if len(data) != length:
             raise GGUFError(self.shards[tensor.shard], f"short read of tensor {tensor.name!r}", offset=tensor.offset + start)
         return data
+
+    def view_tensor_bytes(self, tensor, start=0, length=None):
+        """Bytes of one tensor (or a slice of it) without copying them: a read-only memoryview of a
+        memory map of just that range, released with the view; where the file cannot be mapped, the
+        bytes `read_tensor_bytes` reads. For a consumer that only reads them (quantize's tasks)."""
+        tensor, length = self._tensor_slice(tensor, start, length)
+        view = map_read(self._fd(tensor.shard), tensor.offset + start, length)
+        return view if view is not None else self.read_tensor_bytes(tensor, start, length)
 
     def read_tensor_into(self, tensor, start, buffers):
         """Scatter-read `tensor`'s bytes from `start` (relative to the tensor) into `buffers` (writable

@@ -8,6 +8,7 @@
 """
 
 import contextlib
+import functools
 import os
 
 import click
@@ -121,6 +122,18 @@ def _tables(doc):
     return tables
 
 
+def _lean(command):
+    """Run `command` inside startup.lean_process (OpenBLAS on one thread, the collector paused)."""
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        from moetools.quantize.startup import lean_process
+
+        with lean_process():
+            return command(*args, **kwargs)
+
+    return run
+
+
 def _install_override(folder, results):
     """Make the smallest tier written the folder's override (the daemon's
     resolve_device_fit_override takes the newest GGUF there) and price it in `resident-bytes`."""
@@ -176,6 +189,7 @@ def _install_override(folder, results):
 @click.option("--no-error", "no_error", is_flag=True,
               help="With --full: do not measure each tier's error against the source (a dequantize pass per tensor "
                    "llama-quantize does not do); the error figures are then null.")
+@_lean
 def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, token_embedding_type, tensor_types,
                      resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run, threads, worst,
                      json_flag, wait, no_error):

@@ -491,8 +491,9 @@ def _quantize_task(model, tensor, first_row, n_rows, out_types, measure=True):
 
     row_length = tensor.shape[0]
     row_bytes = tensor_nbytes(tensor.type_id, (row_length,))
-    # pread through the reader's open file (thread-safe), not a new memory map per task
-    raw = np.frombuffer(model.read_tensor_bytes(tensor, first_row * row_bytes, n_rows * row_bytes), dtype=np.uint8)
+    # the rows mapped, not copied (a read-only view of the page cache; the reader's pread where the
+    # file cannot be mapped), released when the task is done
+    raw = np.frombuffer(model.view_tensor_bytes(tensor, first_row * row_bytes, n_rows * row_bytes), dtype=np.uint8)
     source = kernels.dequantize(raw, tensor.type_id, (n_rows, row_length))
     if not measure:
         return [(_quantize_rows(source, out_type, first_row, rows_per_matrix(tensor), weights), 0.0, 0.0, 0.0, 0.0)

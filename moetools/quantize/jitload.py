@@ -8,6 +8,13 @@ explicit signature (`load_signature`), through a cache lookup that initialises o
 (`cheap_cache_loads`); a lookup that misses compiles exactly as numba does (its compiler refreshes
 the context itself). `is_cached` tells, before a run, which drivers a first run will compile.
 
+The kernels are handed read-only arrays (kernels._read_only), and numba's dispatcher types only
+writable, aligned arrays in C: every call with a read-only one goes back to Python's `typeof`,
+whose array rule first asks whether the array is a numpy.ma.MaskedArray, and that question imports
+numpy.ma (35 ms of CPU, once per process). `cheap_array_typing` gives the dispatchers a typing
+callback that answers a plain numpy array itself (the same type numba's rule gives it) and leaves
+everything else to numba's own.
+
 Only kernels.py uses this, and only once numba has imported; everything falls back to numba's
 ordinary path when numba's cache objects are not the ones this was written for (numba >= 0.60).
 """
@@ -53,6 +60,50 @@ def cheap_cache_loads(module):
             return None  # an access error the guard swallowed (Windows): numba compiles
 
         cache.load_overload = load_overload
+        changed += 1
+    return changed
+
+
+def array_type(value):
+    """numba's type of the plain numpy array `value` (what its typeof rule gives: dtype, dimensions,
+    layout, read-only), without the MaskedArray check; memoised per distinct kind."""
+    from numba.np import numpy_support
+
+    flags = value.flags
+    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    key = (value.dtype, value.ndim, layout, not flags.writeable)
+    found = _ARRAY_TYPES.get(key)
+    if found is None:
+        found = _ARRAY_TYPES[key] = types.Array(numpy_support.from_dtype(value.dtype), value.ndim, layout,
+                                                readonly=not flags.writeable)
+    return found
+
+
+_ARRAY_TYPES = {}
+
+
+def cheap_array_typing(module):
+    """Give every numba function of `module` a typing callback (the one numba's dispatcher calls for
+    an argument it cannot type in C: a read-only array) that types a plain numpy array with
+    `array_type` and anything else with numba's own. Returns how many were changed."""
+    changed = 0
+    for value in vars(module).values():
+        numbas_own = getattr(value, "typeof_pyval", None) if isinstance(value, Dispatcher) else None
+        active = getattr(value, "_types_active_call", None)
+        if numbas_own is None or not hasattr(active, "add"):
+            continue
+
+        def typeof_pyval(val, numbas_own=numbas_own, active=active):
+            if type(val) is not np.ndarray:
+                return numbas_own(val)
+            try:
+                found = array_type(val)
+            except Exception:  # a dtype numba has no type for: its own answer (pyobject)
+                return numbas_own(val)
+            active.add(found)  # as numba's callback records it
+            return found
+
+        value.typeof_pyval = typeof_pyval
         changed += 1
     return changed
 

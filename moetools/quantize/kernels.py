@@ -832,6 +832,7 @@ def compiled_kernels():
                 from moetools.quantize import jitload, kernels_jit as module
 
                 jitload.cheap_cache_loads(module)
+                jitload.cheap_array_typing(module)
                 _compiled["jitload"] = jitload
             except Exception:  # numba absent, unusable with this numpy, or no cache folder it can
                 module = None  # use: the numpy kernels serve, with the same bytes
