@@ -383,11 +383,13 @@ class Program:
     >= node bytes`. So the structure is walked once and each context replays only the size-dependent
     part (`peaks`), with the same _Blocks, in the same order, as Graph.replay — tested equal to it."""
 
-    def __init__(self, leafs, nodes, positions=None, boundaries=()):
+    def __init__(self, leafs, nodes, positions=None, boundaries=(), memo=True):
         # The walk uses the tensors' own bookkeeping slots, as Graph.replay does, so the graph must be
         # fresh (or _reset): `allocated` is the static part of ggml-alloc's flag, `offset` the tensor's
         # index in the program plus one, given when the tensor first gets memory. positions: {device:
         # buffer index} (None: one buffer). The claims are inlined (this walk runs once per placement).
+        # memo: remember replayed layers across contexts (peaks); False where they never start from an
+        # equivalent state (measured: every split placement's and DSA graph's second context replays all).
         tensors = []
         keep = tensors.append
         prologue = []
@@ -470,7 +472,7 @@ class Program:
         for index, _ in self.sized:
             self.fixed[index] = 0
         self._padded = {}
-        self._memo = {}
+        self._memo = {} if memo else None
         self._cuts = cuts
         self._segments_of = None
         self.replayed = 0
@@ -3196,7 +3198,8 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
     layers = None if layers is None else tuple(sorted(set(layers)))
     key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output), outputs)
     program = _program(graph_shape, kvshape, caches, key, lambda symbolic: _one_program(
-        _build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output, outputs=outputs)))
+        _build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output, outputs=outputs),
+        memo=not graph_shape.indexer_heads))
     if program is not None:
         total = program.peaks(_cells(caches), [alignment])[0]
     else:  # a builder needs the concrete cells: the plain replay at this context
@@ -3219,8 +3222,8 @@ def _cells(caches):
     return {cache.kind: cache.cells for cache in caches}
 
 
-def _one_program(graph):
-    return Program(graph.leafs, graph.nodes, boundaries=graph.boundaries)
+def _one_program(graph, memo=True):
+    return Program(graph.leafs, graph.nodes, boundaries=graph.boundaries, memo=memo)
 
 
 def _program(graph_shape, kvshape, caches, key, compile_symbolic):
@@ -3331,7 +3334,7 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
     def compile_symbolic(symbolic):
         graph = _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
         leafs, nodes = schedule(graph, backends, offload_to, tokens, n_copies)
-        return Program(leafs, nodes, {key: index for index, key in enumerate(backends)}, graph.boundaries)
+        return Program(leafs, nodes, {key: index for index, key in enumerate(backends)}, graph.boundaries, memo=False)
 
     key = ("split", settings.as_tuple(), tokens, streams, _homes_key(homes), tuple(kinds.items()), bool(op_offload),
            n_copies, outputs, _kinds(caches))
