@@ -195,6 +195,7 @@ def main():
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except SystemExit as exit:  # click ends every run with one
-        if _EXIT_AT_ONCE and (exit.code is None or isinstance(exit.code, int)):
+        if (_EXIT_AT_ONCE and (exit.code is None or isinstance(exit.code, int))
+                and sys.gettrace() is None and sys.getprofile() is None):  # a profiler or coverage writes at exit
             _exit_now(exit.code or 0)
         raise

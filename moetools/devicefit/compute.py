@@ -736,22 +736,31 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
         if node.device is None:
             counts = [sum(1 for src in node.srcs if _device_of(src) == key) for key in backends]
             node.device = backends[counts.index(max(counts))]
-    for node in nodes:  # pass 4: views where their source is
-        if node.device is None and node.view_src is not None:
-            node.device = node.view_src.device
-        for src in node.srcs:
-            if src.device is None:
-                src.device = src.view_src.device if src.view_src is not None else node.device
-        if node.device is None:
-            node.device = backends[0]
-    # pass 5: splits, and a copy in the split's backend of every source that lives elsewhere
+    # pass 4 (views where their source is, the rest's unassigned sources where their first consumer is)
+    # fused into pass 5 (splits, and a copy in the split's backend of every source that lives
+    # elsewhere): pass 4 at a node changes only the node and its sources, which precede it
     copies, result, pending, extra_leafs = {}, [], [], []
     current, n_inputs = None, 0
     split_nodes = []
+    first_backend = backends[0]
     for node in nodes:
-        if node.view_src is not None:
+        root = node.view_src
+        if root is not None:
+            if node.device is None:
+                node.device = root.device
+            for src in node.srcs:
+                if src.device is None:
+                    src.device = src.view_src.device if src.view_src is not None else node.device
+            if node.device is None:
+                node.device = first_backend
             split_nodes.append(node)
             continue
+        device = node.device
+        for src in node.srcs:
+            if src.device is None:
+                src.device = src.view_src.device if src.view_src is not None else device
+        if device is None:
+            device = node.device = first_backend
         new_split = current is None or node.device != current
         if not new_split and n_inputs:
             for src in node.srcs:
@@ -3223,7 +3232,75 @@ def _cells(caches):
 
 
 def _one_program(graph, memo=True):
+    fold_inplace_chains(graph)
     return Program(graph.leafs, graph.nodes, boundaries=graph.boundaries, memo=memo)
+
+
+def _same_size(a, b):
+    if a is b:
+        return True
+    if type(a) is int and type(b) is int:
+        return a == b
+    return type(a) is Affine and type(b) is Affine and a.const == b.const and a.terms == b.terms
+
+
+def fold_inplace_chains(graph, fixed=()):
+    """Drop from a freshly built graph each op that only re-labels its parent's memory: a node whose one
+    source is the node just before it, which it may overwrite in place (inplace=(0,)), of the same size,
+    that parent read by nothing else and viewed by nothing (an activation, a scale, a soft-max applied
+    in place); its consumers read the parent instead. Neither the scheduler nor ggml-alloc can tell:
+    - ggml-alloc: the node always takes its parent's memory (the parent's only consumer, same bytes,
+      not an output, not viewed), changes no free block, and is freed where the parent now is;
+    - the scheduler: neither has a weight or a pinned device (`fixed`: pinned norms, tensors on their
+      layer's device), so both are assigned by the expansion passes, and being adjacent they get the
+      same backend in every pass (pass 3's majority of the node's one source is the parent's backend):
+      the node opens no split and needs no copy, and its consumers' copies are of the same bytes.
+    Returns the graph (its nodes and boundaries rewritten)."""
+    nodes = graph.nodes
+    consumers = {}
+    viewed = set()
+    for node in nodes:
+        for src in node.srcs:
+            key = id(src)
+            consumers[key] = consumers.get(key, 0) + 1
+        if node.view_src is not None:
+            viewed.add(id(node.view_src))
+    fixed = {id(tensor) for tensor in fixed}
+    alias = {}  # id(dropped node) -> the parent that stands for it
+    kept = []
+    previous = None
+    for node in nodes:
+        srcs = node.srcs
+        if alias:
+            if any(id(src) in alias for src in srcs):
+                srcs = node.srcs = tuple(alias.get(id(src), src) for src in srcs)
+            root = node.view_src
+            if root is not None and id(root) in alias:
+                node.view_src = alias[id(root)]
+        if (previous is not None and len(srcs) == 1 and srcs[0] is previous and node.inplace == (0,)
+                and node.view_src is None and node.device is None and not node.is_output and not node.is_input
+                and not node.host and node.offloadable and not node.dep and id(node) not in fixed
+                and consumers.get(id(previous)) == 1 and id(previous) not in viewed
+                and _same_size(node.nbytes, previous.nbytes)):
+            alias[id(node)] = previous
+            consumers[id(previous)] = consumers.get(id(node), 0)
+            if id(node) in viewed:
+                viewed.add(id(previous))
+            continue
+        kept.append(node)
+        previous = node if _foldable_parent(node, fixed) else None
+    if alias:
+        graph.nodes = kept
+        graph.boundaries = [alias.get(id(tensor), tensor) for tensor in graph.boundaries]
+    return graph
+
+
+def _foldable_parent(node, fixed):
+    """Whether an op can take a folded child: not a view, no weight, no device of its own (the
+    scheduler assigns it by expansion only), not an input, output or pinned tensor."""
+    return (node.view_src is None and node.has_op and node.device is None and not node.is_output and not node.is_input
+            and not node.host and node.offloadable and not node.dep and id(node) not in fixed
+            and not any(src.external and src.weight for src in node.srcs))
 
 
 def _program(graph_shape, kvshape, caches, key, compile_symbolic):
@@ -3365,6 +3442,7 @@ def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
         # tensors a builder put on "its layer's device" directly (b.dev): bound like the externals
         slots.placed = [(tensor, tensor.device[1]) for tensor in (*graph.leafs, *graph.nodes)
                         if isinstance(tensor.device, tuple)]
+        fold_inplace_chains(graph, [node for node, _ in slots.pins] + [tensor for tensor, _ in slots.placed])
         entry = graphs[key] = (kvshape, graph, slots, [node.srcs for node in graph.nodes],
                                [leaf.is_output for leaf in graph.leafs])
     else:
