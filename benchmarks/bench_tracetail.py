@@ -24,12 +24,16 @@ average: this machine is shared.
 
 Before/after: `--against DIR` (another checkout, e.g. `git worktree add /tmp/main-before main`) runs
 the demand curves (or, with --whole-only, the whole process) of DIR's moetools and of this checkout
-one after the other, `--rounds` times alternately, in subprocesses, and prints each one's CPU
-seconds (the least of the rounds), the predictive curve in requests per CPU second beside LRU's for
-both, and this checkout's ratio to DIR's; the curves (hits, or the curve JSON's sha256) must be equal.
+one after the other, `--rounds` times alternately, in subprocesses, and prints each one's CPU and
+wall seconds (the least of the rounds), the predictive curve in requests per CPU second and per
+second beside LRU's for both, and this checkout's ratio to DIR's; the curves (hits, or the curve
+JSON's sha256) must be equal. The demand curves run on `--threads` threads (default: every core;
+a checkout without threads runs on one). With --whole-only, both the default `--curve` and
+`--curve --policies P` (default predictive,lru; a checkout without the option runs the default, whose
+curves of P must be the same) are timed, with the load average over the run.
 
     .venv/bin/python benchmarks/bench_tracetail.py [--requests N] [--lru-only] [--no-demand] [--no-whole] [--whole-only]
-                                                   [--against DIR [--rounds N]]
+                                                   [--against DIR [--rounds N] [--policies P]] [--threads N]
 """
 
 import argparse
@@ -97,16 +101,25 @@ def token_ids(tokens):
     return [np.sort(make_ids(layers, token.reshape(-1))) for token in tokens]
 
 
-def demand_curves(tokens, budgets, quiet=False):
+def policies_of(space, budgets, names, threads):
+    """demand.DemandPolicies on `threads` threads (a checkout without the option runs on one)."""
+    import inspect
+
+    if "threads" in inspect.signature(demand.DemandPolicies).parameters:
+        return demand.DemandPolicies(space, budgets, names=names, threads=threads)
+    return demand.DemandPolicies(space, budgets, names=names)
+
+
+def demand_curves(tokens, budgets, quiet=False, threads=1):
     """{policy: (seconds, hits per budget, CPU seconds)} of the demand-cache curves, predictive and LRU apart."""
     space = demand.ItemSpace(range(LAYERS), EXPERTS)
-    warm = demand.DemandPolicies(space, budgets[:2], names=("lru", "predictive"))
+    warm = policies_of(space, budgets[:2], ("lru", "predictive"), threads)
     _, warm_up = timed(warm.decode, tokens[:8])  # numba import and compile or cache load, once per process
     if not quiet:
         print(f"demand-cache kernels: {curves.stack_engine()} (import and compile or cache load: {warm_up:.2f} s, once per process)")
     out = {}
     for name in ("lru", "predictive"):
-        policies = demand.DemandPolicies(space, budgets, names=(name,))
+        policies = policies_of(space, budgets, (name,), threads)
         start_cpu = time.process_time()
         hits, seconds = timed(policies.decode, tokens)
         out[name] = (seconds, hits[name].sum(axis=0), time.process_time() - start_cpu)
@@ -176,31 +189,87 @@ def whole_process(min_requests):
           f"({pred_cpu / lru_cpu:.2f}x LRU's; wall {pred_wall / lru_wall:.2f}x)")
 
 
-def demand_json(n_requests, n_budgets):
+def demand_json(n_requests, n_budgets, threads=1):
     """The demand curves (lru, predictive) of the imported moetools on the synthetic trace, as JSON on
     stdout (for --against)."""
     _, _, distinct, routing = synthetic_trace(n_requests)
     budgets = np.unique(np.round(np.geomspace(LAYERS, distinct, n_budgets)).astype(np.int64))
     tokens = token_ids(routing)
-    runs = demand_curves(tokens, budgets, quiet=True)
+    runs = demand_curves(tokens, budgets, quiet=True, threads=threads)
     print(json.dumps({name: {"cpu": cpu, "wall": wall, "hits": hits.tolist()} for name, (wall, hits, cpu) in runs.items()}
                      | {"requests": int(sum(len(t) for t in tokens)), "budgets": len(budgets)}))
 
 
-def whole_json(trace, code):
-    """CPU seconds and the curve JSON's sha256 of `trace-tail TRACE --once --curve` run from `code`."""
+def whole_json(trace, code, extra=()):
+    """CPU and wall seconds, the curve JSON's sha256 and its curves of `trace-tail TRACE --once --curve
+    [extra]` run from `code`."""
     with scratch("bench-tracetail-") as folder:
         curve_path = os.path.join(folder, "curve.json")
-        argv = [sys.executable, "-m", "moetools", "trace-tail", trace, "--synth-layers", "48", "--experts", "128", "--once",
-                "--curve", "-o", curve_path]
+        argv = [sys.executable, "-m", "moetools", "trace-tail", trace, "--synth-layers", "48", "--experts", "128", "--top-k", "6",
+                "--once", "--curve", "-o", curve_path, *extra]
         cpu = cpu_of_children()
         start = time.perf_counter()
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=code)
         wall = time.perf_counter() - start
         cpu = cpu_of_children() - cpu
         with open(curve_path, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()
-    return {"cpu": cpu, "wall": wall, "sha256": digest}
+            data = handle.read()
+    doc = json.loads(data)
+    return {"cpu": cpu, "wall": wall, "sha256": hashlib.sha256(data).hexdigest(), "slots": doc["slots"], "hit": doc["hit"]}
+
+
+def knows_option(code, option):
+    """Whether `code`'s trace-tail has `option` (an older checkout may not)."""
+    done = subprocess.run([sys.executable, "-m", "moetools", "trace-tail", "--help"], capture_output=True, text=True, cwd=code)
+    return option in done.stdout
+
+
+def load_average():
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def against_whole(codes, args):
+    """The whole trace-tail --once --curve of each checkout alternately: the default (every policy and
+    instrument) and `--policies P` (what a user who wants those curves runs; a checkout without the
+    option runs the default, which holds them). The same curve JSON (sha256) for the default, the same
+    curves of the named policies for --policies."""
+    runs = {(mode, name): [] for mode in ("full", "policies") for name in codes}
+    loads = []
+    with scratch("bench-tracetail-") as folder:
+        trace = os.path.join(folder, "qwen-repeated.trace")
+        requests, _, _ = repeated_shared_trace(trace, args.requests)
+        extras = {}
+        for name, code in codes.items():
+            has = knows_option(code, "--policies")
+            extras[("full", name)] = ()
+            extras[("policies", name)] = ("--policies", args.policies) if has else ()
+            whole_json(trace, code)  # compile or load each one's kernels once, untimed
+        for _ in range(args.rounds):
+            for mode in ("full", "policies"):
+                for name, code in codes.items():
+                    loads.append(load_average())
+                    runs[(mode, name)].append(whole_json(trace, code, extras[(mode, name)]))
+        loads.append(load_average())
+    full = {run["sha256"] for name in codes for run in runs[("full", name)]}
+    assert len(full) == 1, f"the default curve JSON differs between the checkouts: {full}"
+    reference = runs[("full", "before")][0]
+    named = [name for name in runs[("policies", "after")][0]["hit"]]
+    for name in codes:
+        for run in runs[("policies", name)]:
+            assert run["slots"] == reference["slots"] and all(run["hit"][p] == reference["hit"][p] for p in named), \
+                f"--policies {args.policies}: curves differ from the default's ({name})"
+    print(f"whole trace-tail --once --curve, {requests:,} requests (the shared Qwen trace repeated), {args.rounds} rounds "
+          f"alternately, load average {min(loads):.1f}-{max(loads):.1f}; same default curve JSON (sha256 {full.pop()[:16]}), "
+          f"same {', '.join(named)} curves with --policies")
+    best = {key: (min(r["wall"] for r in value), min(r["cpu"] for r in value)) for key, value in runs.items()}
+    for mode in ("full", "policies"):
+        for name in codes:
+            wall, cpu = best[(mode, name)]
+            what = "default" if mode == "full" else (f"--policies {args.policies}" if extras[(mode, name)] else "default (no --policies)")
+            print(f"  {mode:8} {name:6} {what:34}: {wall:6.2f} s wall, {cpu:6.2f} s CPU ({requests / wall:,.0f} requests/s wall)")
+        wall = best[(mode, "after")][0] / best[(mode, "before")][0]
+        cpu = best[(mode, "after")][1] / best[(mode, "before")][1]
+        print(f"  {mode:8} after / before: {wall:.2f}x the wall, {cpu:.2f}x the CPU")
 
 
 def against(other, args):
@@ -210,27 +279,12 @@ def against(other, args):
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     runs = {name: [] for name in codes}
     if args.whole_only:
-        with scratch("bench-tracetail-") as folder:
-            trace = os.path.join(folder, "qwen-repeated.trace")
-            requests, _, _ = repeated_shared_trace(trace, args.requests)
-            for name, code in codes.items():  # compile or load each one's kernels once, untimed
-                whole_json(trace, code)
-            for _ in range(args.rounds):
-                for name, code in codes.items():
-                    runs[name].append(whole_json(trace, code))
-        digests = {run["sha256"] for name in runs for run in runs[name]}
-        assert len(digests) == 1, f"the curve JSON differs between the checkouts: {digests}"
-        cpu = {name: min(run["cpu"] for run in runs[name]) for name in runs}
-        print(f"whole trace-tail --once --curve, {requests:,} requests, {args.rounds} rounds alternately, load average "
-              f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; same curve JSON (sha256 {digests.pop()[:16]})")
-        for name in codes:
-            print(f"  {name:6} ({codes[name]}): {cpu[name]:.2f} s CPU ({requests / cpu[name]:,.0f} requests per CPU second)")
-        print(f"  after / before: {cpu['after'] / cpu['before']:.2f}x the CPU")
+        against_whole(codes, args)
         return
     for _ in range(args.rounds):
         for name, code in codes.items():
             argv = [sys.executable, os.path.abspath(__file__), "--demand-json", "--code", code, "--requests", str(args.requests),
-                    "--budgets", str(args.budgets)]
+                    "--budgets", str(args.budgets), "--threads", str(args.threads)]
             out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
             runs[name].append(json.loads(out.strip().splitlines()[-1]))
     first = runs["before"][0]
@@ -240,14 +294,22 @@ def against(other, args):
                 assert run[policy]["hits"] == first[policy]["hits"], f"{policy}'s curve differs ({name})"
     requests = first["requests"]
     cpu = {name: {policy: min(run[policy]["cpu"] for run in runs[name]) for policy in ("lru", "predictive")} for name in runs}
+    wall = {name: {policy: min(run[policy]["wall"] for run in runs[name]) for policy in ("lru", "predictive")} for name in runs}
     print(f"demand curves over {first['budgets']} budgets, {requests:,} requests, {args.rounds} rounds alternately, load "
           f"average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; the same hits")
     for name in codes:
         lru, pred = cpu[name]["lru"], cpu[name]["predictive"]
         print(f"  {name:6} ({codes[name]}): lru {lru:.2f} s CPU ({requests / lru:,.0f} req per CPU s), predictive {pred:.2f} s CPU "
               f"({requests / pred:,.0f} req per CPU s): {pred / lru:.2f}x LRU's")
+        lru, pred = wall[name]["lru"], wall[name]["predictive"]
+        print(f"  {'':6} wall: lru {lru:.2f} s ({requests / lru:,.0f} req/s), predictive {pred:.2f} s ({requests / pred:,.0f} req/s)")
     for policy in ("lru", "predictive"):
-        print(f"  {policy}: after / before {cpu['after'][policy] / cpu['before'][policy]:.2f}x the CPU")
+        print(f"  {policy}: after / before {cpu['after'][policy] / cpu['before'][policy]:.2f}x the CPU, "
+              f"{wall['after'][policy] / wall['before'][policy]:.2f}x the wall (threads: {args.threads} after, 1 before)")
+
+
+def demand_threads():
+    return max(1, os.cpu_count() or 1)
 
 
 def timed(function, *args):
@@ -266,11 +328,13 @@ def main():
     parser.add_argument("--whole-only", action="store_true", help="only the whole-process trace-tail run")
     parser.add_argument("--against", metavar="DIR", help="another checkout to compare with (before/after), alternately")
     parser.add_argument("--rounds", type=int, default=2, help="alternate rounds of --against")
+    parser.add_argument("--policies", default="predictive,lru", help="--whole-only --against: the --policies run beside the default")
+    parser.add_argument("--threads", type=int, default=demand_threads(), help="threads of the demand curves (default: every core)")
     parser.add_argument("--demand-json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--code", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.demand_json:
-        demand_json(args.requests, args.budgets)
+        demand_json(args.requests, args.budgets, args.threads)
         return
     if args.against:
         against(args.against, args)
@@ -315,7 +379,7 @@ def main():
             whole_process(args.requests)
         return
     tokens = token_ids(routing)
-    runs = demand_curves(tokens, budgets)
+    runs = demand_curves(tokens, budgets, threads=args.threads)
     assert runs["lru"][1].tolist() == lru_curve.tolist(), "LRU demand replay disagrees with the one-pass curve"
     lru_s, pred_s = runs["lru"][0], runs["predictive"][0]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

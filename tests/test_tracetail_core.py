@@ -352,6 +352,47 @@ def test_recency_window_forgets_old_tokens():
     assert policies.decode(token([(0, 1)]))["recency"].tolist() == [0]
 
 
+def test_compiled_top_s_sets_equal_the_numpy_ones(monkeypatch):
+    """The compiled top-S step (stackjit.topk_step, item orders kept between tokens) and the numpy
+    method (a sort per token) give the same hits, served arms, scores and item order, with prefill
+    between decode tokens, ties of score (decay 0, unused experts), budgets from 1 to every item,
+    and experts left unused for 700 tokens, whose decayed scores round to equal values and then to
+    0 (where the kept order must be repaired by last use)."""
+    if curves.compiled_stack() is None:
+        pytest.skip(f"numba is not importable here (or ${curves.NO_JIT_ENV} is set): only the numpy engine runs")
+    rng = np.random.default_rng(4)
+    budgets = [1, 2, 5, 9, 17, 40, 64]
+    stream = []
+    for t in range(760):
+        if t in (0, 25):
+            stream.append(("prefill", token([(layer, int(e)) for layer in range(4) for e in rng.choice(16, 6, replace=False)])))
+        pool = 16 if t < 40 or t >= 740 else 10  # experts 0-5 unused for 700 tokens, then back
+        experts = [rng.choice(pool, 3, replace=False, p=_zipf(pool)) + (16 - pool) for _ in range(4)]
+        stream.append(("decode", token([(layer, int(e)) for layer in range(4) for e in experts[layer]])))
+
+    def run():
+        policies = ScoredPolicies(budgets, window=3)
+        hits = []
+        for phase, ids in stream:
+            if phase == "prefill":
+                policies.observe_prefill(ids)
+            else:
+                out = policies.decode(ids)
+                hits.append({name: value.tolist() for name, value in out.items()} | {"served": policies.served_arm.tolist()})
+        n = len(policies.items)
+        return hits, policies.scores[:, :n].tolist(), policies.rewards.tolist(), policies.items.ids.tolist()
+
+    compiled = run()
+    monkeypatch.setitem(curves._compiled, "module", None)
+    assert run() == compiled
+    assert any(h["decay_bandit"][3] for h in compiled[0]) and any(h["prefill_pin"][2] for h in compiled[0])
+
+
+def _zipf(n):
+    weights = 1.0 / np.arange(1, n + 1) ** 1.2
+    return weights / weights.sum()
+
+
 # --- instruments: the honesty checks of the issue --------------------------------------------------
 
 

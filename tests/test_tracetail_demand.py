@@ -310,3 +310,40 @@ def test_best_online_policy_closes_the_target_share_of_the_gap(name):
     assert (best >= np.array(TARGETS[name])).all(), {k: np.round(v, 3).tolist() for k, v in closed.items()}
     # the predictive policy (fitted on the gpt-oss trace, held out on qwen) reaches them by itself
     assert (closed["predictive"] >= np.array(TARGETS[name])).all(), np.round(closed["predictive"], 3).tolist()
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_parallel_replays_equal_serial_ones(engine, threads, monkeypatch):
+    """Budgets, policies, the bandit's lanes of budgets and the predictor's next chunk replayed on a
+    pool of threads give the hits, served arms and pin rankings of one thread, over several chunks
+    (small key tables) and decode runs split by prefill."""
+    monkeypatch.setattr(demand, "_TABLE_BYTES", 8 * SPACE.size * (len(DECAY_ARMS) + 1) * 5)  # 5 tokens a chunk
+    tokens = routed_tokens(36, seed=21)
+    prefill = routed_tokens(2, seed=5)
+    capacities = [1, 3, 7, 12, 20, 33, 64]
+    runs = {}
+    for count in (1, threads):
+        policies = demand.DemandPolicies(SPACE, capacities, threads=count)
+        assert len(policies.lanes) == (1 if count == 1 else min(len(capacities), 2 * count))
+        hits = [policies.decode(tokens[:17])]
+        for ids in prefill:
+            policies.observe_prefill(ids)
+        hits.append(policies.decode(tokens[17:]))
+        runs[count] = (hits, [policies.served_decay(b) for b in range(len(capacities))],
+                       {name: policies.ranking(name, 2).tolist() for name in ("predictive", "decay_bandit", "lfu", "lru")})
+    serial, parallel = runs[1], runs[threads]
+    for part in range(2):
+        for name in demand.DEMAND_POLICIES:
+            assert parallel[0][part][name].tolist() == serial[0][part][name].tolist(), name
+    assert parallel[1:] == serial[1:]
+    assert sum(int(h["predictive"].sum()) for h in serial[0]) > 0
+
+
+def test_budget_lanes_cover_every_budget_once():
+    budgets = [1, 5, 9, 40, 41, 300, 301, 6000]
+    for lanes in (1, 2, 3, 8, 20):
+        groups = demand.split_budgets(np.asarray(budgets), lanes)
+        assert sorted(i for group in groups for i in group) == list(range(len(budgets)))
+        assert len(groups) == min(lanes, len(budgets))
+    big, small = demand.split_budgets(np.asarray(budgets), 2)
+    assert 7 in big and 7 not in small and 6 in small  # the largest alone is about as costly as the rest

@@ -156,7 +156,7 @@ def _settings(got, layer_map, options):
     moe_layers = (layer_map.moe_layers if layer_map else 0) or got.n_layers
     return Settings(budget=None, curve_budgets=None, window=options["window"], prefill=options["prefill"],
                     top_k=top_k, moe_layers=moe_layers if n_expert else 0, n_expert=n_expert,
-                    policies=options["policies"], instruments=options["instruments"])
+                    policies=options["policies"], instruments=options["instruments"], threads=options["threads"] or 0)
 
 
 def _expert_bytes(option, layer_map, got):
@@ -337,6 +337,7 @@ def _write_plan(path, budget_bytes, pins):
                    "and Belady, the ceiling, always run). Default: every one, with the instruments.")
 @click.option("--instruments/--no-instruments", default=None,
               help="The per-token instruments and the top-S sets (default: on, off when --policies is given).")
+@click.option("--threads", type=click.IntRange(min=1), help="Worker threads of --once's replays (default: every core).")
 @click.option("--pin-policy", default="predictive", show_default=True, metavar="POLICY",
               help="Whose scores rank the plan's pins: predictive, decay_bandit, lfu or lru.")
 @click.option("--write-table", "table_path", metavar="FILE",
@@ -350,7 +351,7 @@ def _write_plan(path, budget_bytes, pins):
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 @source_options
 def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
-                       window, curve, plot, write_trace, plan_path, policies_text, instruments, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
+                       window, curve, plot, write_trace, plan_path, policies_text, instruments, threads, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
                        json_flag, fetch):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
@@ -375,6 +376,7 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
 
     options["policies"] = DEMAND_POLICIES if policies_text is None else select_policies(policies_text.split(","))
     options["instruments"] = (policies_text is None) if instruments is None else instruments
+    options["threads"] = threads
     check_pin_policy(pin_policy, options["policies"] if plan_path else DEMAND_POLICIES)
     options["pin_policy"] = pin_policy
     layer_map = _layer_map(model, synth_layers, experts, top_k, fetch)

@@ -37,6 +37,7 @@ class Settings:
     n_expert: int = 0
     policies: tuple = DEMAND_POLICIES  # the demand caches replayed (select_policies), in DEMAND_POLICIES order
     instruments: bool = True  # the per-token instruments and the top-S sets
+    threads: int = 0  # worker threads of a whole trace's replays (0: every core); a followed trace uses one
 
 
 def select_policies(names):
@@ -77,7 +78,12 @@ class Engine:
         s = self.settings
         self.splitter = PhaseSplitter(s.prefill, s.top_k, s.moe_layers, s.n_expert)
         self.policies = tuple(s.policies)
-        self.demand = demand.DemandPolicies(self.space, self.budgets, names=self.policies)
+        threads = (s.threads or demand.default_threads()) if self.lazy else 1
+        # a whole trace's LRU comes from one stack-distance pass at the end (`finish`): request-level
+        # LRU is the demand LRU (tests), at every budget at once; a followed trace replays it per token
+        self.lru_by_stack = self.lazy and self.keep_decode and "lru" in self.policies
+        replayed = tuple(name for name in self.policies if not (self.lru_by_stack and name == "lru"))
+        self.demand = demand.DemandPolicies(self.space, self.budgets, names=replayed, threads=threads, ranked=self.policies)
         self.scored = ScoredPolicies(self.budgets, s.window) if s.instruments else None
         self.instruments = Instruments(s.window) if s.instruments else None
         self.tokens = 0
@@ -144,6 +150,13 @@ class Engine:
         if self.pending:
             self._replay(self.pending)
             self.pending = []
+
+    def finish(self):
+        """End of a whole trace: the replays flushed and LRU's hits from its stack distances."""
+        self.flush()
+        if self.lru_by_stack and self.decode_tokens:
+            ids, _ = curves.dense_ids(self.decode_sequence())
+            self.hits["lru"] = curves.hits_at(curves.lru_stack_distances(ids), self.budgets)
 
     def pins(self, count, policy=DEFAULT_PIN_POLICY):
         """The `count` experts `policy` values most (see demand.DemandPolicies.ranking), as sorted
@@ -319,7 +332,7 @@ def analyse(tokens, phases, settings, progress=no_progress):
             engine.add(ids, phase)
             if index % REPLAY_TICK_TOKENS == 0:
                 bar.update(REPLAY_TICK_TOKENS)
-        engine.flush()
+        engine.finish()
         bar.update(len(tokens) % REPLAY_TICK_TOKENS)
     sequence = engine.decode_sequence()
     with progress("Belady pass", len(sequence), "req") as bar:

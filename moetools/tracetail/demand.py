@@ -23,6 +23,8 @@ is not replayed twice; its top-S residency set stays as an instrument (policies.
 Belady's MIN (curves.py) is the ceiling: no online policy can beat it.
 """
 
+import os
+
 import numpy as np
 
 from moetools.tracetail import curves, demandkernels
@@ -34,11 +36,41 @@ _TABLE_BYTES = 32 << 20  # per-chunk key tables stay around this size
 BANDIT_BLOCK_TOKENS = 8  # tokens the bandit's caches replay at a time (demandkernels.bandit)
 
 
-def run_all(jobs):
-    """Results of the callables `jobs` (independent caches), in order, one after another. (Threads
-    would overlap them, since the compiled kernels release the GIL, but interact with the signal
-    handling of --follow; not done.)"""
-    return [job() for job in jobs]
+MIN_PARALLEL_TOKENS = 2  # a batch of one decode token replays on the calling thread (pool overhead)
+_pools = {}  # threads -> ThreadPoolExecutor, made once per process
+
+
+def default_threads():
+    """Worker threads when none are asked for: every core (as quantize's --threads)."""
+    return max(1, os.cpu_count() or 1)
+
+
+def run_all(jobs, threads=1):
+    """Results of the callables `jobs` (independent caches), in order. With threads > 1 they run on a
+    pool of that many threads: the compiled kernels release the GIL, so budgets replay on every core.
+    Each job touches only its own cache's arrays, so the order they run in cannot change a figure.
+    Jobs are run in the order given (put the longest first)."""
+    if threads <= 1 or len(jobs) <= 1:
+        return [job() for job in jobs]
+    pool = _pools.get(threads)
+    if pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = _pools[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="trace-tail")
+    futures = [pool.submit(job) for job in jobs]
+    return [future.result() for future in futures]
+
+
+def split_budgets(budgets, lanes):
+    """Budget indices in `lanes` groups of about equal cost (a replay's cost grows with its capacity):
+    the largest first, each to the group with the least so far. Deterministic."""
+    groups = [[] for _ in range(max(1, min(lanes, len(budgets))))]
+    load = [0] * len(groups)
+    for index in sorted(range(len(budgets)), key=lambda i: (-int(budgets[i]), i)):
+        lane = load.index(min(load))
+        groups[lane].append(index)
+        load[lane] += int(budgets[index]) + 64
+    return [sorted(group) for group in groups if group]
 
 
 def replay_function():
@@ -169,27 +201,47 @@ def chunk_rows(space, tables=1):
     return max(1, min(256, _TABLE_BYTES // (8 * space.size * max(1, tables))))
 
 
+class BanditLane:
+    """The bandit's state for some of the budgets (`indices` into the policies' budgets): each arm's
+    shadow cache and the served cache at each, their rewards and served arms, and a copy of the
+    scores (the same in every lane: they do not depend on the budget). Lanes are independent, so
+    they replay on different threads with the same figures as one lane holding every budget."""
+
+    def __init__(self, space, budgets, indices):
+        n_arms = len(DECAY_ARMS)
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.budgets = np.asarray(budgets, dtype=np.int64)[self.indices]
+        # each arm's shadow cache at every budget of the lane, then the served cache at every budget
+        self.caches = CacheStates(space, np.tile(self.budgets, n_arms + 1))
+        self.scores = np.zeros((n_arms, space.size))
+        self.last_seen = np.full(space.size, -1, dtype=np.int64)
+        self.rewards = np.zeros((n_arms, len(self.budgets)))
+        self.served = np.zeros(len(self.budgets), dtype=np.int64)
+
+
 class DemandPolicies:
     """All online demand caches for every budget, fed decode tokens in order (`decode`) and
     prefill tokens between them (`observe_prefill`). Resumable: feeding a trace in pieces gives
-    the same hits as feeding it whole."""
+    the same hits as feeding it whole. `ranked`: policies to rank pins by besides `names` (LRU's
+    ranking needs only the requests, not its cache). `threads` > 1 replays the independent caches (budgets,
+    policies, the bandit's lanes of budgets, the predictor's next chunk) on a pool of threads,
+    for batches of at least MIN_PARALLEL_TOKENS tokens; the figures are the same."""
 
-    def __init__(self, space, budgets, names=DEMAND_POLICIES, predictor=None):
+    def __init__(self, space, budgets, names=DEMAND_POLICIES, predictor=None, threads=1, ranked=()):
         from moetools.tracetail.predictive import Predictor
 
         self.space = space
         self.budgets = np.asarray(budgets, dtype=np.int64)
         self.names = tuple(names)
+        self.ranked = tuple(dict.fromkeys((*self.names, *(name for name in ranked if name == "lru"))))  # LRU needs no cache
+        self.threads = max(1, int(threads))
         self.caches = {name: CacheStates(space, self.budgets) for name in self.names if name != "decay_bandit"}
-        n_arms = len(DECAY_ARMS)
+        self.lanes = []
         if "decay_bandit" in self.names:
-            # each arm's shadow cache at every budget, then the served cache at every budget
-            self.bandit_caches = CacheStates(space, np.tile(self.budgets, n_arms + 1))
-            self.scores = np.zeros((n_arms, space.size))
-            self.rewards = np.zeros((n_arms, len(self.budgets)))
-            self.served = np.zeros(len(self.budgets), dtype=np.int64)
+            # one lane per thread's share of the budgets (twice as many as threads: the pool balances them)
+            groups = split_budgets(self.budgets, 2 * self.threads if self.threads > 1 else 1)
+            self.lanes = [BanditLane(space, self.budgets, group) for group in groups]
         self.decays = np.asarray(DECAY_ARMS)
-        self.last_seen = np.full(space.size, -1, dtype=np.int64)
         self.counts = np.zeros(space.size, dtype=np.int64)
         self.prefill_counts = np.zeros(space.size, dtype=np.int64)
         self.last_request = np.full(space.size, -1, dtype=np.int64)
@@ -207,14 +259,22 @@ class DemandPolicies:
         batch = Batch(self.space, tokens, self.tokens, self.requests)
         out = {name: np.zeros((batch.tokens, len(self.budgets)), dtype=np.int64) for name in self.names}
         step = chunk_rows(self.space, len(DECAY_ARMS) + 1)
-        for lo in range(0, batch.tokens, step):
-            part = batch.slice(lo, min(batch.tokens, lo + step))
-            self._decode_part(part, out, lo)
+        threads = self.threads if batch.tokens >= MIN_PARALLEL_TOKENS else 1
+        bounds = [(lo, min(batch.tokens, lo + step)) for lo in range(0, batch.tokens, step)]
+        parts = [batch.slice(lo, hi) for lo, hi in bounds]
+        tables = None
+        if "predictive" in self.caches and parts:
+            tables = self.predictor.run(parts[0])
+        for index, part in enumerate(parts):
+            # the predictor's keys of the next part are computed beside this part's replays
+            following = parts[index + 1] if tables is not None and index + 1 < len(parts) else None
+            tables = self._decode_part(part, out, bounds[index][0], tables, following, threads)
         self.tokens += batch.tokens
         self.requests += len(batch.items)
         return out
 
-    def _decode_part(self, part, out, lo):
+    def _decode_part(self, part, out, lo, tables, following, threads):
+        """Replays `part` (its predictor keys `tables`); returns the predictor's keys of `following`."""
         rows = slice(lo, lo + part.tokens)
         items = part.items
         np.maximum.at(self.last_request, items, part.request_index)
@@ -223,23 +283,35 @@ class DemandPolicies:
                 "lfu": (count, part.request_index),
                 "prefill_pin": (self.prefill_counts[items].astype(np.float64), part.request_index)}
         jobs, slots = [], []
-        for name, (key_a, key_b) in keys.items():
-            if name not in self.caches:
-                continue
-            for b in range(len(self.budgets)):
-                jobs.append(lambda b=b, caches=self.caches[name], key_a=key_a, key_b=key_b:
-                            caches.run_cache(b, part, demandkernels.KEYS_PER_REQUEST, key_a, key_b))
-                slots.append((name, b))
+        for lane in self.lanes:  # the longest jobs first
+            jobs.append(lambda lane=lane: self._bandit(lane, part))
+            slots.append(("decay_bandit", lane))
+        if following is not None:
+            jobs.append(lambda: self.predictor.run(following))
+            slots.append(("next tables", None))
+        order = np.argsort(-self.budgets, kind="stable").tolist()  # larger caches cost more
         if "predictive" in self.caches:
-            tab_a, tab_b = self.predictor.run(part)
-            for b in range(len(self.budgets)):
+            tab_a, tab_b = tables
+            for b in order:
                 jobs.append(lambda b=b: self.caches["predictive"].run_cache(b, part, demandkernels.KEYS_PER_VISIT, tab_a=tab_a, tab_b=tab_b,
                                                                              distance_weight=1.0))
                 slots.append(("predictive", b))
-        for (name, b), hits in zip(slots, run_all(jobs)):
-            out[name][rows, b] = part.per_token(hits)
-        if "decay_bandit" in self.names:
-            self._bandit(part, out["decay_bandit"], rows)
+        for name, (key_a, key_b) in keys.items():
+            if name not in self.caches:
+                continue
+            for b in order:
+                jobs.append(lambda b=b, caches=self.caches[name], key_a=key_a, key_b=key_b:
+                            caches.run_cache(b, part, demandkernels.KEYS_PER_REQUEST, key_a, key_b))
+                slots.append((name, b))
+        following_tables = None
+        for (name, b), result in zip(slots, run_all(jobs, threads)):
+            if name == "next tables":
+                following_tables = result
+            elif name == "decay_bandit":
+                out[name][rows][:, b.indices] = result
+            else:
+                out[name][rows, b] = part.per_token(result)
+        return following_tables
 
     def _running_counts(self, items):
         """Request count of each request's item including it (counts since decode started)."""
@@ -254,36 +326,44 @@ class DemandPolicies:
         np.add.at(self.counts, items, 1)
         return count.astype(np.float64)
 
-    def _bandit(self, part, out, rows):
-        """The bandit's shadow caches, rewards and served caches over `part` (demandkernels.bandit)."""
+    def _bandit(self, lane, part):
+        """One lane's shadow caches, rewards and served caches over `part` (demandkernels.bandit);
+        returns its served caches' hits (tokens x the lane's budgets)."""
         block = min(BANDIT_BLOCK_TOKENS, max(1, part.tokens))
-        hits = np.zeros((part.tokens, len(self.budgets)), dtype=np.int64)
+        hits = np.zeros((part.tokens, len(lane.budgets)), dtype=np.int64)
         bandit_function()(
             part.items, part.visits, part.rows, part.starts, part.first_token, self.space.n_layers, self.space.n_experts,
-            self.budgets, self.decays, 1 - REWARD_EMA, REWARD_EMA, self.scores, self.last_seen, self.rewards, self.served,
+            lane.budgets, self.decays, 1 - REWARD_EMA, REWARD_EMA, lane.scores, lane.last_seen, lane.rewards, lane.served,
             block, np.zeros((len(self.decays), block, self.space.size)), np.zeros((block, self.space.size), dtype=np.int64),
             np.zeros(len(part.items), dtype=np.int64), np.zeros(len(part.items), dtype=np.int64),
-            *self.bandit_caches.arrays(), hits)
-        out[rows] = hits
+            *lane.caches.arrays(), hits)
+        return hits
+
+    def _served_arm(self, budget_index):
+        for lane in self.lanes:
+            where = np.flatnonzero(lane.indices == budget_index)
+            if len(where):
+                return int(lane.served[where[0]])
+        raise IndexError(budget_index)
 
     def served_decay(self, budget_index=0):
         if "decay_bandit" not in self.names:
             return None
-        return float(self.decays[self.served[budget_index]])
+        return float(self.decays[self._served_arm(budget_index)])
 
     def ranking(self, policy, budget_index=0):
         """Items `policy` values most now, best first (only items decode has used): the order its
         scores give, for pins. predictive: latest key (soonest expected use); decay_bandit: the
         served arm's score, ties most recent; lfu: request count, ties most recent; lru: most
         recent request."""
-        if policy not in self.names:
-            raise ValueError(f"policy {policy!r} is not run (runs: {', '.join(self.names)})")
+        if policy not in self.ranked:
+            raise ValueError(f"policy {policy!r} is not run (runs: {', '.join(self.ranked)})")
         seen = np.flatnonzero(self.last_request >= 0)
         recent = self.last_request[seen]
         if policy == "predictive":
             keys = [recent, self.predictor.latest[seen]]
         elif policy == "decay_bandit":
-            keys = [recent, self.scores[self.served[budget_index], seen]]
+            keys = [recent, self.lanes[0].scores[self._served_arm(budget_index), seen]]
         elif policy == "lfu":
             keys = [recent, self.counts[seen]]
         elif policy == "lru":

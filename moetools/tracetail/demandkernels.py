@@ -514,6 +514,15 @@ def predict(items, visits, rows, n_layers, n_experts, weights, gamma, last_use, 
     misc[P_LAST_VISIT] = -1
 
 
+def best_arm(rewards, b):
+    """The arm with the best reward at budget b (the first of equal ones, as np.argmax)."""
+    best = 0
+    for arm in range(1, rewards.shape[0]):
+        if rewards[arm, b] > rewards[best, b]:
+            best = arm
+    return best
+
+
 def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capacities, decays, keep, ema, scores,
            last_seen, rewards, served, block, tab, seen, block_rows, hit, in_cache, pos, key_a, key_b, prot, members,
            count, heap, hpos, hcount, touched, tree, stack, held, misc, out):
@@ -574,10 +583,7 @@ def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capaci
             a = starts[t]
             z = starts[t + 1]
             for b in range(n_budgets):
-                scored = 0  # argmax: the first of equal rewards
-                for other in range(1, n_arms):
-                    if rewards[other, b] > rewards[scored, b]:
-                        scored = other
+                scored = best_arm(rewards, b)
                 served[b] = scored
                 c = n_arms * n_budgets + b
                 replay(items[a:z], visits[a:z], block_rows[a:z], capacities[b], n_layers, n_experts, KEYS_PER_TOKEN,
@@ -591,8 +597,4 @@ def bandit(items, visits, rows, starts, first_token, n_layers, n_experts, capaci
                 for b in range(n_budgets):
                     rewards[arm, b] = keep * rewards[arm, b] + ema * fraction[arm, t - first, b]
     for b in range(n_budgets):
-        scored = 0
-        for other in range(1, n_arms):
-            if rewards[other, b] > rewards[scored, b]:
-                scored = other
-        served[b] = scored
+        served[b] = best_arm(rewards, b)

@@ -87,8 +87,15 @@ def _calling(function, **compiled):
 _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
 replay = _jit(_kernels.replay)
 predict = _jit(_kernels.predict)
-bandit = _jit(_calling(_kernels.bandit, replay=replay))
+best_arm = _jit(_kernels.best_arm)
+bandit = _jit(_calling(_kernels.bandit, replay=replay, best_arm=best_arm))
 
 from moetools.tracetail import instruments as _instruments  # noqa: E402
 
 instruments_step = _jit(_calling(_instruments.instruments_step, _row_rank=_jit(_instruments._row_rank)))
+
+from moetools.tracetail import policies as _policies  # noqa: E402
+
+_before = _jit(_policies._before)
+topk_step = _jit(_calling(_policies.topk_step, best_arm=best_arm, _count_below=_jit(_policies._count_below),
+                          _resort_arm=_jit(_calling(_policies._resort_arm, _before=_before))))
