@@ -1636,6 +1636,32 @@ def minimax_m2(t=Types(), **p):
     return spec
 
 
+def minimax_m3(t=Types(), **p):
+    """MiniMax-M3 (`minimax-m3`, src/models/minimax-m3.cpp): GQA with per-head q/k norms and partial
+    rotary, leading dense blocks, then sigmoid-routed experts with a selection bias beside a shared
+    expert, and MiniMax Sparse Attention in those blocks: an indexer (one `idx_head`-wide query head per
+    KV head, one key head) whose keys llama_kv_cache_msa caches beside the KV."""
+    p = {"n_head_kv": 2, "n_shared": 1, "idx_head": 64, "idx_top_k": 4, "idx_block": 64, "idx_local": 1,
+         "rope": 32} | p
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_dense": 1, "vocab": 1024, "ctx": 4096} | p
+    extra = (("expert_gating_func", 2, "u32"), ("expert_weights_norm", True, "bool"),
+             ("rope.dimension_count", p["rope"], "u32"),
+             ("attention.indexer.head_count", p["n_head_kv"], "u32"),
+             ("attention.indexer.key_length", p["idx_head"], "u32"),
+             ("attention.indexer.top_k", p["idx_top_k"], "u32"),
+             ("attention.indexer.block_size", p["idx_block"], "u32"),
+             ("attention.indexer.local_blocks", p["idx_local"], "u32"))
+    spec = _shared_experts_moe("minimax-m3", t, p, 2.5, probs_bias=True, qk_norm=True, extra=extra)
+    for il in range(p["n_dense"], p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "indexer.q_proj.weight", (p["n_embd"], p["n_head_kv"] * p["idx_head"]), t.resident)
+        spec.add(blk + "indexer.k_proj.weight", (p["n_embd"], p["idx_head"]), t.resident)
+        spec.add(blk + "indexer.q_norm.weight", (p["idx_head"],), t.norm)
+        spec.add(blk + "indexer.k_norm.weight", (p["idx_head"],), t.norm)
+    return spec
+
+
 def llama4(t=Types(), **p):
     """Llama 4 (`llama4`): chunked attention (8192-token chunks) in three layers of four, every
     `moe_every`-th block MoE with a shared expert of the expert width, the others dense
@@ -2283,6 +2309,7 @@ BUILDERS = {
     "exaone4": exaone4,
     "minimax-01": minimax_01,
     "bailingmoe3": bailingmoe3,
+    "minimax-m3": minimax_m3,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "deepseek4": deepseek4,

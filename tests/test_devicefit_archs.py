@@ -91,7 +91,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"minimax-m3": 0.001, "lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -106,7 +106,7 @@ TINY_COMPUTE_TOLERANCE = {"lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01":
                           "laguna": 0.004, "deepseek4": 0.07, "dots3note": 0.001, "hy_v4": 0.06, "glm5-next": 0.002, "qwen4exp": 0.001}
 
 
-@pytest.mark.parametrize("arch", ["lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["minimax-m3", "lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -160,6 +160,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     selection with every pool new at reserve, the gather path of small ubatches), Qwen4-Exp (`qwen4exp`,
     llama_memory_hybrid_idx: gated delta net state, the attention layers' K/V and QSA indexer key caches;
     low-rank hyper-connections, the QSA block top-k mask, or dense attention without compress_ratios),
+    MiniMax-M3 (`minimax-m3`: llama_kv_cache_msa's indexer cache, K and V, beside the KV; its sparse
+    attention's block scores, top-k, cell masks and flash attention per stream, replayed when it runs —
+    flash attention on and not one unified cache of several sequences — and dense attention otherwise),
     measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -191,7 +194,11 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
             if tolerance is not None:
                 ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
                 assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "lfm2-swa":  # lfm2 with attention.sliding_window: both attention blocks slide, no full cache
+    if arch == "minimax-m3":  # a dense lead block, then 5 MSA blocks with an indexer cache (K 128, V the head's 64)
+        assert shape.indexer_layers == [False] + [True] * 5 and (shape.indexer_width, shape.indexer_v_width) == (128, 64)
+        assert (graph.indexer_heads, graph.indexer_top_k, graph.indexer_block) == (8, 16, 128)
+        assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 5
+    elif arch == "lfm2-swa":  # lfm2 with attention.sliding_window: both attention blocks slide, no full cache
         assert shape.is_swa == [c == "*" for c in "CC*CC*CC"] and (shape.swa_type, shape.n_swa) == ("standard", 512)
         assert shape.has_kv == shape.is_swa and shape.is_recurrent == [c == "C" for c in "CC*CC*CC"]
     elif arch == "bailingmoe3":  # KDA x3, gated MLA, KDA x3, gated MLA, then the MTP block (which holds KV)
@@ -403,10 +410,10 @@ def test_missing_architecture_keys_are_named(tmp_path, arch, suffix, needle):
 
 def test_unsized_architecture_names_what_is_missing(tmp_path):
     spec = synth.tiny("qwen3moe")
-    spec.architecture = "minimax-m3"
-    spec.metadata = [(key.replace("qwen3moe.", "minimax-m3.", 1), value, kind) for key, value, kind in spec.metadata]
-    path = synth.write_model(spec, tmp_path / "m3.gguf", sparse=True)[0]
-    with pytest.raises(GGUFError, match=r"cannot size architecture 'minimax-m3'.*MSA indexer cache"):
+    spec.architecture = "gemma4-assistant"
+    spec.metadata = [(key.replace("qwen3moe.", "gemma4-assistant.", 1), value, kind) for key, value, kind in spec.metadata]
+    path = synth.write_model(spec, tmp_path / "g4a.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match=r"cannot size architecture 'gemma4-assistant'.*KV shared with"):
         shape_of(path)
 
 
@@ -431,6 +438,19 @@ def test_minimax_text_01_preset_memory(tmp_path):
     assert caches["recurrent"].layers == 70 and caches["recurrent"].s_bytes == 70 * 2 * 128 * 128 * 64 * 4
     assert caches["recurrent"].r_bytes == 0
     assert kv.bytes_per_token(shape, KVSettings()) == 10 * 2 * 8 * 128 * 2
+
+
+def test_minimax_m3_indexer_cache_has_k_and_v(tmp_path):
+    """llama_kv_cache_msa's indexer cache is a llama_kv_cache of one head: K indexer.key_length wide, V the
+    model's value head (llama.cpp 0c1e57098 logs 1.50 + 1.50 MiB for the tiny layout's 3 MSA blocks at
+    4096 cells); it follows the cache types and the per-layer placement, and the per-token figure."""
+    shape = shape_of(synth.write_model(synth.tiny("minimax-m3"), tmp_path / "m3.gguf", sparse=True)[0])
+    caches = logged_form(kv.kv_caches(shape, 4096, KVSettings()))[0]
+    assert caches == [[4096, 4, 4.0, 4.0], [4096, 3, 1.5, 1.5]]
+    q8 = {c.kind: c for c in kv.kv_caches(shape, 4096, KVSettings(ctk="q8_0", ctv="q8_0"))}["indexer"]
+    assert q8.k_bytes == q8.v_bytes == 3 * 4096 * 68
+    assert sum(kv.per_layer(shape, 4096, KVSettings())) == kv.kv_bytes(shape, 4096, KVSettings())
+    assert kv.bytes_per_token(shape, KVSettings()) == 4 * 2 * 2 * 64 * 2 + 3 * (64 + 64) * 2
 
 
 def test_exaone4_slides_only_with_64_blocks(tmp_path):
@@ -529,12 +549,12 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path):
     import subprocess
     import sys
 
-    path = _renamed("qwen3moe", "minimax-m3", tmp_path)
+    path = _renamed("qwen3moe", "gemma4-assistant", tmp_path)
     proc = subprocess.run([sys.executable, "-m", "moetools", "device-fit", str(path), "--vram", "24G"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "minimax-m3" in lines[0] and "MSA indexer cache" in lines[0], proc.stderr
+    assert len(lines) == 1 and "gemma4-assistant" in lines[0] and "KV shared with" in lines[0], proc.stderr
 
 
 def _with_meta(spec, suffix, value, kind):

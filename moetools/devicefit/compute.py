@@ -902,7 +902,8 @@ class GraphShape(Record):
         ("residual_first", False),  # the residual adds read the stream first (in-place reuse prefers it)
         ("indexer_heads", 0),  # DSA lightning indexer (deepseek32, glm-dsa): query heads,
         ("indexer_head", 0),  # ... their width (one key head of it cached per cell),
-        ("indexer_top_k", 0),  # ... and the cells each token attends to
+        ("indexer_top_k", 0),  # ... and the cells each token attends to (MSA: the blocks)
+        ("indexer_block", 0),  # MSA (minimax-m3): positions per indexer block
         ("pos_per_token", 1),  # inp_pos entries per token: 4 with M-RoPE (llama_hparams::n_pos_per_embd)
         ("notes", list),
         ("mtp_layers", dict),  # {block: LayerShape} of the NextN/MTP blocks an MTP context runs (MTP_GRAPH_ARCHES)
@@ -1161,7 +1162,17 @@ def graph_shape(model, kvshape=None):
                       "ratio": attention.pop() if attention else 0}
     elif arch == "hy_v4":  # iHC streams around MLA
         shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for="Hunyuan-V4's compute")}
-    if kvshape.indexer_width:
+    if kvshape.indexer_width and arch in kvmod.MSA_ARCHES:
+        shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
+                                            required_for="the MSA indexer's compute")
+        shape.indexer_head = kvshape.indexer_width
+        shape.indexer_top_k = model.get_int("{arch}.attention.indexer.top_k", None, required_for="the MSA indexer's compute")
+        shape.indexer_block = model.get_int("{arch}.attention.indexer.block_size", None,
+                                            required_for="the MSA indexer's compute")
+        if shape.indexer_block < 1:
+            raise GGUFError(model.path, "MSA indexer block size 0 (llama.cpp asserts it is positive)",
+                            key=model.key("{arch}.attention.indexer.block_size"))
+    if kvshape.indexer_width and arch not in kvmod.MSA_ARCHES:
         shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
                                             required_for="the DSA lightning indexer's compute")
         shape.indexer_head = kvshape.indexer_width
@@ -1208,6 +1219,7 @@ class _Build:
         self.k_rot = self.v_rot = None
         self.rot_swa = (None, None)  # the sliding-window cache's own k/v rotation inputs (gemma3n reads them)
         self.s_copy = None
+        self.msa = None  # minimax-m3's MSA inputs (_msa_inputs) when its sparse attention runs
 
     def _external(self, key, device, weight, nbytes=0):
         tensor = self._externals.get(key)
@@ -1564,6 +1576,96 @@ def _dsa_mask(b, il, x, qr):
     # set_rows: a view of the fill, reading the zeros, the top-k and (last) the fill
     unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
     return g.op(filled.nbytes, g.view(unmasked), mask, inplace=(0,))  # add: a new tensor (its source is a view)
+
+
+MSA_MIN_POSITIONS = 256  # llama_kv_cache_msa_context::get_n_pos on an empty cache: max(n_pad, 256)
+
+
+def _msa_inputs(b):
+    """minimax-m3.cpp's MSA inputs, when its sparse attention runs (flash attention on, and one sequence
+    or a cache per sequence; else every layer is dense): the local-force bias and position mask (f32,
+    per position block / position and token), the position -> cell and cell -> block maps (i32), the
+    indexer cache's k_idxs, and the KQ mask cast to f32 (a node, alive through every sparse layer). At
+    the worst-case reserve the cache is empty: the position axis is get_n_pos's 256, padded to a block."""
+    s = b.settings
+    if not b.fa or (s.n_seq > 1 and s.unified):
+        return
+    g, T = b.g, b.T
+    block = b.shape.indexer_block
+    n_ps = -(-MSA_MIN_POSITIONS // block) * block
+    n_kv = b.cells["full"]
+    b.k_idxs["indexer"] = g.input(I64_BYTES * T)
+    b.msa = {"n_ps": n_ps, "nblk": n_ps // block, "ns": b.streams,
+             "bias": g.input(b.f32(n_ps // block, T)), "pos_mask": g.input(b.f32(n_ps, T)),
+             "pos_slot": g.input(I32_BYTES * n_ps * b.streams), "cell_blk": g.input(I32_BYTES * n_kv * b.streams),
+             "mask_f32": g.op(b.f32(n_kv, T), b.masks["full"])}
+
+
+def _msa_layer(b, il, x, layer):
+    """A sparse minimax-m3 block's attention (minimax-m3.cpp, the batch path the reserve builds): q/k/v
+    (per-head q/k norms, partial rope), the indexer's query and key (normed, roped; the key stored in the
+    indexer cache first), the K/V stores; then per stream the indexer keys gathered by position, the
+    block scores (max-pooled, biased), their top-k, a -inf block mask unmasked at the top-k (set_rows
+    from zeros), made contiguous twice, gathered to cells (f32), transposed back, added to the f32 KQ
+    mask and cast to f16; flash attention over the cache with that mask, made contiguous; the streams
+    concatenated; the output projection."""
+    g, T, msa = b.g, b.T, b.msa
+    kv = b.kv
+    n_head, hkv = b.shape.n_head[il], kv.head_count_kv[il]
+    width = kv.k_width[il]
+    heads_idx, idx_width = b.shape.indexer_heads, b.shape.indexer_head
+    ns, n_ps, nblk = msa["ns"], msa["n_ps"], msa["nblk"]
+    n_tps = T // ns
+    n_kv = b.cells["full"]
+    top = min(b.shape.indexer_top_k, nblk)
+    q = b.norm(g.view(b.mm(layer.q_rows or n_head * width, x)), n_head * width)
+    k = b.norm(g.view(b.mm(layer.k_rows or hkv * width, x)), hkv * width)
+    v = g.view(b.mm(layer.v_rows or hkv * kv.v_width[il], x))
+    q = g.op(q.nbytes, q, b.pos, inplace=(0,))
+    k = g.op(k.nbytes, k, b.pos, inplace=(0,))
+    iq = b.norm(g.view(b.mm(heads_idx * idx_width, x)), heads_idx * idx_width)
+    ik = b.norm(g.view(b.mm(idx_width, x)), idx_width)
+    iq = g.op(iq.nbytes, iq, b.pos, inplace=(0,))
+    ik = g.op(ik.nbytes, ik, b.pos, inplace=(0,))
+    g.expand(g.view(b.cache, g.view(ik), b.k_idxs["indexer"]))  # cpy_k into the indexer cache
+    if b.k_rot is not None:
+        q = g.view(g.op(q.nbytes, b.k_rot, g.view(q)))
+        k = g.view(g.op(k.nbytes, b.k_rot, g.view(k)))
+    if b.v_rot is not None:
+        v = g.view(g.op(b.f32(hkv * kv.v_width[il], T), b.v_rot, g.view(v)))
+    for tensor in (q, k, v):
+        g.expand(tensor)
+    _store(b, "full", k, v, False, b.f32(hkv * kv.v_width[il], T))
+    outs = []
+    for _ in range(ns):
+        keys = g.op(b.f32(idx_width, n_ps), g.view(b.cache), g.view(msa["pos_slot"]))  # get_rows
+        scores = g.op(b.f32(n_ps, heads_idx, n_tps), keys, g.view(g.view(iq)))
+        scores = g.view(scores, g.view(msa["pos_mask"]))  # add_inplace: a view of the scores
+        blocks = g.op(b.f32(nblk, heads_idx, n_tps), scores)  # pool_2d max
+        bias = g.view(msa["bias"])
+        blocks = g.op(blocks.nbytes, blocks, bias, inplace=(0,))
+        top_k = g.op(I32_BYTES * top * heads_idx * n_tps, blocks)
+        ninf = g.op(F16_BYTES * nblk * n_tps, g.op(b.f32(nblk, n_tps), bias))  # scale_bias, cast
+        ninf = g.op(F16_BYTES * nblk * heads_idx * n_tps, ninf)  # repeat_4d
+        zero = g.op(b.f32(top, heads_idx, n_tps), top_k)  # cast
+        zero = g.op(zero.nbytes, zero, inplace=(0,))  # scale by 0
+        unmasked = _Tensor(0, (g.view(zero), g.view(top_k), g.view(ninf)), view_src=ninf)  # set_rows
+        mask = g.op(ninf.nbytes, g.view(g.view(unmasked)))  # cont(permute)
+        mask = g.op(mask.nbytes, g.view(g.view(mask)))  # cont(transpose): [n_tps * heads, nblk]
+        cells = g.op(b.f32(n_tps * heads_idx, n_kv), mask, g.view(msa["cell_blk"]))  # get_rows (f32)
+        cells = g.op(cells.nbytes, g.view(cells))  # cont(transpose)
+        cells = g.view(g.view(cells), g.view(msa["mask_f32"]))  # add_inplace: a view
+        mask4 = g.op(F16_BYTES * n_kv * n_tps * heads_idx, g.view(cells))  # cast to f16
+        out = g.op(b.f32(width, n_head, n_tps), g.view(g.view(q)), g.view(b.cache), g.view(b.cache), mask4)
+        if hkv > 1 and n_tps > 1:
+            out = g.op(out.nbytes, g.view(out))  # cont of the permuted output
+        outs.append(g.view(out))
+    cur = outs[0]
+    for index, part in enumerate(outs[1:], 2):
+        cur = g.op(b.f32(width * n_head, n_tps * index), cur, part)  # concat
+    if b.v_rot is not None:
+        cur = g.view(g.op(cur.nbytes, b.v_rot, g.view(cur)))
+    return b.mm(b.shape.n_embd, cur)
 
 
 def _kda_conv_windows(b, x, d_inner, copies):
@@ -3018,7 +3120,10 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     _attention_inputs(b, kinds)
     if graph_shape.indexer_heads and "indexer" in b.cells:
-        _dsa_inputs(b)
+        if graph_shape.indexer_block:
+            _msa_inputs(b)
+        else:
+            _dsa_inputs(b)
     out_ids = g.input(I32_BYTES * n_out)
     if graph_shape.altup:
         return _build_gemma3n(b, graph_shape, layer_set, output, out_ids, n_out, lookup,
@@ -3061,7 +3166,9 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             # kimi-k3.cpp expands attn_norm before the layer body (so the mix runs before the push);
             # qwen3next.cpp / qwen35moe.cpp too (before the delta net gathers its states)
             g.expand(x)
-        if layer.mixer == "attention":
+        if layer.mixer == "attention" and b.msa is not None and kvshape.indexer_layers[il]:
+            mixed = _msa_layer(b, il, x, layer)
+        elif layer.mixer == "attention":
             mixed = _gqa_layer(b, il, x, layer)
         elif layer.mixer == "mla":
             mixed = _mla_layer(b, il, x, layer)

@@ -106,6 +106,10 @@ HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES + LIGHTNING_ARCHES + tuple(arch for arch
 # DSA sparse attention: an extra indexer K cache (src/llama-kv-cache-dsa.cpp).
 DSA_ARCHES = ("deepseek32", "glm-dsa", "dots3note", "hy_v4", "glm5-next")
 INDEXER_TOP_K = "{arch}.attention.indexer.top_k"
+# MiniMax Sparse Attention (src/llama-kv-cache-msa.cpp): a second llama_kv_cache over the blocks past
+# leading_dense_block_count with one head whose K is indexer.key_length wide and whose V keeps the
+# model's value head width (hparams copied, only n_embd_head_k_full replaced), in the cache types.
+MSA_ARCHES = ("minimax-m3",)
 INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
 INDEXER_TYPES = "{arch}.attention.indexer.types"
 SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"
@@ -116,7 +120,6 @@ GLM_DSA_DEFAULT_LAYERS = 78
 # Architectures llama.cpp runs whose memory this module does not model: refuse, never guess. Each names
 # the memory llama.cpp builds for it that device-fit has no formula for.
 UNSUPPORTED = {
-    "minimax-m3": "its MSA indexer cache (llama_kv_cache_msa)",
     "gemma4-assistant": "its KV shared with another model's context",
     "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
     "modern-bert": "no KV cache (an encoder device-fit does not plan)",
@@ -187,6 +190,7 @@ class KVShape(Record):
         # DeepSeek-V4 (llama_kv_cache_dsv4): per block its compression ratio (0 window only, 4 CSA +
         # lightning indexer, 128 HCA); [] for every other architecture
         ("compress_ratios", list),
+        ("indexer_v_width", 0),  # MSA: values per cell of the indexer cache's V (0: K only, DSA)
         ("notes", list),
     )
 
@@ -492,7 +496,7 @@ def kv_shape(model):
     state_r = state_s = 0
     if any(is_recurrent):
         state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
-    indexer_width, indexer_layers = 0, []
+    indexer_width, indexer_layers, indexer_v_width = 0, [], 0
     if arch in DSA_ARCHES and not (arch == "hy_v4" and not model.get_int(INDEXER_TOP_K, 0)):
         # (a hy_v4 checkpoint without indexer.top_k is all full attention: a plain MLA cache)
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the DSA indexer cache")
@@ -515,6 +519,15 @@ def kv_shape(model):
             raise GGUFError(model.path, "device-fit cannot size qwen4exp with a PLE module (ple.layers): it has no model "
                                         "of its conv-history state (the recurrent cache's P rows) and its graph",
                             key=model.key("{arch}.ple.layers"))
+    elif arch in MSA_ARCHES:
+        indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the MSA indexer cache")
+        dense_lead = model.get_int("{arch}.leading_dense_block_count", 0)
+        indexer_layers = [il >= dense_lead for il in range(n_layer)]
+        indexer_v_width = v_full
+        notes.append("minimax-m3: llama.cpp reserves its sparse attention's position-axis tensors for an empty "
+                     "cache (256 positions); as the context fills they grow (block scores: positions x indexer "
+                     "heads x ubatch f32 per stream) and ggml re-allocates the compute buffer past the planned "
+                     "figure: keep headroom (--margin) for long contexts")
     if any(head_count_kv[il] and has_kv[il] and not (k_full if not is_swa[il] else k_swa) for il in range(n_layer)):
         raise GGUFError(model.path, "attention layers without a key width", key=model.key(Keys.KEY_LENGTH))
     return KVShape(
@@ -538,6 +551,7 @@ def kv_shape(model):
         indexer_width=indexer_width,
         indexer_layers=indexer_layers,
         compress_ratios=compress_ratios,
+        indexer_v_width=indexer_v_width,
         notes=notes,
     )
 
@@ -785,6 +799,9 @@ def _dsv4_per_layer(shape, ctx, settings):
         for il in _dsv4_state_layers(shape, ratio):
             result[il] += 2 * _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
     return result
+def _indexer_v_row(shape, settings):
+    """Bytes of one cell of an MSA indexer layer's V (0 for DSA, whose indexer caches K only)."""
+    return row_bytes(settings.ctv, shape.indexer_v_width) if shape.indexer_v_width else 0
 
 
 def kv_caches(shape, ctx, settings):
@@ -812,6 +829,7 @@ def kv_caches(shape, ctx, settings):
         if flag:
             indexer.layers += 1
             indexer.k_bytes += _indexer_row(shape, il, settings) * cells * streams
+            indexer.v_bytes += _indexer_v_row(shape, settings) * cells * streams
     order = ("full", "indexer", "swa") if shape.architecture == "dots3note" else ("full", "swa", "indexer")
     # (llama_kv_cache_dsa_iswa builds its DSA pair before the sliding-window cache)
     result = [caches[kind] for kind in order if caches[kind].layers]
@@ -840,7 +858,8 @@ def bytes_per_token(shape, settings):
     for il in range(shape.block_count):
         if holds_kv(shape, il) and not shape.is_swa[il]:
             total += _row_bytes_of(shape, il, settings, 0 if settings.flash_attn else _v_widest(shape, settings))
-    total += sum(_indexer_row(shape, il, settings) for il, flag in enumerate(shape.indexer_layers) if flag)
+    total += sum(_indexer_row(shape, il, settings) + _indexer_v_row(shape, settings)
+                 for il, flag in enumerate(shape.indexer_layers) if flag)
     if shape.compress_ratios:
         # DeepSeek-V4: the window cache does not grow; a compressed row per `ratio` tokens does
         total = sum(len(_dsv4_layers(shape, kind)) * _dsv4_row(shape, kind, settings) / (DSV4_HCA if kind == "hca" else DSV4_CSA)
@@ -861,7 +880,7 @@ def per_layer(shape, ctx, settings):
             result[il] += _row_bytes_of(shape, il, settings, v_widest) * (swa_cells if shape.is_swa[il] else cells) * streams
     for il, flag in enumerate(shape.indexer_layers):
         if flag:
-            result[il] += _indexer_row(shape, il, settings) * cells * streams
+            result[il] += (_indexer_row(shape, il, settings) + _indexer_v_row(shape, settings)) * cells * streams
     rows = _state_rows(settings)
     for il in _recurrent_layers(shape):
         result[il] += (shape.state_r + shape.state_s) * rows * F32_BYTES
