@@ -1662,6 +1662,33 @@ def minimax_m3(t=Types(), **p):
     return spec
 
 
+def dflash(t=Types(), **p):
+    """A DFlash block-diffusion draft (`dflash`, src/models/dflash.cpp, not the DSV4 DSpark stages):
+    `target_layers` (the target's hidden states it reads), an `fc` fusing them and its `enc.output_norm`,
+    then GQA blocks with q/k norms and a SwiGLU FFN, with its own token embeddings and head (a draft that
+    has them needs no ctx_other)."""
+    p = {"n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "target_layers": (1, 3),
+         "block_size": 16, "vocab": 1024, "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("dflash", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.target_layers", list(p["target_layers"]), "i32[]")
+    spec.meta("{arch}.block_size", p["block_size"])
+    _embeddings(spec, p, t)
+    spec.add("enc.output_norm.weight", (n_embd,), t.norm)
+    spec.add("fc.weight", (len(p["target_layers"]) * n_embd, n_embd), t.resident)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+        spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
 def llama4(t=Types(), **p):
     """Llama 4 (`llama4`): chunked attention (8192-token chunks) in three layers of four, every
     `moe_every`-th block MoE with a shared expert of the expert width, the others dense
@@ -2310,6 +2337,7 @@ BUILDERS = {
     "minimax-01": minimax_01,
     "bailingmoe3": bailingmoe3,
     "minimax-m3": minimax_m3,
+    "dflash": dflash,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "deepseek4": deepseek4,

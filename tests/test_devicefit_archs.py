@@ -91,7 +91,7 @@ def test_compute_buffer_matches_llama_cpp(preset_model, preset):
 
 
 # tiny models: compute buffer ours / llama.cpp's within this (None: not modelled yet, see README)
-TINY_COMPUTE_TOLERANCE = {"minimax-m3": 0.001, "lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
+TINY_COMPUTE_TOLERANCE = {"dflash": 0.001, "minimax-m3": 0.001, "lfm2-swa": 0.001, "bailingmoe3": 0.001, "minimax-01": 0.001, "exaone4": 0.001, "qwen35": 0.001, "mamba2": 0.001, "granitehybrid": 0.001, "jamba": 0.001, "lfm2": 0.001, "lfm2moe": 0.001,
                           "falcon-h1": 0.001, "gemma4": 0.10, "llama4": 0.10, "rwkv7": 0.001, "arwkv7": 0.001, "rwkv6": 0.04,
                           "gemma3n": 0.001, "rwkv6qwen2": 0.001, "plamo2": 0.05, "mixtral": 0.002,
                           "qwen2moe": 0.001, "olmoe": 0.001, "nemotron_h": 0.02, "mamba": 0.002,
@@ -106,7 +106,7 @@ TINY_COMPUTE_TOLERANCE = {"minimax-m3": 0.001, "lfm2-swa": 0.001, "bailingmoe3":
                           "laguna": 0.004, "deepseek4": 0.07, "dots3note": 0.001, "hy_v4": 0.06, "glm5-next": 0.002, "qwen4exp": 0.001}
 
 
-@pytest.mark.parametrize("arch", ["minimax-m3", "lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
+@pytest.mark.parametrize("arch", ["dflash", "minimax-m3", "lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
                                   "falcon-h1", "plamo2", "arwkv7", "rwkv6", "gemma3n", "rwkv6qwen2", "mixtral",
                                   "qwen2moe", "olmoe", "nemotron_h", "mamba", "ernie4_5-moe", "deepseek",
                                   "granitemoe", "hunyuan-moe", "dots1", "glm-dsa", "qwen3vlmoe",
@@ -163,6 +163,7 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     MiniMax-M3 (`minimax-m3`: llama_kv_cache_msa's indexer cache, K and V, beside the KV; its sparse
     attention's block scores, top-k, cell masks and flash attention per stream, replayed when it runs —
     flash attention on and not one unified cache of several sequences — and dense attention otherwise),
+    a DFlash draft's decoder (`dflash`: no inp_out_ids, every block row to the logits, no embeddings input),
     measured on tiny real
     models up to 64k context: KV and state equal, the compute buffer within TINY_COMPUTE_TOLERANCE."""
     from moetools.devicefit import compute
@@ -194,7 +195,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
             if tolerance is not None:
                 ours = compute.compute_buffers(graph, shape, case["ctx"], settings).device_bytes / 2**20
                 assert abs(ours / case["compute_mib"] - 1) <= tolerance, (case, ours)
-    if arch == "minimax-m3":  # a dense lead block, then 5 MSA blocks with an indexer cache (K 128, V the head's 64)
+    if arch == "dflash":  # a DFlash draft with its own embeddings and head: 5 GQA blocks, a plain KV cache
+        assert all(shape.has_kv) and not any(shape.is_swa) and [layer.mixer for layer in graph.layers] == ["attention"] * 5
+    elif arch == "minimax-m3":  # a dense lead block, then 5 MSA blocks with an indexer cache (K 128, V the head's 64)
         assert shape.indexer_layers == [False] + [True] * 5 and (shape.indexer_width, shape.indexer_v_width) == (128, 64)
         assert (graph.indexer_heads, graph.indexer_top_k, graph.indexer_block) == (8, 16, 128)
         assert [layer.ffn for layer in graph.layers] == ["dense"] + ["moe"] * 5
@@ -438,6 +441,27 @@ def test_minimax_text_01_preset_memory(tmp_path):
     assert caches["recurrent"].layers == 70 and caches["recurrent"].s_bytes == 70 * 2 * 128 * 128 * 64 * 4
     assert caches["recurrent"].r_bytes == 0
     assert kv.bytes_per_token(shape, KVSettings()) == 10 * 2 * 8 * 128 * 2
+
+
+def test_dflash_draft_is_planned_with_a_warning(tmp_path):
+    """device-fit --draft with a DFlash draft: its weights, KV and decoder compute beside the target, and a
+    warning that llama.cpp runs it with --spec-type draft-dflash and that the target's kept hidden states
+    are not planned."""
+    import json as jsonlib
+    import subprocess
+    import sys
+
+    target = synth.write_model(synth.tiny("qwen3moe", vocab=2048), tmp_path / "target.gguf", sparse=True)[0]
+    draft = synth.write_model(synth.tiny("dflash", vocab=2048), tmp_path / "dflash.gguf", sparse=True)[0]
+    proc = subprocess.run([sys.executable, "-m", "moetools", "device-fit", str(target), "--draft", str(draft),
+                           "--runtime", "llama", "--vram", "24G", "--ram", "32G", "--ctx", "8192", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = jsonlib.loads(proc.stdout)
+    assert [w for w in doc["warnings"] if "draft-dflash" in w and "target_layers" in w]
+    assert doc["devices"][0]["draft_bytes"] > 0
+    args = doc["launch"]["llama"]["args"]
+    assert args[args.index("--spec-type") + 1] == "draft-dflash"
 
 
 def test_minimax_m3_indexer_cache_has_k_and_v(tmp_path):

@@ -657,10 +657,13 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
             options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
                                            ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)
+            block_draft = draftmod.block_draft_warning(draft_path, draft_facts)
+            if block_draft:
+                forced = [forced, block_draft] if forced else [block_draft]
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram),
-                   [forced] if forced else [])
+                   (forced if isinstance(forced, list) else [forced]) if forced else [])
         return
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")

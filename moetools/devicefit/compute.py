@@ -1064,6 +1064,9 @@ NORM_FIRST_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "kimi-linear")
 # loaders whose residuals are the *normed* block inputs, scaled by residual_scale (minimax-01.cpp: the
 # attention adds scale(attn_norm(x)), the FFN scale(ffn_norm(h)))
 NORMED_RESIDUAL_ARCHES = ("minimax-01",)
+# loaders whose graph has no inp_out_ids and no embeddings input (dflash.cpp's decoder: the draft's
+# block of tokens embedded from their ids, every row to the logits whatever n_outputs_max is)
+EVERY_ROW_ARCHES = ("dflash",)
 # loaders whose blocks have no pre-norms (exaone4.cpp): attention and FFN read the stream itself and
 # their outputs are RMS-normed before each residual add
 POST_NORM_ARCHES = ("exaone4",)
@@ -3099,18 +3102,21 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
     n_out = min(outputs, T) if outputs else T
+    if graph_shape.architecture in EVERY_ROW_ARCHES:
+        n_out = T
     # NextN/MTP blocks a device holds are not in the main graph (graph_shape.layers is the trunk)
     layer_set = set(range(len(graph_shape.layers))) if layers is None else {il for il in layers if il < len(graph_shape.layers)}
     skipped = _repeats(graph_shape, kvshape, layer_set, homes.real if isinstance(homes, _Slots) else homes)
     tokens_in = g.input(I32_BYTES * T)
-    embd_in = g.input(b.f32(n_embd, T))
+    embd_in = g.input(b.f32(n_embd, T)) if graph_shape.architecture not in EVERY_ROW_ARCHES else None
     if homes is not None:
         b.move(HOST, -1)  # the input layer (token embeddings) stays on the CPU
     lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
     lookup.host = True
     lookup.offloadable = False  # GET_ROWS: batch size 0 for ggml-cuda's offload_op
     g.expand(lookup)
-    g.expand(embd_in)
+    if embd_in is not None:
+        g.expand(embd_in)
     cur = lookup
     b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
     if graph_shape.architecture == "qwen4exp":
@@ -3198,7 +3204,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             mixed = None
             residual = cur
             T = b.T = n_out
-        elif il == last and graph_shape.architecture not in NEXTN_TAIL and stack is None:
+        elif il == last and graph_shape.architecture not in NEXTN_TAIL and stack is None \
+                and graph_shape.architecture not in EVERY_ROW_ARCHES:
             if mixed is not None:
                 mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
             residual = g.op(b.f32(n_embd, n_out), residual, out_ids)

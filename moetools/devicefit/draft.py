@@ -189,6 +189,21 @@ def draft_devices(text, devices):
     return tuple(indices)
 
 
+BLOCK_DRAFT_ARCHES = ("dflash",)  # llama.cpp's block drafts (common_speculative DRAFT_DFLASH / DRAFT_DSPARK)
+
+
+def block_draft_warning(draft_path, facts):
+    """What a DFlash draft's plan leaves out (None for an ordinary draft): llama.cpp runs it with
+    --spec-type draft-dflash, decoding a whole block per pass, and the target context keeps the hidden
+    states of the draft's `target_layers` as graph outputs (llama_context embeddings_layer_inp), which the
+    target's planned compute buffer does not add."""
+    if facts.architecture not in BLOCK_DRAFT_ARCHES:
+        return None
+    return (f"--draft {draft_path} is a DFlash block-diffusion draft: llama.cpp runs it with --spec-type draft-dflash; "
+            "planned are its own weights, KV cache and decoder compute buffer (every block row to its logits), not "
+            "the target's kept hidden states of the layers it reads (target_layers)")
+
+
 def check_mtp(model_path, facts):
     """Raise UsageError (exit 2) when --spec-type draft-mtp cannot be planned for this model: it has no
     NextN/MTP blocks llama.cpp loads for drafting, or its MTP graph is not one device-fit replays."""

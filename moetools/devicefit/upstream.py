@@ -388,8 +388,8 @@ def server_args(model_path, result, kv_flags):
 def draft_args(draft, devices):
     """llama-server's flags for the draft model: -md, -ngld, -devd when given, its cache types
     (llama.cpp's draft cache defaults to f16 whatever -ctk says, so they are always spelled out) and
-    `--spec-type draft-simple`: without a type llama-server loads the draft (its memory is taken) but
-    common_speculative_init finds no implementation and never drafts with it."""
+    `--spec-type draft-simple` (`draft-dflash` for a DFlash draft): without a type llama-server loads the
+    draft (its memory is taken) but common_speculative_init finds no implementation and never drafts with it."""
     if draft is None:
         return []
     n_max = ["--spec-draft-n-max", str(draft.n_max)] if draft.n_max != 3 else []
@@ -399,7 +399,9 @@ def draft_args(draft, devices):
     if draft.devices is not None:
         names = draftmod.llama_device_names(devices)
         args += ["-devd", ",".join(names[index] for index in draft.devices) if draft.devices else "none"]
-    return args + ["-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv, "--spec-type", "draft-simple", *n_max]
+    # a DFlash draft is llama.cpp's block draft type (common/speculative.cpp "draft-dflash")
+    spec_type = "draft-dflash" if draft.facts.architecture in draftmod.BLOCK_DRAFT_ARCHES else "draft-simple"
+    return args + ["-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv, "--spec-type", spec_type, *n_max]
 
 
 def _weight_text(weight):
