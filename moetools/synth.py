@@ -119,6 +119,14 @@ def _gqa_attention(spec, il, p, head, t, bias=False):
         spec.add(f"blk.{il}.attn_output.bias", (n_embd,), t.norm)
 
 
+def _normed_gqa_attention(spec, il, p, head, t):
+    """attn_norm, then GQA attention with per-head q/k norms (gemma3n, dflash)."""
+    spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+    _gqa_attention(spec, il, p, head, t)
+    spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+    spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+
+
 def llama_moe(t=Types(), **p):
     """Mixtral-style experts in the `llama` architecture (also a dense llama with n_expert=0)."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
@@ -1680,10 +1688,7 @@ def dflash(t=Types(), **p):
     spec.add("fc.weight", (len(p["target_layers"]) * n_embd, n_embd), t.resident)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
-        _gqa_attention(spec, il, p, head, t)
-        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
-        spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+        _normed_gqa_attention(spec, il, p, head, t)
         spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
@@ -2175,10 +2180,7 @@ def gemma3n(t=Types(), **p):
     spec.add("output_norm.weight", (n_embd,), t.norm)
     for il in range(n_layer):
         blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
-        _gqa_attention(spec, il, p, head, t)
-        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
-        spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+        _normed_gqa_attention(spec, il, p, head, t)
         spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
         spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
