@@ -2269,6 +2269,19 @@ def _nemotron_moe_keys(spec, p):
     _router_groups(spec, p)
 
 
+def _gemma4_window_keys(spec, p, is_full):
+    """gemma4's (and its assistant's) head widths of the full and sliding-window layers, the window, the
+    per-layer pattern and the rope widths."""
+    spec.meta("{arch}.attention.key_length", p["head"])
+    spec.meta("{arch}.attention.value_length", p["head"])
+    spec.meta("{arch}.attention.key_length_swa", p["head_swa"])
+    spec.meta("{arch}.attention.value_length_swa", p["head_swa"])
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.attention.sliding_window_pattern", [not full for full in is_full], "bool[]")
+    spec.meta("{arch}.rope.dimension_count", p["head"])
+    spec.meta("{arch}.rope.dimension_count_swa", p["head_swa"])
+
+
 def gemma4(t=Types(), **p):
     """Gemma 4 MoE (`gemma4`, gemma-4-26B-A4B): sliding-window layers (head `head_swa`, `n_head_kv_swa`
     KV heads) with a full-attention layer every `full_every`-th (head `head`, `n_head_kv` KV heads, one
@@ -2284,16 +2297,9 @@ def gemma4(t=Types(), **p):
     spec.meta("{arch}.feed_forward_length", p["n_ff"])
     spec.meta("{arch}.attention.head_count", p["n_head"])
     spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if full else p["n_head_kv_swa"] for full in is_full], "u32[]")
-    spec.meta("{arch}.attention.key_length", p["head"])
-    spec.meta("{arch}.attention.value_length", p["head"])
-    spec.meta("{arch}.attention.key_length_swa", p["head_swa"])
-    spec.meta("{arch}.attention.value_length_swa", p["head_swa"])
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.attention.sliding_window_pattern", [not full for full in is_full], "bool[]")
+    _gemma4_window_keys(spec, p, is_full)
     spec.meta("{arch}.attention.shared_kv_layers", p["shared_kv"])
     spec.meta("{arch}.embedding_length_per_layer_input", 0)
-    spec.meta("{arch}.rope.dimension_count", p["head"])
-    spec.meta("{arch}.rope.dimension_count_swa", p["head_swa"])
     spec.meta("{arch}.final_logit_softcapping", 30.0, "f32")
     spec.meta("{arch}.expert_count", p["n_expert"])
     spec.meta("{arch}.expert_used_count", p["top_k"])
@@ -2326,6 +2332,44 @@ def gemma4(t=Types(), **p):
     return spec
 
 
+def gemma4_assistant(t=Types(), **p):
+    """A Gemma 4 assistant (`gemma4-assistant`, src/models/gemma4-assistant.cpp): a draft of
+    `nextn_predict_layers` query-only blocks that read the target gemma4 context's KV (its last
+    sliding-window and last full layer), fed the target's scaled token embedding beside its hidden state
+    (`embedding_length_out` wide) through nextn.pre_projection, with pre and post norms, a GeGLU MLP, a
+    per-block output scale, tied embeddings and nextn.post_projection back to the target's width."""
+    p = {"n_layer": 4, "n_embd": 128, "n_embd_target": 256, "n_head": 4, "head": 128, "head_swa": 64, "n_ff": 256,
+         "swa": 128, "full_every": 4, "vocab": 1024, "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("gemma4-assistant", [])
+    _common(spec, p)
+    n_embd, n_layer, n_bb = p["n_embd"], p["n_layer"], p["n_embd_target"]
+    is_full = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    spec.meta("{arch}.nextn_predict_layers", n_layer)
+    spec.meta("{arch}.embedding_length_out", n_bb)
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    _gemma4_window_keys(spec, p, is_full)
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add("nextn.pre_projection.weight", (2 * n_bb, n_embd), t.resident)
+    spec.add("nextn.post_projection.weight", (n_embd, n_bb), t.resident)
+    spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
+    for il in range(n_layer):
+        head = p["head"] if is_full[il] else p["head_swa"]
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "attn_q.weight", (n_embd, p["n_head"] * head), t.resident)
+        spec.add(blk + "attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
+        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "layer_output_scale.weight", (1,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
 BUILDERS = {
     "mixtral": llama_moe,
     "qwen3moe": qwen3moe,
@@ -2340,6 +2384,7 @@ BUILDERS = {
     "bailingmoe3": bailingmoe3,
     "minimax-m3": minimax_m3,
     "dflash": dflash,
+    "gemma4-assistant": gemma4_assistant,
     "deepseek32": deepseek32,
     "glm-dsa": glm_dsa,
     "deepseek4": deepseek4,

@@ -413,10 +413,10 @@ def test_missing_architecture_keys_are_named(tmp_path, arch, suffix, needle):
 
 def test_unsized_architecture_names_what_is_missing(tmp_path):
     spec = synth.tiny("qwen3moe")
-    spec.architecture = "gemma4-assistant"
-    spec.metadata = [(key.replace("qwen3moe.", "gemma4-assistant.", 1), value, kind) for key, value, kind in spec.metadata]
-    path = synth.write_model(spec, tmp_path / "g4a.gguf", sparse=True)[0]
-    with pytest.raises(GGUFError, match=r"cannot size architecture 'gemma4-assistant'.*KV shared with"):
+    spec.architecture = "modern-bert"
+    spec.metadata = [(key.replace("qwen3moe.", "modern-bert.", 1), value, kind) for key, value, kind in spec.metadata]
+    path = synth.write_model(spec, tmp_path / "mb.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match=r"cannot size architecture 'modern-bert'.*no KV cache"):
         shape_of(path)
 
 
@@ -441,6 +441,55 @@ def test_minimax_text_01_preset_memory(tmp_path):
     assert caches["recurrent"].layers == 70 and caches["recurrent"].s_bytes == 70 * 2 * 128 * 128 * 64 * 4
     assert caches["recurrent"].r_bytes == 0
     assert kv.bytes_per_token(shape, KVSettings()) == 10 * 2 * 8 * 128 * 2
+
+
+def test_gemma4_assistant_draft_equals_llama_cpp(tmp_path):
+    """A Gemma 4 assistant as the draft of a gemma4 target (llama.cpp's -md context with ctx_other = the
+    target's, measured with tests/llama_probe/probe.cpp's PROBE_ASSISTANT): its layers read the target's
+    last full and sliding-window caches, so llama.cpp allocates it no KV buffer (its size lines count the
+    borrowed layers: our caches have their cells and layers and no bytes), and its compute buffer — the
+    target's scaled token embedding beside the hidden state, query-only blocks over the borrowed cache,
+    the logits and post projection, one output row per sequence — within 0.2%."""
+    from moetools.devicefit import compute
+
+    cases = [case for case in DATA["tiny_cases"] if case["tiny"] == "gemma4-assistant"]
+    assert len(cases) >= 10 and {c["flash_attn"] for c in cases} == {True, False}
+    path = synth.write_model(synth.tiny("gemma4-assistant", **cases[0]["params"]), tmp_path / "g4a.gguf", sparse=True)[0]
+    shape = shape_of(path)
+    with open_model(path) as model:
+        graph = compute.graph_shape(model, shape)
+    assert shape.borrowed and graph.n_embd_target == cases[0]["target"]["n_embd"]
+    for case in cases:
+        settings = settings_of(case)
+        caches = kv.kv_caches(shape, case["ctx"], settings)
+        assert [[c.cells, c.layers] for c in caches] == [entry[:2] for entry in case["kv_mib"]], case
+        assert all(c.total == 0 and c.borrowed for c in caches) and not any(kv.per_layer(shape, case["ctx"], settings))
+        ours = compute.compute_buffers(graph, shape, case["ctx"], settings, outputs=case["parallel"]).device_bytes / 2**20
+        assert abs(ours / case["compute_mib"] - 1) <= 0.002, (case, ours)
+
+
+def test_gemma4_assistant_is_planned_only_as_a_gemma4_draft(tmp_path):
+    """--draft ASSISTANT of a gemma4 target: planned (its weights and compute, no KV), the command says
+    --spec-type draft-mtp as llama.cpp runs it; of another target, or planned alone, exit 2."""
+    import json as jsonlib
+    import subprocess
+    import sys
+
+    target = synth.write_model(synth.tiny("gemma4", full_every=4, n_layer=8, vocab=2048), tmp_path / "g4.gguf", sparse=True)[0]
+    other = synth.write_model(synth.tiny("qwen3moe", vocab=2048), tmp_path / "q3.gguf", sparse=True)[0]
+    draft = synth.write_model(synth.tiny("gemma4-assistant", vocab=2048), tmp_path / "g4a.gguf", sparse=True)[0]
+    run = lambda *args: subprocess.run([sys.executable, "-m", "moetools", "device-fit", *map(str, args), "--runtime", "llama",  # noqa: E731
+                                        "--vram", "24G", "--ram", "32G", "--ctx", "8192", "--json"],
+                                       capture_output=True, text=True, timeout=120)
+    proc = run(target, "--draft", draft)
+    assert proc.returncode == 0, proc.stderr
+    doc = jsonlib.loads(proc.stdout)
+    args = doc["launch"]["llama"]["args"]
+    assert args[args.index("--spec-type") + 1] == "draft-mtp" and doc["devices"][0]["draft_bytes"] > 0
+    assert run(target, "--draft", draft, "--spec-type", "draft-mtp").returncode == 0
+    for args, needle in (((other, "--draft", draft), "reads a gemma4 target's KV"), ((draft,), "runs only as a gemma4")):
+        proc = run(*args)
+        assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_dflash_draft_is_planned_with_a_warning(tmp_path):
@@ -573,12 +622,12 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path):
     import subprocess
     import sys
 
-    path = _renamed("qwen3moe", "gemma4-assistant", tmp_path)
+    path = _renamed("qwen3moe", "modern-bert", tmp_path)
     proc = subprocess.run([sys.executable, "-m", "moetools", "device-fit", str(path), "--vram", "24G"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "gemma4-assistant" in lines[0] and "KV shared with" in lines[0], proc.stderr
+    assert len(lines) == 1 and "modern-bert" in lines[0] and "no KV cache" in lines[0], proc.stderr
 
 
 def _with_meta(spec, suffix, value, kind):

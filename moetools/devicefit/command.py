@@ -20,7 +20,7 @@ from moetools.devicefit import core, devices, upstream
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
-from moetools.devicefit.kv import CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
+from moetools.devicefit.kv import BORROWED_KV_ARCHES, CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.gguf.sources import is_repo
 from moetools.output import Table, print_json, render, warn
@@ -615,8 +615,12 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     if draft_n_max < 0:
         raise UsageError("--spec-draft-n-max must be 0 or more")
     if mtp and draft_path:
-        raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
-                         "(a separate MTP head GGUF as --draft is not planned)")
+        with open_model(draft_path, fetch) as model:
+            borrowing = model.architecture in BORROWED_KV_ARCHES
+        if not borrowing:
+            raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
+                             "(a separate MTP head GGUF as --draft is not planned; a gemma4-assistant is)")
+        mtp = False  # a Gemma 4 assistant: a second model (its -md context is llama.cpp's MTP type)
     if spec_type == "draft-simple" and not draft_path:
         raise UsageError("--spec-type draft-simple needs a draft model: give --draft MODEL")
     if mtp and runtime != "llama":
@@ -631,6 +635,10 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         with open_model(model_path, fetch) as model:
             _refuse_a_tier(model_path, model.metadata)
             facts = core.model_facts(model, load_mtp=mtp)
+            if facts.shape.borrowed:
+                raise UsageError(f"{model_path}: a {facts.architecture} holds no KV and runs only as a gemma4 "
+                                 "model's draft (its layers read the target context's cache): give it as --draft "
+                                 "of a gemma4 model")
             fetch_stats = model.fetch_stats
             forced = force_flash_attn_off(facts.architecture, settings)
             if forced:
@@ -654,6 +662,10 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             with open_model(draft_path, fetch) as model:
                 draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
+            if draft_facts.shape.borrowed and facts.architecture != "gemma4":
+                raise UsageError(f"--draft {draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
+                                 f"(create_memory shares its layers with the target's last ones), not a "
+                                 f"{facts.architecture}'s")
             placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
             options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
                                            ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)

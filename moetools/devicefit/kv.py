@@ -64,8 +64,13 @@ SWA_RULES = {
     "step35": ("array", 0, False, None, "standard"),
     "spark2_5": ("array", 0, False, None, "standard"),
     "lfm2": ("key>0", 0, False, None, "standard"),  # every attention layer slides (lfm2.cpp: is_swa = !is_recr)
-    "dots3note": ("array", 0, False, None, "standard"),
+    "gemma4-assistant": ("array", 0, False, None, "standard"),
 }
+# Drafts whose every layer reads the target context's KV instead of its own (gemma4-assistant.cpp with
+# create_memory's share callback over ctx_other: sliding-window layers the target's last-but-one layer,
+# full layers its last). Their caches are listed with the cells they attend to and no bytes: llama.cpp
+# allocates them no KV buffer (its size lines count the borrowed layers).
+BORROWED_KV_ARCHES = ("gemma4-assistant",)
 FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
 
 # Hybrid models whose recurrent layers are the Kimi Delta Attention ones (head_count_kv 0).
@@ -120,7 +125,6 @@ GLM_DSA_DEFAULT_LAYERS = 78
 # Architectures llama.cpp runs whose memory this module does not model: refuse, never guess. Each names
 # the memory llama.cpp builds for it that device-fit has no formula for.
 UNSUPPORTED = {
-    "gemma4-assistant": "its KV shared with another model's context",
     "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
     "modern-bert": "no KV cache (an encoder device-fit does not plan)",
 }
@@ -191,6 +195,7 @@ class KVShape(Record):
         # lightning indexer, 128 HCA); [] for every other architecture
         ("compress_ratios", list),
         ("indexer_v_width", 0),  # MSA: values per cell of the indexer cache's V (0: K only, DSA)
+        ("borrowed", False),  # every layer attends to the target context's KV (BORROWED_KV_ARCHES): no bytes
         ("notes", list),
     )
 
@@ -496,6 +501,10 @@ def kv_shape(model):
     state_r = state_s = 0
     if any(is_recurrent):
         state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
+    if arch in BORROWED_KV_ARCHES:
+        notes.append(f"{arch}: its layers read the target gemma4 context's KV (the last sliding-window and full "
+                     "layers), so it holds none; llama.cpp runs it only as that model's draft (-md with "
+                     "--spec-type draft-mtp)")
     indexer_width, indexer_layers, indexer_v_width = 0, [], 0
     if arch in DSA_ARCHES and not (arch == "hy_v4" and not model.get_int(INDEXER_TOP_K, 0)):
         # (a hy_v4 checkpoint without indexer.top_k is all full attention: a plain MLA cache)
@@ -552,6 +561,7 @@ def kv_shape(model):
         indexer_layers=indexer_layers,
         compress_ratios=compress_ratios,
         indexer_v_width=indexer_v_width,
+        borrowed=arch in BORROWED_KV_ARCHES,
         notes=notes,
     )
 
@@ -623,6 +633,7 @@ class KVCache(Record):
         ("v_bytes", 0),
         ("r_bytes", 0),
         ("s_bytes", 0),
+        ("borrowed", False),  # the layers read another context's cache (KVShape.borrowed): no bytes here
     )
 
     @property
@@ -634,6 +645,8 @@ class KVCache(Record):
                "streams": self.streams, "layers": self.layers, "k_bytes": self.k_bytes, "v_bytes": self.v_bytes}
         if self.kind == "recurrent" or self.kind.endswith("-state"):
             doc.update(r_bytes=self.r_bytes, s_bytes=self.s_bytes)
+        if self.borrowed:
+            doc["borrowed"] = True
         doc["bytes"] = self.total
         return doc
 
@@ -820,6 +833,9 @@ def kv_caches(shape, ctx, settings):
             continue
         cache = caches["swa" if shape.is_swa[il] else "full"]
         cache.layers += 1
+        if shape.borrowed:
+            cache.borrowed = True
+            continue
         size = _row_bytes_of(shape, il, settings, v_widest)
         k_size = row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il])
         cache.k_bytes += k_size * cache.cells * streams
@@ -856,7 +872,7 @@ def bytes_per_token(shape, settings):
     per-token figure)."""
     total = 0
     for il in range(shape.block_count):
-        if holds_kv(shape, il) and not shape.is_swa[il]:
+        if holds_kv(shape, il) and not shape.is_swa[il] and not shape.borrowed:
             total += _row_bytes_of(shape, il, settings, 0 if settings.flash_attn else _v_widest(shape, settings))
     total += sum(_indexer_row(shape, il, settings) + _indexer_v_row(shape, settings)
                  for il, flag in enumerate(shape.indexer_layers) if flag)
@@ -876,7 +892,7 @@ def per_layer(shape, ctx, settings):
     streams, cells, swa_cells = _cells(shape, ctx, settings)
     v_widest = _v_widest(shape, settings)
     for il in range(shape.block_count):
-        if holds_kv(shape, il):
+        if holds_kv(shape, il) and not shape.borrowed:
             result[il] += _row_bytes_of(shape, il, settings, v_widest) * (swa_cells if shape.is_swa[il] else cells) * streams
     for il, flag in enumerate(shape.indexer_layers):
         if flag:

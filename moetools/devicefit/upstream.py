@@ -399,8 +399,13 @@ def draft_args(draft, devices):
     if draft.devices is not None:
         names = draftmod.llama_device_names(devices)
         args += ["-devd", ",".join(names[index] for index in draft.devices) if draft.devices else "none"]
-    # a DFlash draft is llama.cpp's block draft type (common/speculative.cpp "draft-dflash")
-    spec_type = "draft-dflash" if draft.facts.architecture in draftmod.BLOCK_DRAFT_ARCHES else "draft-simple"
+    # a DFlash draft is llama.cpp's block draft type (common/speculative.cpp "draft-dflash"); a Gemma 4
+    # assistant drafts through the MTP implementation (its context reads the target's KV)
+    spec_type = "draft-simple"
+    if draft.facts.architecture in draftmod.BLOCK_DRAFT_ARCHES:
+        spec_type = "draft-dflash"
+    elif draft.facts.shape.borrowed:
+        spec_type = "draft-mtp"
     return args + ["-ctkd", draft.kv.ctk, "-ctvd", draft.kv.ctv, "--spec-type", spec_type, *n_max]
 
 

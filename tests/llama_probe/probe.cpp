@@ -2,6 +2,9 @@
 // llama.cpp log its KV / recurrent-state allocation (moetools code, linked against libllama).
 // usage: probe MODEL N_CTX N_SEQ TYPE_K TYPE_V FA(0/1) SWA_FULL(0/1) UNIFIED(0/1) UBATCH [BATCH [N_OUTPUTS_MAX]]
 // (N_OUTPUTS_MAX: llama-server sets it to -np x (1 + draft tokens); 0, the default, means the batch)
+// PROBE_ASSISTANT=DRAFT.gguf (environment): then a second context for that draft with ctx_other = the
+// first (a gemma4-assistant reads its KV), the MTP context type and one output row per sequence, as
+// common_speculative_init_result makes it for -md with --spec-type draft-mtp.
 // Weight repacking is off (use_extra_bufts = false, as -nr) and nothing is allocated (no_alloc): llama.cpp
 // sizes every buffer it would allocate and logs it, so header-only sparse models cost no RAM.
 #include "llama.h"
@@ -43,6 +46,21 @@ int main(int argc, char ** argv) {
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "PROBE: context failed\n"); return 1; }
     fprintf(stderr, "PROBE: ok\n");
+    const char * assistant = getenv("PROBE_ASSISTANT");
+    if (assistant) {
+        llama_model * draft = llama_model_load_from_file(assistant, mp);
+        if (!draft) { fprintf(stderr, "PROBE: draft load failed\n"); return 1; }
+        auto dp = cp;
+        dp.ctx_other = ctx;
+        dp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+        dp.n_outputs_max = cp.n_seq_max;
+        fprintf(stderr, "PROBE: draft context\n");
+        llama_context * dctx = llama_init_from_model(draft, dp);
+        if (!dctx) { fprintf(stderr, "PROBE: draft context failed\n"); return 1; }
+        fprintf(stderr, "PROBE: draft ok\n");
+        llama_free(dctx);
+        llama_model_free(draft);
+    }
     llama_free(ctx);
     llama_model_free(model);
     return 0;
