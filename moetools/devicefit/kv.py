@@ -64,6 +64,7 @@ SWA_RULES = {
     "step35": ("array", 0, False, None, "standard"),
     "spark2_5": ("array", 0, False, None, "standard"),
     "lfm2": ("key>0", 0, False, None, "standard"),  # every attention layer slides (lfm2.cpp: is_swa = !is_recr)
+    "dots3note": ("array", 0, False, None, "standard"),
     "gemma4-assistant": ("array", 0, False, None, "standard"),
 }
 # Drafts whose every layer reads the target context's KV instead of its own (gemma4-assistant.cpp with
