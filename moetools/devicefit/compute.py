@@ -1646,7 +1646,7 @@ def _msa_layer(b, il, x, layer):
     for _ in range(ns):
         keys = g.op(b.f32(idx_width, n_ps), g.view(b.cache), g.view(msa["pos_slot"]))  # get_rows
         scores = g.op(b.f32(n_ps, heads_idx, n_tps), keys, g.view(g.view(iq)))
-        scores = g.view(scores, g.view(msa["pos_mask"]))  # add_inplace: a view of the scores
+        scores = g.op(scores.nbytes, scores, g.view(msa["pos_mask"]), inplace=(0,))  # add_inplace
         blocks = g.op(b.f32(nblk, heads_idx, n_tps), scores)  # pool_2d max
         bias = g.view(msa["bias"])
         blocks = g.op(blocks.nbytes, blocks, bias, inplace=(0,))
@@ -1660,7 +1660,7 @@ def _msa_layer(b, il, x, layer):
         mask = g.op(mask.nbytes, g.view(g.view(mask)))  # cont(transpose): [n_tps * heads, nblk]
         cells = g.op(b.f32(n_tps * heads_idx, n_kv), mask, g.view(msa["cell_blk"]))  # get_rows (f32)
         cells = g.op(cells.nbytes, g.view(cells))  # cont(transpose)
-        cells = g.view(g.view(cells), g.view(msa["mask_f32"]))  # add_inplace: a view
+        cells = g.op(cells.nbytes, cells, g.view(msa["mask_f32"]), inplace=(0,))  # add_inplace
         mask4 = g.op(F16_BYTES * n_kv * n_tps * heads_idx, g.view(cells))  # cast to f16
         out = g.op(b.f32(width, n_head, n_tps), g.view(g.view(q)), g.view(b.cache), g.view(b.cache), mask4)
         if hkv > 1 and n_tps > 1:
