@@ -160,6 +160,21 @@ def test_a_breakpoint_in_the_cells_gets_one_program_per_side(preset_model):
         compute.Affine.cells("full") < 10
 
 
+def test_a_placement_graph_serves_only_the_contexts_on_its_side_of_a_breakpoint(preset_model):
+    """The split graph shared by a model's placements is built symbolically too: one built for a context
+    below DeepSeek-V3.2's indexer top-k (min(n_kv, top_k) is n_kv there) must not serve a context above
+    it (where it is top_k), nor the other way round — each side gets its graph, in either order."""
+    for order in ((1024, 8192, 1536, 65536), (8192, 1024, 65536, 1536)):
+        facts = facts_of(preset_model("deepseek-v3.2"))
+        chosen = placement.user_placement(facts.layers, 1, n_cpu_moe=30, capacities=[24])
+        kinds = {0: "gpu", placement.CPU: "cpu"}
+        for ctx in order:
+            fast = compute.placement_compute(facts, chosen, kinds, KVSettings(), ctx)
+            assert fast == plain_placement(facts, chosen, kinds, KVSettings(), ctx), (order, ctx)
+        (graphs,) = facts.graph._split_graphs.values()
+        assert len(graphs) == 2
+
+
 def test_a_builder_needing_a_number_falls_back_to_the_plain_replay(preset_model):
     facts = facts_of(preset_model("llama3-8b"))
 

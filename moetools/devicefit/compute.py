@@ -3619,26 +3619,38 @@ _GRAPHS_MAX = 4  # placement graphs kept per model: one per ubatch/settings in u
 
 def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
     """The split graph of `homes`: built once per model, settings and skipped layers with per-layer
-    externals (_Slots), then reset and bound to each placement in turn."""
+    externals (_Slots), then reset and bound to each placement in turn. Called inside _program's
+    symbolic build: a graph whose build decided a comparison with the cell count (the DSA indexer's
+    min(n_kv, top_k)) serves only the contexts on the same side (its decisions are handed on to the
+    program being compiled), the other side gets a graph of its own."""
     layer_set = set(range(len(graph_shape.layers)))
     skipped = frozenset(_repeats(graph_shape, kvshape, layer_set, homes))
     graphs = graph_shape.__dict__.setdefault("_split_graphs", {})
     key = (id(kvshape), settings.as_tuple(), tokens, streams, outputs, skipped, tuple(cache.kind for cache in symbolic),
            len(homes.layer_device))
-    entry = graphs.get(key)
-    if entry is None or entry[0] is not kvshape:
+    regime = _REGIME
+    entries = graphs.get(key)
+    if entries is None or entries[0][0] is not kvshape:
         if len(graphs) >= _GRAPHS_MAX:
             graphs.pop(next(iter(graphs)))
+        entries = graphs[key] = []
+    entry = next((entry for entry in entries if regime is None or _holds(entry[5], regime.cells)), None)
+    if entry is None:
         slots = _Slots(homes)
         graph = _build(graph_shape, kvshape, symbolic, settings, tokens, streams, None, True, slots, outputs)
         # tensors a builder put on "its layer's device" directly (b.dev): bound like the externals
         slots.placed = [(tensor, tensor.device[1]) for tensor in (*graph.leafs, *graph.nodes)
                         if isinstance(tensor.device, tuple)]
         fold_inplace_chains(graph, [node for node, _ in slots.pins] + [tensor for tensor, _ in slots.placed])
-        entry = graphs[key] = (kvshape, graph, slots, [node.srcs for node in graph.nodes],
-                               [leaf.is_output for leaf in graph.leafs])
+        if len(entries) >= _REGIMES_MAX:
+            entries.pop(0)
+        entry = (kvshape, graph, slots, [node.srcs for node in graph.nodes], [leaf.is_output for leaf in graph.leafs],
+                 tuple(regime.conditions.items()) if regime is not None else ())
+        entries.append(entry)
     else:
-        _reset(*entry[1:])
+        _reset(*entry[1:5])
+        if regime is not None:
+            regime.conditions.update(entry[5])  # the program inherits the graph's breakpoints
     graph, slots = entry[1], entry[2]
     slots.bind(homes)
     return graph
