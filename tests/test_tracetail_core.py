@@ -103,6 +103,36 @@ def test_boundary_needs_a_repeated_key_after_another_key():
     assert tok.flush().tolist() == token([(0, 3)]).tolist()
 
 
+def test_tokeniser_boundaries_the_same_compiled_and_interpreted_in_any_pieces(monkeypatch):
+    """The boundary loop (reader.token_cuts) gives the same tokens compiled and interpreted, whole or
+    read in pieces that split tokens and runs (keys of the open token carried from read to read),
+    unknown keys included (they move boundaries)."""
+    rng = np.random.default_rng(8)
+    names = trace_format.synth_tensor_names(3)
+    keys = [trace_format.fnv1a64(n) for n in names] + [777]
+    tkeys, experts = [], []
+    for _ in range(40):  # tokens of random layers, matrices and repeats, with a stray unknown key
+        for _ in range(int(rng.integers(1, 8))):
+            key = keys[int(rng.integers(len(keys)))]
+            for _ in range(int(rng.integers(1, 3))):
+                tkeys.append(key)
+                experts.append(int(rng.integers(8)))
+    data = trace_format.encode_records(tkeys, experts)
+
+    def tokens(piece):
+        tok = Tokeniser(LayerMap.synth(3))
+        got = []
+        for cut in range(0, len(data), piece):
+            got += tok.feed(data[cut:cut + piece])
+        last = tok.flush()
+        return [t.tolist() for t in got + ([last] if last is not None else [])]
+
+    compiled = [tokens(piece) for piece in (len(data), 12 * 5, 12 * 7, 12)]
+    assert all(got == compiled[0] for got in compiled) and len(compiled[0]) > 20
+    monkeypatch.setitem(curves._compiled, "module", None)
+    assert [tokens(piece) for piece in (len(data), 12 * 5)] == compiled[:2]
+
+
 def test_keys_of_blocks_past_synth_layers_are_a_clear_error():
     """--synth-layers is the block count (the daemon's TkeyTable::for_layers): keys of block 2 with
     --synth-layers 2 are not "another model" but a too-small count, and the message says so."""

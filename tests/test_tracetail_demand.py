@@ -324,7 +324,7 @@ def test_parallel_replays_equal_serial_ones(engine, threads, monkeypatch):
     runs = {}
     for count in (1, threads):
         policies = demand.DemandPolicies(SPACE, capacities, threads=count)
-        assert len(policies.lanes) == (1 if count == 1 else min(len(capacities), 2 * count))
+        assert len(policies.lanes) == min(len(capacities), count)
         hits = [policies.decode(tokens[:17])]
         for ids in prefill:
             policies.observe_prefill(ids)

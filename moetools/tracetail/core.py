@@ -116,15 +116,13 @@ class Engine:
         self.requests += n
         if self.keep_decode:
             self.decode.append(ids)
-        topk = instruments = None
-        if self.scored is not None:
-            topk = self.scored.decode(ids)
-            for name, value in topk.items():
-                self.topk_hits[name] += value
-            instruments = self.instruments.decode(ids)
-        if self.lazy:
+        if self.lazy:  # the instruments run at flush, beside the replays
             self.pending.append(ids)
             return None
+        topk = instruments = None
+        if self.scored is not None:
+            topk = self._instrument([ids])
+            instruments = self.last_instruments
         hits = self._replay([ids])
         record = {
             "token": index,
@@ -139,6 +137,16 @@ class Engine:
             record.update(instruments)
         return record
 
+    def _instrument(self, tokens):
+        """The top-S sets and instruments of decode `tokens`; returns the last token's top-S hits."""
+        topk = None
+        for ids in tokens:
+            topk = self.scored.decode(ids)
+            for name, value in topk.items():
+                self.topk_hits[name] += value
+            self.last_instruments = self.instruments.decode(ids)
+        return topk
+
     def _replay(self, tokens):
         hits = self.demand.decode(tokens)
         for name, value in hits.items():
@@ -148,8 +156,13 @@ class Engine:
     def flush(self):
         """Replays the decode tokens a lazy engine has collected."""
         if self.pending:
-            self._replay(self.pending)
-            self.pending = []
+            pending, self.pending = self.pending, []
+            beside = None
+            if self.scored is not None:  # on the pool with the replays (its own state only)
+                beside = demand.start(lambda: self._instrument(pending), self.demand.threads)
+            self._replay(pending)
+            if beside is not None:
+                beside.result()
 
     def finish(self):
         """End of a whole trace: the replays flushed and LRU's hits from its stack distances."""
@@ -327,6 +340,10 @@ def analyse(tokens, phases, settings, progress=no_progress):
         settings.curve_budgets = default_curve_budgets(distinct)
     check_budgets([settings.budget, *(settings.curve_budgets or ())], limit, what)
     engine = Engine(settings, item_space(tokens, settings.n_expert), lazy=True)
+    sequence = np.concatenate(decode_ids) if decode_ids else np.zeros(0, dtype=np.int64)
+    threads = engine.demand.threads
+    # Belady's pass needs only the decode requests: on the pool beside the replays (ticks when serial)
+    belady_job = demand.start(lambda: belady_hits(sequence, engine.budgets), threads) if threads > 1 else None
     with progress("policy replay", len(tokens), "token") as bar:
         for index, (ids, phase) in enumerate(zip(tokens, phases), 1):
             engine.add(ids, phase)
@@ -334,9 +351,11 @@ def analyse(tokens, phases, settings, progress=no_progress):
                 bar.update(REPLAY_TICK_TOKENS)
         engine.finish()
         bar.update(len(tokens) % REPLAY_TICK_TOKENS)
-    sequence = engine.decode_sequence()
     with progress("Belady pass", len(sequence), "req") as bar:
-        belady = belady_hits(sequence, engine.budgets, tick=bar.update)
+        if belady_job is not None:
+            belady = belady_job.result()
+        else:
+            belady = belady_hits(sequence, engine.budgets, tick=bar.update)
         bar.update(len(sequence) - bar.n)  # the per-budget replays and the last partial chunk do not tick
     summary = summarise(engine, belady)
     summary["distinct"] = distinct

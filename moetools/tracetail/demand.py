@@ -52,13 +52,36 @@ def run_all(jobs, threads=1):
     Jobs are run in the order given (put the longest first)."""
     if threads <= 1 or len(jobs) <= 1:
         return [job() for job in jobs]
+    pool = _pool(threads)
+    futures = [pool.submit(job) for job in jobs]
+    return [future.result() for future in futures]
+
+
+class _Done:
+    """The result of a job run at once (start() on one thread)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def start(job, threads=1):
+    """Starts `job` on the pool of `threads` threads (at once on the calling thread when 1); returns
+    an object whose result() waits for it. For work beside the replays (its own arrays only)."""
+    if threads <= 1:
+        return _Done(job())
+    return _pool(threads).submit(job)
+
+
+def _pool(threads):
     pool = _pools.get(threads)
     if pool is None:
         from concurrent.futures import ThreadPoolExecutor
 
         pool = _pools[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="trace-tail")
-    futures = [pool.submit(job) for job in jobs]
-    return [future.result() for future in futures]
+    return pool
 
 
 def split_budgets(budgets, lanes):
@@ -238,8 +261,8 @@ class DemandPolicies:
         self.caches = {name: CacheStates(space, self.budgets) for name in self.names if name != "decay_bandit"}
         self.lanes = []
         if "decay_bandit" in self.names:
-            # one lane per thread's share of the budgets (twice as many as threads: the pool balances them)
-            groups = split_budgets(self.budgets, 2 * self.threads if self.threads > 1 else 1)
+            # one lane per thread (each lane repeats the scores' update: more lanes cost more CPU)
+            groups = split_budgets(self.budgets, self.threads)
             self.lanes = [BanditLane(space, self.budgets, group) for group in groups]
         self.decays = np.asarray(DECAY_ARMS)
         self.counts = np.zeros(space.size, dtype=np.int64)

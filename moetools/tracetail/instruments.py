@@ -91,15 +91,16 @@ class Instruments:
     def decode(self, ids):
         """Instruments of one decode token: {field: ratio or None, "new_experts": n or None}."""
         layers, experts = split_ids(ids)
-        for layer in np.unique(layers).tolist():
+        present = np.unique(layers)  # the token's layers by number
+        for layer in present.tolist():
             if layer not in self.layer_index:
                 self.layer_index[layer] = len(self.layer_index)
-        li = np.fromiter((self.layer_index[layer] for layer in layers.tolist()), dtype=np.int64, count=len(layers))
+        ordinals = np.asarray([self.layer_index[layer] for layer in present.tolist()], dtype=np.int64)
+        li = ordinals[np.searchsorted(present, layers)]
         self._grow(len(self.layer_index), int(experts.max()) + 1 if len(experts) else 0)
         # consecutive layers of this token (by layer number) for the co-occurrence instrument
-        present = sorted({int(layer) for layer in layers.tolist()})
-        below = np.asarray([self.layer_index[layer] for layer in present[:-1]], dtype=np.int64)
-        above = np.asarray([self.layer_index[layer] for layer in present[1:]], dtype=np.int64)
+        below = ordinals[:-1]
+        above = ordinals[1:]
         step = _compiled_step()
         if step is None:
             counts, cur = self._step(li, experts, below, above)

@@ -162,17 +162,30 @@ class Tokeniser:
         # The boundary rule runs over EVERY record, known key or not, as the daemon's
         # TokenSegmenter::push does (segment.rs): an unknown key reappearing also starts a token.
         run_starts = np.concatenate([[0], np.flatnonzero(tkeys[1:] != tkeys[:-1]) + 1])
+        run_keys = inverse.reshape(-1)[run_starts].astype(np.int64)  # each run's key, as an index into uniq
+        # the open token's keys so far (from earlier reads) and the last key, as indices into uniq
+        stamp = np.full(len(uniq), -1, dtype=np.int64)
+        if self._keys:
+            carried = np.fromiter(self._keys, dtype=np.uint64, count=len(self._keys))
+            at = np.minimum(np.searchsorted(uniq, carried), len(uniq) - 1)
+            stamp[at[uniq[at] == carried]] = 0
+        last = -1
+        if self._last_key is not None:
+            at = int(np.searchsorted(uniq, np.uint64(self._last_key)))
+            last = at if at < len(uniq) and int(uniq[at]) == self._last_key else -1
+        cuts = np.zeros(len(run_keys), dtype=np.int64)
+        n_cuts, open_token = _token_cuts()(run_keys, last, stamp, cuts)
         tokens = []
         cut = 0
-        for start, key in zip(run_starts.tolist(), tkeys[run_starts].tolist()):
-            if key != self._last_key and key in self._keys:
-                self._parts.append(ids[cut:start][known[cut:start]])
-                token = self._close()
-                if len(token):  # the daemon skips a token with no known expert
-                    tokens.append(token)
-                cut = start
-            self._keys.add(key)
-            self._last_key = key
+        for start in run_starts[cuts[:n_cuts]].tolist():
+            self._parts.append(ids[cut:start][known[cut:start]])
+            token = self._close()
+            if len(token):  # the daemon skips a token with no known expert
+                tokens.append(token)
+            cut = start
+        keys = set(uniq[stamp == open_token].tolist())
+        self._keys = keys if n_cuts else self._keys | keys
+        self._last_key = int(tkeys[run_starts[-1]])
         self._parts.append(ids[cut:][known[cut:]])
         return tokens
 
@@ -354,3 +367,30 @@ def follow_stdin(chunk=1 << 16):
         if not data:
             return
         yield FollowEvent("data", data)
+
+
+def token_cuts(run_keys, last, stamp, cuts):
+    """The segmenter's boundary rule over runs of equal keys (TokenSegmenter::push): a key already
+    seen in the open token, reappearing after another key, starts the next token. run_keys: each
+    run's key (small ints); last: the key before the first run (-1: none); stamp[key] == the open
+    token's number (0 at the start: keys already in it) when the key was seen in it. Writes the runs
+    that start a token to cuts; returns (how many, the open token's number). Compiled by stackjit;
+    the interpreter runs it without numba."""
+    n_cuts = 0
+    open_token = 0
+    for i in range(len(run_keys)):
+        key = run_keys[i]
+        if key != last and stamp[key] == open_token:
+            cuts[n_cuts] = i
+            n_cuts += 1
+            open_token += 1
+        stamp[key] = open_token
+        last = key
+    return n_cuts, open_token
+
+
+def _token_cuts():
+    from moetools.tracetail import curves
+
+    compiled = curves.compiled_stack()
+    return token_cuts if compiled is None else compiled.token_cuts

@@ -99,3 +99,7 @@ from moetools.tracetail import policies as _policies  # noqa: E402
 _before = _jit(_policies._before)
 topk_step = _jit(_calling(_policies.topk_step, best_arm=best_arm, _count_below=_jit(_policies._count_below),
                           _resort_arm=_jit(_calling(_policies._resort_arm, _before=_before))))
+
+from moetools.tracetail import reader as _reader  # noqa: E402
+
+token_cuts = _jit(_reader.token_cuts)
