@@ -513,6 +513,23 @@ def test_dflash_draft_is_planned_with_a_warning(tmp_path):
     assert args[args.index("--spec-type") + 1] == "draft-dflash"
 
 
+def test_dflash_drafts_it_cannot_size_are_refused(tmp_path):
+    """A DSpark DFlash (hyper_connection.count > 0: DeepSeek-V4 stages) and a DFlash without its own
+    embeddings and head (it borrows the target's) are refused naming why, not sized as GQA drafts."""
+    from moetools.devicefit import compute
+
+    spec = synth.tiny("dflash")
+    spec.meta("{arch}.hyper_connection.count", 4)
+    with pytest.raises(GGUFError, match="DSpark") as error:
+        shape_of(synth.write_model(spec, tmp_path / "dspark.gguf", sparse=True)[0])
+    assert "hyper_connection.count" in str(error.value)
+    spec = synth.tiny("dflash")
+    spec.tensors = [tensor for tensor in spec.tensors if tensor.name not in ("token_embd.weight", "output.weight")]
+    path = synth.write_model(spec, tmp_path / "borrowing.gguf", sparse=True)[0]
+    with open_model(path) as model, pytest.raises(GGUFError, match="borrows the target's"):
+        compute.graph_shape(model, kv.kv_shape(model))
+
+
 def test_minimax_m3_indexer_cache_has_k_and_v(tmp_path):
     """llama_kv_cache_msa's indexer cache is a llama_kv_cache of one head: K indexer.key_length wide, V the
     model's value head (llama.cpp 0c1e57098 logs 1.50 + 1.50 MiB for the tiny layout's 3 MSA blocks at

@@ -502,6 +502,12 @@ def kv_shape(model):
     state_r = state_s = 0
     if any(is_recurrent):
         state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
+    if arch == "dflash" and model.get_int("{arch}.hyper_connection.count", 0):
+        # dflash.cpp: hyper_connection.count > 0 loads DeepSeek-V4 DSpark stages (MLA-style K in a
+        # sliding-window cache, hyper-connections, experts: graph_dsv4), not the GQA blocks sized here
+        raise GGUFError(model.path, "device-fit cannot size a DSpark DFlash draft (DeepSeek-V4 stages, "
+                                    "hyper_connection.count > 0): it has no model of its window cache and graph",
+                        key=model.key("{arch}.hyper_connection.count"))
     if arch in BORROWED_KV_ARCHES:
         notes.append(f"{arch}: its layers read the target gemma4 context's KV (the last sliding-window and full "
                      "layers), so it holds none; llama.cpp runs it only as that model's draft (-md with "
