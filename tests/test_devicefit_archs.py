@@ -103,7 +103,7 @@ TINY_COMPUTE_TOLERANCE = {"dflash": 0.001, "minimax-m3": 0.001, "lfm2-swa": 0.00
                           "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002,
                           "granite_swa": 0.004, "hy_v3": 0.005, "mellum": 0.003,
                           "maple": 0.003, "deepseek2-ocr": 0.002,
-                          "laguna": 0.004, "deepseek4": 0.07, "dots3note": 0.001, "hy_v4": 0.06, "glm5-next": 0.002, "qwen4exp": 0.001}
+                          "laguna": 0.004, "deepseek4": 0.002, "dots3note": 0.001, "hy_v4": 0.06, "glm5-next": 0.002, "qwen4exp": 0.001}
 
 
 @pytest.mark.parametrize("arch", ["dflash", "minimax-m3", "lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
@@ -150,7 +150,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     csa / hca / lightning-indexer compressed caches of the layers compressing by 4 or 128 and their
     compressor states, one stream per sequence even with --kv-unified; hyper-connections, compressors
     and the indexer's top-k in the graph, at its tiny width, with a NextN block, and at DeepSeek-V4 width:
-    flash attention equal, without it up to 7% over), dots.llm3 (`dots3note`, llama_kv_cache_dsa_iswa: MLA
+    compute within 0.1%: the csa mask input reused in place by its last reader, the compressed keys and blocks
+    of every sequence's stream), dots.llm3 (`dots3note`, llama_kv_cache_dsa_iswa: MLA
     full layers with the DSA indexer cache, sliding-window layers of their own MLA widths, the shared rope
     key normed, a head-wise output gate; tiny, with a NextN block, and at width), Hunyuan-V4 (`hy_v4`: MLA
     with the DSA indexer cache only in the layers indexer.types marks, the others reusing its top-k, or

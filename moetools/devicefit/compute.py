@@ -2344,7 +2344,7 @@ def _dsv4_inputs(b):
         if kind not in b.cells:
             continue
         rows = DSV4_STATE_ROWS[ratio]
-        blocks = T // ratio + 1
+        blocks = _dsv4_blocks(b, ratio)
         inputs = {"pos": g.input(I32_BYTES * T), "write_pos": g.input(I32_BYTES * blocks),
                   "read": g.input(I32_BYTES * (2 if ratio == 4 else 1) * ratio * blocks),
                   "write": g.input(I64_BYTES * blocks), "persist_src": g.input(I32_BYTES * rows),
@@ -2354,6 +2354,13 @@ def _dsv4_inputs(b):
         if kind == "indexer" or (quantized and width % 64 == 0):
             inputs["rot"] = g.input(b.f32(_nrot(width), _nrot(width)))
         b.dsv4_inputs[kind] = inputs
+
+
+def _dsv4_blocks(b, ratio):
+    """Compressed blocks a ubatch touches: per sequence stream (llama_kv_cache_dsv4 keeps one per
+    sequence even with --kv-unified) its tokens' blocks plus one."""
+    streams = max(1, b.settings.n_seq)
+    return streams * (b.T // streams // ratio + 1)
 
 
 def _nrot(width):
@@ -2394,7 +2401,7 @@ def _dsv4_compress(b, kind, x, width, ratio):
     inputs = b.dsv4_inputs[kind]
     rows = DSV4_STATE_ROWS[ratio]
     coff = 2 if ratio == 4 else 1
-    blocks = T // ratio + 1
+    blocks = _dsv4_blocks(b, ratio)
     kv = b.mm(coff * width, x)
     score = b.mm(coff * width, x)
     ape = g.op(b.f32(coff * width, T), b.weights, inputs["pos"])
@@ -2479,7 +2486,7 @@ def _dsv4_attention(b, il, x, ratio):
     if kind is not None:
         n_comp = b.cells[kind]
         n_kv = raw_cells + n_comp
-        k = g.op(kvmod.row_bytes(b.settings.ctk, head) * n_kv * b.streams, g.view(b.cache), g.view(b.cache))  # concat
+        k = g.op(kvmod.row_bytes(b.settings.ctk, head) * n_kv * b.settings.n_seq, g.view(b.cache), g.view(b.cache))  # concat
         comp_mask = b.dsv4_inputs[kind]["mask"]
         if kind == "csa":  # build_top_k_mask
             filled = g.op(comp_mask.nbytes, comp_mask, inplace=(0,))
@@ -2488,7 +2495,8 @@ def _dsv4_attention(b, il, x, ratio):
                 empty.device = b.dev  # (a leaf without a buffer goes to its consumer's backend)
             zeros = g.op(empty.nbytes, empty, inplace=(0,))
             unmasked = _Tensor(0, (zeros, g.view(top_k), g.view(filled)), view_src=filled)
-            comp_mask = g.op(filled.nbytes, g.view(unmasked), comp_mask, inplace=(0,))
+            # add: in place of the csa mask input when this is its last reader (ggml-alloc reuses an input too)
+            comp_mask = g.op(filled.nbytes, g.view(unmasked), comp_mask, inplace=(0, 1))
         mask = g.op(mask_type * n_kv * T, mask, comp_mask)  # concat
     qv = g.view(g.view(q))
     if b.fa:
@@ -2497,7 +2505,7 @@ def _dsv4_attention(b, il, x, ratio):
     else:
         kq = g.op(b.f32(n_kv, T, n_head), g.view(k), qv)
         kq = g.op(kq.nbytes, kq, mask, b.weights, inplace=(0,))  # soft_max_ext with sinks
-        v = g.op(kvmod.row_bytes(b.settings.ctk, head) * n_kv * b.streams, g.view(g.view(k)))  # cont(transpose)
+        v = g.op(kvmod.row_bytes(b.settings.ctk, head) * n_kv * b.settings.n_seq, g.view(g.view(k)))  # cont(transpose)
         kqv = g.op(b.f32(head, T, n_head), v, kq)
         cur = g.expand(g.op(b.f32(head * n_head, T), g.view(kqv)))
     if b.k_rot is not None:
