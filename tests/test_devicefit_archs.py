@@ -103,7 +103,7 @@ TINY_COMPUTE_TOLERANCE = {"dflash": 0.001, "minimax-m3": 0.001, "lfm2-swa": 0.00
                           "bailingmoe": 0.002, "granite": 0.002, "mistral3": 0.002, "minicpm": 0.002,
                           "granite_swa": 0.004, "hy_v3": 0.005, "mellum": 0.003,
                           "maple": 0.003, "deepseek2-ocr": 0.002,
-                          "laguna": 0.004, "deepseek4": 0.002, "dots3note": 0.001, "hy_v4": 0.06, "glm5-next": 0.002, "qwen4exp": 0.001}
+                          "laguna": 0.004, "deepseek4": 0.002, "dots3note": 0.001, "hy_v4": 0.002, "glm5-next": 0.002, "qwen4exp": 0.001}
 
 
 @pytest.mark.parametrize("arch", ["dflash", "minimax-m3", "lfm2-swa", "bailingmoe3", "minimax-01", "exaone4", "qwen35", "gemma4", "mamba2", "llama4", "rwkv7", "granitehybrid", "jamba", "lfm2", "lfm2moe",
@@ -155,8 +155,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     full layers with the DSA indexer cache, sliding-window layers of their own MLA widths, the shared rope
     key normed, a head-wise output gate; tiny, with a NextN block, and at width), Hunyuan-V4 (`hy_v4`: MLA
     with the DSA indexer cache only in the layers indexer.types marks, the others reusing its top-k, or
-    none on a full-attention checkpoint; iHC hyper-connections; compute 0.95-1.02x with flash attention,
-    within 0.8% without), GLM-5.3-Flash (`glm5-next`, llama_memory_hybrid_idx: KDA state, the NoPE MLA
+    none on a full-attention checkpoint; iHC hyper-connections, the f32 copy of the block output reused by
+    its last stream's multiply), GLM-5.3-Flash (`glm5-next`, llama_memory_hybrid_idx: KDA state, the NoPE MLA
     latent cache and the k-pool indexer cache of key, gate and pooled key; mHC streams, the k-pool
     selection with every pool new at reserve, the gather path of small ubatches), Qwen4-Exp (`qwen4exp`,
     llama_memory_hybrid_idx: gated delta net state, the attention layers' K/V and QSA indexer key caches;

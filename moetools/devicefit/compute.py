@@ -2551,7 +2551,8 @@ def _ihc_post(b, x, residual, post):
     res_f32 = g.op(b.f32(n_embd, hc, T), residual)
     out = None
     for i in range(hc):
-        cur = g.op(b.f32(n_embd, T), g.view(res_f32), g.op(b.f32(n_embd, T), x_f32, g.view(post_f32)), inplace=(0, 1))
+        # (x x post: in place of the f32 copy of x at its last reader, the last stream)
+        cur = g.op(b.f32(n_embd, T), g.view(res_f32), g.op(b.f32(n_embd, T), x_f32, g.view(post_f32), inplace=(0,)), inplace=(0, 1))
         cur = g.view(cur)
         out = cur if out is None else g.op(b.f32(n_embd, i + 1, T), out, cur)
     return g.op(b.f32(n_embd, hc, T), out)
