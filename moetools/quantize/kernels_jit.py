@@ -77,6 +77,22 @@ def nearest_float(typingctx, value):
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def _opaque(typingctx, value):
+    """int64 `value` hidden from the optimiser (passed through an empty inline asm): a loop bounded by
+    it is vectorised, where a constant trip count (16, 32: known once the helper is inlined and its
+    scratch arrays' shapes are) gets the loop unrolled into scalar code before the vectoriser sees it."""
+    if not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        argument = context.cast(builder, args[0], signature.args[0], types.int64)
+        return builder.asm(ir.FunctionType(i64, [i64]), "", "=r,0", [argument], side_effect=False)
+
+    return types.int64(value), codegen
+
+
 @numba.njit(inline="always", **_JIT)
 def _clamped(v, low, high):
     """min(max(float32(nearest_int(v)), low), high): C's MAX(low, MIN(high, nearest_int(v))) as a float."""
@@ -91,36 +107,56 @@ def _rne(value):
 
 @numba.njit(**_JIT)
 def half_bits(f):
-    """float32 -> IEEE half bits, round to nearest even (ggml's GGML_FP32_TO_FP16)."""
-    sign = 0x8000 if math.copysign(1.0, F64(f)) < 0 else 0
-    a = abs(F64(f))
-    if a != a:
+    """float32 -> IEEE half bits, round to nearest even (ggml's GGML_FP32_TO_FP16), from the float's
+    bits: NaN -> 0x7E00, 65520 and above -> infinity, below 2^-14 a subnormal half."""
+    u = np.int64(_float32_bits(F32(f))) & 0xFFFFFFFF
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    if a > 0x7F800000:
         return sign | 0x7E00
-    if a >= 65520.0:
+    if a >= 0x477FF000:  # 65520.0: rounds to infinity
         return sign | 0x7C00
-    if a < 6.103515625e-05:  # below 2^-14: a subnormal half (or the smallest normal after rounding)
-        return sign | int(_rne(a * 16777216.0))
-    mantissa, exponent = math.frexp(a)
-    bits = int(_rne((mantissa * 2.0 - 1.0) * 1024.0))
-    biased = exponent + 14
-    if bits == 1024:
-        bits = 0
-        biased += 1
-    return sign | (biased << 10) | bits
+    if a >= 0x38800000:  # 2^-14: a normal half, the exponent rebased by 112 and 13 bits rounded off
+        h = (a - 0x38000000) >> 13
+        rest = a & 0x1FFF
+        return sign | (h + (1 if rest > 0x1000 or (rest == 0x1000 and (h & 1) != 0) else 0))
+    exponent = a >> 23
+    if exponent < 102:  # below 2^-25: rounds to 0
+        return sign
+    mantissa = (a & 0x7FFFFF) | 0x800000
+    shift = 126 - exponent  # in units of 2^-24, the half's subnormal step
+    h = mantissa >> shift
+    rest = mantissa & ((1 << shift) - 1)
+    halfway = 1 << (shift - 1)
+    return sign | (h + (1 if rest > halfway or (rest == halfway and (h & 1) != 0) else 0))
+
+
+@intrinsic
+def _float32_from_bits(typingctx, value):
+    """The float32 whose bits are the low 32 of an int64: one trunc and one bitcast."""
+    if value != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+    return types.float32(types.int64), codegen
 
 
 @numba.njit(**_JIT)
 def half_value(h):
-    """IEEE half bits -> float32 (GGML_FP16_TO_FP32)."""
+    """IEEE half bits -> float32 (GGML_FP16_TO_FP32), from the bits (a NaN's sign kept, its payload
+    the default one)."""
+    h = np.int64(h)
     exponent = (h >> 10) & 0x1F
     mantissa = h & 0x3FF
-    if exponent == 0:
-        value = mantissa * 5.9604644775390625e-08
-    elif exponent == 31:
-        value = math.inf if mantissa == 0 else math.nan
-    else:
-        value = math.ldexp(F64(1024 + mantissa), exponent - 25)
-    return F32(-value if h & 0x8000 else value)
+    sign = (h & 0x8000) << 16
+    if exponent == 0:  # zero or subnormal: mantissa * 2^-24, exact
+        value = F32(F32(mantissa) * F32(5.9604644775390625e-08))
+        return F32(-value) if sign != 0 else value
+    if exponent == 31:
+        return _float32_from_bits(sign | (0x7F800000 if mantissa == 0 else 0x7FC00000))
+    return _float32_from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13))
 
 
 @numba.njit(**_JIT)
@@ -354,65 +390,91 @@ def _lanes_absmax(n, lanes, X, amax, vmax):
 
 
 @numba.njit(inline="always", **_JIT)
-def make_q3_lanes(n, lanes, nmax, lane, state, scales):
+def make_q3_lanes(n, lanes, nmax, lane, state, chain, scales):
     """make_q3_quants(n, nmax, x, L, do_rmse=true) for `lanes` groups at once, laid out as in
-    make_qkx_lanes: values in lane[0] (n, lanes), levels (+ nmax, as float32) back in lane[2], scales
-    in scales[g]. ggml's passes over a group stop after one that changes nothing; here a pass runs
-    until no lane changes (a lane whose pass changed nothing would change nothing in the next one
-    either: the same state gives the same pass), so every lane ends where ggml's group ends."""
-    X, L = lane[0], lane[2]
-    vmax, amax, sumlx, suml2, isc, empty = state[0], state[1], state[2], state[3], state[4], state[5]
+    make_qkx_lanes: values in lane[0] (n, lanes); returns the buffer (lane[2] or lane[3]) holding the
+    levels -nmax..nmax-1 (as float32; without ggml's final + nmax, and meaningless in a group whose
+    values are all below GROUP_MAX_EPS: state[5][g] != 0 marks those), scales in scales[g]. ggml's
+    passes over a group stop after one that changes nothing; here a pass runs until no lane changes
+    (a lane whose pass changed nothing would change nothing in the next one either: the same state
+    gives the same pass), so every lane ends where ggml's group ends.
+
+    Every running per-lane quantity (largest |x| and its value, sum of w*x*l, sum of w*l*l) lives in
+    a chain (n + 1, lanes) of `chain`, element i reading row i and writing row i + 1, and the levels
+    alternate between two buffers: a lane loop whose store of a select goes back to where one of its
+    operands was loaded from becomes a masked store (vmaskmovps), very slow on AMD's Zen. The count
+    of changes is 32-bit: an int64 one halves the loop's vector width."""
+    X = lane[0]
+    A, V, SX, S2 = chain[0], chain[1], chain[2], chain[3]
+    isc, empty = state[4], state[5]
     low = F32(-nmax)
     high = F32(nmax - 1)
     zero = F32(0)
-    _lanes_absmax(n, lanes, X, amax, vmax)
     for g in range(lanes):
-        empty[g] = F32(1) if amax[g] < F32(GROUP_MAX_EPS) else zero
-        isc[g] = F32(low / vmax[g])
-        sumlx[g] = zero
-        suml2[g] = zero
+        A[0, g] = zero
+        V[0, g] = zero
+    for i in range(n):  # ggml's `if (ax > amax) { amax = ax; max = x[i]; }`
+        for g in range(lanes):
+            xv = X[i, g]
+            ax = abs(xv)
+            a = A[i, g]
+            v = V[i, g]  # loaded unconditionally: a load in one arm of the select becomes a masked one
+            larger = ax > a
+            A[i + 1, g] = ax if larger else a
+            V[i + 1, g] = xv if larger else v
+    for g in range(lanes):
+        empty[g] = F32(1) if A[n, g] < F32(GROUP_MAX_EPS) else zero
+        isc[g] = F32(low / V[n, g])
+        SX[0, g] = zero
+        S2[0, g] = zero
+    L = lane[2]
+    W, WX = lane[1][:n], lane[1][n:2 * n]  # x*x and x*x*x, as ggml computes them in every pass
     for i in range(n):
         for g in range(lanes):
             xv = X[i, g]
             lv = _clamped(F32(isc[g] * xv), low, high)
             L[i, g] = lv
             w = F32(xv * xv)
-            sumlx[g] = F32(sumlx[g] + F32(F32(w * xv) * lv))
-            suml2[g] = F32(suml2[g] + F32(F32(w * lv) * lv))
+            wx = F32(w * xv)
+            W[i, g] = w
+            WX[i, g] = wx
+            SX[i + 1, g] = F32(SX[i, g] + F32(wx * lv))
+            S2[i + 1, g] = F32(S2[i, g] + F32(F32(w * lv) * lv))
+    for g in range(lanes):
+        SX[0, g] = SX[n, g]
+        S2[0, g] = S2[n, g]
     for attempt in range(5):
-        # every operand loaded once and every store unconditional, the levels written to the other
-        # buffer (lane[2] <-> lane[3]) and the changes counted: a store of a select back to where its
-        # operand came from becomes a masked store, slow on some processors (AMD's Zen)
         source, target = (lane[2], lane[3]) if attempt % 2 == 0 else (lane[3], lane[2])
-        n_changed = 0
+        n_changed = np.int32(0)
         for i in range(n):
             for g in range(lanes):
                 xv = X[i, g]
-                w = F32(xv * xv)
+                w = W[i, g]
+                wx = WX[i, g]
                 li = source[i, g]
-                lx = sumlx[g]
-                l2 = suml2[g]
-                slx = F32(lx - F32(F32(w * xv) * li))
+                lx = SX[i, g]
+                l2 = S2[i, g]
+                slx = F32(lx - F32(wx * li))
                 sl2 = F32(l2 - F32(F32(w * li) * li))
                 new = _clamped(F32(F32(xv * sl2) / slx), low, high)
-                slx_new = F32(slx + F32(F32(w * xv) * new))
+                slx_new = F32(slx + F32(wx * new))
                 sl2_new = F32(sl2 + F32(F32(w * new) * new))
                 take = ((slx > 0) & (new != li) & (sl2_new > 0) & (empty[g] == 0)
                         & (F32(F32(slx_new * slx_new) * l2) > F32(F32(lx * lx) * sl2_new)))
                 target[i, g] = new if take else li
-                sumlx[g] = slx_new if take else lx
-                suml2[g] = sl2_new if take else l2
-                n_changed += np.int64(take)
+                SX[i + 1, g] = slx_new if take else lx
+                S2[i + 1, g] = sl2_new if take else l2
+                n_changed = np.int32(n_changed + np.int32(take))
+        for g in range(lanes):
+            SX[0, g] = SX[n, g]
+            S2[0, g] = S2[n, g]
         L = target
         if n_changed == 0:
             break
     for g in range(lanes):
-        scale = F32(sumlx[g] / suml2[g]) if suml2[g] > 0 else zero
+        scale = F32(SX[0, g] / S2[0, g]) if S2[0, g] > 0 else zero
         scales[g] = zero if empty[g] != 0 else scale
-    out = lane[2]
-    for i in range(n):
-        for g in range(lanes):
-            out[i, g] = zero if empty[g] != 0 else F32(L[i, g] + F32(nmax))
+    return L
 
 
 @numba.njit(inline="always", **_JIT)
@@ -1026,71 +1088,95 @@ def _rows_min_32(kind, x, out, qw, has_qw, block_bytes):
 # --- Q3_K without an imatrix ----------------------------------------------------------------------
 
 @numba.njit(inline="always", **_JIT)
-def _q3_k_scales(y, scales, first, dl):
+def _q3_k_scales(y, scales, first, l6, dl):
     """quantize_row_q3_K_ref's scale part for the 16 group scales[first:first+16] of one super-block:
     the 12 scale bytes y[96:108] and d (y[108:110]); dl[first + j] = d * (6-bit scale j - 32), the
-    divisor of group j's final levels (0: keep the search's levels), as ggml reads it back."""
-    for k in range(96, 108):
-        y[k] = 0
+    divisor of group j's final levels (0: keep the search's levels), as ggml reads it back (the 6
+    bits read back are the l6[j] written; with every scale 0 ggml's bytes stay 0, read back as -32)."""
     max_scale = F32(0)
     amax = F32(0)
     for j in range(16):
-        scale = abs(scales[first + j])
-        if scale > amax:
-            amax = scale
-            max_scale = scales[first + j]
+        v = scales[first + j]
+        scale = abs(v)
+        larger = scale > amax
+        amax = scale if larger else amax
+        max_scale = v if larger else max_scale
     if max_scale != 0:
         iscale = F32(F32(-32) / max_scale)
         for j in range(16):
             l = nearest_int(F32(iscale * scales[first + j])) & 0xFF  # int8_t l = nearest_int(...)
             l = l - 256 if l > 127 else l
-            _pack_q3_scale(y, j, max(-32, min(31, l)) + 32)
+            l6[j] = max(-32, min(31, l)) + 32
         dval = put_half(y, 108, F32(F32(1) / iscale))
     else:
+        for j in range(16):
+            l6[j] = 0
         dval = put_half(y, 108, F32(0))
+    for j in range(8):
+        y[96 + j] = (l6[j] & 0xF) | ((l6[j + 8] & 0xF) << 4)
+    for k in range(4):
+        y[104 + k] = (l6[k] >> 4) | ((l6[k + 4] >> 4) << 2) | ((l6[k + 8] >> 4) << 4) | ((l6[k + 12] >> 4) << 6)
     for j in range(16):
-        if j < 8:
-            sc = np.int64(y[96 + j]) & 0xF
-        else:
-            sc = np.int64(y[96 + j - 8]) >> 4
-        sc = (sc | ((np.int64(y[96 + 8 + j % 4]) >> (2 * (j // 4))) & 3) << 4) - 32
-        dl[first + j] = F32(dval * F32(sc))
+        dl[first + j] = F32(dval * F32(l6[j] - 32))
 
 
 @numba.njit(inline="always", **_JIT)
-def _q3_k_pack(y, levels, first):
-    """hmask (y[0:32]: bit k of byte m set when element 32k + m is above 3) and qs (y[32:96]) of one
-    super-block whose levels 0..7 are in lanes first.. of `levels` (element 16j + i at [i, first + j])."""
-    for m in range(32):
-        mask = 0
-        for k in range(8):
-            e = 32 * k + m
-            mask |= np.int64(levels[e % 16, first + e // 16] > F32(3)) << k
-        y[m] = mask
-    for half in range(0, 256, 128):
-        for l in range(32):
-            byte = 0
-            for t in range(4):
-                e = half + l + 32 * t
-                byte |= (np.int64(levels[e % 16, first + e // 16]) & 3) << (2 * t)
-            y[32 + half // 4 + l] = byte
+def _q3_k_levels(x, levels, empty, dl, first, Lb):
+    """The final levels 0..7 of one super-block into Lb (256,) in element order: x / dl[group]
+    rounded and clamped, + 4 (ggml's second pass), or, where dl is 0, the search's levels (+ 4; 0 in an
+    all-zero group), which levels[i, first + j] holds for element 16j + i."""
+    n = _opaque(16)
+    for j in range(16):
+        d = dl[first + j]
+        if d == 0:
+            for i in range(16):
+                Lb[16 * j + i] = 0 if empty[first + j] != 0 else np.int32(levels[i, first + j]) + 4
+        else:
+            for i in range(n):
+                Lb[16 * j + i] = np.int32(_clamped(F32(x[16 * j + i] / d), F32(-4), F32(3))) + 4
+
+
+@numba.njit(inline="always", **_JIT)
+def _q3_k_pack(y, Lb, packed):
+    """hmask (y[0:32]: bit k of byte m set when element 32k + m is above 3) and qs (y[32:96]: byte l
+    of half h holds element 128h + l + 32t at bits 2t, each level's low two bits) of one super-block
+    whose levels 0..7 are Lb[0:256]; packed (96,) int32 is scratch."""
+    n = _opaque(32)
+    for m in range(n):
+        packed[m] = np.int32(Lb[m] > 3)
+    for k in range(1, 8):
+        for m in range(n):
+            packed[m] = packed[m] | (np.int32(Lb[32 * k + m] > 3) << k)
+    for half in range(2):
+        for l in range(n):
+            packed[32 + 32 * half + l] = Lb[128 * half + l] & 3
+        for t in range(1, 4):
+            for l in range(n):
+                at = 32 + 32 * half + l
+                packed[at] = packed[at] | ((Lb[128 * half + 32 * t + l] & 3) << (2 * t))
+    for m in range(3 * n):
+        y[m] = packed[m]
 
 
 @numba.njit(**_JIT)
 def _rows_q3_k(kind, x, out, qw, has_qw, block_bytes):
     """Q3_K over rows. Without an imatrix the groups of LANES // 16 super-blocks are searched together
-    (make_q3_lanes), their final levels computed together, and each super-block's scales and bytes
-    written alone; with one, block after block (q3_k_block)."""
+    (make_q3_lanes), then each super-block's scales, final levels (from its row, in element order)
+    and bytes are made alone; with one, block after block (q3_k_block)."""
     if has_qw:
         _rows_256(kind, x, out, qw, has_qw, block_bytes)
         return
     per_batch = LANES // 16
     lane = np.zeros((4, 32, LANES), np.float32)
     state = np.zeros((LANE_STATE, LANES), np.float32)
+    chain = np.zeros((4, 17, LANES), np.float32)
     lane_scales = np.zeros(LANES, np.float32)
     dl = np.zeros(LANES, np.float32)
+    l6 = np.zeros(16, np.int32)
+    Lb = np.zeros(256, np.int32)
+    packed = np.zeros(96, np.int32)
     n_blocks = x.shape[1] // 256
-    X, levels, final = lane[0], lane[2], lane[3]
+    X = lane[0]
     for r in range(x.shape[0]):
         for first in range(0, n_blocks, per_batch):
             count = min(per_batch, n_blocks - first)
@@ -1099,22 +1185,13 @@ def _rows_q3_k(kind, x, out, qw, has_qw, block_bytes):
                     for i in range(16):
                         X[i, 16 * b + j] = x[r, 256 * (first + b) + 16 * j + i] if b < count else F32(0)
             lanes = state.shape[1]  # from the array, not a constant: see _rows_k_min
-            make_q3_lanes(16, lanes, 4, lane, state, lane_scales)
-            for b in range(per_batch):
-                if b < count:
-                    block = first + b
-                    _q3_k_scales(out[r, block_bytes * block:block_bytes * block + block_bytes], lane_scales, 16 * b, dl)
-                else:
-                    for j in range(16):
-                        dl[16 * b + j] = F32(0)
-            for i in range(16):
-                for g in range(lanes):
-                    d = dl[g]
-                    fresh = F32(_clamped(F32(X[i, g] / d), F32(-4), F32(3)) + F32(4))
-                    final[i, g] = levels[i, g] if d == 0 else fresh
+            levels = make_q3_lanes(16, lanes, 4, lane, state, chain, lane_scales)
             for b in range(count):
                 block = first + b
-                _q3_k_pack(out[r, block_bytes * block:block_bytes * block + block_bytes], final, 16 * b)
+                y = out[r, block_bytes * block:block_bytes * block + block_bytes]
+                _q3_k_scales(y, lane_scales, 16 * b, l6, dl)
+                _q3_k_levels(x[r, 256 * block:256 * block + 256], levels, state[5], dl, 16 * b, Lb)
+                _q3_k_pack(y, Lb, packed)
 
 
 # --- IQ4 (non-linear 4-bit) ------------------------------------------------------------------------
@@ -1303,28 +1380,23 @@ def deq_q2_k(y, out):
 
 @numba.njit(**_JIT)
 def deq_q3_k(y, out):
+    """dequantize_row_q3_K: element 16j + l of group j is d * scale_j * (its 2 bits from qs, minus 4
+    unless its hmask bit is set). Group by group, each a loop of 16 without branches in 32-bit
+    integers (so it vectorises: the bound is opaque, see _opaque)."""
     d_all = _half_at(y, 108)
-    at = 0
-    j = 0
-    m = 1
-    for n in range(0, 256, 128):
-        shift = 0
-        for _ in range(4):
-            for half in range(2):
-                if j < 8:
-                    sc = np.int64(y[96 + j]) & 0xF
-                else:
-                    sc = np.int64(y[96 + j - 8]) >> 4
-                sc = (sc | ((np.int64(y[96 + 8 + j % 4]) >> (2 * (j // 4))) & 3) << 4) - 32
-                j += 1
-                dl = F32(d_all * F32(sc))
-                for l in range(16):
-                    k = 16 * half + l
-                    q = ((np.int64(y[32 + n // 4 + k]) >> shift) & 3) - (0 if np.int64(y[k]) & m else 4)
-                    out[at] = F32(dl * F32(q))
-                    at += 1
-            shift += 2
-            m <<= 1
+    n = _opaque(16)
+    for j in range(16):
+        chunk = j // 2  # the 32 elements 32 * chunk..: qs half chunk // 4 at shift 2 * (chunk % 4), hmask bit chunk
+        half = j % 2
+        low = (np.int32(y[96 + j]) & 0xF) if j < 8 else (np.int32(y[96 + j - 8]) >> 4)
+        sc = (low | (((np.int32(y[104 + j % 4]) >> (2 * (j // 4))) & 3) << 4)) - 32
+        dl = F32(d_all * F32(sc))
+        qs = 32 + 32 * (chunk // 4) + 16 * half
+        shift = np.int32(2 * (chunk % 4))
+        bit = np.int32(chunk)
+        for l in range(n):
+            q = ((np.int32(y[qs + l]) >> shift) & np.int32(3)) - np.int32(4) + (((np.int32(y[16 * half + l]) >> bit) & np.int32(1)) << np.int32(2))
+            out[16 * j + l] = F32(dl * F32(q))
 
 
 @numba.njit(**_JIT)
@@ -1489,85 +1561,64 @@ DEQUANT = {"q2_K": (2, 256, 84), "q3_K": (3, 256, 110), "q4_K": (4, 256, 144), "
 
 # --- the error measurement: a tier's figures without a dequantized copy of the tensor -------------
 # Sums of squares are added in float64 (each float32 square is exact in float64) in whatever order
-# the compiler vectorises them ("reassoc" on _sum_of_squares only; the dequantizers above keep
-# ggml's float32 operations). A finite sum means every value was finite, so only then is the peak
-# taken by a loop the compiler may treat as NaN-free; otherwise the peak is NaN or infinite, found
-# by an exact scalar loop (as numpy's max propagates NaN).
+# the compiler vectorises them ("reassoc" on _squares_and_peak only; the dequantizers above keep
+# ggml's float32 operations). The largest |error| is taken on the float32 bits of |error| as
+# integers, which order as the magnitudes do, with every NaN above infinity above every finite
+# value: numpy's max (NaN if any value is), in a loop that vectorises without letting the compiler
+# assume there are no NaNs.
 
 @numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
-def _sum_of_squares(a, b, first, n, magnitudes):
-    """The sum of (a[l] - b[first + l])^2 for l < n in float64; the float32 |a[l] - b[first + l]| into
-    magnitudes."""
+def _squares_and_peak(a, b, first, n, peak_bits):
+    """(the sum of (a[l] - b[first + l])^2 for l < n in float64, the largest of peak_bits and the
+    float32 bits of every |a[l] - b[first + l]|). Not inlined: its "reassoc" would not come along."""
     total = 0.0
+    top = np.int32(peak_bits)
     for l in range(n):
         e = F32(a[l] - b[first + l])
-        magnitudes[l] = abs(e)
         total += F64(e) * F64(e)
-    return total
+        top = max(top, _float32_bits(abs(e)))
+    return total, top
 
 
-@numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"nnan", "nsz"})
-def _finite_peak(magnitudes, n):
-    """max(magnitudes[:n]), which are finite and >= 0."""
-    peak = F32(0)
-    for l in range(n):
-        peak = magnitudes[l] if magnitudes[l] > peak else peak
-    return peak
+@intrinsic
+def _float32_of_bits32(typingctx, value):
+    """The float32 whose bits are an int32."""
+    if value != types.int32:
+        return None
 
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
 
-@numba.njit(**_JIT)
-def _any_peak(magnitudes, n):
-    """max(magnitudes[:n]) with NaN above everything (numpy's max)."""
-    peak = F32(0)
-    for l in range(n):
-        v = magnitudes[l]
-        if v != v:
-            return v
-        peak = v if v > peak else peak
-    return peak
-
-
-@numba.njit(**_JIT)
-def _peak_of(magnitudes, n, total, peak):
-    if total - total == 0.0:  # finite: so was every value
-        return max(peak, _finite_peak(magnitudes, n))
-    if peak != peak:
-        return peak
-    found = _any_peak(magnitudes, n)
-    return found if found != found else max(peak, found)
+    return types.float32(types.int32), codegen
 
 
 @numba.njit(**_JIT)
 def _source_stats(source, out):
     """out[0] = sum of source^2 (float64); returns the largest |source| (NaN or infinite if one is)."""
     zeros = np.zeros(source.shape[1], dtype=np.float32)
-    magnitudes = np.empty(source.shape[1], dtype=np.float32)
     total = 0.0
-    peak = F32(0)
+    top = np.int32(0)
     for r in range(source.shape[0]):
-        part = _sum_of_squares(source[r], zeros, 0, source.shape[1], magnitudes)
+        part, top = _squares_and_peak(source[r], zeros, 0, source.shape[1], top)
         total += part
-        peak = _peak_of(magnitudes, source.shape[1], part, peak)
     out[0] = total
-    return peak
+    return _float32_of_bits32(top)
 
 
 @numba.njit(**_JIT)
 def _error_rows(kind, data, source, block, block_bytes, out):
     """out[0] = sum over the rows of (dequantized data - source)^2; returns the largest |error|."""
     deq = np.empty(block, dtype=np.float32)
-    magnitudes = np.empty(block, dtype=np.float32)
     total = 0.0
-    peak = F32(0)
+    top = np.int32(0)
     for r in range(source.shape[0]):
         x = source[r]
         for i in range(source.shape[1] // block):
             _dequantize_block(kind, data[r, block_bytes * i:block_bytes * i + block_bytes], deq)
-            part = _sum_of_squares(deq, x, block * i, block, magnitudes)
+            part, top = _squares_and_peak(deq, x, block * i, block, top)
             total += part
-            peak = _peak_of(magnitudes, block, part, peak)
     out[0] = total
-    return peak
+    return _float32_of_bits32(top)
 
 
 def source_stats(source):
