@@ -616,3 +616,30 @@ def test_squares_and_peak_match_float64_and_see_nan(figures):
     values[5, 7] = np.nan
     assert all(math.isnan(x) for x in function(values))
     assert function(np.zeros((0, 4), np.float32)) == (0.0, 0.0)
+
+
+def test_a_vocabulary_is_copied_byte_for_byte_once_for_every_tier(tmp_path, monkeypatch):
+    """A long string array (the tokens, the merges) goes to every tier as the bytes stored, a token
+    that is not UTF-8 included (llama-quantize copies it so; decoding it replaced its bytes), and
+    the source's metadata is gathered once for all the tiers of a run."""
+    real_vocab = synth._vocab_arrays
+
+    def vocab_with_raw_bytes(n_tokens, n_merges):
+        tokens, token_types, merges = real_vocab(n_tokens, n_merges)
+        tokens[5] = b"\xff\xfe raw"  # not UTF-8
+        return tokens, token_types, merges
+
+    monkeypatch.setattr(synth, "_vocab_arrays", vocab_with_raw_bytes)
+    source = small(tmp_path, merges=100)  # more than 64 strings: read lazily, as a real vocabulary's are
+    gathered = []
+    real_items = core._metadata_items
+    monkeypatch.setattr(core, "_metadata_items", lambda model: gathered.append(model.path) or real_items(model))
+    result = invoke(source, "--pure", "--type", "q8_0,q4_0", "-o", tmp_path / "tiers", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(gathered) == 1
+    with open_model(source) as model:
+        stored = {key: model.headers[0].metadata[key].encoded() for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")}
+    assert b"\xff\xfe raw" in stored["tokenizer.ggml.tokens"]
+    for tier in ("q8_0", "q4_0"):
+        with open_model(tmp_path / "tiers" / f"{model_stem(source)}-{tier}.gguf") as out:
+            assert {key: out.headers[0].metadata[key].encoded() for key in stored} == stored

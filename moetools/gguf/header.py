@@ -110,6 +110,26 @@ def skip_encoded_strings(data, position, count):
     return position if position <= end else None
 
 
+def split_encoded_strings(data, count):
+    """The `count` strings of an encoded string array (LazyArray.encoded) as the bytes stored, not
+    decoded (None when `data` ends before them): what a writer copying the array needs (decoding
+    replaces bytes that are not UTF-8, and the writer would encode every string again)."""
+    values = []
+    position = 0
+    unpack_len = _U64.unpack_from
+    end = len(data)
+    for _ in repeat(None, count):
+        if position + 8 > end:
+            return None
+        (length,) = unpack_len(data, position)
+        position += 8
+        if position + length > end:
+            return None
+        values.append(data[position:position + length])
+        position += length
+    return values
+
+
 def decode_encoded_strings(data, count):
     """The `count` strings of an encoded string array (LazyArray.encoded), decoded."""
     return _decode_strings(data, count)
