@@ -656,7 +656,8 @@ class Program:
 
 
 def _give(free, offset, size):
-    """_Blocks.give on a free list (the compiled replay's copy, without the method call)."""
+    """_Blocks.give on a free list (the compiled replay's copy, without the method call). A scan, not a
+    bisection: a zero-byte tensor's release leaves a zero-size block, so blocks can touch."""
     for index, block in enumerate(free):
         if block[0] + block[1] == offset:
             block[1] += size
@@ -3410,9 +3411,18 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
     outputs = output_rows(settings, ctx, outputs)
     layers = None if layers is None else tuple(sorted(set(layers)))
     key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output), outputs)
-    program = _program(graph_shape, kvshape, caches, key, lambda symbolic: _one_program(
-        _build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output, outputs=outputs),
-        memo=not graph_shape.indexer_heads))
+    def compile_symbolic(symbolic):
+        every_layer = layers is None or set(range(len(graph_shape.layers))) <= set(layers)  # (NextN blocks are not in it)
+        if every_layer and output and _shares_placement_graph(graph_shape):
+            # the placements' graph (no layer left out either way): its tensors are the same, only
+            # their devices differ, and one buffer ignores those
+            homes = Homes(layer_device=[0] * (kvshape.block_count + 1))
+            graph = _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
+            return Program(graph.leafs, graph.nodes, boundaries=graph.boundaries, memo=not graph_shape.indexer_heads)
+        return _one_program(_build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output,
+                                   outputs=outputs), memo=not graph_shape.indexer_heads)
+
+    program = _program(graph_shape, kvshape, caches, key, compile_symbolic)
     if program is not None:
         total = program.peaks(_cells(caches), [alignment])[0]
     else:  # a builder needs the concrete cells: the plain replay at this context
@@ -3433,6 +3443,13 @@ def _kinds(caches):
 
 def _cells(caches):
     return {cache.kind: cache.cells for cache in caches}
+
+
+def _shares_placement_graph(graph_shape):
+    """Whether a whole-model graph on one device is the placements' shared graph: both replay every
+    layer (_repeats leaves none out of a residual-stack or DSA graph whatever the homes), and the
+    builders' homes decide only which device a tensor is on."""
+    return bool(graph_shape.attn_res_block or graph_shape.indexer_heads) and not graph_shape.altup
 
 
 def _one_program(graph, memo=True):
@@ -3470,30 +3487,33 @@ def fold_inplace_chains(graph, fixed=()):
         if node.view_src is not None:
             viewed.add(id(node.view_src))
     fixed = {id(tensor) for tensor in fixed}
-    alias = {}  # id(dropped node) -> the parent that stands for it
+    alias = {}  # id(dropped node) -> the kept parent that stands for it
     kept = []
-    previous = None
+    previous = None  # the node before, as the folded graph has it
     for node in nodes:
         srcs = node.srcs
-        if alias:
-            if any(id(src) in alias for src in srcs):
-                srcs = node.srcs = tuple(alias.get(id(src), src) for src in srcs)
-            root = node.view_src
-            if root is not None and id(root) in alias:
-                node.view_src = alias[id(root)]
-        if (previous is not None and len(srcs) == 1 and srcs[0] is previous and node.inplace == (0,)
-                and node.view_src is None and node.device is None and not node.is_output and not node.is_input
-                and not node.host and node.offloadable and not node.dep and id(node) not in fixed
+        if (previous is not None and node.inplace == (0,) and len(srcs) == 1 and node.view_src is None
+                and alias.get(id(srcs[0]), srcs[0]) is previous and node.device is None and not node.is_output
+                and not node.is_input and not node.host and node.offloadable and not node.dep and id(node) not in fixed
                 and consumers.get(id(previous)) == 1 and id(previous) not in viewed
-                and _same_size(node.nbytes, previous.nbytes)):
+                and _same_size(node.nbytes, previous.nbytes) and _foldable_parent(previous, fixed)):
             alias[id(node)] = previous
             consumers[id(previous)] = consumers.get(id(node), 0)
             if id(node) in viewed:
                 viewed.add(id(previous))
             continue
         kept.append(node)
-        previous = node if _foldable_parent(node, fixed) else None
+        previous = node
     if alias:
+        for node in kept:
+            srcs = node.srcs
+            for src in srcs:
+                if id(src) in alias:
+                    node.srcs = tuple(alias.get(id(other), other) for other in srcs)
+                    break
+            root = node.view_src
+            if root is not None and id(root) in alias:
+                node.view_src = alias[id(root)]
         graph.nodes = kept
         graph.boundaries = [alias.get(id(tensor), tensor) for tensor in graph.boundaries]
     return graph
@@ -3642,7 +3662,7 @@ def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
            len(homes.layer_device))
     regime = _REGIME
     entries = graphs.get(key)
-    if entries is None or entries[0][0] is not kvshape:
+    if not entries or entries[0][0] is not kvshape:  # (empty: a build that raised NotAffine)
         if len(graphs) >= _GRAPHS_MAX:
             graphs.pop(next(iter(graphs)))
         entries = graphs[key] = []
