@@ -1608,15 +1608,14 @@ def _source_stats(source, out):
 @numba.njit(**_JIT)
 def _error_rows(kind, data, source, block, block_bytes, out):
     """out[0] = sum over the rows of (dequantized data - source)^2; returns the largest |error|."""
-    deq = np.empty(block, dtype=np.float32)
+    deq = np.empty(source.shape[1], dtype=np.float32)
     total = 0.0
     top = np.int32(0)
     for r in range(source.shape[0]):
-        x = source[r]
         for i in range(source.shape[1] // block):
-            _dequantize_block(kind, data[r, block_bytes * i:block_bytes * i + block_bytes], deq)
-            part, top = _squares_and_peak(deq, x, block * i, block, top)
-            total += part
+            _dequantize_block(kind, data[r, block_bytes * i:block_bytes * i + block_bytes], deq[block * i:block * i + block])
+        part, top = _squares_and_peak(deq, source[r], 0, source.shape[1], top)
+        total += part
     out[0] = total
     return _float32_of_bits32(top)
 
