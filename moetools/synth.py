@@ -30,7 +30,7 @@ class TensorSpec:
 @dataclass
 class ModelSpec:
     architecture: str
-    metadata: list  # (key, value, kind) with kind in "u32", "i32", "f32", "bool", "str", "u32[]", "i32[]", "str[]"
+    metadata: list  # (key, value, kind) with kind in "u32", "i32", "f32", "bool", "str", "u32[]", "i32[]", "u64[]", "str[]"
     tensors: list = field(default_factory=list)
     vocab_size: int = 0
     merges: int = 0  # number of BPE merges to write (0: none)
@@ -1430,8 +1430,11 @@ def qwen4exp(t=Types(), **p):
     `full_every` (gated queries, q/k norms) that attends through the QSA indexer (indexer q/k projections
     and norms; `ratio` writes attention.compress_ratios, 0 leaves the key out: dense attention), low-rank
     hyper-connections (`hc` streams, `hc_rank`) in place of the layer norms and the output norm, routed
-    experts and a gated shared expert (llama.cpp src/models/qwen4exp.cpp)."""
-    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16, "n_ff_exp": 64,
+    experts and a gated shared expert (llama.cpp src/models/qwen4exp.cpp). `ple` (a gated delta net
+    layer's index, None: none) adds the PLE module there: an n-gram hash embedding table
+    (per_layer_token_embd, `ple_ngram` - 1 times `ple_heads` heads of n_embd / heads) gated into the
+    streams and a dilated causal conv whose history is a row of the recurrent cache."""
+    p = {"ple": None, "ple_ngram": 3, "ple_heads": 2, "ple_kernel": 4, "ple_vocab": 64, "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16, "n_ff_exp": 64,
          "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4, "state": 32,
          "full_every": 4, "hc": 4, "hc_rank": 8, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "ratio": 4,
          "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
@@ -1458,6 +1461,18 @@ def qwen4exp(t=Types(), **p):
     spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
     if p["ratio"]:
         spec.meta("{arch}.attention.compress_ratios", [p["ratio"]] * n_layer, "u32[]")
+    if p["ple"] is not None:
+        n_heads = (p["ple_ngram"] - 1) * p["ple_heads"]
+        spec.meta("{arch}.ple.layers", [p["ple"]], "u32[]")
+        spec.meta("{arch}.ple.ngram_size", p["ple_ngram"])
+        spec.meta("{arch}.ple.heads_per_ngram", p["ple_heads"])
+        spec.meta("{arch}.ple.conv_kernel", p["ple_kernel"])
+        spec.meta("{arch}.ple.eos_token_id", 2)
+        spec.meta("{arch}.embedding_length_per_layer_input", n_embd // n_heads)
+        spec.meta("{arch}.ple.layer_multipliers", [1000003 + 2 * i for i in range(p["ple_ngram"])], "u64[]")
+        spec.meta("{arch}.ple.head_offsets", [h * p["ple_vocab"] for h in range(n_heads)], "u64[]")
+        spec.meta("{arch}.ple.head_vocab_sizes", [p["ple_vocab"]] * n_heads, "u64[]")
+        spec.add("per_layer_token_embd.weight", (n_embd // n_heads, n_heads * p["ple_vocab"]), t.embed)
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("output.weight", (n_embd, p["vocab"]), t.output)
     spec.add("output_hc_norm.weight", (n_embd, hc), t.norm)
@@ -1478,6 +1493,12 @@ def qwen4exp(t=Types(), **p):
             spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
         else:
             _gdn_block(spec, il, p, t, key_dim, value_dim)
+        if il == p["ple"]:
+            spec.add(f"blk.{il}.ple_key.weight", (n_embd, hc * n_embd), t.resident)
+            spec.add(f"blk.{il}.ple_value.weight", (n_embd, n_embd), t.resident)
+            for norm in ("key", "query", "conv"):
+                spec.add(f"blk.{il}.ple_norm_{norm}.weight", (n_embd, hc), t.norm)
+            spec.add(f"blk.{il}.ple_conv1d.weight", (p["ple_kernel"], hc * n_embd), t.norm)
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
         spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
@@ -2639,7 +2660,9 @@ def _write_model(spec, path, sparse, shards, seed, alignment):
     if alignment:
         writer.add_custom_alignment(alignment)
     for key, value, kind in spec.metadata:
-        if kind.endswith("[]"):
+        if kind == "u64[]":  # (add_array would infer i32)
+            writer.add_key_value(key, value, GGUFValueType.ARRAY, sub_type=GGUFValueType.UINT64)
+        elif kind.endswith("[]"):
             writer.add_array(key, value)
         else:
             writer.add_key_value(key, value, kinds[kind])

@@ -29,11 +29,13 @@ def shape_of(path):
 
 
 def logged_form(caches):
-    """Our caches as llama.cpp logs them: [cells, layers, K MiB, V MiB] per KV cache, [cells, R, S] per state."""
+    """Our caches as llama.cpp logs them: [cells, layers, K MiB, V MiB] per KV cache, [cells, R, S] per state
+    (and P, qwen4exp's PLE conv history, when there is one)."""
     mib = lambda n: round(n / 2**20, 2)
     attention = [[c.cells, c.layers, mib(c.k_bytes), mib(c.v_bytes)] for c in caches
                  if c.kind != "recurrent" and not c.kind.endswith("-state")]
-    state = [[c.cells, mib(c.r_bytes), mib(c.s_bytes)] for c in caches if c.kind == "recurrent"]
+    state = [[c.cells, mib(c.r_bytes), mib(c.s_bytes)] + ([mib(c.p_bytes)] if c.p_bytes else [])
+             for c in caches if c.kind == "recurrent"]
     return attention, state
 
 
@@ -160,7 +162,9 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     latent cache and the k-pool indexer cache of key, gate and pooled key; mHC streams, the k-pool
     selection with every pool new at reserve, the gather path of small ubatches), Qwen4-Exp (`qwen4exp`,
     llama_memory_hybrid_idx: gated delta net state, the attention layers' K/V and QSA indexer key caches;
-    low-rank hyper-connections, the QSA block top-k mask, or dense attention without compress_ratios),
+    low-rank hyper-connections, the QSA block top-k mask, or dense attention without compress_ratios;
+    with a PLE module, tiny and at width: its conv history's rows of the recurrent cache, the n-gram
+    embedding gather and the module's graph, walked from its tail copies as qwen4exp.cpp expands it),
     MiniMax-M3 (`minimax-m3`: llama_kv_cache_msa's indexer cache, K and V, beside the KV; its sparse
     attention's block scores, top-k, cell masks and flash attention per stream, replayed when it runs —
     flash attention on and not one unified cache of several sequences — and dense attention otherwise),
@@ -265,11 +269,14 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     elif arch in ("mamba2", "rwkv7", "mamba"):
         assert shape.recurrent_kind == {"mamba2": "mamba", "rwkv7": "rwkv", "mamba": "mamba"}[arch]
         assert all(shape.is_recurrent) and not any(shape.has_kv)
-    elif arch == "qwen4exp":  # the last layout measured: the wide one
+    elif arch == "qwen4exp":  # the last layout measured: the wide one with a PLE module in block 2
         assert shape.is_recurrent == [c == "G" for c in "GGG*GGG*"] and shape.indexer_layers == [c == "*" for c in "GGG*GGG*"]
         assert (shape.indexer_width, shape.recurrent_kind) == (128, "gdn")
         assert [layer.mixer for layer in graph.layers] == ["gdn" if c == "G" else "attention" for c in "GGG*GGG*"]
-        assert graph.dsv4 == {"hc": 4, "rank": 64, "ratio": 4} and [layer.gated_q for layer in graph.layers][3]
+        assert shape.ple_layers == [il == 2 for il in range(8)] and shape.ple_state == 3 * 3 * 4 * 2048
+        assert graph.dsv4 == {"hc": 4, "rank": 64, "ratio": 4, "ple": 2, "ple_heads": 8, "ple_ngram": 3,
+                              "ple_width": 2048, "ple_kernel": 4, "ple_conv_f32": True}
+        assert [layer.gated_q for layer in graph.layers][3]
     elif arch == "glm5-next":  # the last layout measured: the wide one
         assert shape.is_recurrent == [c == "K" for c in "KKK*KKK*"] and shape.indexer_layers == [c == "*" for c in "KKK*KKK*"]
         assert (shape.k_width[3], shape.indexer_width, shape.recurrent_kind) == (512, 3 * 128, "kda")
@@ -700,18 +707,44 @@ def test_hy_v4_layer_zero_must_index(tmp_path):
 
 
 def test_qwen4exp_refusals_name_what_is_missing(tmp_path):
-    """A qwen4exp with a PLE module is refused (its conv-history state rows and graph are not modelled),
-    naming ple.layers; attention layers with different compression ratios are refused at the compute."""
+    """A PLE module llama.cpp refuses is refused naming ple.layers (two layers, one out of range, one on
+    an attention layer), one without its conv kernel names that key; attention layers with different
+    compression ratios are refused at the compute."""
     from moetools.devicefit import compute
 
-    spec = synth.tiny("qwen4exp")
-    spec.meta("{arch}.ple.layers", [0], "u32[]")
-    path = synth.write_model(spec, tmp_path / "ple.gguf", sparse=True)[0]
-    with pytest.raises(GGUFError, match="PLE module") as error:
+    for layers, match in (([0, 1], "exactly one PLE layer"), ([9], "out of range"), ([3], "not a linear attention")):
+        path = synth.write_model(_with_meta(synth.tiny("qwen4exp", ple=0), ".ple.layers", layers, "u32[]"),
+                                 tmp_path / "ple.gguf", sparse=True)[0]
+        with pytest.raises(GGUFError, match=match) as error:
+            shape_of(path)
+        assert "ple.layers" in str(error.value)
+    spec = synth.tiny("qwen4exp", ple=0)
+    spec.metadata = [entry for entry in spec.metadata if not entry[0].endswith(".ple.conv_kernel")]
+    path = synth.write_model(spec, tmp_path / "kernel.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match="PLE") as error:
         shape_of(path)
-    assert "ple.layers" in str(error.value)
+    assert "ple.conv_kernel" in str(error.value)
     spec = _with_meta(synth.tiny("qwen4exp", n_layer=8), ".attention.compress_ratios", [4, 4, 4, 4, 4, 4, 4, 8], "u32[]")
     path = synth.write_model(spec, tmp_path / "ratios.gguf", sparse=True)[0]
     with open_model(path) as model:
         with pytest.raises(GGUFError, match="different compression ratios"):
             compute.graph_shape(model, kv.kv_shape(model))
+
+
+def test_qwen4exp_ple_history_is_its_layers_state(tmp_path):
+    """The PLE conv history (llama_memory_recurrent's P rows: (kernel - 1) x ngram x hc x n_embd f32 per
+    sequence and snapshot) is counted once, in the recurrent cache and on its block (per_layer sums to the
+    total; a decoded token reads it whole), and shows in the cache's document as p_bytes."""
+    path = synth.write_model(synth.tiny("qwen4exp", ple=1), tmp_path / "ple.gguf", sparse=True)[0]
+    plain = synth.write_model(synth.tiny("qwen4exp"), tmp_path / "plain.gguf", sparse=True)[0]
+    shape, base = shape_of(path), shape_of(plain)
+    settings = KVSettings(n_seq=3)
+    history = 3 * 3 * 4 * 256 * 4 * 3  # bytes: kernel 4, n-gram 3, 4 streams of 256, f32, 3 sequences
+    caches = kv.kv_caches(shape, 8192, settings)
+    assert kv.total(caches) - kv.total(kv.kv_caches(base, 8192, settings)) == history
+    assert [cache.to_doc().get("p_bytes") for cache in caches if cache.kind == "recurrent"] == [history]
+    layers, base_layers = kv.per_layer(shape, 8192, settings), kv.per_layer(base, 8192, settings)
+    assert sum(layers) == kv.total(caches)
+    assert [a - b for a, b in zip(layers, base_layers)] == [0, history, 0, 0]
+    read = [a - b for a, b in zip(kv.read_per_token(shape, 1000, settings), kv.read_per_token(base, 1000, settings))]
+    assert read == [0.0, history / 3, 0.0, 0.0]

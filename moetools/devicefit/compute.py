@@ -1168,6 +1168,15 @@ def graph_shape(model, kvshape=None):
         shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
                       "rank": model.get_int("{arch}.hyper_connection.low_rank", None, required_for=need),
                       "ratio": attention.pop() if attention else 0}
+        if any(kvshape.ple_layers):  # the PLE module (kv._ple_module checked its layer and kernel)
+            ple = kvshape.ple_layers.index(True)
+            ngram = model.get_int("{arch}.ple.ngram_size", None, required_for=need)
+            heads = (ngram - 1) * model.get_int("{arch}.ple.heads_per_ngram", None, required_for=need)
+            conv = model.tensor_by_name.get(f"blk.{ple}.ple_conv1d.weight")
+            shape.dsv4.update(ple=ple, ple_heads=heads, ple_ngram=ngram,
+                              ple_width=heads * model.get_int("{arch}.embedding_length_per_layer_input", None, required_for=need),
+                              ple_kernel=model.get_int("{arch}.ple.conv_kernel", None, required_for=need),
+                              ple_conv_f32=conv is None or conv.type_id == 0)
     elif arch == "hy_v4":  # iHC streams around MLA
         shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for="Hunyuan-V4's compute")}
     if kvshape.borrowed:
@@ -2847,6 +2856,62 @@ def _q4_qsa_mask(b, x):
     return g.op(filled.nbytes, g.view(unmasked), mask, inplace=(0,))
 
 
+def _q4_ple_embedding(b):
+    """build_inp_ple: the host-hashed rows (I32, ple heads x T) and their gather from per_layer_token_embd
+    (an input-layer weight, on the CPU), expanded at once so it shares the embedding's split."""
+    g, T = b.g, b.T
+    rows = g.input(I32_BYTES * b.shape.dsv4["ple_heads"] * T)
+    emb = g.op(b.f32(b.shape.dsv4["ple_width"], T), b.weights, rows)
+    emb.host = True
+    emb.offloadable = False  # GET_ROWS
+    return g.expand(emb)
+
+
+def _q4_ple(b, emb, stream):
+    """build_ple: key and value projections of the n-gram embedding, per-stream grouped norms of the key
+    and the streams, their dot product into a signed-sqrt sigmoid gate, the value repeated over the
+    streams and gated, its grouped norm, then build_conv_state_at (the history row gathered, concatenated
+    with the tokens, 1 + n_rs_seq tails made contiguous and copied back) and the dilated causal conv as
+    conv_kernel shifted contiguous copies times a kernel column (cast when the file's type is not f32),
+    summed; silu, cont, and the stream plus gated value plus conv."""
+    g, T, hc, n_embd = b.g, b.T, b.shape.dsv4["hc"], b.shape.n_embd
+    q4 = b.shape.dsv4
+    n_seq = max(1, b.settings.n_seq)
+    streams = b.f32(n_embd, hc, T)
+    key = b.mm(hc * n_embd, emb)
+    value = b.mm(n_embd, emb)
+    key = g.op(streams, g.view(key))  # rms_norm of the reshape
+    key = g.op(streams, key, b.weights, inplace=(0,))
+    query = g.op(streams, stream)  # rms_norm
+    query = g.op(streams, query, b.weights, inplace=(0,))
+    score = g.op(b.f32(1, hc, T), g.op(streams, key, query, inplace=(0, 1)))  # mul, sum_rows
+    score = b.unary(score, score.nbytes)  # scale
+    mag = b.unary(b.unary(b.unary(score, score.nbytes), score.nbytes), score.nbytes)  # abs, clamp, sqrt
+    sign = b.unary(score, score.nbytes)  # sgn
+    gate = b.unary(g.op(score.nbytes, sign, mag, inplace=(0, 1)), score.nbytes)  # mul, sigmoid
+    gated = g.op(streams, g.op(streams, g.view(value)), gate, inplace=(0,))  # repeat_4d, mul
+    normed = g.op(streams, g.view(gated))  # rms_norm
+    normed = g.op(streams, normed, b.weights, inplace=(0,))
+    s_copy = _state_copy(b)
+    # build_rs expands the history's gather (and its 0-row extra states' copy) first; the first tail's
+    # copy then walks the whole module, the previous layer's end reached only through the query's norm
+    history = g.expand(g.op(b.f32(b.kv.ple_state, n_seq), g.view(b.cache), g.view(s_copy)))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    padded = g.op(b.f32(b.kv.ple_state, n_seq) + streams, g.view(history), g.view(normed))  # concat
+    for _ in range(1 + b.settings.rs_seq):  # the tails, contiguous, copied into the cache
+        g.expand(g.view(b.cache, g.op(b.f32(b.kv.ple_state, n_seq), g.view(padded))))
+    conv = None
+    for _ in range(q4["ple_kernel"]):
+        shifted = g.op(streams, g.view(padded))  # cont(transpose(view))
+        column = g.op(b.f32(hc * n_embd, 1), b.weights)  # cont of the kernel column
+        if not q4["ple_conv_f32"]:
+            column = g.op(column.nbytes, column)  # cast to f32
+        term = g.op(streams, shifted, g.view(column), inplace=(0,))
+        conv = term if conv is None else g.op(streams, conv, term, inplace=(0, 1))
+    conv = g.op(streams, b.unary(conv, streams))  # silu, cont
+    return g.op(streams, stream, g.op(streams, gated, conv, inplace=(0, 1)), inplace=(0, 1))
+
+
 def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
     """llama_model_qwen4exp::graph: the embedding repeated into hc streams; per layer a low-rank
     hyper-connection mix, the gated delta net or gated attention (through the QSA top-k mask where the
@@ -2858,6 +2923,8 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
         _q4_qsa_inputs(b)
     else:
         b.qsa = None
+    ple = graph_shape.dsv4.get("ple")
+    emb = _q4_ple_embedding(b) if ple is not None else None
     g.expand(lookup)
     stream = g.op(b.f32(n_embd, hc, b.T), g.view(lookup))  # repeat_4d
     last = len(graph_shape.layers) - 1
@@ -2866,6 +2933,8 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
             continue
         if b.homes is not None:
             b.move(b.homes.layer_device[il], il)
+        if il == ple:
+            stream = _q4_ple(b, emb, stream)
         cur, xn = _q4_hc_mix(b, stream)
         g.expand(cur)
         if layer.mixer == "gdn":
@@ -2883,8 +2952,9 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
         cur, xn = _q4_hc_mix(b, stream)
         out = _moe(b, il, cur, layer)
         stream = _q4_combine(b, stream, out, b.mm(hc, g.view(xn)))
-        g.expand(stream)
-        g.boundaries.append(stream)
+        if il + 1 != ple or il + 1 not in layer_set:  # (qwen4exp.cpp expands nothing at a layer's end:
+            g.expand(stream)  # the PLE module's tail copies reach this layer's shared expert and combine)
+            g.boundaries.append(stream)
     if not output:
         g.expand(stream)
         return g

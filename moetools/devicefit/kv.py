@@ -188,6 +188,8 @@ class KVShape(Record):
         ("mla", False),
         ("state_r", 0),  # f32 values per recurrent row (conv state)
         ("state_s", 0),  # f32 values per recurrent row (recurrent matrix state)
+        ("ple_state", 0),  # qwen4exp's PLE module: f32 values per recurrent row of its conv history (cache_ple_r_l)
+        ("ple_layers", list),  # per block: True where that row exists ([] = none)
         ("recurrent_kind", ""),  # "kda" | "gdn" | "lightning" | "mamba" | "rwkv" | "shortconv" ("" without recurrent layers)
         ("has_kv", list),  # per block: False where the layer holds no attention cache (filtered/shared); [] = all
         ("indexer_width", 0),  # DSA: values per cell of the indexer K cache (one head)
@@ -499,7 +501,8 @@ def kv_shape(model):
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
     if arch in ("gemma3n", "gemma4") and not all(has_kv[:trunk]):
         notes.append(f"{arch}: {trunk - sum(has_kv[:trunk])} layer(s) reuse an earlier layer's KV cache and hold none")
-    state_r = state_s = 0
+    state_r = state_s = ple_state = 0
+    ple_layers = []
     if any(is_recurrent):
         state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
     if arch == "dflash" and model.get_int("{arch}.hyper_connection.count", 0):
@@ -530,11 +533,7 @@ def kv_shape(model):
         # llama_memory_hybrid_idx: one key head per cell for the QSA, in the trunk's attention layers
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the QSA indexer cache")
         indexer_layers = [il < trunk and not is_recurrent[il] for il in range(n_layer)]
-        if model.metadata.get(model.key("{arch}.ple.layers")):
-            # llama.cpp keeps the PLE module's conv history as extra rows of the recurrent cache (cache_ple_r_l)
-            raise GGUFError(model.path, "device-fit cannot size qwen4exp with a PLE module (ple.layers): it has no model "
-                                        "of its conv-history state (the recurrent cache's P rows) and its graph",
-                            key=model.key("{arch}.ple.layers"))
+        ple_state, ple_layers = _ple_module(model, n_layer, is_recurrent)
     elif arch in MSA_ARCHES:
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the MSA indexer cache")
         dense_lead = model.get_int("{arch}.leading_dense_block_count", 0)
@@ -562,6 +561,8 @@ def kv_shape(model):
         mla=mla,
         state_r=state_r,
         state_s=state_s,
+        ple_state=ple_state,
+        ple_layers=ple_layers,
         recurrent_kind=recurrent_kind,
         has_kv=has_kv,
         indexer_width=indexer_width,
@@ -640,18 +641,21 @@ class KVCache(Record):
         ("v_bytes", 0),
         ("r_bytes", 0),
         ("s_bytes", 0),
+        ("p_bytes", 0),  # qwen4exp's PLE conv history (llama_memory_recurrent's P tensors), in the same buffer
         ("borrowed", False),  # the layers read another context's cache (KVShape.borrowed): no bytes here
     )
 
     @property
     def total(self):
-        return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes
+        return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes + self.p_bytes
 
     def to_doc(self):
         doc = {"kind": self.kind, "cells": self.cells * self.streams, "cells_per_stream": self.cells,
                "streams": self.streams, "layers": self.layers, "k_bytes": self.k_bytes, "v_bytes": self.v_bytes}
         if self.kind == "recurrent" or self.kind.endswith("-state"):
             doc.update(r_bytes=self.r_bytes, s_bytes=self.s_bytes)
+            if self.p_bytes:
+                doc["p_bytes"] = self.p_bytes
         if self.borrowed:
             doc["borrowed"] = True
         doc["bytes"] = self.total
@@ -722,6 +726,35 @@ def _v_widest(shape, settings):
 # llm_arch_supports_rs_rollback (src/llama-arch.cpp): llama_context clamps n_rs_seq to 0 for the others
 RS_ROLLBACK_ARCHES = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
                       "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3")
+
+
+def _ple_module(model, n_layer, is_recurrent):
+    """(f32 values per recurrent row of the PLE conv history, True per block holding it) of a qwen4exp
+    (llama_model_qwen4exp::load_arch_hparams, llama_hparams::ple_conv_state: (conv_kernel - 1) x
+    ngram_size x hyper_connection.count x n_embd; (0, []) without ple.layers)."""
+    key = model.key("{arch}.ple.layers")
+    raw = model.metadata.get(key)
+    if isinstance(raw, LazyArray):
+        raw = raw.load()
+    if not raw:
+        return 0, []
+    if not isinstance(raw, list) or len(raw) != 1:
+        raise GGUFError(model.path, f"ple.layers lists {len(raw) if isinstance(raw, list) else raw!r}: llama.cpp "
+                                    "supports exactly one PLE layer", key=key)
+    layer = raw[0]
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n_layer:
+        raise GGUFError(model.path, f"PLE layer {layer!r} is out of range", key=key)
+    if not is_recurrent[layer]:
+        raise GGUFError(model.path, f"PLE layer {layer} is not a linear attention layer (llama.cpp refuses it)", key=key)
+    needed = "qwen4exp's PLE conv-history state"
+    kernel = model.get_int("{arch}.ple.conv_kernel", None, required_for=needed)
+    ngram = model.get_int("{arch}.ple.ngram_size", None, required_for=needed)
+    if not kernel or not 2 <= ngram <= 8:  # qwen4exp_require_nonzero; LLAMA_MAX_PLE_NGRAM 8
+        raise GGUFError(model.path, f"PLE conv kernel {kernel} / n-gram size {ngram} out of range",
+                        key=model.key("{arch}.ple.ngram_size"))
+    hc = model.get_int("{arch}.hyper_connection.count", None, required_for=needed)
+    n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for=needed)
+    return (kernel - 1) * ngram * hc * n_embd, [il == layer for il in range(n_layer)]
 
 
 def _state_rows(settings):
@@ -861,7 +894,8 @@ def kv_caches(shape, ctx, settings):
         rows = _state_rows(settings)
         result.append(KVCache("recurrent", rows, 1, recurrent_layers,
                               r_bytes=recurrent_layers * shape.state_r * rows * F32_BYTES,
-                              s_bytes=recurrent_layers * shape.state_s * rows * F32_BYTES))
+                              s_bytes=recurrent_layers * shape.state_s * rows * F32_BYTES,
+                              p_bytes=sum(shape.ple_layers) * shape.ple_state * rows * F32_BYTES))
     return result
 
 
@@ -907,6 +941,9 @@ def per_layer(shape, ctx, settings):
     rows = _state_rows(settings)
     for il in _recurrent_layers(shape):
         result[il] += (shape.state_r + shape.state_s) * rows * F32_BYTES
+    for il, flag in enumerate(shape.ple_layers):
+        if flag:
+            result[il] += shape.ple_state * rows * F32_BYTES
     return result
 
 
@@ -922,6 +959,9 @@ def read_per_token(shape, depth, settings):
                 result[il] += float(_dsv4_row(shape, kind, settings) * (depth // ratio))
     for il in _recurrent_layers(shape):
         result[il] += float((shape.state_r + shape.state_s) * F32_BYTES)
+    for il, flag in enumerate(shape.ple_layers):
+        if flag:
+            result[il] += float(shape.ple_state * F32_BYTES)
     for il in range(shape.block_count):
         if not holds_kv(shape, il):
             continue
