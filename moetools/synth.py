@@ -1428,7 +1428,8 @@ def glm5_next(t=Types(), **p):
 def qwen4exp(t=Types(), **p):
     """Qwen4-Exp (`qwen4exp`): Qwen3.5's gated delta net layers with one full-attention layer every
     `full_every` (gated queries, q/k norms) that attends through the QSA indexer (indexer q/k projections
-    and norms; `ratio` writes attention.compress_ratios, 0 leaves the key out: dense attention), low-rank
+    and norms; `ratio` writes attention.compress_ratios, one for all layers or a list, 0 leaves the key
+    out: dense attention), low-rank
     hyper-connections (`hc` streams, `hc_rank`) in place of the layer norms and the output norm, routed
     experts and a gated shared expert (llama.cpp src/models/qwen4exp.cpp). `ple` (a gated delta net
     layer's index, None: none) adds the PLE module there: an n-gram hash embedding table
@@ -1459,8 +1460,9 @@ def qwen4exp(t=Types(), **p):
     spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
     spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
     spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
-    if p["ratio"]:
-        spec.meta("{arch}.attention.compress_ratios", [p["ratio"]] * n_layer, "u32[]")
+    if p["ratio"]:  # one ratio for every layer, or a list per layer
+        ratios = list(p["ratio"]) if isinstance(p["ratio"], (list, tuple)) else [p["ratio"]] * n_layer
+        spec.meta("{arch}.attention.compress_ratios", ratios, "u32[]")
     if p["ple"] is not None:
         n_heads = (p["ple_ngram"] - 1) * p["ple_heads"]
         spec.meta("{arch}.ple.layers", [p["ple"]], "u32[]")

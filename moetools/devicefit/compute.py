@@ -1160,14 +1160,12 @@ def graph_shape(model, kvshape=None):
     elif arch == "qwen4exp":  # low-rank hyper-connections, QSA over the attention layers
         need = "Qwen4-Exp's compute"
         ratios = model.layer_values("{arch}.attention.compress_ratios", 0)
-        attention = {ratios[il] or 0 for il in range(kvshape.trunk_layers) if not kvshape.is_recurrent[il]}
-        if len(attention) > 1:
-            raise GGUFError(model.path, "device-fit cannot size the compute of qwen4exp attention layers with different "
-                                        "compression ratios (one QSA input set per ratio is not modelled)",
-                            key=model.key("{arch}.attention.compress_ratios"))
+        # per block: its attention layer's QSA block size (0: a recurrent layer, or dense attention)
+        ratios = tuple(0 if il >= kvshape.trunk_layers or kvshape.is_recurrent[il] else ratios[il] or 0
+                       for il in range(kvshape.block_count))
         shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
                       "rank": model.get_int("{arch}.hyper_connection.low_rank", None, required_for=need),
-                      "ratio": attention.pop() if attention else 0}
+                      "ratios": ratios}
         if any(kvshape.ple_layers):  # the PLE module (kv._ple_module checked its layer and kernel)
             ple = kvshape.ple_layers.index(True)
             ngram = model.get_int("{arch}.ple.ngram_size", None, required_for=need)
@@ -2798,25 +2796,29 @@ def _q4_combine(b, stream, out, inject):
 
 
 def _q4_qsa_inputs(b):
-    """llm_graph_input_qsa (one set per ratio): the indexer cache's k_idxs, the cell -> block map, the
-    block members and positions, the per-block bias."""
+    """llm_graph_input_qsa, one set per ratio (the layers sharing a ratio share it), made at the first
+    layer with that ratio: the indexer cache's k_idxs, the cell -> block map, the block members and
+    positions, the per-block bias."""
     g, T = b.g, b.T
-    r = b.shape.dsv4["ratio"]
     n_kv, streams = b.cells["full"], b.streams
-    n_blocks = -(-n_kv // r)
-    b.qsa = {"k_idxs": g.input(I64_BYTES * T), "cell_blk": g.input(I32_BYTES * n_kv * streams),
-             "blk_cells": g.input(I32_BYTES * r * n_blocks * streams), "blk_pos": g.input(I32_BYTES * 4 * n_blocks * streams),
-             "bias": g.input(F32_BYTES * n_blocks * T), "n_blocks": n_blocks}
+    b.qsa = {}
+    for r in b.shape.dsv4["ratios"]:
+        if r and r not in b.qsa:
+            n_blocks = -(-n_kv // r)
+            b.qsa[r] = {"k_idxs": g.input(I64_BYTES * T), "cell_blk": g.input(I32_BYTES * n_kv * streams),
+                        "blk_cells": g.input(I32_BYTES * r * n_blocks * streams),
+                        "blk_pos": g.input(I32_BYTES * 4 * n_blocks * streams),
+                        "bias": g.input(F32_BYTES * n_blocks * T), "n_blocks": n_blocks}
 
 
-def _q4_qsa_mask(b, x):
+def _q4_qsa_mask(b, x, r):
     """build_qsa_top_k + build_attn_qsa's mask: raw indexer keys cached, each block's members gathered
     and mean-pooled (a cont per member, adds), normed and roped; queries normed and roped; rectified
     per-head block scores summed, plus the block bias, expanded to cells, plus the mask (cast to f32
     with flash attention); the top cells (whole blocks plus the tail), then -inf filled, zeros set at them,
     added to the mask."""
-    g, T, shape, qsa = b.g, b.T, b.shape, b.qsa
-    r, n_blocks, streams = shape.dsv4["ratio"], qsa["n_blocks"], b.streams
+    g, T, shape, qsa = b.g, b.T, b.shape, b.qsa[r]
+    n_blocks, streams = qsa["n_blocks"], b.streams
     width, heads = shape.indexer_head, shape.indexer_heads
     n_kv = b.cells["full"]
     k_raw = b.mm(width, x)
@@ -2919,10 +2921,10 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
     MoE with its gated shared expert; the head's mix is the output norm."""
     g, n_embd, hc = b.g, graph_shape.n_embd, graph_shape.dsv4["hc"]
     _attention_inputs(b, ["full"])
-    if graph_shape.indexer_heads and graph_shape.dsv4["ratio"]:
+    if graph_shape.indexer_heads and any(graph_shape.dsv4["ratios"]):
         _q4_qsa_inputs(b)
     else:
-        b.qsa = None
+        b.qsa = {}
     ple = graph_shape.dsv4.get("ple")
     emb = _q4_ple_embedding(b) if ple is not None else None
     g.expand(lookup)
@@ -2940,7 +2942,8 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
         if layer.mixer == "gdn":
             cur = _gdn_layer(b, il, cur, layer)
         else:
-            mask = _q4_qsa_mask(b, cur) if b.qsa is not None else None
+            ratio = graph_shape.dsv4["ratios"][il]
+            mask = _q4_qsa_mask(b, cur, ratio) if ratio in b.qsa else None
             cur = _gqa_layer(b, il, cur, layer, mask=mask)
         inject = b.mm(hc, g.view(xn))
         if il == last:
