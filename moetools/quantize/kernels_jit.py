@@ -32,6 +32,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from moetools.jitcache import make_cache_writes_best_effort
+
 F32 = np.float32
 F64 = np.float64
 _JIT = {"nogil": True, "cache": True, "error_model": "numpy"}  # C division: inf/nan, never an exception
@@ -1645,3 +1647,7 @@ def dequantize_rows(name, data, n_rows, row):
     out = np.empty((n_rows, row), dtype=np.float32)
     _dequantize_rows(kind, np.ascontiguousarray(data).reshape(n_rows, row // block * block_bytes), out, block, block_bytes)
     return out
+
+
+# Every kernel's cache written best effort (moetools.jitcache: a full drive does not fail the run).
+make_cache_writes_best_effort(globals())

@@ -16,6 +16,8 @@ import types
 import numba
 import numpy as np
 
+from moetools.jitcache import best_effort, make_cache_writes_best_effort
+
 
 @numba.njit(cache=True, nogil=True)
 def priority_stack_run(seq, rank, start, stop, stack_key, stack_item, depth_of, size, dist, cold):
@@ -84,7 +86,14 @@ def _calling(function, **compiled):
                               function.__defaults__, function.__closure__)
 
 
-_jit = numba.njit(cache=True, nogil=True, error_model="numpy")
+_njit = numba.njit(cache=True, nogil=True, error_model="numpy")
+
+
+def _jit(function):
+    """`function` compiled, its cache written best effort (moetools.jitcache: a full drive does not fail the run)."""
+    return best_effort(_njit(function))
+
+
 replay = _jit(_kernels.replay)
 predict = _jit(_kernels.predict)
 best_arm = _jit(_kernels.best_arm)
@@ -103,3 +112,5 @@ topk_step = _jit(_calling(_policies.topk_step, best_arm=best_arm, _count_below=_
 from moetools.tracetail import reader as _reader  # noqa: E402
 
 token_cuts = _jit(_reader.token_cuts)
+
+make_cache_writes_best_effort(globals())  # priority_stack_run and anything decorated directly
