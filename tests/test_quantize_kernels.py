@@ -279,6 +279,28 @@ def test_numpy_engine_equals_the_compiled_one(name, compiled, monkeypatch):
         assert kernels.quantize(x, type_id, threads=2, imatrix=imatrix).tobytes() == want.tobytes(), imatrix is not None
 
 
+@pytest.mark.parametrize("name", list(IMATRIX_TYPES) + ["q8_0"])
+def test_numpy_engine_equals_the_compiled_one_where_squares_overflow(name, compiled, monkeypatch):
+    """Weights near float32's range make x*x overflow to inf and a group's scale NaN. ggml's
+    `amax < fabsf(v)` / `v > max` loops never pick a NaN, np.argmax/np.max would: both engines must
+    still write ggml's bytes (the numpy Q3_K kernel wrote a zero block scale here before)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5, 512)).astype(np.float32)
+    x[0, 5] = 1e30
+    x[1, :16] = 3e18
+    x[2, :256] *= np.float32(1e20)
+    x[3, 300] = -1e19
+    x[4, 100:140] = 2e19
+    weights = np.exp(rng.standard_normal(512)).astype(np.float32)
+    type_id = kernels.GGML_TYPE_IDS[name]
+    with np.errstate(all="ignore"):
+        expected = [kernels.quantize(x, type_id, threads=1, imatrix=imatrix) for imatrix in (None, weights)]
+        monkeypatch.setitem(kernels._compiled, "module", None)
+        for imatrix, want in zip((None, weights), expected):
+            got = kernels.quantize(x, type_id, threads=1, imatrix=imatrix)
+            assert got.tobytes() == want.tobytes(), imatrix is not None
+
+
 @pytest.mark.parametrize("value", ["1", "0", ""])
 def test_no_jit_switch_and_no_silent_fallback(monkeypatch, value):
     # numba is a declared dependency: when it imports and the switch is off, it must serve

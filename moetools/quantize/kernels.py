@@ -68,10 +68,12 @@ def _half_value(values):
 
 def _first_absmax(x, axis):
     """(value with the largest |x|, that |x|) along `axis`, as ggml's `if (amax < fabsf(v))` loop
-    finds it: the first one wins ties, and +0.0 (its start value) when every |x| is 0."""
+    finds it: the first one wins ties, and +0.0 (its start value) when every |x| is 0. A NaN never
+    wins (`amax < NaN` is false), where np.argmax would pick it (a scale made NaN by an overflow)."""
     ax = np.abs(x)
+    ax = np.where(np.isnan(ax), F32(-1), ax)
     index = np.expand_dims(np.argmax(ax, axis=axis), axis)
-    amax = np.take_along_axis(ax, index, axis).squeeze(axis)
+    amax = np.maximum(np.take_along_axis(ax, index, axis).squeeze(axis), F32(0))
     return np.where(amax > 0, np.take_along_axis(x, index, axis).squeeze(axis), F32(0)), amax
 
 
@@ -83,7 +85,7 @@ def _first_extreme(x, pick):
 
 def _positive_max(values):
     """ggml's `max = 0; if (v > max) max = v` over axis 1: +0.0 unless some value is positive."""
-    top = values.max(axis=1)
+    top = np.where(np.isnan(values), F32(0), values).max(axis=1)  # `NaN > max` is false: never taken
     return np.where(top > 0, top, F32(0))
 
 
@@ -331,9 +333,11 @@ def _make_qkx2(x, w, nmax, rmin, rdelta, nstep, use_mad):
 
 
 def _qx_levels(x, iscale, nmax, out):
-    """clip(nearest(iscale * x), -nmax, nmax - 1) into `out` (n, g), in place."""
+    """clip(nearest(iscale * x), -nmax, nmax - 1) into `out` (n, g), in place. A NaN product (an
+    overflowed weight made the scale NaN) is level 0, as ggml's nearest_int gives for NaN."""
     np.multiply(x, iscale, out=out)
     np.rint(out, out=out)
+    np.copyto(out, F32(0), where=np.isnan(out))
     np.maximum(out, -nmax, out=out)
     np.minimum(out, nmax - 1, out=out)
     return out
