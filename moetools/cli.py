@@ -4,7 +4,9 @@ Each subcommand lives in its own module and is imported only when it runs (or wh
 lists it), so `moetools inspect` does not pay for numpy, gguf or rich unless it needs them.
 """
 
+import contextlib
 import errno
+import gc
 import importlib
 import importlib.util
 import os
@@ -174,6 +176,21 @@ def exit_at_once():
     its thousands of objects and the machine code takes a fifth of a second of CPU, a sixth of a small
     quantize run. Only the real process does this (`main`); a command run in-process (tests) is not affected."""
     _EXIT_AT_ONCE.append(True)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off for the block, back on after it if it was on. For the
+    commands whose work makes many objects and no reference cycles (device-fit's graphs, numba's
+    import and cache loads under quantize): reference counting frees them, the collector's passes only
+    cost CPU."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _exit_now(code):

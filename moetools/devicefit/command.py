@@ -8,7 +8,6 @@ resident weights, KV cache and the hot-expert cache, how fast it will decode, an
 """
 
 import functools
-import gc
 import os
 import re
 import shlex
@@ -491,16 +490,11 @@ def _collector_paused(command):
     over them, and freeing them one by one at exit, cost a tenth of a large plan's CPU."""
     @functools.wraps(command)
     def paused(*args, **kwargs):
-        from moetools.cli import exit_at_once
+        from moetools.cli import collector_paused, exit_at_once
 
         exit_at_once()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             return command(*args, **kwargs)
-        finally:
-            if enabled:
-                gc.enable()
     return paused
 
 

@@ -16,9 +16,10 @@ Two costs there are not the imports' work itself and are avoided here:
 """
 
 import contextlib
-import gc
 import os
 import sys
+
+from moetools.cli import collector_paused
 
 # Thread-count variables OpenBLAS reads (an explicit one, the user's, is left alone).
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
@@ -37,10 +38,5 @@ def quiet_blas(environ=os.environ, loaded=sys.modules):
 def lean_process():
     """Run a quantize command with OpenBLAS on one thread and the cyclic collector paused."""
     quiet_blas()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        if was_enabled:
-            gc.enable()
