@@ -455,6 +455,27 @@ def test_bad_options_exit_2(tiny_models, args, message):
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--vram", "1G"], "--margin 1.00 GiB leaves nothing of CUDA0's 1.00 GiB"),
+    (["--vram", "24G", "--margin", "24G"], "--margin 24.00 GiB leaves nothing of CUDA0's 24.00 GiB"),
+    (["--vram", "24G,8G", "--margin", "8G"], "--margin 8.00 GiB leaves nothing of CUDA1's 8.00 GiB"),
+    (["--vram", "24G", "--rpc", "10.0.0.2:50052=1G"], "--margin 1.00 GiB leaves nothing of RPC0[10.0.0.2:50052]'s 1.00 GiB"),
+    (["--vram", "24G", "--reserve", "30G"], "--reserve 30.00 GiB leaves nothing of CUDA0's 24.00 GiB"),
+    (["--vram", "24G,8G", "--reserve", "8G"], "--reserve 8.00 GiB leaves nothing of CUDA1's 8.00 GiB"),
+])
+def test_llama_margin_or_reserve_that_leaves_nothing_exits_2(tiny_models, args, message):
+    """--runtime llama refuses a fixed reserve that takes a whole offload device, as the fork's plan does
+    (before, the plan came out "unfittable", exit 1, as if the model were the problem)."""
+    result = run(tiny_models["qwen3moe"], "--runtime", "llama", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_llama_margin_just_below_the_device_still_plans(tiny_models):
+    result = run(tiny_models["qwen3moe"], "--runtime", "llama", "--vram", "8G", "--margin", "7G", "--json")
+    assert result.exit_code in (0, 1) and "leaves nothing" not in result.stderr
+
+
 def test_bad_kv_type_for_the_model_exits_2(tiny_models):
     result = run(tiny_models["deepseek2"], "--vram", "8G", "--ctk", "q4_0", "--ctv", "q4_0")
     assert result.exit_code == 2 and "does not divide the key head width 80" in result.stderr

@@ -16,6 +16,7 @@ from moetools.devicefit.placement import CPU
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import UsageError
 from moetools.gguf.sources import llama_model_args
+from moetools.sizes import format_size
 
 GIB = 1024**3
 REPLAN_ROUNDS = 4  # placements chosen again when their own compute buffers exceed the estimate
@@ -243,6 +244,23 @@ class UpstreamResult(Record):
     )
 
 
+def check_fixed_reserve(devices, options):
+    """Raise UsageError when --reserve (the whole compute reserve) or --margin (kept beyond the modelled
+    compute buffer) takes an offload device's whole memory: the flags contradict the device, so no
+    placement is an answer (exit 2, as the fork's plan does; core.fit)."""
+    if options.margin < 0:
+        raise UsageError("--margin must not be negative")
+    for device in devices:
+        if not device.capacity_bytes:
+            continue
+        if options.reserve is not None and device.capacity_bytes <= options.reserve:
+            raise UsageError(f"--reserve {format_size(options.reserve)} leaves nothing of {device.name}'s "
+                             f"{format_size(device.capacity_bytes)}")
+        if options.reserve is None and device.capacity_bytes <= options.margin:
+            raise UsageError(f"--margin {format_size(options.margin)} leaves nothing of {device.name}'s "
+                             f"{format_size(device.capacity_bytes)}")
+
+
 def plan(facts, devices, cpu, options):
     """Plan upstream llama.cpp on these devices. Raises UsageError for a bad user placement."""
     if options.ts is not None and len(options.ts) != len(devices):
@@ -252,6 +270,7 @@ def plan(facts, devices, cpu, options):
         raise UsageError("-ts weights must be non-negative and not all 0")
     if options.main_gpu is not None and not 0 <= options.main_gpu < len(devices):
         raise UsageError(f"--main-gpu {options.main_gpu} is not a device index (0..{len(devices) - 1})")
+    check_fixed_reserve(devices, options)
     kvmod.check_settings(facts.shape, options.kv)
     notes, warnings = [], []
     train = facts.shape.context_train
