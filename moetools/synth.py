@@ -1434,8 +1434,10 @@ def qwen4exp(t=Types(), **p):
     experts and a gated shared expert (llama.cpp src/models/qwen4exp.cpp). `ple` (a gated delta net
     layer's index, None: none) adds the PLE module there: an n-gram hash embedding table
     (per_layer_token_embd, `ple_ngram` - 1 times `ple_heads` heads of n_embd / heads) gated into the
-    streams and a dilated causal conv whose history is a row of the recurrent cache."""
-    p = {"ple": None, "ple_ngram": 3, "ple_heads": 2, "ple_kernel": 4, "ple_vocab": 64, "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16, "n_ff_exp": 64,
+    streams and a dilated causal conv whose history is a row of the recurrent cache; `ple_conv_type`
+    stores that conv's kernel as another ggml type (F16, BF16: llama.cpp casts each column to f32;
+    None: the norms' type)."""
+    p = {"ple": None, "ple_conv_type": None, "ple_ngram": 3, "ple_heads": 2, "ple_kernel": 4, "ple_vocab": 64, "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16, "n_ff_exp": 64,
          "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4, "state": 32,
          "full_every": 4, "hc": 4, "hc_rank": 8, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "ratio": 4,
          "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
@@ -1500,7 +1502,8 @@ def qwen4exp(t=Types(), **p):
             spec.add(f"blk.{il}.ple_value.weight", (n_embd, n_embd), t.resident)
             for norm in ("key", "query", "conv"):
                 spec.add(f"blk.{il}.ple_norm_{norm}.weight", (n_embd, hc), t.norm)
-            spec.add(f"blk.{il}.ple_conv1d.weight", (p["ple_kernel"], hc * n_embd), t.norm)
+            conv_type = t.norm if p["ple_conv_type"] is None else p["ple_conv_type"]
+            spec.add(f"blk.{il}.ple_conv1d.weight", (p["ple_kernel"], hc * n_embd), conv_type)
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
         spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)

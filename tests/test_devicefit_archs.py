@@ -165,7 +165,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
     low-rank hyper-connections, the QSA block top-k mask, or dense attention without compress_ratios;
     attention layers with different ratios (one QSA input set per ratio, a 0 layer dense), tiny and at width;
     with a PLE module, tiny and at width: its conv history's rows of the recurrent cache, the n-gram
-    embedding gather and the module's graph, walked from its tail copies as qwen4exp.cpp expands it),
+    embedding gather and the module's graph, walked from its tail copies as qwen4exp.cpp expands it;
+    its conv kernel stored as f32, f16 or bf16, each column copied in the file's type and cast),
     MiniMax-M3 (`minimax-m3`: llama_kv_cache_msa's indexer cache, K and V, beside the KV; its sparse
     attention's block scores, top-k, cell masks and flash attention per stream, replayed when it runs —
     flash attention on and not one unified cache of several sequences — and dense attention otherwise),
@@ -276,7 +277,8 @@ def test_tiny_models_equal_llama_cpp(tmp_path, arch):
         assert [layer.mixer for layer in graph.layers] == ["gdn" if c == "G" else "attention" for c in "GGG*GGG*"]
         assert shape.ple_layers == [il == 2 for il in range(8)] and shape.ple_state == 3 * 3 * 4 * 2048
         assert graph.dsv4 == {"hc": 4, "rank": 64, "ratios": (0, 0, 0, 4, 0, 0, 0, 4), "ple": 2, "ple_heads": 8, "ple_ngram": 3,
-                              "ple_width": 2048, "ple_kernel": 4, "ple_conv_f32": True}
+                              "ple_width": 2048, "ple_kernel": 4, "ple_conv_f32": True,
+                              "ple_column_bytes": 4 * 2048 * 4}
         assert [layer.gated_q for layer in graph.layers][3]
     elif arch == "glm5-next":  # the last layout measured: the wide one
         assert shape.is_recurrent == [c == "K" for c in "KKK*KKK*"] and shape.indexer_layers == [c == "*" for c in "KKK*KKK*"]
@@ -722,6 +724,29 @@ def test_qwen4exp_refusals_name_what_is_missing(tmp_path):
     with pytest.raises(GGUFError, match="PLE") as error:
         shape_of(path)
     assert "ple.conv_kernel" in str(error.value)
+
+
+def test_qwen4exp_ple_kernel_types(tmp_path):
+    """A PLE conv kernel stored as f16 or bf16 (measured: KV/state and compute as llama.cpp's, above) is
+    copied a column at a time in its own type and cast to f32, and costs its own bytes as a weight; a
+    block-quantized kernel, which llama.cpp 0c1e57098 aborts on (GGML_ASSERT in ggml_view: a one-column
+    view of a q8_0 row), is refused naming the tensor and its type."""
+    from moetools.devicefit import compute, core
+
+    hc_dim = 4 * 256
+    for type_id, column, f32 in ((synth.F32, 4 * hc_dim, True), (synth.F16, 2 * hc_dim, False), (synth.BF16, 2 * hc_dim, False)):
+        path = synth.write_model(synth.tiny("qwen4exp", ple=1, ple_conv_type=type_id), tmp_path / f"ple{type_id}.gguf", sparse=True)[0]
+        with open_model(path) as model:
+            graph = compute.graph_shape(model, kv.kv_shape(model))
+            facts = core.model_facts(model)
+            conv = model.tensor_by_name["blk.1.ple_conv1d.weight"]
+        assert (graph.dsv4["ple_conv_f32"], graph.dsv4["ple_column_bytes"]) == (f32, column)
+        assert conv.n_bytes == 4 * column  # four taps
+        assert sum(block.total_bytes for block in facts.layers.blocks) + facts.layers.input_bytes + facts.layers.output_bytes \
+            == sum(tensor.n_bytes for tensor in model.tensors)
+    path = synth.write_model(synth.tiny("qwen4exp", ple=1, ple_kernel=32, ple_conv_type=synth.Q8_0), tmp_path / "q8.gguf", sparse=True)[0]
+    with pytest.raises(GGUFError, match="blk.1.ple_conv1d.weight is q8_0: llama.cpp aborts"):
+        shape_of(path)
 
 
 def test_qwen4exp_ple_history_is_its_layers_state(tmp_path):

@@ -32,7 +32,7 @@ import operator
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import GGUFError
-from moetools.gguf.constants import Keys
+from moetools.gguf.constants import Keys, tensor_nbytes
 
 F32_BYTES, F16_BYTES, I32_BYTES, I64_BYTES = 4, 2, 4, 8
 CPU_ALIGNMENT = 32  # ggml-cpu TENSOR_ALIGNMENT
@@ -1171,10 +1171,12 @@ def graph_shape(model, kvshape=None):
             ngram = model.get_int("{arch}.ple.ngram_size", None, required_for=need)
             heads = (ngram - 1) * model.get_int("{arch}.ple.heads_per_ngram", None, required_for=need)
             conv = model.tensor_by_name.get(f"blk.{ple}.ple_conv1d.weight")
+            conv_type = 0 if conv is None else conv.type_id  # (kv._ple_module refused block types)
             shape.dsv4.update(ple=ple, ple_heads=heads, ple_ngram=ngram,
                               ple_width=heads * model.get_int("{arch}.embedding_length_per_layer_input", None, required_for=need),
                               ple_kernel=model.get_int("{arch}.ple.conv_kernel", None, required_for=need),
-                              ple_conv_f32=conv is None or conv.type_id == 0)
+                              ple_conv_f32=conv_type == 0,
+                              ple_column_bytes=tensor_nbytes(conv_type, (1, shape.dsv4["hc"] * shape.n_embd)))
     elif arch == "hy_v4":  # iHC streams around MLA
         shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for="Hunyuan-V4's compute")}
     if kvshape.borrowed:
@@ -2905,9 +2907,9 @@ def _q4_ple(b, emb, stream):
     conv = None
     for _ in range(q4["ple_kernel"]):
         shifted = g.op(streams, g.view(padded))  # cont(transpose(view))
-        column = g.op(b.f32(hc * n_embd, 1), b.weights)  # cont of the kernel column
+        column = g.op(q4["ple_column_bytes"], b.weights)  # cont of the kernel column, in the file's type
         if not q4["ple_conv_f32"]:
-            column = g.op(column.nbytes, column)  # cast to f32
+            column = g.op(b.f32(hc * n_embd, 1), column)  # cast to f32
         term = g.op(streams, shifted, g.view(column), inplace=(0,))
         conv = term if conv is None else g.op(streams, conv, term, inplace=(0, 1))
     conv = g.op(streams, b.unary(conv, streams))  # silu, cont

@@ -752,9 +752,23 @@ def _ple_module(model, n_layer, is_recurrent):
     if not kernel or not 2 <= ngram <= 8:  # qwen4exp_require_nonzero; LLAMA_MAX_PLE_NGRAM 8
         raise GGUFError(model.path, f"PLE conv kernel {kernel} / n-gram size {ngram} out of range",
                         key=model.key("{arch}.ple.ngram_size"))
+    _check_ple_kernel_type(model, layer)
     hc = model.get_int("{arch}.hyper_connection.count", None, required_for=needed)
     n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for=needed)
     return (kernel - 1) * ngram * hc * n_embd, [il == layer for il in range(n_layer)]
+
+
+def _check_ple_kernel_type(model, layer):
+    """Refuse a PLE conv kernel of a block type (q8_0, q4_K, ...): build_ple views one column of it per
+    tap (ne[0] = 1), which a block type cannot hold, and llama.cpp 0c1e57098 aborts reserving the graph
+    (ggml_view's GGML_ASSERT, measured); f32, f16 and bf16 kernels are cast per column and sized."""
+    name = f"blk.{layer}.ple_conv1d.weight"
+    conv = model.tensor_by_name.get(name)
+    entry = GGML_TYPES.get(conv.type_id) if conv is not None else None
+    if entry is not None and entry[1] != 1:
+        raise GGUFError(model.path, f"{name} is {entry[0]}: llama.cpp aborts building qwen4exp's PLE conv from a "
+                                    "block-quantized kernel (one column per tap is not a view of it); store it as "
+                                    "f32, f16 or bf16")
 
 
 def _state_rows(settings):
