@@ -1238,6 +1238,7 @@ class _Build:
         self.k_rot = self.v_rot = None
         self.rot_swa = (None, None)  # the sliding-window cache's own k/v rotation inputs (gemma3n reads them)
         self.s_copy = None
+        self.s_views = None  # (s_copy_main, s_copy_extra): _state_views
         self.msa = None  # minimax-m3's MSA inputs (_msa_inputs) when its sparse attention runs
 
     def _external(self, key, device, weight, nbytes=0):
@@ -1689,12 +1690,12 @@ def _msa_layer(b, il, x, layer):
 
 def _kda_conv_windows(b, x, d_inner, copies):
     """A KDA block's conv states gathered at once (build_rs), then per q/k/v a projection, its concat
-    with its state and `copies` copies of the window back to the cache: (s_copy, the three concats)."""
+    with its state and `copies` copies of the window back to the cache: the three concats."""
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
-    s_copy = _state_copy(b)
-    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     conv_ins = []
     for _ in range(3):
         proj = b.mm(d_inner, x)
@@ -1702,7 +1703,7 @@ def _kda_conv_windows(b, x, d_inner, copies):
         for _ in range(copies):
             g.expand(g.view(b.cache, g.view(conv_in)))  # the window back to the cache
         conv_ins.append(conv_in)
-    return s_copy, conv_ins
+    return conv_ins
 
 
 def _kda_layer(b, il, x, layer):
@@ -1717,14 +1718,15 @@ def _kda_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     d_inner = layer.q_rows
     snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
-    s_copy, conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture in ("kimi-k3", "glm5-next") else 1)
+    s_main, s_extra = _state_views(b)
+    conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture in ("kimi-k3", "glm5-next") else 1)
     gate = g.op(b.f32(d_inner, T), b.weights, b.mm(layer.ssm_dt_rank or d_inner, x))  # f_b(f_a x)
     gate = b.unary(g.op(gate.nbytes, gate, b.weights, inplace=(0,)), gate.nbytes)  # + dt bias, softplus
     gate = g.op(gate.nbytes, g.view(gate), b.weights, inplace=(0,))  # * A (of a reshape: a new tensor)
     gate = b.unary(b.unary(gate, gate.nbytes), gate.nbytes)  # K3's lower-bound path: scale, sigmoid, scale
     beta = b.unary(g.view(b.mm(b.shape.n_head[il] or 1, x)), b.f32(b.shape.n_head[il] or 1, T))
-    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     qkv = []
     for index, conv_in in enumerate(conv_ins):
         conv = b.unary(g.view(g.op(b.f32(d_inner, T), conv_in, b.weights)), b.f32(d_inner, T))  # ssm_conv, silu
@@ -1756,9 +1758,10 @@ def _bailing_kda_layer(b, il, x, layer):
     n_head = b.shape.n_head[il] or 1
     t = T // n_seq
     snapshots = 1 + b.settings.rs_seq
-    s_copy, conv_ins = _kda_conv_windows(b, x, d_inner, min(t, snapshots))
-    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    conv_ins = _kda_conv_windows(b, x, d_inner, min(t, snapshots))
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     qkv = []
     for index, conv_in in enumerate(conv_ins):
         conv = b.unary(g.view(g.op(b.f32(d_inner, T), conv_in, b.weights)), b.f32(d_inner, T))  # ssm_conv, silu
@@ -1814,13 +1817,13 @@ def _gdn_layer(b, il, x, layer):
         beta = b.unary(g.view(b.mm(heads, x)), b.f32(heads, T))  # sigmoid of a reshape: a new tensor
         alpha = g.op(b.f32(heads, T), g.view(b.mm(heads, x)), b.weights, inplace=(0,))
     gate = g.op(alpha.nbytes, b.unary(alpha, alpha.nbytes), b.weights, inplace=(0,))  # softplus, * A
-    s_copy = _state_copy(b)
-    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))  # build_rs
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))  # its extra states (none reserving)
+    s_main, s_extra = _state_views(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # build_rs
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))  # its extra states (none reserving)
     conv_in = g.op(b.f32(channels, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(mixed))  # concat
     g.expand(g.view(b.cache, g.view(conv_in)))  # the last d_conv-1 columns back to the cache
-    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     conv = b.unary(g.op(b.f32(channels, T), conv_in, b.weights), b.f32(channels, T))  # ssm_conv, silu
     q = b.unary(g.op(b.f32(key, T), g.view(conv), inplace=(0,)), b.f32(key, T))  # l2 norm: rms_norm, scale
     k = b.unary(g.op(b.f32(key, T), g.view(conv), inplace=(0,)), b.f32(key, T))
@@ -1861,14 +1864,14 @@ def _lightning_layer(b, il, x, layer):
     head = layer.q_rows // (3 * heads)
     t = T // n_seq
     slopes, q_decay_in, k_decay_in, diag_decay_in = _lightning_inputs(b)
-    s_copy = _state_copy(b)
-    g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))  # conv state (0 wide)
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # conv state (0 wide)
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     slope_rate = g.op(b.f32(heads), slopes, inplace=(0,))
     qkv_mixed = b.unary(b.mm(layer.q_rows, g.view(x)), b.f32(layer.q_rows, T))  # silu
     q, k, v = g.view(qkv_mixed), g.view(qkv_mixed), g.view(qkv_mixed)
-    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     kv_old = g.view(state)
     decay = lambda source: b.unary(g.op(source.nbytes, source, inplace=(0,)), source.nbytes)  # noqa: E731
     q_decay = decay(q_decay_in)
@@ -1898,6 +1901,17 @@ def _state_copy(b):
     if b.s_copy is None:
         b.s_copy = b.g.input(I32_BYTES * max(1, b.settings.n_seq))
     return b.s_copy
+
+
+def _state_views(b):
+    """build_rs_inp's two views of s_copy, s_copy_main (the rows the ubatch's sequences gather) and
+    s_copy_extra (the states copied along: none when reserving), made once per graph and read by every
+    recurrent layer: split across devices, each backend holds one copy of each view for the whole graph
+    (ggml-backend copies a tensor once per backend), not one per layer."""
+    if b.s_views is None:
+        s_copy = _state_copy(b)
+        b.s_views = (b.g.view(s_copy), b.g.view(s_copy))
+    return b.s_views
 
 
 def _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out):
@@ -1935,9 +1949,9 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     g, T, n_embd = b.g, b.T, b.shape.n_embd
     n_seq = max(1, b.settings.n_seq)
     f = lambda rows=n_embd, cols=None: b.f32(rows, cols or b.T)  # noqa: E731
-    s_copy = _state_copy(b)
-    shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     inp = g.view(cur)
     arwkv = layer.mixer == "arwkv7"
 
@@ -1969,8 +1983,8 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     kk = g.op(f(), g.view(g.op(f(), k, b.weights, inplace=(0,))))  # mul then l2_norm of the reshape
     ka = g.op(f(), k, b.weights, inplace=(0,))
     k = g.op(f(), k, g.op(f(), g.op(f(), a, ka, inplace=(0, 1)), ka, inplace=(0,)), inplace=(0, 1))
-    wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), g.view(r), g.view(w), g.view(k), g.view(v),
                g.op(f(), kk, inplace=(0,)), g.op(f(), kk, a, inplace=(0, 1)), wkv_state)
     g.expand(g.view(b.cache, g.view(wkv)))
@@ -2020,9 +2034,9 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     qrwkv = layer.mixer == "rwkv6qwen2"
     n_seq = max(1, b.settings.n_seq)
     f = lambda rows=n_embd: b.f32(rows, b.T)  # noqa: E731
-    s_copy = _state_copy(b)
-    shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     inp = g.view(cur)
 
     layer_norm = lambda x: _rwkv_norm(b, x, rms=qrwkv)  # noqa: E731  rwkv6qwen2: RMS norm with a weight
@@ -2053,8 +2067,8 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
         w = b.unary(w, w.nbytes)
     if qrwkv:  # k - k * w (of the reshapes: the product is a new tensor, the difference takes its place)
         k = g.op(f(), g.view(k), g.op(f(), g.view(k), g.view(w)), inplace=(0, 1))
-    wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    wkv_state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     if qrwkv:  # ggml_gated_linear_attn(k, v, r, w, state)
         wkv = g.op(f() + b.f32(b.kv.state_s, n_seq), k, g.view(v), g.view(r), g.view(w), wkv_state)
     else:
@@ -2095,9 +2109,9 @@ def _shortconv_layer(b, il, x, layer):
     concatenated, written back, the conv, c*conv in place of the conv and out_proj."""
     g, T, n_embd = b.g, b.T, b.shape.n_embd
     n_seq = max(1, b.settings.n_seq)
-    s_copy = _state_copy(b)
-    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     bcx = b.mm(3 * n_embd, g.view(x))
     bx = g.op(b.f32(n_embd, T), g.view(bcx), g.view(bcx))
     conv_in = g.op(b.f32(n_embd, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(bx))
@@ -2116,9 +2130,9 @@ def _mamba_layer(b, il, x, layer):
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
     inner, rank, state = layer.ssm_inner, layer.ssm_dt_rank, layer.ssm_state
-    s_copy = _state_copy(b)
-    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    s_main, s_extra = _state_views(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     xz = b.mm(layer.ssm_in_rows, g.view(x))
     conv_in = g.op(b.f32(inner, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(xz))
     g.expand(g.view(b.cache, g.view(conv_in)))
@@ -2136,8 +2150,8 @@ def _mamba_layer(b, il, x, layer):
     dt = b.mm(inner, dt)
     dt = g.op(dt.nbytes, dt, b.weights, inplace=(0,))
     scan = g.expand(g.op(b.f32(inner, T) + b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(conv), dt,
-                         b.weights, b_in, c_in, g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+                         b.weights, b_in, c_in, s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     g.expand(g.view(b.cache, g.view(scan)))
     x_d = g.op(b.f32(inner, T), conv, b.weights, inplace=(0,))
     y = g.op(b.f32(inner, T), g.view(scan), x_d, inplace=(0, 1))
@@ -2155,9 +2169,9 @@ def _mamba2_layer(b, il, x, layer):
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
     channels, inner = layer.ssm_conv_channels, layer.ssm_inner
-    s_copy = _state_copy(b)
-    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), g.view(s_copy)))  # get_rows
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))  # the extra states: none when reserving
+    s_main, s_extra = _state_views(b)
+    conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # get_rows
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))  # the extra states: none when reserving
     zxbcdt = b.mm(layer.ssm_in_rows, x)
     conv_in = g.op(b.f32(channels, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(zxbcdt))  # concat
     g.expand(g.view(b.cache, g.view(conv_in)))  # the last d_conv-1 columns back to the cache
@@ -2167,8 +2181,8 @@ def _mamba2_layer(b, il, x, layer):
     dt = g.op(b.f32(layer.ssm_heads, T), g.view(zxbcdt))  # cont
     dt = g.op(dt.nbytes, dt, b.weights, inplace=(0,))
     scan = g.expand(g.op(b.f32(inner, T) + b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(conv), dt,
-                         b.weights, g.view(conv), g.view(conv), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+                         b.weights, g.view(conv), g.view(conv), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     g.expand(g.view(b.cache, g.view(scan)))  # the new states back to the cache
     x_d = g.op(b.f32(inner, T), g.view(conv), b.weights)  # x * D
     y = g.op(b.f32(inner, T), g.view(scan), x_d, inplace=(0, 1))
@@ -2896,11 +2910,11 @@ def _q4_ple(b, emb, stream):
     gated = g.op(streams, g.op(streams, g.view(value)), gate, inplace=(0,))  # repeat_4d, mul
     normed = g.op(streams, g.view(gated))  # rms_norm
     normed = g.op(streams, normed, b.weights, inplace=(0,))
-    s_copy = _state_copy(b)
+    s_main, s_extra = _state_views(b)
     # build_rs expands the history's gather (and its 0-row extra states' copy) first; the first tail's
     # copy then walks the whole module, the previous layer's end reached only through the query's norm
-    history = g.expand(g.op(b.f32(b.kv.ple_state, n_seq), g.view(b.cache), g.view(s_copy)))
-    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), g.view(s_copy))))
+    history = g.expand(g.op(b.f32(b.kv.ple_state, n_seq), g.view(b.cache), s_main))
+    g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     padded = g.op(b.f32(b.kv.ple_state, n_seq) + streams, g.view(history), g.view(normed))  # concat
     for _ in range(1 + b.settings.rs_seq):  # the tails, contiguous, copied into the cache
         g.expand(g.view(b.cache, g.op(b.f32(b.kv.ple_state, n_seq), g.view(padded))))
