@@ -300,6 +300,40 @@ def test_negative_output_rows_are_refused(preset_model):
     assert result.exit_code == 2 and "--n-outputs must be 0" in result.output
 
 
+@pytest.mark.parametrize("n_gpus,with_draft,reserve", [(1, False, None), (1, True, None), (2, True, None), (2, False, 64 * 2**20)])
+def test_a_whole_model_probe_gives_up_only_where_the_full_plan_keeps_a_layer_on_the_cpu(tmp_path, n_gpus, with_draft, reserve):
+    # unfittable's VRAM search asks only "every layer offloaded and fitting?": plan_at(whole_model=True)
+    # answers None without replaying a graph where the full plan leaves a layer on the CPU, else the same plan
+    from moetools import synth
+    from moetools.devicefit import draft as draftmod
+    from tests import devicefit_llama_case as case
+
+    target = facts_of(synth.write_model(case.fixture_spec(), tmp_path / "t.gguf", sparse=True)[0])
+    settings = KVSettings(n_seq=1)
+    draft = None
+    if with_draft:
+        small = synth.tiny("dense", n_layer=4, n_embd=256, vocab=2048, ctx=8192)
+        draft = draftmod.Draft(facts_of(synth.write_model(small, tmp_path / "d.gguf", sparse=True)[0]), "d.gguf",
+                               draftmod.draft_kv(settings, "f16", "f16"))
+    weights = sum(b.total_bytes for b in target.layers.blocks) + target.layers.output_bytes
+    cpu = devices.cpu_device(16 * GIB, 60e9, "test")
+    options = upstream.UpstreamOptions(ctx=4096, kv=settings, margin=0, reserve=reserve, draft=draft)
+    gave_up = kept = 0
+    for step in range(1, 25):
+        size = weights * step // (16 * n_gpus)
+        gpus = [devices.Device(f"CUDA{i}", "gpu", size, 900e9) for i in range(n_gpus)]
+        full = upstream.plan_at(target, gpus, cpu, options, 4096)
+        probe = upstream.plan_at(target, gpus, cpu, options, 4096, whole_model=True)
+        if probe is None:
+            gave_up += 1
+            assert CPU in full.placement.layer_device, size
+        else:
+            kept += 1
+            assert probe.placement.layer_device == full.placement.layer_device
+            assert probe.placement.expert_device == full.placement.expert_device and probe.fits == full.fits
+    assert gave_up and kept
+
+
 def test_unfittable_says_what_would_fit(preset_model):
     # 8 GiB: the first GPU runs the batch matmuls of the CPU's experts (op offload) and holds a copy of
     # one expert matrix (~1.8 GiB here) beside the 128k graph, so a 4 GiB card cannot even be CUDA0

@@ -221,3 +221,65 @@ def test_errors_are_gguf_errors_with_offsets(good, tmp_path):
     assert caught.value.offset is not None and caught.value.path.endswith("bad.gguf")
     with pytest.raises(GGUFError):
         open_model(tmp_path)
+
+
+def _tensor_info_edits(data, names):
+    """(label, edit) pairs breaking one field of the tensor info of each of `names`."""
+    edits = []
+    for name in names:
+        start = after_tensor_name(data, name)
+        length_at = start - len(name) - 8
+        n_dims = struct.unpack_from("<I", data, start)[0]
+        type_at = start + 4 + 8 * n_dims
+        offset = struct.unpack_from("<Q", data, type_at + 4)[0]
+        for label, at, value in [
+            ("name length past the end", length_at, struct.pack("<Q", 1 << 40)),
+            ("name length into the next field", length_at, struct.pack("<Q", len(name) + 3)),
+            ("name not UTF-8", length_at + 8, b"\xff"),
+            ("no dimensions", start, struct.pack("<I", 0)),
+            ("five dimensions", start, struct.pack("<I", 5)),
+            ("a row not of whole blocks", start + 4, struct.pack("<Q", 33)),
+            ("unknown type", type_at, struct.pack("<I", 999)),
+            ("misaligned data", type_at + 4, struct.pack("<Q", offset + 1)),
+            ("a gap before the data", type_at + 4, struct.pack("<Q", offset + 64)),
+        ]:
+            edits.append((f"{name}: {label}", at, value))
+    return edits
+
+
+def test_tensor_infos_read_the_plain_way_fail_exactly_as_the_careful_loop(good, tmp_path, monkeypatch):
+    # _plain_tensor_infos reads the infos without per-field bounds calls and hands the first one any check
+    # would reject to _parse's careful loop: the error (its text and offset) is the careful loop's own
+    from moetools.gguf import header as headermod
+
+    data = bytearray(good.read_bytes())
+    names = [info.name for info in read_header(good).tensors]
+    careful = lambda buffer, position, count, *rest: (position, 0)  # noqa: E731
+    cases = _tensor_info_edits(data, [names[0], names[len(names) // 2], names[-1]])
+    for label, at, value in cases:
+        broken = bytearray(data)
+        broken[at:at + len(value)] = value
+        path = tmp_path / "bad.gguf"
+        path.write_bytes(bytes(broken))
+        errors = []
+        for plain in (headermod._plain_tensor_infos, careful):
+            monkeypatch.setattr(headermod, "_plain_tensor_infos", plain)
+            with pytest.raises(GGUFError) as caught:
+                read_header(path)
+            errors.append((str(caught.value), caught.value.offset))
+        monkeypatch.undo()
+        assert errors[0] == errors[1], label
+    # a header prefix (a remote read): the plain loop stops where the bytes run out, the careful loop asks for more
+    full = read_header(good)
+    first_info = after_tensor_name(data, names[0]) - len(names[0]) - 8
+    for length in range(first_info, full.data_offset, 7):
+        outcomes = []
+        for plain in (headermod._plain_tensor_infos, careful):
+            monkeypatch.setattr(headermod, "_plain_tensor_infos", plain)
+            try:
+                outcomes.append(headermod.parse_header_bytes(str(good), bytes(data[:length]), full.file_size).tensors)
+            except headermod.HeaderIncomplete as more:
+                outcomes.append(more.needed)
+        monkeypatch.undo()
+        assert outcomes[0] == outcomes[1], length
+    assert isinstance(outcomes[0], list) and outcomes[0] == full.tensors

@@ -111,15 +111,16 @@ def placement_compute_fn(facts, devices, options, ctx, placement):
     return compute
 
 
-def draft_footprint(draft, devices, cpu, placement, ctx):
+def draft_footprint(draft, devices, cpu, placement, ctx, with_compute=True):
     """{device key: Share} of a draft model loaded beside the target's placement (None: before one is
     chosen, split by capacity), as llama.cpp loads it: on the target's devices or the -devd ones (in
     that order), the target's -ts split by position in that list (and split mode none on the target's
     main GPU unless one device is named: then layer), the draft's own -ngld, no overrides, its KV with
     its layers at the draft cache types, its compute buffers with one output row per sequence. Devices
-    the draft is not on get no Share. A draft-mtp Draft: mtp_footprint."""
+    the draft is not on get no Share. A draft-mtp Draft: mtp_footprint. with_compute False: the compute
+    buffers counted as 0 (weights and KV only, no graph replayed)."""
     if draft.spec_type == "draft-mtp":
-        return mtp_footprint(draft, devices, cpu, placement, ctx)
+        return mtp_footprint(draft, devices, cpu, placement, ctx, with_compute)
     layers = draft.facts.layers
     homes = list(range(len(devices))) if draft.devices is None else list(draft.devices)
     mine = [devices[index] for index in homes]
@@ -136,13 +137,15 @@ def draft_footprint(draft, devices, cpu, placement, ctx):
                                          capacities=[d.capacity_bytes for d in mine], main_gpu=main_gpu)
     kinds = {index: device.kind for index, device in enumerate(mine)}
     kinds[CPU] = "cpu"
-    buffers = computemod.placement_compute(draft.facts, dplacement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
+    buffers = {}
+    if with_compute:
+        buffers = computemod.placement_compute(draft.facts, dplacement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
     kv_layers = kvmod.per_layer(draft.facts.shape, ctx, draft.kv)
-    shares = placemod.ledger(layers, dplacement, mine, cpu, kv_layers, lambda key, mine, out: buffers[key], {})
+    shares = placemod.ledger(layers, dplacement, mine, cpu, kv_layers, lambda key, mine, out: buffers.get(key, 0), {})
     return dict(zip([*homes, CPU], shares))
 
 
-def mtp_footprint(draft, devices, cpu, placement, ctx):
+def mtp_footprint(draft, devices, cpu, placement, ctx, with_compute=True):
     """{device key: Share} of the MTP context on the target's placement (None: before one is chosen,
     split by capacity): no weights of its own (the NextN tensors are in the target's layers), the
     NextN blocks' KV with their layers, graph_mtp's compute buffers per device."""
@@ -151,7 +154,9 @@ def mtp_footprint(draft, devices, cpu, placement, ctx):
         placement = placemod.user_placement(facts.layers, len(devices), capacities=[d.capacity_bytes for d in devices])
     kinds = {index: device.kind for index, device in enumerate(devices)}
     kinds[CPU] = "cpu"
-    buffers = computemod.mtp_placement_compute(facts, placement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
+    buffers = {}
+    if with_compute:
+        buffers = computemod.mtp_placement_compute(facts, placement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
     kv_layers = kvmod.per_layer(computemod.mtp_kv_shape(facts.shape, set(facts.graph.mtp_layers)), ctx, draft.kv)
     shares = {}
     for key, device in zip([*range(len(devices)), CPU], [*devices, cpu]):
@@ -172,8 +177,28 @@ def _experts_must_spill(layers, devices):
     return weights > sum(device.capacity_bytes for device in devices)
 
 
-def plan_at(facts, devices, cpu, options, ctx):
-    """The DevicePlan for a context of `ctx` tokens (the user's placement when given, else chosen)."""
+def _room_for_every_layer(costs, devices, cpu, options, ctx):
+    """Whether the offload devices could hold the dense weights and KV of every block and the output
+    layer beside the draft's weights and KV, each device's compute buffer counted at its least (0, or
+    --reserve). When not, choose() leaves a layer on the CPU whatever the buffers (the first step fits
+    dense weights into the budgets, and what the devices take never exceeds their positive budgets:
+    each at most what is counted here), and no graph need be replayed to say so."""
+    footprint = None
+    if options.draft is not None:
+        footprint = draft_footprint(options.draft, devices, cpu, None, ctx, with_compute=False)
+    least = options.reserve if options.reserve is not None else 0
+    room = sum(max(device.capacity_bytes - options.margin - least - _draft_bytes(footprint, index), 0)
+               for index, device in enumerate(devices))
+    return sum(costs.dense) + costs.output <= room
+
+
+def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
+    """The DevicePlan for a context of `ctx` tokens (the user's placement when given, else chosen).
+
+    whole_model: None as soon as the chosen placement leaves a layer on the CPU (what _fits_with asks
+    for), before its compute buffers are replayed. Exact: each round's budgets are at most the round
+    before's (the assumed buffers only grow), and choose()'s first step (the smallest first layer
+    whose dense weights fit) only moves up as budgets shrink, so no later round offloads every layer."""
     layers = facts.layers
     shape = facts.shape
     kv_layers = kvmod.per_layer(shape, ctx, options.kv)
@@ -191,6 +216,9 @@ def plan_at(facts, devices, cpu, options, ctx):
         if draft is not None:
             footprint = draft_footprint(draft, devices, cpu, placement, ctx)
     else:
+        costs = placemod.layer_costs(layers, kv_layers)
+        if whole_model and not _room_for_every_layer(costs, devices, cpu, options, ctx):
+            return None
         all_blocks = list(range(layers.n_layer))
         assumed = [compute(index, all_blocks, index == len(devices) - 1) for index in range(len(devices))]
         offload = next((index for index, device in enumerate(devices) if device.kind == "gpu"), None)
@@ -198,13 +226,14 @@ def plan_at(facts, devices, cpu, options, ctx):
             # the first CUDA device runs the batch matmuls of the CPU's experts and holds a copy of the
             # matrix being multiplied: assume the largest from the start (saves a second round)
             assumed[offload] += max((size for block in layers.blocks for size in block.experts.values()), default=0)
-        costs = placemod.layer_costs(layers, kv_layers)
         if draft is not None:  # first guess: the draft split by capacity
             footprint = draft_footprint(draft, devices, cpu, None, ctx)
             assumed = [need + _draft_bytes(footprint, index) for index, need in enumerate(assumed)]
         for _ in range(REPLAN_ROUNDS):
             budgets = [device.capacity_bytes - assumed[index] - options.margin for index, device in enumerate(devices)]
             placement, notes = placemod.choose(layers, costs, budgets)
+            if whole_model and CPU in placement.layer_device:
+                return None
             placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
             compute = placement_compute_fn(facts, devices, options, ctx, placement)
             if draft is not None:
@@ -367,8 +396,8 @@ def _fits_with(facts, devices, cpu, options, ctx, vram, extra):
         trial.append(extra)
     fallback = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
     fallback.ngl = fallback.ts = fallback.n_cpu_moe = fallback.main_gpu = None
-    attempt = plan_at(facts, trial, cpu, fallback, ctx)
-    return attempt.fits and all(home != CPU for home in attempt.placement.layer_device)
+    attempt = plan_at(facts, trial, cpu, fallback, ctx, whole_model=True)
+    return attempt is not None and attempt.fits and all(home != CPU for home in attempt.placement.layer_device)
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -32,6 +32,8 @@ _U64 = struct.Struct("<Q")
 _SCALAR_STRUCTS = {
     type_id: struct.Struct("<" + fmt) for type_id, (_, fmt) in GGUF_VALUE_TYPES.items() if fmt
 }
+_TYPE_AND_OFFSET = struct.Struct("<IQ")  # a tensor info's ggml type and data offset
+_DIMS = {n_dims: struct.Struct(f"<{n_dims}Q") for n_dims in range(1, GGML_MAX_DIMS + 1)}
 # Numeric arrays up to this many bytes are decoded at once (per-layer head counts and the like);
 # bigger ones (token types, scores) stay lazy.
 EAGER_ARRAY_BYTES = 64 * 1024
@@ -354,6 +356,39 @@ def _read_value(cursor, value_type, key):
     return cursor.scalar(value_type, f"value of {key}"), value_type
 
 
+def _plain_tensor_infos(buffer, position, count, limit, alignment, seen, infos):
+    """Read up to `count` tensor infos from `position` with no per-field bounds call: the header path's
+    hot loop (a 14-shard model has 2,600 of them). Stops before the first info that any check of the
+    careful loop in _parse would reject, or that runs past `limit` (the bytes at hand); that loop then
+    reads it again and names the problem. Appends to `infos` and `seen`; returns (position, read)."""
+    unpack_u64, unpack_u32, unpack_tail = _U64.unpack_from, _U32.unpack_from, _TYPE_AND_OFFSET.unpack_from
+    types = GGML_TYPES
+    for read in range(count):
+        if position + 8 > limit:
+            return position, read
+        name_end = position + 8 + unpack_u64(buffer, position)[0]
+        if name_end + 4 > limit:
+            return position, read
+        try:
+            name = str(buffer[position + 8:name_end], "utf-8")
+        except UnicodeDecodeError:
+            return position, read
+        n_dims = unpack_u32(buffer, name_end)[0]
+        dims = _DIMS.get(n_dims)
+        end = name_end + 16 + 8 * n_dims
+        if name in seen or dims is None or end > limit:
+            return position, read
+        shape = dims.unpack_from(buffer, name_end + 4)
+        type_id, relative = unpack_tail(buffer, end - 12)
+        kind = types.get(type_id)
+        if kind is None or shape[0] % kind[1] or relative % alignment:
+            return position, read
+        seen.add(name)
+        infos.append((name, type_id, shape, tensor_nbytes(type_id, shape), relative, end - 8))
+        position = end
+    return position, count
+
+
 def _check_data_layout(cursor, infos, alignment):
     """llama.cpp's rule (ggml/src/gguf.cpp, gguf_init_from_file_impl): tensor data lies in header
     order, each tensor at the end of the one before it padded to the alignment. Anything else (out of
@@ -410,7 +445,9 @@ def _parse(path, buffer, size, shard, available=None, source=None):
 
     infos = []
     seen = set()
-    for index in range(n_tensors):
+    cursor.position, start = _plain_tensor_infos(buffer, cursor.position, n_tensors, cursor.available, alignment,
+                                                 seen, infos)
+    for index in range(start, n_tensors):
         cursor.floor_after = (n_tensors - index - 1) * 32
         info_offset = cursor.position
         name = cursor.string(f"name of tensor {index} of {n_tensors}")
