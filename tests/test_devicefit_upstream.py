@@ -334,6 +334,35 @@ def test_a_whole_model_probe_gives_up_only_where_the_full_plan_keeps_a_layer_on_
     assert gave_up and kept
 
 
+@pytest.mark.parametrize("room", ["none", "plenty"])
+def test_a_draft_leaving_no_room_for_the_output_layer_skips_the_device_alone_replay(tmp_path, monkeypatch, room):
+    # a draft bigger than the GPU: every round chooses the all-CPU placement whatever the compute buffers,
+    # so plan_at replays no device-alone graph, and its plan is the one the replay would have given
+    from moetools import synth
+    from moetools.devicefit import draft as draftmod
+    from tests import devicefit_llama_case as case
+
+    settings = KVSettings(n_seq=1)
+    big = synth.tiny("qwen3moe", n_layer=8, n_embd=512, n_ff_exp=512, n_expert=32, vocab=2048, ctx=8192)
+    draft = draftmod.Draft(facts_of(synth.write_model(big, tmp_path / "d.gguf", sparse=True)[0]), "d.gguf",
+                           draftmod.draft_kv(settings, "f16", "f16"))
+    draft_bytes = sum(b.total_bytes for b in draft.facts.layers.blocks)
+    gpu = [devices.Device("CUDA0", "gpu", draft_bytes // 2 if room == "none" else 3 * draft_bytes, 900e9)]
+    cpu = devices.cpu_device(16 * GIB, 60e9, "test")
+    options = upstream.UpstreamOptions(ctx=4096, kv=settings, margin=0, draft=draft)
+    docs = []
+    for skip in (True, False):
+        target = facts_of(synth.write_model(case.fixture_spec(), tmp_path / f"t{skip}.gguf", sparse=True)[0])
+        if not skip:
+            monkeypatch.setattr(upstream, "_budget_ceilings", lambda devices, *_: [float("inf")] * len(devices))
+        plan = upstream.plan_at(target, gpu, cpu, options, 4096)
+        assert all(home == CPU for home in plan.placement.layer_device) is (room == "none")
+        replayed = bool(target.graph.__dict__.get("_compute_memo"))  # the device-alone figures
+        assert replayed is (not skip or room == "plenty")
+        docs.append(json.dumps([upstream.plan_doc(plan), plan.notes], sort_keys=True))
+    assert docs[0] == docs[1]
+
+
 def test_unfittable_says_what_would_fit(preset_model):
     # 8 GiB: the first GPU runs the batch matmuls of the CPU's experts (op offload) and holds a copy of
     # one expert matrix (~1.8 GiB here) beside the 128k graph, so a 4 GiB card cannot even be CUDA0

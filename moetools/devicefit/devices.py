@@ -14,7 +14,6 @@ the program cannot start), so tests answer for them without a GPU.
 import json
 import os
 import re
-import shutil
 import sys
 
 from moetools.devicefit.record import REQUIRED, Record
@@ -132,6 +131,8 @@ def parse_rpc(spec):
 
 
 def default_which(name):
+    import shutil  # here: shutil imports bz2, lzma and zlib, 3 ms of every plan's start-up that never probes a GPU
+
     return shutil.which(name)
 
 

@@ -177,18 +177,24 @@ def _experts_must_spill(layers, devices):
     return weights > sum(device.capacity_bytes for device in devices)
 
 
+def _budget_ceilings(devices, options, footprint):
+    """The most each offload device's budget can be in any round of plan_at's chooser: its capacity less
+    the margin, the draft's share (`footprint`) and the least its compute buffer can be (0, or --reserve)."""
+    least = options.reserve if options.reserve is not None else 0
+    return [device.capacity_bytes - options.margin - least - _draft_bytes(footprint, index)
+            for index, device in enumerate(devices)]
+
+
 def _room_for_every_layer(costs, devices, cpu, options, ctx):
     """Whether the offload devices could hold the dense weights and KV of every block and the output
-    layer beside the draft's weights and KV, each device's compute buffer counted at its least (0, or
-    --reserve). When not, choose() leaves a layer on the CPU whatever the buffers (the first step fits
-    dense weights into the budgets, and what the devices take never exceeds their positive budgets:
-    each at most what is counted here), and no graph need be replayed to say so."""
+    layer beside the draft's weights and KV, each device's compute buffer counted at its least. When
+    not, choose() leaves a layer on the CPU whatever the buffers (the first step fits dense weights into
+    the budgets, and what the devices take never exceeds their positive budgets: each at most its
+    ceiling), and no graph need be replayed to say so."""
     footprint = None
     if options.draft is not None:
         footprint = draft_footprint(options.draft, devices, cpu, None, ctx, with_compute=False)
-    least = options.reserve if options.reserve is not None else 0
-    room = sum(max(device.capacity_bytes - options.margin - least - _draft_bytes(footprint, index), 0)
-               for index, device in enumerate(devices))
+    room = sum(max(ceiling, 0) for ceiling in _budget_ceilings(devices, options, footprint))
     return sum(costs.dense) + costs.output <= room
 
 
@@ -219,16 +225,22 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
         costs = placemod.layer_costs(layers, kv_layers)
         if whole_model and not _room_for_every_layer(costs, devices, cpu, options, ctx):
             return None
-        all_blocks = list(range(layers.n_layer))
-        assumed = [compute(index, all_blocks, index == len(devices) - 1) for index in range(len(devices))]
-        offload = next((index for index, device in enumerate(devices) if device.kind == "gpu"), None)
-        if offload is not None and options.reserve is None and _experts_must_spill(layers, devices):
-            # the first CUDA device runs the batch matmuls of the CPU's experts and holds a copy of the
-            # matrix being multiplied: assume the largest from the start (saves a second round)
-            assumed[offload] += max((size for block in layers.blocks for size in block.experts.values()), default=0)
         if draft is not None:  # first guess: the draft split by capacity
             footprint = draft_footprint(draft, devices, cpu, None, ctx)
-            assumed = [need + _draft_bytes(footprint, index) for index, need in enumerate(assumed)]
+        if devices and _budget_ceilings(devices, options, footprint)[-1] < costs.output:
+            # the last device cannot hold even the output layer beside the draft, whatever its compute
+            # buffer: every round chooses the all-CPU placement (choose()'s first step fits nothing), so
+            # the device-alone graphs are not replayed; the rounds then settle on that placement's buffers
+            assumed = [0] * len(devices)
+        else:
+            all_blocks = list(range(layers.n_layer))
+            assumed = [compute(index, all_blocks, index == len(devices) - 1) for index in range(len(devices))]
+            offload = next((index for index, device in enumerate(devices) if device.kind == "gpu"), None)
+            if offload is not None and options.reserve is None and _experts_must_spill(layers, devices):
+                # the first CUDA device runs the batch matmuls of the CPU's experts and holds a copy of the
+                # matrix being multiplied: assume the largest from the start (saves a second round)
+                assumed[offload] += max((size for block in layers.blocks for size in block.experts.values()), default=0)
+        assumed = [need + _draft_bytes(footprint, index) for index, need in enumerate(assumed)]
         for _ in range(REPLAN_ROUNDS):
             budgets = [device.capacity_bytes - assumed[index] - options.margin for index, device in enumerate(devices)]
             placement, notes = placemod.choose(layers, costs, budgets)
