@@ -656,14 +656,15 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             with open_model(draft_path, fetch) as model:
                 draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
-            if draft_facts.shape.borrowed and facts.architecture != "gemma4":
-                raise UsageError(f"--draft {draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
-                                 f"(create_memory shares its layers with the target's last ones), not a "
-                                 f"{facts.architecture}'s")
-            placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
-            options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
-                                           ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)
-            block_draft = draftmod.block_draft_warning(draft_path, draft_facts)
+                if draft_facts.shape.borrowed and facts.architecture != "gemma4":
+                    raise UsageError(f"--draft {draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
+                                     f"(create_memory shares its layers with the target's last ones), not a "
+                                     f"{facts.architecture}'s")
+                placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
+                options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
+                                               ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)
+                draftmod.plan_block_draft(options.draft, model, facts, settings)
+            block_draft = draftmod.block_draft_warning(draft_path, draft_facts, facts)
             if block_draft:
                 forced = [forced, block_draft] if forced else [block_draft]
         if options.draft is not None:

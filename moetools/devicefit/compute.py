@@ -3163,17 +3163,18 @@ RUN_KEPT = 4  # identical consecutive layers replayed before the allocator is ta
 RUN_KEPT_SPLIT = 2  # the same for a placement's replay (checked equal to RUN_KEPT on the K2-class plans)
 
 
-def _repeats(graph_shape, kvshape, layer_set, homes=None):
+def _repeats(graph_shape, kvshape, layer_set, homes=None, kept=()):
     """Layers left out of the replay: within a run of identical consecutive layers, all after the
     first RUN_KEPT (the last layer, which drops the non-output rows, is always kept). ggml-alloc
     reaches the same free-block layout after a layer or two of the same shape, so the rest repeat
-    its high-water mark; checked against llama.cpp's figures in tests/test_devicefit_compute.py."""
+    its high-water mark; checked against llama.cpp's figures in tests/test_devicefit_compute.py.
+    kept: layers whose input stays allocated to the end (settings.layer_inputs): each breaks a run."""
     def signature(il):
         where = None
         if homes is not None:  # a layer on another device, or with its experts elsewhere, is not a repeat
             where = (homes.layer_device[il], tuple(sorted(homes.expert_device.get(il, {}).items())))
         return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
-                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where)
+                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where, il in kept)
     if graph_shape.attn_res_block or graph_shape.altup:
         # the residual stack grows: no two layers see the same allocator state (gemma3n: replayed whole)
         return set()
@@ -3213,7 +3214,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         n_out = T
     # NextN/MTP blocks a device holds are not in the main graph (graph_shape.layers is the trunk)
     layer_set = set(range(len(graph_shape.layers))) if layers is None else {il for il in layers if il < len(graph_shape.layers)}
-    skipped = _repeats(graph_shape, kvshape, layer_set, homes.real if isinstance(homes, _Slots) else homes)
+    skipped = _repeats(graph_shape, kvshape, layer_set, homes.real if isinstance(homes, _Slots) else homes,
+                       settings.layer_inputs)
     tokens_in = g.input(I32_BYTES * T)
     embd_in = g.input(b.f32(n_embd, T)) if graph_shape.architecture not in EVERY_ROW_ARCHES else None
     if homes is not None:
@@ -3262,6 +3264,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             continue
         if homes is not None:
             b.move(homes.layer_device[il], il)
+        if il in settings.layer_inputs:
+            cur.is_output = True  # res->t_layer_inp[il] = inpL, ggml_set_output: kept to the graph's end
         residual = cur
         banked = False
         if stack is not None:
@@ -3376,9 +3380,29 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         logits = b.mm(graph_shape.n_vocab, cur)
         logits.is_output = True
         g.expand(logits)
+        if settings.sampled_rows:
+            _backend_top_k(b, logits, graph_shape.n_vocab, n_out, min(settings.sampled_rows, n_out))
     else:
         g.expand(cur)
     return g
+
+
+BACKEND_TOP_K = 10  # common_speculative_impl_draft_dflash's sampler chain: top_k(10)
+
+
+def _backend_top_k(b, logits, n_vocab, n_out, rows):
+    """llm_graph_context::build_sampling with a backend top-k chain: the logits padded by one row
+    (ggml_pad: a copy, alive while any row samples), then per sampled row the top_k ids of its view and
+    those logits gathered (get_rows), both graph outputs (t_candidates, t_sampled_logits)."""
+    g = b.g
+    padded = g.op(b.f32(n_vocab, n_out + 1), logits)
+    for _ in range(rows):
+        row = g.view(padded)
+        ids = g.op(I32_BYTES * BACKEND_TOP_K, row)
+        ids.is_output = True
+        picked = g.op(b.f32(1, BACKEND_TOP_K), g.view(row), ids)
+        picked.is_output = True
+        g.expand(picked)
 
 
 def _build_assistant(b, layers, output, n_out):
@@ -3745,7 +3769,7 @@ def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
     min(n_kv, top_k)) serves only the contexts on the same side (its decisions are handed on to the
     program being compiled), the other side gets a graph of its own."""
     layer_set = set(range(len(graph_shape.layers)))
-    skipped = frozenset(_repeats(graph_shape, kvshape, layer_set, homes))
+    skipped = frozenset(_repeats(graph_shape, kvshape, layer_set, homes, settings.layer_inputs))
     graphs = graph_shape.__dict__.setdefault("_split_graphs", {})
     key = (id(kvshape), settings.as_tuple(), tokens, streams, outputs, skipped, tuple(cache.kind for cache in symbolic),
            len(homes.layer_device))

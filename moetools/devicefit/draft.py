@@ -151,6 +151,8 @@ class Draft(Record):
         ("devices", None),  # -devd: indices into the offload devices in the order named ((): none); None: the target's
         ("spec_type", "draft-simple"),  # or "draft-mtp"
         ("n_max", 3),  # --spec-draft-n-max (llama.cpp's default 3)
+        ("host_bytes", 0),  # host memory beyond its buffers (a DFlash draft's: output-buffer rows, plan_block_draft)
+        ("target_layers", ()),  # a DFlash draft's: the target blocks whose inputs it reads
     )
 
 
@@ -190,18 +192,105 @@ def draft_devices(text, devices):
 
 
 BLOCK_DRAFT_ARCHES = ("dflash",)  # llama.cpp's block drafts (common_speculative DRAFT_DFLASH / DRAFT_DSPARK)
+DFLASH_BLOCK_SIZE = 16  # common_speculative_impl_draft_dflash's block size without dflash.block_size
+
+# target loaders whose graph records each block's input, n_embd wide, as res->t_layer_inp[il] (src/models/*.cpp
+# at 0c1e57098: llama, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, gpt-oss, ...), the rows a DFlash draft's
+# target_layers read back (llama_context::extract_layer_inputs); any other target aborts building its graph
+# once they are asked for (llama-graph.cpp: GGML_ASSERT "layer input tensor is null"; measured on qwen2moe)
+LAYER_INPUT_ARCHES = ("bailingmoe3", "gemma4", "gpt-oss", "hunyuan_vl", "lfm2", "llama", "mimo2", "minimax-01",
+                      "minimax-m2", "muse-glimmer", "nanbeige", "nemotron_h", "qwen3", "qwen35", "qwen35moe",
+                      "qwen3moe", "qwen3next")
+# targets that keep them through graph ops device-fit does not replay (deepseek4.cpp: build_hc_mean of
+# the hyper-connection streams, built only when asked): planned without them, with a warning
+LAYER_INPUT_UNPLANNED = ("deepseek4",)
 
 
-def block_draft_warning(draft_path, facts):
-    """What a DFlash draft's plan leaves out (None for an ordinary draft): llama.cpp runs it with
-    --spec-type draft-dflash, decoding a whole block per pass, and the target context keeps the hidden
-    states of the draft's `target_layers` as graph outputs (llama_context embeddings_layer_inp), which the
-    target's planned compute buffer does not add."""
-    if facts.architecture not in BLOCK_DRAFT_ARCHES:
+def target_layers_of(model, draft_path):
+    """The target blocks a DFlash draft reads (`{arch}.target_layers`; dflash.cpp refuses a draft without
+    them), as a sorted tuple."""
+    raw = model.metadata.get(model.key("{arch}.target_layers"))
+    if hasattr(raw, "load"):
+        raw = raw.load()
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        raise UsageError(f"--draft {draft_path}: a DFlash draft without target_layers (llama.cpp refuses it: "
+                         "'DFlash model requires target_layers in GGUF metadata')")
+    return tuple(sorted(set(raw)))
+
+
+def check_layer_inputs(draft_path, layers, target_facts):
+    """Raise UsageError (exit 2) where llama.cpp cannot hand a DFlash draft the target's layer inputs it
+    reads: a target whose graph records none (GGML_ASSERT "layer input tensor is null"), qwen4exp
+    (it records the hyper-connection streams, hc x n_embd wide: extract_layer_inputs' GGML_ASSERT
+    row_floats == n_embd, measured), or a layer past the target's blocks (set_embeddings_layer_inp's
+    assert, or a block that records none)."""
+    arch = target_facts.architecture
+    trunk = target_facts.shape.trunk_layers
+    if arch == "qwen4exp":
+        raise UsageError(f"--draft {draft_path}: llama.cpp 0c1e57098 aborts handing a qwen4exp target's layer inputs "
+                         "to a DFlash draft (they are its hc x n_embd hyper-connection streams: extract_layer_inputs' "
+                         "GGML_ASSERT row_floats == model.hparams.n_embd)")
+    if arch not in LAYER_INPUT_ARCHES + LAYER_INPUT_UNPLANNED:
+        raise UsageError(f"--draft {draft_path}: a DFlash draft reads the target's layer inputs, which llama.cpp "
+                         f"0c1e57098's {arch} graph does not record (it aborts: 'layer input tensor is null'); "
+                         f"targets that record them: {', '.join(LAYER_INPUT_ARCHES + LAYER_INPUT_UNPLANNED)}")
+    bad = [il for il in layers if not 0 <= il < trunk + (arch in LAYER_INPUT_UNPLANNED)]
+    if bad:
+        raise UsageError(f"--draft {draft_path}: target_layers {bad} are not blocks of the target (0-{trunk - 1}): "
+                         "llama.cpp aborts asking for their inputs")
+
+
+def plan_block_draft(draft, model, target_facts, settings):
+    """What a DFlash draft changes, while its file is open (common_speculative_impl_draft_dflash): check
+    its target_layers and keep those layers' inputs in the target's graph (settings.layer_inputs, where
+    device-fit replays them), give a hybrid target its n_max state snapshots (settings.rs_seq), count
+    the output-buffer rows in draft.host_bytes, and give the draft's graph its backend top-k sampling
+    rows (-np x (n_max + 1), n_max clamped to the block size - 1; --spec-draft-backend-sampling is on by
+    default), as llama.cpp reserves it again once drafting starts."""
+    from moetools.devicefit import kv as kvmod
+
+    if draft.facts.architecture not in BLOCK_DRAFT_ARCHES:
+        return
+    layers = draft.target_layers = target_layers_of(model, draft.path)
+    check_layer_inputs(draft.path, layers, target_facts)
+    if target_facts.architecture in LAYER_INPUT_ARCHES:
+        settings.layer_inputs = layers
+    if target_facts.architecture in kvmod.RS_ROLLBACK_ARCHES:
+        # common_params_speculative::need_n_rs_seq (draft-dflash too): the target's recurrent state keeps
+        # n_max snapshots per sequence (measured: qwen35moe's RS buffer x4 at n_max 3)
+        settings.rs_seq = draft.n_max
+    block_size = model.get_int("{arch}.block_size", DFLASH_BLOCK_SIZE) or DFLASH_BLOCK_SIZE
+    draft.kv.sampled_rows = max(1, draft.kv.n_seq) * (min(draft.n_max, block_size - 1) + 1)
+    draft.host_bytes = (layer_input_rows_bytes(target_facts, settings, layers)
+                        + sampling_rows_bytes(draft.facts, draft.kv.sampled_rows))
+
+
+def layer_input_rows_bytes(target_facts, settings, layers):
+    """The target context's output buffer rows for a DFlash draft (llama_context::output_reserve: n_embd x
+    n_batch f32 per kept layer input, in host memory, beside the logits)."""
+    return len(layers) * target_facts.graph.n_embd * settings.batch * 4
+
+
+def sampling_rows_bytes(draft_facts, rows):
+    """The DFlash draft context's output buffer beyond its logits (llama_context::output_reserve over its
+    n_outputs_max = `rows`): the h_nextn rows (n_embd each; llama_set_embeddings_nextn, masked) and the
+    backend sampler's logits and probabilities (2 x n_vocab f32) and sampled and candidate tokens
+    (1 + n_vocab i32) per row, in host memory."""
+    n_vocab, n_embd = draft_facts.graph.n_vocab, draft_facts.graph.n_embd
+    return rows * (n_embd + 2 * n_vocab + 1 + n_vocab) * 4
+
+
+def block_draft_warning(draft_path, facts, target_facts):
+    """What a DFlash draft's plan still leaves out (None when nothing): a deepseek4 target keeps the
+    inputs of the draft's target_layers through graph ops device-fit does not replay (build_hc_mean of
+    its hyper-connection streams). The rest is planned: the target's kept layer inputs
+    (settings.layer_inputs) and their output-buffer rows, the draft's backend top-k sampling
+    (plan_block_draft)."""
+    if facts.architecture not in BLOCK_DRAFT_ARCHES or target_facts.architecture not in LAYER_INPUT_UNPLANNED:
         return None
-    return (f"--draft {draft_path} is a DFlash block-diffusion draft: llama.cpp runs it with --spec-type draft-dflash; "
-            "planned are its own weights, KV cache and decoder compute buffer (every block row to its logits), not "
-            "the target's kept hidden states of the layers it reads (target_layers)")
+    return (f"--draft {draft_path} is a DFlash draft: the {target_facts.architecture} target's inputs of the layers "
+            "it reads (target_layers: build_hc_mean of its streams, kept as graph outputs) are not in its planned "
+            "compute buffers; keep --margin headroom")
 
 
 def check_mtp(model_path, facts):
@@ -242,5 +331,5 @@ def draft_kv(settings, ctk, ctv):
     """The draft's KVSettings: the target's context settings with the draft cache types (and no
     recurrent-state snapshots: common_speculative_init_result sets the draft context's n_rs_seq to 0)."""
     values = {name: getattr(settings, name) for name, _ in settings.FIELDS}
-    values.update(ctk=ctk, ctv=ctv, rs_seq=0)
+    values.update(ctk=ctk, ctv=ctv, rs_seq=0, layer_inputs=())
     return type(settings)(**values)

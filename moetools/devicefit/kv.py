@@ -599,6 +599,12 @@ class KVSettings(Record):
         # n_outputs_max: rows the context outputs (sizes its logits; 0: the batch, llama.cpp's default for a
         # bare context as llama-cli/llama-completion make it; llama-server's: server_outputs)
         ("outputs", 0),
+        # blocks whose input llama_context keeps as a graph output (cparams.embeddings_layer_inp: the
+        # target_layers of a DFlash draft, llama_set_embeddings_layer_inp): never freed by ggml-alloc
+        ("layer_inputs", ()),
+        # rows the context samples on the backend with a top-k(10) chain per sequence (a DFlash draft's:
+        # common_speculative_impl_draft_dflash's llama_set_sampler, -np x (n_max + 1) rows at reserve)
+        ("sampled_rows", 0),
     )
 
 

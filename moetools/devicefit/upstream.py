@@ -142,6 +142,7 @@ def draft_footprint(draft, devices, cpu, placement, ctx, with_compute=True):
         buffers = computemod.placement_compute(draft.facts, dplacement, kinds, draft.kv, ctx, outputs=draft.kv.n_seq)
     kv_layers = kvmod.per_layer(draft.facts.shape, ctx, draft.kv)
     shares = placemod.ledger(layers, dplacement, mine, cpu, kv_layers, lambda key, mine, out: buffers.get(key, 0), {})
+    shares[-1].compute_bytes += draft.host_bytes  # the host output-buffer rows a DFlash draft adds (plan_block_draft)
     return dict(zip([*homes, CPU], shares))
 
 
@@ -527,4 +528,7 @@ def result_doc(result, facts, model_path, kv_flags):
                                      "expert_bytes": share.expert_bytes, "kv_bytes": share.kv_bytes,
                                      "compute_bytes": share.compute_bytes, "layers": placemod.ranges_text(share.layers)}
                                     for share in shares.values()]}
+        if draft.host_bytes:  # a DFlash draft: output-buffer rows in host memory (in the CPU entry's compute_bytes)
+            doc["draft"]["host_bytes"] = draft.host_bytes
+            doc["draft"]["target_layers"] = list(draft.target_layers)
     return doc
