@@ -10,7 +10,8 @@ draft's model, KV and compute buffers. `--write` records them in tests/data/devi
 (with the llama.cpp commit given by --commit) for tests/test_devicefit_draft_llama.py, which needs no
 llama.cpp. `--mtp`: the same for `--spec-type draft-mtp` on the case's NextN targets (glm4moe,
 deepseek32): the buffers logged after "creating MTP draft context" (the MTP context's KV and compute)
-and the target's model buffers (with the NextN tensors), in tests/data/devicefit_llama_mtp.json. moetools ships no llama.cpp code and no recipe to build it: bring your own binaries
+and the target's model buffers (with the NextN tensors; for the base setting also those llama-completion logs for the
+target alone, which NextN tensors it loads without MTP), in tests/data/devicefit_llama_mtp.json. moetools ships no llama.cpp code and no recipe to build it: bring your own binaries
 (llama-speculative-simple is one of llama.cpp's examples).
 """
 
@@ -29,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from moetools import synth  # noqa: E402
 from tests import devicefit_draft_case as case  # noqa: E402
 
-BUFFER = re.compile(r"(?P<device>CPU|RPC\d+\[[^\]]+\])(?:_Mapped)? +(?P<kind>model|KV|RS|compute) buffer size = +(?P<mib>[\d.]+) MiB")
+BUFFER = re.compile(r"(?P<device>CPU|RPC\d+\[[^\]]+\])(?:_Mapped)? +(?P<kind>model|KV|RS|compute|DSV4 \w+ state) buffer size = "
+                    r"+(?P<mib>[\d.]+) MiB")
 DRAFT_START = "loading draft model"
 MTP_START = "creating MTP draft context"
 SERVER_ONLY = ("--no-kv-unified", "-kvu")  # llama-server's flags; with -np N and a split cache, unchanged
@@ -41,7 +43,7 @@ def buffers(log):
     result = {}
     for match in BUFFER.finditer(log):
         kinds = result.setdefault(match["device"], {})
-        kind = match["kind"].lower()
+        kind = "state" if match["kind"].startswith("DSV4") else match["kind"].lower()  # DeepSeek-V4's compressor states
         if kind in kinds:
             kinds[kind] = [*(kinds[kind] if isinstance(kinds[kind], list) else [kinds[kind]]), match["mib"]]
         else:
@@ -98,8 +100,23 @@ def mtp_settings(tool, folder, only, targets=None):
             target_logged, mtp_logged = launch(tool("llama-speculative-simple"), args, MTP_START)
             emitted = [os.path.basename(arg) if arg == target else arg for arg in args]
             result[target_name][name] = {"emitted_args": emitted, "target_logged": target_logged, "mtp_logged": mtp_logged}
+            if name == "base":  # the target alone (no --spec-type): which NextN tensors llama.cpp loads anyway
+                result[target_name][name]["main_logged"] = main_weights(tool, target)
             show(f"{target_name}/{name}", doc, mtp_logged)
     return result
+
+
+def main_weights(tool, target):
+    """{device: {"model": ...}} llama-completion logs for the target without --spec-type draft-mtp (the flags
+    device-fit emits for the base setting less its MTP ones): the NextN tensors a loader creates anyway."""
+    args = case.mtp_device_fit_args(target, "base")
+    position = args.index("--spec-type")
+    emitted = device_fit(args[:position] + args[position + 2:])["launch"]["llama"]["args"]
+    argv = [tool("llama-completion"), *[a for a in emitted if a not in SERVER_ONLY], "-nr", "-lv", "4", "-n", "1",
+            "-p", "hello", "-no-cnv"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    return {device: {"model": kinds["model"]} for device, kinds in buffers(done.stdout + done.stderr).items()
+            if "model" in kinds}
 
 
 def draft_settings(tool, folder, only):

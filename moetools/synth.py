@@ -405,7 +405,11 @@ def step35(t=Types(), **p):
     a shared expert (llama.cpp src/models/step35.cpp)."""
     p = {"n_layer": 4, "n_embd": 256, "heads_full": 4, "heads_swa": 6, "n_head_kv": 2, "head": 64, "n_ff": 512,
          "n_ff_exp": 128, "n_ff_shexp": 128, "n_expert": 16, "top_k": 4, "n_dense": 1, "pattern": "FSSS",
-         "swa": 128, "vocab": 1024, "ctx": 4096, "rope_base": 5e6} | p
+         "swa": 128, "vocab": 1024, "ctx": 4096, "rope_base": 5e6, "nextn": 0, "mtp_pattern": None} | p
+    if p["nextn"]:  # the MTP blocks' layer types (F/S) follow the trunk's in `pattern` (the converter pads with F)
+        p["pattern"] = p["pattern"] + (p["mtp_pattern"] or "F" * p["nextn"])
+    p["n_layer"] = len(p["pattern"])
+    trunk = p["n_layer"] - p["nextn"]
     spec = ModelSpec("step35", [])
     _common(spec, p)
     n_embd, head = p["n_embd"], p["head"]
@@ -439,6 +443,11 @@ def step35(t=Types(), **p):
         spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), F32)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
         _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        if il >= trunk:  # each MTP block has its own shared head (norm and LM head: conversion/step3.py)
+            _nextn_block(spec, il, n_embd, t)
+            spec.add(f"blk.{il}.nextn.shared_head_head.weight", (n_embd, p["vocab"]), t.output)
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     return spec
 
 
@@ -694,12 +703,18 @@ def hy_v3(t=Types(), **p):
     """Hunyuan-V3 (`hy_v3`): GQA with per-head q/k norms, a leading dense block (the loader goes by the
     tensors present), then sigmoid-routed experts with a selection bias (`exp_probs_b`, no suffix)
     beside a shared expert (llama.cpp src/models/hy-v3.cpp)."""
-    p = {"n_head_kv": 2, "n_shared": 1} | p
-    spec = _shared_experts_moe("hy_v3", t, p, 1.0, probs_bias=True, qk_norm=True,
+    p = {"n_head_kv": 2, "n_shared": 1, "n_layer": 4, "nextn": 0} | p
+    trunk = p["n_layer"]
+    spec = _shared_experts_moe("hy_v3", t, p | {"n_layer": trunk + p["nextn"]}, 1.0, probs_bias=True, qk_norm=True,
                                extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
                                       ("expert_shared_feed_forward_length", p.get("n_ff_exp", 128), "u32")))
     spec.tensors = [TensorSpec(x.name[:-len(".bias")], x.shape, x.type_id) if x.name.endswith("exp_probs_b.bias") else x
                     for x in spec.tensors]
+    if p["nextn"]:  # the converter appends the MTP blocks (full hy_v3 blocks) with their final_layernorm as
+        # nextn.shared_head_norm and no embeddings or head of their own (conversion/hunyuan.py HYV3Model)
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        for il in range(trunk, trunk + p["nextn"]):
+            _nextn_block(spec, il, p.get("n_embd", 256), t)
     return spec
 
 

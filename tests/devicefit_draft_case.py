@@ -68,14 +68,22 @@ MTP_SETTINGS = {
 
 
 def mtp_specs():
-    """{name: spec} of the MTP targets: the graph_mtp layouts device-fit replays (GQA, MLA, and the
-    hybrids: qwen35moe's and nemotron_h_moe's targets keep recurrent-state snapshots with MTP,
+    """{name: spec} of the MTP targets: the graph_mtp layouts device-fit replays (GQA, MLA, DeepSeek-V4's
+    hyper-connections, and the hybrids: qwen35moe's and nemotron_h_moe's targets keep recurrent-state snapshots with MTP,
     qwen3next's does not; nemotron_h_moe's head folds NoPE attention and a relu^2 MoE in one block)."""
     specs = {"glm4moe": synth.tiny("glm4moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
              "deepseek32": synth.tiny("deepseek32", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
              "qwen35moe": synth.tiny("qwen35moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
              "qwen3next": synth.tiny("qwen35moe", arch="qwen3next", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
-             "nemotron_h_moe": synth.tiny("nemotron_h_moe", pattern="ME*E", n_embd=256, vocab=2048, ctx=8192, nextn=1)}
+             "nemotron_h_moe": synth.tiny("nemotron_h_moe", pattern="ME*E", n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             # glm-dsa: deepseek32's dense-MLA head over a DSA trunk; hy_v3: GQA with q/k norms in place; step35:
+             # an iswa MTP cache, a head-wise gate and its own LM head, with a full and a sliding-window NextN block
+             "glm-dsa": synth.tiny("glm-dsa", n_embd=256, vocab=2048, ctx=8192),
+             "hy_v3": synth.tiny("hy_v3", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             "step35": synth.tiny("step35", n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             "step35-swa": synth.tiny("step35", n_embd=256, vocab=2048, ctx=8192, nextn=1, mtp_pattern="S"),
+             # deepseek4: hyper-connection streams around a sliding-window NextN block (ratio 0) in an iswa cache
+             "deepseek4": synth.tiny("deepseek4", ratios=(0, 4, 128, 0), n_embd=256, vocab=2048, ctx=8192, nextn=1)}
     for spec in specs.values():
         spec.merges = 16
     return specs

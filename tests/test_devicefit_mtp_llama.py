@@ -17,6 +17,17 @@ from tests import devicefit_draft_case as case
 RECORD = json.loads((Path(__file__).parent / "data" / "devicefit_llama_mtp.json").read_text())
 MiB = 1024 * 1024
 CASES = [(target, setting) for target in case.mtp_specs() for setting in case.MTP_SETTINGS]
+# the MTP context's compute per device, relative: 10% unless the target's graph_mtp is replayed to 0.3%
+MTP_COMPUTE_TOLERANCE = {"glm-dsa": 0.003, "hy_v3": 0.003, "step35": 0.003, "step35-swa": 0.003, "deepseek4": 0.003}
+# ... except where device-fit is known short of llama.cpp (README's draft-mtp notes): without flash attention
+# on a pipeline-parallel attention device (2 MiB of 72 MiB; step35-swa 2 of 23.5: the cache writes' index
+# copies), and step35-swa's at -ub 256 (0.02 of 5.07 MiB)
+MTP_COMPUTE_GAPS = {("hy_v3", "no-flash-attn"): 0.03, ("step35", "no-flash-attn"): 0.03,
+                    ("step35-swa", "no-flash-attn"): 0.09, ("step35-swa", "ubatch-256"): 0.004}
+# the target's own compute (3% otherwise): step35's trunk without flash attention, DeepSeek-V4's trunk on a
+# partly offloaded model (the main graph, not the MTP context: 10.05 MiB planned, 8.25 MiB logged)
+TARGET_COMPUTE_GAPS = {("step35", "no-flash-attn"): 0.06, ("step35-swa", "no-flash-attn"): 0.06,
+                       ("deepseek4", "ngl-3"): 0.22}
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +80,14 @@ def test_mtp_context_and_nextn_weights_per_device_are_llama_cpps(targets, target
         theirs = record["target_logged"].get(device["name"], {})
         assert same_as_logged(device["resident_bytes"] + device["expert_bytes"], theirs.get("model", "0.00")), device["name"]
         # its KV, and for a hybrid the recurrent state ("RS" buffer) with n_max snapshots per sequence
-        state = [value for kind in ("kv", "rs") for value in _listed(theirs.get(kind))]
+        # (DeepSeek-V4: its compressors' "DSV4 ... state" buffers)
+        state = [value for kind in ("kv", "rs", "state") for value in _listed(theirs.get(kind))]
         assert same_as_logged(device["kv_bytes"], state if len(state) > 1 else (state or ["0.00"])[0]), device["name"]
         # and its compute: a hybrid target's output device holds the every-row output norm (t_h_nextn)
         # and, with pipeline parallelism, 4 copies of the rows crossing to it (2.54 MiB, not 0.05)
         compute = float(theirs.get("compute", 0)) * MiB
-        assert abs(device["compute_bytes"] - compute) <= max(0.03 * compute, 0.006 * MiB), (device["name"], device["compute_bytes"] / MiB)
+        tolerance = TARGET_COMPUTE_GAPS.get((target, setting), 0.03)
+        assert abs(device["compute_bytes"] - compute) <= max(tolerance * compute, 0.006 * MiB), (device["name"], device["compute_bytes"] / MiB)
     # the MTP context: its NextN KV and its graph's compute buffer on each device
     logged = record["mtp_logged"]
     for device in doc["draft"]["devices"]:
@@ -82,10 +95,69 @@ def test_mtp_context_and_nextn_weights_per_device_are_llama_cpps(targets, target
         assert device["resident_bytes"] == device["expert_bytes"] == 0
         assert same_as_logged(device["kv_bytes"], theirs.get("kv", "0.00")), device["name"]
         compute = float(theirs.get("compute", 0)) * MiB
-        assert abs(device["compute_bytes"] - compute) <= max(0.10 * compute, 0.005 * MiB), (device["name"], device["compute_bytes"] / MiB)
+        tolerance = MTP_COMPUTE_GAPS.get((target, setting), MTP_COMPUTE_TOLERANCE.get(target, 0.10))
+        assert abs(device["compute_bytes"] - compute) <= max(tolerance * compute, 0.006 * MiB), (device["name"], device["compute_bytes"] / MiB)
     for device in doc["devices"]:
         mine = next(d for d in doc["draft"]["devices"] if d["name"] == device["name"])
         assert device["draft_bytes"] == mine["kv_bytes"] + mine["compute_bytes"]
+
+
+MAIN_RECORDED = [target for target in case.mtp_specs() if "main_logged" in RECORD["settings"][target]["base"]]
+
+
+def test_the_main_context_weights_are_recorded_for_the_loaders_that_keep_nextn_tensors():
+    assert {"glm-dsa", "hy_v3", "step35", "step35-swa"} <= set(MAIN_RECORDED)
+
+
+@pytest.mark.parametrize("target", MAIN_RECORDED)
+def test_without_draft_mtp_the_nextn_tensors_a_loader_creates_anyway_are_placed(targets, target):
+    """hy-v3.cpp and step35.cpp create their NextN blocks' FFN, experts and shared head without the MTP
+    flags (TENSOR_NOT_REQUIRED only), so llama.cpp loads them in a plain context too: the target alone
+    holds llama.cpp's model buffers per device (llama-completion, the flags device-fit emits)."""
+    args = case.mtp_device_fit_args(targets[target], "base")
+    position = args.index("--spec-type")
+    result = run(*args[:position], *args[position + 2:], "--json")
+    assert result.exit_code == 0, result.output
+    logged = RECORD["settings"][target]["base"]["main_logged"]
+    for device in json.loads(result.stdout)["devices"]:
+        assert same_as_logged(device["resident_bytes"] + device["expert_bytes"],
+                              logged.get(device["name"], {}).get("model", "0.00")), device["name"]
+
+
+def test_glm5_next_is_refused_with_the_error_llama_cpp_gives(tmp_path):
+    """glm5-next.cpp's build_arch_graph throws for the MTP graph at 0c1e57098 (llama.cpp logs "failed to
+    create MTP context" and drafts nothing): device-fit says so instead of planning a context."""
+    path = synth.write_model(synth.tiny("glm5-next", nextn=1), tmp_path / "glm5-next.gguf", sparse=True)[0]
+    result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
+    assert result.exit_code == 2
+    assert "GLM5-Next NextN graph not implemented yet" in result.output and "glm5-next" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+MINE = {"glm-dsa": {}, "hy_v3": {"n_layer": 4}, "step35": {}, "deepseek4": {"ratios": (0, 4, 128, 0)}}
+
+
+@pytest.mark.parametrize("arch", MINE)
+def test_draft_mtp_on_a_file_converted_without_its_nextn_blocks_is_refused(tmp_path, arch):
+    """The converters' --no-mtp writes neither the blocks nor nextn_predict_layers."""
+    spec = synth.tiny(arch, **MINE[arch], nextn=0)
+    path = synth.write_model(spec, tmp_path / f"{arch}.gguf", sparse=True)[0]
+    result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
+    assert result.exit_code == 2 and f"({arch}) has no NextN/MTP blocks (nextn_predict_layers)" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("arch", MINE)
+def test_draft_mtp_on_a_trunk_only_file_names_the_missing_nextn_tensors(tmp_path, arch):
+    """A file that declares nextn_predict_layers but holds the NextN blocks' decoder tensors without their
+    NextN projections (the loaders' trunk_only case: llama.cpp marks them not required, then graph_mtp
+    asserts "MTP block missing nextn.eh_proj"): refused naming the tensor."""
+    spec = synth.tiny(arch, **MINE[arch], nextn=1)
+    spec.tensors = [tensor for tensor in spec.tensors if ".nextn." not in tensor.name]
+    path = synth.write_model(spec, tmp_path / f"{arch}.gguf", sparse=True)[0]
+    result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
+    assert result.exit_code == 2 and "nextn.eh_proj" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_without_draft_mtp_the_nextn_tensors_are_not_loaded(targets):
@@ -150,3 +222,19 @@ def test_draft_mtp_with_flags_it_cannot_honour_is_refused(targets, extra, messag
 def test_draft_simple_needs_a_draft(targets):
     result = run(targets["glm4moe"], "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-simple")
     assert result.exit_code == 2 and "--draft MODEL" in result.output
+
+
+@pytest.mark.parametrize("arch,params,message", [
+    ("glm-dsa", {"nextn": 2}, 'GGML_ASSERT(hparams.n_layer_nextn == 1 && "GLM_DSA MTP currently only supports a single MTP block") failed'),
+    ("deepseek4", {"ratios": (0, 4, 0, 0), "nextn": 2},
+     'GGML_ASSERT(hparams.n_layer_nextn == 1 && "DEEPSEEK4 MTP currently only supports a single MTP block") failed'),
+    ("deepseek4", {"ratios": (0, 4, 128, 4), "nextn": 1}, "compress ratio 4 (the MTP context has no compressed cache): "
+                                                          "GGML_ASSERT(inp_dsv4 || ratio == 0) failed"),
+])
+def test_nextn_layouts_llama_cpps_graph_mtp_asserts_on_are_refused_with_its_assert(tmp_path, arch, params, message):
+    """Measured with llama-speculative-simple at 0c1e57098: these abort in graph_mtp (glm-dsa.cpp:542,
+    deepseek4.cpp:938) after the model loads; device-fit refuses them with the assert."""
+    path = synth.write_model(synth.tiny(arch, **params), tmp_path / f"{arch}.gguf", sparse=True)[0]
+    result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -909,6 +909,7 @@ class GraphShape(Record):
         ("pos_per_token", 1),  # inp_pos entries per token: 4 with M-RoPE (llama_hparams::n_pos_per_embd)
         ("notes", list),
         ("mtp_layers", dict),  # {block: LayerShape} of the NextN/MTP blocks an MTP context runs (MTP_GRAPH_ARCHES)
+        ("mtp_own_head", False),  # the first NextN block has its own LM head (nextn.shared_head_head), on its device
         ("altup", 0),  # gemma3n: AltUp streams (n_altup; 0: not a gemma3n graph),
         ("altup_width", 0),  # ... the per-layer input width (n_embd_altup),
         ("laurel_rank", 0),  # ... and LAuReL's rank
@@ -1140,7 +1141,8 @@ def graph_shape(model, kvshape=None):
                              model.get_int("{arch}.attention.key_length_mla_swa", None, required_for=need) - shape.mla_rope,
                              model.get_int("{arch}.attention.value_length_mla_swa", None, required_for=need))
     if arch in MTP_GRAPH_ARCHES:
-        shape.mtp_layers = _mtp_layer_shapes(model, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w)
+        shape.mtp_layers = _mtp_layer_shapes(model, kvshape, [k or 0 for k in top_k], n_expert, gating, norm_w, w_scale)
+        shape.mtp_own_head = _has(model, f"blk.{kvshape.trunk_layers}.nextn.shared_head_head.weight")
     if arch in GATED_Q_ARCHES:
         for il, layer in [*enumerate(layers), *shape.mtp_layers.items()]:
             n_head = head_count[il] if il < len(head_count) else 0
@@ -1240,6 +1242,7 @@ class _Build:
         self.s_copy = None
         self.s_views = None  # (s_copy_main, s_copy_extra): _state_views
         self.msa = None  # minimax-m3's MSA inputs (_msa_inputs) when its sparse attention runs
+        self.iswa = False  # the attention reads llama_kv_cache_iswa's inputs (even with no sliding-window layer)
 
     def _external(self, key, device, weight, nbytes=0):
         tensor = self._externals.get(key)
@@ -1465,7 +1468,7 @@ def _gqa_layer(b, il, x, layer, mask=None):
     if b.v_rot is not None:
         v = g.view(g.op(b.f32(hkv * v_width, T), b.v_rot, g.view(v)))
     # build_attn expands q, v, k; its sliding-window (iswa) variant q, k, v
-    for tensor in ((q, k, v) if "swa" in b.cells else (q, v, k)):
+    for tensor in ((q, k, v) if "swa" in b.cells or b.iswa else (q, v, k)):
         g.expand(tensor)
     _store(b, kind, k, v, layer.fused_qkv and b.v_rot is None, b.f32(hkv * v_width, T))
     cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width, mask=mask)
@@ -2651,6 +2654,15 @@ def _build_dsv4(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
         logits.is_output = True
         g.expand(logits)
         return g
+    _dsv4_head(b, rows, n_out, ihc)
+    return g
+
+
+def _dsv4_head(b, rows, n_out, ihc=False):
+    """build_hc_head over the streams' output rows: their mix weights (rms norm of the reshape, the mix
+    projection, scale / base / sigmoid / bias in place), the weighted sum of the streams, the head norm
+    (an output) and the logits."""
+    g, hc, n_embd = b.g, b.shape.dsv4["hc"], b.shape.n_embd
     flat = g.op(rows.nbytes, g.view(rows))  # rms_norm of the reshape
     pre = b.mm(hc, flat)
     for _ in range(4):  # mul scale, add base, sigmoid, scale_bias
@@ -2660,14 +2672,17 @@ def _build_dsv4(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
     else:
         cur = None
         for _ in range(hc):  # build_hc_pre unfused (il -1): one weighted stream at a time
-            part = g.op(b.f32(n_embd, n_out), g.view(rows), g.view(pre))
+            stream = g.view(rows)
+            # a stream's (strided) view is what the scheduler copies to another backend, with its layout:
+            # ggml_nbytes of the view, n_out - 1 rows of every stream plus one stream's last row
+            stream.nbytes = b.f32(hc * n_embd * (n_out - 1) + n_embd)
+            part = g.op(b.f32(n_embd, n_out), stream, g.view(pre))
             cur = part if cur is None else g.op(part.nbytes, cur, part, inplace=(0,))
     cur = b.norm(cur, n_embd)
     cur.is_output = True
-    logits = b.mm(graph_shape.n_vocab, cur)
+    logits = b.mm(b.shape.n_vocab, cur)
     logits.is_output = True
     g.expand(logits)
-    return g
 
 
 # --- GLM5-Next (src/models/glm5-next.cpp, llama_memory_hybrid_idx) -------------------------------
@@ -3862,7 +3877,8 @@ def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
 # the output rows and the LM head: src/models/deepseek2.cpp, deepseek32.cpp (dense MLA, no indexer),
 # glm4-moe.cpp, qwen35moe.cpp and qwen3next.cpp (gated-query attention). Other MTP graphs differ
 # (Nemotron-H, DeepSeek-V4, ...).
-MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "glm4moe", "nemotron_h_moe", "qwen35moe", "qwen3next")
+MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "hy_v3", "nemotron_h_moe", "qwen35moe",
+                    "qwen3next", "step35")
 # the loaders whose build_arch_graph builds an LLM_GRAPH_TYPE_DECODER_MTP graph at llama.cpp 0c1e57098
 # (src/models/*.cpp); for any other architecture llama.cpp does not draft with the model's NextN blocks
 LLAMA_MTP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
@@ -3870,18 +3886,23 @@ LLAMA_MTP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "dee
 # ... of which these drop the non-output rows right after the attention (the FFN and head run on the
 # output rows only), as a trunk's last layer does: src/models/qwen3next.cpp graph_mtp.
 MTP_ROWS_AFTER_ATTENTION = ("qwen3next",)
+# ... of which these take the output rows after the block, before the shared head norm (t_h_nextn is the
+# block's raw output row: src/models/step35.cpp graph_mtp)
+MTP_ROWS_BEFORE_HEAD_NORM = ("step35",)
+# ... of which these attend through llama_kv_cache_iswa's inputs (the MTP context's cache is an iswa one)
+MTP_ISWA_ARCHES = ("step35",)
 
 
-def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):
+def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w, w_scale=False):
     """{block: LayerShape} of the NextN blocks, or {} when one is not a block llama.cpp's MTP graph can
     run (the trunk loads without them, so that is not an error here)."""
     shapes = {}
     for il in range(kvshape.trunk_layers, kvshape.block_count):
         try:
-            layer = _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w)
+            layer = _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale)
         except GGUFError:
             return {}
-        if layer.mixer not in ("attention", "mla") or not _has(model, f"blk.{il}.nextn.eh_proj.weight"):
+        if layer.mixer not in ("attention", "mla", "dsv4") or not _has(model, f"blk.{il}.nextn.eh_proj.weight"):
             return {}
         shapes[il] = layer
     return shapes
@@ -3890,10 +3911,14 @@ def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w):
 def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=None, outputs=None):
     """The MTP context's worst-case graph (graph_mtp at nextn_layer_offset 0: its first NextN block)."""
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
+    if graph_shape.architecture == "deepseek4":
+        return _build_mtp_dsv4(b, min(outputs, tokens) if outputs else tokens)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
     n_out = min(outputs, T) if outputs else T
     il = min(graph_shape.mtp_layers)
     layer = graph_shape.mtp_layers[il]
+    arch = graph_shape.architecture
+    b.iswa = arch in MTP_ISWA_ARCHES
     tokens_in = g.input(I32_BYTES * T)
     if homes is not None:
         b.move(HOST, -1)
@@ -3903,7 +3928,7 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     hidden = g.input(b.f32(n_embd, T))  # mtp_h_input: the target's last hidden state
     b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
     out_ids = g.input(I32_BYTES * n_out)
-    _attention_inputs(b, ["full"])
+    _attention_inputs(b, [kind for kind in ("full", "swa") if kind in b.cells] if b.iswa else ["full"])
     if homes is not None:
         b.move(homes.layer_device[il], il)
     h_norm = b.norm(hidden, n_embd)
@@ -3938,17 +3963,68 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     if nemotron:  # shared_head_norm is a LayerNorm (GGML_OP_NORM: a new tensor), then its weight in place
         cur = g.op(b.f32(n_embd, T), cur)
         cur = g.op(cur.nbytes, cur, b.weights, inplace=(0,))
+        cur.is_output = True
+    elif arch in MTP_ROWS_BEFORE_HEAD_NORM:  # t_h_nextn: the block's output rows, then the head norm
+        cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+        cur.is_output = True
+        T = b.T = n_out
+        rows_dropped = True
+        cur = b.norm(cur, n_embd)
     else:
         cur = b.norm(cur, n_embd)  # shared_head_norm: t_h_nextn, an output of every row
-    cur.is_output = True
+        cur.is_output = True
     if not rows_dropped:
         cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
         T = b.T = n_out
-    if homes is not None:
+    if homes is not None and not graph_shape.mtp_own_head:
         b.move(homes.layer_device[-1], -1)  # the LM head (model.output) lives with the output layer
     logits = b.mm(graph_shape.n_vocab, cur)
     logits.is_output = True
     g.expand(logits)
+    return g
+
+
+def _build_mtp_dsv4(b, n_out):
+    """llama_model_deepseek4::graph_mtp: the token embedding (CPU) normed and repeated into the hc
+    streams, concatenated with the normed streams of the trunk's hidden state (mtp_h_input, hc x n_embd
+    wide), eh_proj, then the NextN block as a trunk
+    block (hc pre-mix, its sliding-window attention through llm_graph_input_attn_k_iswa, hc post-mix,
+    the MoE), the streams' output rows (t_h_nextn) and the head's mix, norm and logits."""
+    g, T, shape = b.g, b.T, b.shape
+    n_embd, hc = shape.n_embd, shape.dsv4["hc"]
+    il = min(shape.mtp_layers)
+    layer = shape.mtp_layers[il]
+    tokens_in = g.input(I32_BYTES * T)
+    if b.homes is not None:
+        b.move(HOST, -1)
+    lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
+    lookup.host = True
+    lookup.offloadable = False
+    hidden = g.input(b.f32(hc * n_embd, T))
+    b.pos = g.input(I32_BYTES * T)
+    out_ids = g.input(I32_BYTES * n_out)
+    _attention_inputs(b, ["swa"])
+    if b.homes is not None:
+        b.move(b.homes.layer_device[il], il)
+    h_norm = b.norm(g.view(hidden), hc * n_embd)  # of the input's reshape (a view: a new tensor)
+    e_norm = b.norm(lookup, n_embd)
+    e_norm = g.op(b.f32(n_embd, hc, T), g.view(e_norm))  # repeat_4d of the reshape
+    concat = g.op(b.f32(2 * n_embd, hc, T), e_norm, h_norm)
+    stream = b.mm(n_embd, concat, hc * T)  # eh_proj over every stream
+    residual = stream
+    cur, post, comb = _dsv4_hc_pre(b, stream)
+    cur = _dsv4_attention(b, il, b.norm(cur, n_embd), 0)
+    stream = g.op(b.f32(n_embd, hc, T), cur, residual, post, comb)  # GGML_OP_DSV4_HC_POST
+    residual = stream
+    cur, post, comb = _dsv4_hc_pre(b, stream)
+    out = _moe(b, il, b.norm(cur, n_embd), layer)
+    stream = g.op(b.f32(n_embd, hc, T), out, residual, post, comb)
+    rows = g.op(b.f32(n_embd * hc, n_out), g.view(stream), out_ids)  # h_nextn
+    rows.is_output = True
+    b.T = n_out
+    if b.homes is not None:
+        b.move(b.homes.layer_device[-1], -1)
+    _dsv4_head(b, rows, n_out)
     return g
 
 
@@ -3959,6 +4035,8 @@ def mtp_kv_shape(kvshape, blocks):
     n = kvshape.block_count
     values.update(has_kv=[il in blocks and bool(kvshape.head_count_kv[il]) for il in range(n)],
                   indexer_layers=[False] * n, is_recurrent=[False] * n)
+    if kvshape.architecture == "deepseek4":  # llama_kv_cache_iswa of the NextN block (sliding-window): no
+        values.update(compress_ratios=[], mla=False)  # compressed caches, K and V (no MLA widths in its hparams)
     return type(kvshape)(**values)
 
 

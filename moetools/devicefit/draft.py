@@ -293,9 +293,15 @@ def block_draft_warning(draft_path, facts, target_facts):
             "compute buffers; keep --margin headroom")
 
 
+# Loaders whose build_arch_graph has an MTP branch that throws at this commit: llama.cpp's MTP context then
+# fails ("failed to create MTP context") and no drafting happens — what it says, per architecture.
+LLAMA_MTP_FAILS = {"glm5-next": "GLM5-Next NextN graph not implemented yet"}  # glm5-next.cpp build_arch_graph
+
+
 def check_mtp(model_path, facts):
     """Raise UsageError (exit 2) when --spec-type draft-mtp cannot be planned for this model: it has no
-    NextN/MTP blocks llama.cpp loads for drafting, or its MTP graph is not one device-fit replays."""
+    NextN/MTP blocks llama.cpp loads for drafting, llama.cpp itself fails or aborts on its MTP graph (with
+    what it says), or its MTP graph is not one device-fit replays."""
     from moetools.devicefit.compute import LLAMA_MTP_ARCHES, MTP_GRAPH_ARCHES
 
     declared = facts.shape.block_count > facts.shape.trunk_layers  # nextn_predict_layers in the header
@@ -306,6 +312,14 @@ def check_mtp(model_path, facts):
         raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp does not support MTP drafting for "
                          f"{facts.architecture} (its loader builds no MTP graph; llama.cpp 0c1e57098 drafts with "
                          f"NextN blocks for {', '.join(LLAMA_MTP_ARCHES)})")
+    if facts.architecture in LLAMA_MTP_FAILS:
+        raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp 0c1e57098 cannot create the MTP context of "
+                         f"{facts.architecture}: its MTP graph throws \"{LLAMA_MTP_FAILS[facts.architecture]}\" "
+                         "(failed to create MTP context)")
+    reason = _mtp_assert(facts)
+    if reason:
+        raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp 0c1e57098 aborts building the MTP graph of "
+                         f"{facts.architecture}: {reason}")
     if not facts.graph.mtp_layers:
         if facts.architecture in MTP_GRAPH_ARCHES:
             reason = "its NextN blocks lack an attention block with nextn.eh_proj"
@@ -313,6 +327,27 @@ def check_mtp(model_path, facts):
             reason = (f"llama.cpp runs its MTP head, but the MTP context of {facts.architecture} (its graph_mtp "
                       f"and memory) is not modelled; sized: {', '.join(MTP_GRAPH_ARCHES)}")
         raise UsageError(f"--spec-type draft-mtp: {model_path}: {reason}")
+
+
+# graph_mtp's GGML_ASSERTs on the layout (src/models/glm-dsa.cpp, deepseek4.cpp)
+# ... "<NAME> MTP currently only supports a single MTP block", by architecture
+MTP_SINGLE_BLOCK = {"glm-dsa": "GLM_DSA", "deepseek4": "DEEPSEEK4"}
+
+
+def _mtp_assert(facts):
+    """The GGML_ASSERT a NextN layout trips in llama.cpp's graph_mtp ("" when none)."""
+    shape = facts.shape
+    n_nextn = shape.block_count - shape.trunk_layers
+    if facts.architecture in MTP_SINGLE_BLOCK and n_nextn > 1:
+        name = MTP_SINGLE_BLOCK[facts.architecture]
+        return (f"{n_nextn} NextN blocks: GGML_ASSERT(hparams.n_layer_nextn == 1 && \"{name} MTP currently only "
+                "supports a single MTP block\") failed")
+    if facts.architecture == "deepseek4" and shape.compress_ratios and n_nextn > 0:
+        ratio = shape.compress_ratios[shape.trunk_layers]
+        if ratio:
+            return (f"its NextN block {shape.trunk_layers} has compress ratio {ratio} (the MTP context has no "
+                    "compressed cache): GGML_ASSERT(inp_dsv4 || ratio == 0) failed")
+    return ""
 
 
 def check_draft_cache(draft):

@@ -231,7 +231,10 @@ def _swa_layers(model, arch, trunk, n_layer):
     if isinstance(raw, list):
         if len(raw) < trunk:
             raise GGUFError(model.path, f"sliding-window pattern has {len(raw)} entries for {trunk} layers", key=pattern_key)
-        flags = [bool(value) for value in raw[:trunk]]
+        # get_arr reads the whole array: NextN blocks past the trunk keep their entries (an MTP context's
+        # cache of a sliding-window NextN block is a window-sized one, step35); set_swa_pattern clears them
+        flags = [bool(value) for value in raw[:n_layer]]
+        flags += [False] * (n_layer - len(flags))
     else:
         if when == "array":
             raise GGUFError(model.path, f"missing metadata key needed for the sliding-window layers of {arch}", key=pattern_key)
@@ -247,7 +250,7 @@ def _swa_layers(model, arch, trunk, n_layer):
             flags = [il % period != 0 for il in range(trunk)]
         else:
             flags = [il % period < period - 1 for il in range(trunk)]
-    flags += [False] * (n_layer - trunk)
+        flags += [False] * (n_layer - trunk)
     if not any(flags):
         return none
     return flags, window, swa_type

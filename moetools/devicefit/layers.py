@@ -24,7 +24,14 @@ MTP_SKIP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deep
                    "glm5-next", "hy_v3", "mimo2", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe",
                    "qwen3next", "step35")
 # Tensors of those blocks a loader still creates without the MTP flags (so llama.cpp loads them anyway).
-MTP_KEPT = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",)}
+_FFN_KEPT = (".ffn_gate.weight", ".ffn_down.weight", ".ffn_up.weight", ".ffn_gate_inp.weight", ".ffn_gate_exps.weight",
+             ".ffn_up_exps.weight", ".ffn_down_exps.weight", ".ffn_gate_up_exps.weight", "_shexp.weight",
+             ".nextn.embed_tokens.weight", ".nextn.shared_head_head.weight", ".nextn.shared_head_norm.weight")
+MTP_KEPT = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",),
+            # hy-v3.cpp / step35.cpp create the NextN blocks' FFN, experts and shared head TENSOR_NOT_REQUIRED
+            # without the MTP flags (and step35 its q/k norms and head-wise gate too)
+            "hy_v3": _FFN_KEPT + (".exp_probs_b",),
+            "step35": _FFN_KEPT + (".exp_probs_b.bias", ".attn_q_norm.weight", ".attn_k_norm.weight", ".attn_gate.weight")}
 
 
 class Block(Record):
