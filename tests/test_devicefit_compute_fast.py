@@ -183,3 +183,85 @@ def test_a_builder_needing_a_number_falls_back_to_the_plain_replay(preset_model)
 
     caches = kv.kv_caches(facts.shape, 8192, KVSettings())
     assert compute._program(facts.graph, facts.shape, caches, ("test",), counts) is None
+
+
+def both_programs(facts, chosen, kinds, settings, ctx):
+    """A placement's split program by the integer form (compute._SplitGraph) and by schedule() +
+    Program() over the graph's tensors, from the same bound graph (None, None: not symbolic)."""
+    caches = kv.kv_caches(facts.shape, ctx, settings)
+    tokens, streams = compute.reserve_tokens(settings, ctx)
+    homes = compute.homes_of(facts, chosen)
+    backends = [key for key in kinds if key != compute.HOST] + [compute.HOST]
+    offload_to = next((key for key in backends if kinds[key] == "gpu"), None)
+    copies = compute.PIPELINE_COPIES if compute.pipeline_parallel(chosen, len(kinds) - 1) else 1
+    positions = {key: index for index, key in enumerate(backends)}
+    compute._REGIME = compute._Regime(compute._cells(caches))
+    try:
+        entry = compute._shared_entry(facts.graph, facts.shape, [compute._CellsOnly(cache.kind) for cache in caches],
+                                      settings, tokens, streams, homes, compute.output_rows(settings, ctx))
+        fast = compute._SplitGraph(entry.graph, entry.slots).program(backends, offload_to, tokens, copies, positions,
+                                                                      homes.full_offload)
+        entry.dirty = True
+        leafs, nodes = compute.schedule(entry.graph, backends, offload_to, tokens, copies)
+        walked = compute.Program(leafs, nodes, positions, entry.graph.boundaries, memo=False)
+    except compute.NotAffine:
+        return None, None
+    finally:
+        compute._REGIME = None
+    return fast, walked
+
+
+def program_fields(program):
+    sized = [(index, size.const, size.terms) for index, size in program.sized]  # (Affine's == is symbolic)
+    return program.steps, program.prologue, program.buffers, program.fixed, sized, program._cuts
+
+
+@pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b", "deepseek-v3.2", "qwen3-next-80b-a3b",
+                                    "gemma-4-26b-a4b", "nemotron-3-nano-30b-a3b"))
+def test_the_integer_split_program_is_the_tensor_walks_program(preset_model, preset):
+    """Every field of the scheduled, compiled program (steps, graph inputs, buffers, sizes, layer cuts)
+    equal on CPU layers, CPU experts (op offload on CUDA, none on RPC), a -ts split, a full offload with
+    pipeline parallelism, a small ubatch (no op offload) and one the output rows cut."""
+    facts = facts_of(preset_model(preset))
+    layers = facts.layers
+    n_layer = layers.n_layer
+    placements = [
+        placement.user_placement(layers, 1, ngl=n_layer - 2, capacities=[24]),
+        placement.user_placement(layers, 2, n_cpu_moe=n_layer // 2, capacities=[24, 24]),
+        placement.user_placement(layers, 2, ts=[3, 1], ngl=n_layer - 3, capacities=[24, 24]),
+        placement.user_placement(layers, 2, capacities=[24, 24]),
+        placement.user_placement(layers, 1, ngl=n_layer // 3, n_cpu_moe=n_layer // 4, capacities=[24]),
+    ]
+    one = {0: "gpu", placement.CPU: "cpu"}
+    cuda, rpc = {0: "gpu", 1: "gpu", placement.CPU: "cpu"}, {0: "rpc", 1: "gpu", placement.CPU: "cpu"}
+    cases = [(placements[0], one, KVSettings(), 8192), (placements[1], cuda, KVSettings(), 8192),
+             (placements[1], rpc, KVSettings(flash_attn=False), 16384), (placements[2], cuda, KVSettings(), 65536),
+             (placements[3], cuda, KVSettings(), 4096), (placements[3], rpc, KVSettings(ubatch=16), 4096),
+             (placements[4], one, KVSettings(n_seq=2, outputs=2), 32768), (placements[0], one, KVSettings(ubatch=128), 300)]
+    compared = 0
+    for chosen, kinds, settings, ctx in cases:
+        fast, walked = both_programs(facts, chosen, kinds, settings, ctx)
+        if walked is None:
+            continue
+        assert fast is not None, (preset, ctx)
+        assert program_fields(fast) == program_fields(walked), (preset, kinds, settings.as_tuple(), ctx)
+        compared += 1
+    assert compared >= 6
+
+
+def test_a_graph_the_integer_form_cannot_schedule_is_left_to_the_tensor_walk():
+    """No op with a device of its own (schedule()'s pass 3 decides) and a leaf missing from the graph's
+    leafs (ggml-alloc claims it at its first use): _SplitGraph declines, _split_program walks the tensors."""
+    homes = compute.Homes(layer_device=[0, 0])
+    for stray in (False, True):
+        graph = compute.Graph()
+        token = graph.input(64)
+        loose = compute._Tensor(128, has_op=False)
+        first = graph.op(256, token, loose) if stray else graph.op(256, token)
+        graph.expand(graph.op(256, first, inplace=(0,)))
+        slots = compute._Slots(homes)
+        entry = compute._SharedEntry(None, graph, slots, ())
+        assert compute._SplitGraph(graph, slots).program([0, compute.HOST], 0, 512, 1, {0: 0, compute.HOST: 1},
+                                                         True) is None
+        program = compute._split_program(entry, homes, [0, compute.HOST], 0, 512, 1)
+        assert entry.dirty and program.peaks({}, [128, 32]) == [0, 448 if stray else 320]  # (the second op in place)

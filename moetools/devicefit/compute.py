@@ -464,11 +464,23 @@ class Program:
                 add((-1, (), freed))
             if id(node) in ends and (not cuts or cuts[-1] != len(steps)):
                 cuts.append(len(steps))
-        self.buffers = [0] * len(tensors) if positions is None else [positions[tensor.device] for tensor in tensors]
+        self._setup([0] * len(tensors) if positions is None else [positions[tensor.device] for tensor in tensors],
+                    prologue, steps, [tensor.nbytes for tensor in tensors], cuts, memo)
+
+    @classmethod
+    def compiled(cls, buffers, prologue, steps, nbytes, cuts, memo=True):
+        """A Program from its parts (buffers, prologue, steps, cuts as __init__ makes them; nbytes:
+        each program tensor's bytes, ints or Affine): _SplitGraph's compile."""
+        program = cls.__new__(cls)
+        program._setup(buffers, prologue, steps, nbytes, cuts, memo)
+        return program
+
+    def _setup(self, buffers, prologue, steps, nbytes, cuts, memo):
+        self.buffers = buffers
         self.prologue = prologue
         self.steps = steps
-        self.sized = [(index, tensor.nbytes) for index, tensor in enumerate(tensors) if type(tensor.nbytes) is Affine]
-        self.fixed = [tensor.nbytes for tensor in tensors]
+        self.sized = [(index, size) for index, size in enumerate(nbytes) if type(size) is Affine]
+        self.fixed = nbytes
         for index, _ in self.sized:
             self.fixed[index] = 0
         self._padded = {}
@@ -612,44 +624,46 @@ class Program:
         frees = [pool.free for pool in pools]
         tops = [pool.max_size for pool in pools]
         aligns = [pool.alignment for pool in pools]
-        for step in range(start, end):
-            target, candidates, freed = steps[step]
+        give = _give
+        for target, candidates, freed in steps if start == 0 and end == len(steps) else steps[start:end]:
             if target >= 0:
-                buffer = buffers[target]
                 size = sizes[target]
                 for parent in candidates:
                     if sizes[parent] >= size:  # ggml-alloc's in-place reuse: the node takes its parent's memory
                         offset[target] = offset[parent]
                         alive[parent] = False
                         if sizes[parent] > size:
-                            align = aligns[buffer]
+                            align = aligns[buffers[target]]
                             kept = -(-size // align) * align
                             extra = -(-sizes[parent] // align) * align - kept
                             if extra:
-                                _give(frees[buffer], offset[parent] + kept, extra)
+                                give(frees[buffers[target]], offset[parent] + kept, extra)
                         break
                 else:  # _Blocks.take
+                    buffer = buffers[target]
                     want = padded[target]
                     free = frees[buffer]
                     last = len(free) - 1
-                    best, best_size = last, None
-                    for index in range(last):
-                        block_size = free[index][1]
-                        if block_size >= want and (best_size is None or block_size <= best_size):
-                            best, best_size = index, block_size
+                    best = last
+                    if last:
+                        best_size = None
+                        for index in range(last):
+                            block_size = free[index][1]
+                            if block_size >= want and (best_size is None or block_size <= best_size):
+                                best, best_size = index, block_size
                     block = free[best]
                     where = block[0]
-                    block[0] = where + want
+                    block[0] = top = where + want
                     block[1] -= want
                     if block[1] == 0:
                         del free[best]
-                    if where + want > tops[buffer]:
-                        tops[buffer] = where + want
+                    if top > tops[buffer]:
+                        tops[buffer] = top
                     offset[target] = where
                 alive[target] = True
             for index in freed:
                 if alive[index]:
-                    _give(frees[buffers[index]], offset[index], padded[index])
+                    give(frees[buffers[index]], offset[index], padded[index])
                     alive[index] = False
         for pool, top in zip(pools, tops):
             pool.max_size = top
@@ -3761,9 +3775,8 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
         return graph, schedule(graph, backends, offload_to, tokens, n_copies)
 
     def compile_symbolic(symbolic):
-        graph = _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
-        leafs, nodes = schedule(graph, backends, offload_to, tokens, n_copies)
-        return Program(leafs, nodes, {key: index for index, key in enumerate(backends)}, graph.boundaries, memo=False)
+        entry = _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
+        return _split_program(entry, homes, backends, offload_to, tokens, n_copies)
 
     key = ("split", settings.as_tuple(), tokens, streams, _homes_key(homes), tuple(kinds.items()), bool(op_offload),
            n_copies, outputs, _kinds(caches))
@@ -3777,12 +3790,28 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
 _GRAPHS_MAX = 4  # placement graphs kept per model: one per ubatch/settings in use
 
 
-def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
-    """The split graph of `homes`: built once per model, settings and skipped layers with per-layer
-    externals (_Slots), then reset and bound to each placement in turn. Called inside _program's
-    symbolic build: a graph whose build decided a comparison with the cell count (the DSA indexer's
-    min(n_kv, top_k)) serves only the contexts on the same side (its decisions are handed on to the
-    program being compiled), the other side gets a graph of its own."""
+class _SharedEntry:
+    """One placements' graph (_shared_graph) with what rebinding it needs: its _Slots, the nodes' built
+    sources and the leafs' built output flags (_reset), the breakpoints its build decided, its integer
+    form (_SplitGraph, made at the first placement that schedules it) and whether a tensor walk
+    (schedule(), Program()) has left marks on its tensors since the last _reset."""
+
+    __slots__ = ("kvshape", "graph", "slots", "srcs", "outputs", "conditions", "split", "dirty")
+
+    def __init__(self, kvshape, graph, slots, conditions):
+        self.kvshape, self.graph, self.slots, self.conditions = kvshape, graph, slots, conditions
+        self.srcs = [node.srcs for node in graph.nodes]
+        self.outputs = [leaf.is_output for leaf in graph.leafs]
+        self.split = None
+        self.dirty = False
+
+
+def _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
+    """The _SharedEntry of `homes`' split graph: built once per model, settings and skipped layers with
+    per-layer externals (_Slots), then reset (when a tensor walk marked it) and bound to each placement
+    in turn. Called inside _program's symbolic build: a graph whose build decided a comparison with the
+    cell count (the DSA indexer's min(n_kv, top_k)) serves only the contexts on the same side (its
+    decisions are handed on to the program being compiled), the other side gets a graph of its own."""
     layer_set = set(range(len(graph_shape.layers)))
     skipped = frozenset(_repeats(graph_shape, kvshape, layer_set, homes, settings.layer_inputs))
     graphs = graph_shape.__dict__.setdefault("_split_graphs", {})
@@ -3790,11 +3819,11 @@ def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
            len(homes.layer_device))
     regime = _REGIME
     entries = graphs.get(key)
-    if not entries or entries[0][0] is not kvshape:  # (empty: a build that raised NotAffine)
+    if not entries or entries[0].kvshape is not kvshape:  # (empty: a build that raised NotAffine)
         if len(graphs) >= _GRAPHS_MAX:
             graphs.pop(next(iter(graphs)))
         entries = graphs[key] = []
-    entry = next((entry for entry in entries if regime is None or _holds(entry[5], regime.cells)), None)
+    entry = next((entry for entry in entries if regime is None or _holds(entry.conditions, regime.cells)), None)
     if entry is None:
         slots = _Slots(homes)
         graph = _build(graph_shape, kvshape, symbolic, settings, tokens, streams, None, True, slots, outputs)
@@ -3804,16 +3833,37 @@ def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
         fold_inplace_chains(graph, [node for node, _ in slots.pins] + [tensor for tensor, _ in slots.placed])
         if len(entries) >= _REGIMES_MAX:
             entries.pop(0)
-        entry = (kvshape, graph, slots, [node.srcs for node in graph.nodes], [leaf.is_output for leaf in graph.leafs],
-                 tuple(regime.conditions.items()) if regime is not None else ())
+        entry = _SharedEntry(kvshape, graph, slots, tuple(regime.conditions.items()) if regime is not None else ())
         entries.append(entry)
     else:
-        _reset(*entry[1:5])
+        if entry.dirty:
+            _reset(entry.graph, entry.slots, entry.srcs, entry.outputs)
+            entry.dirty = False
         if regime is not None:
-            regime.conditions.update(entry[5])  # the program inherits the graph's breakpoints
-    graph, slots = entry[1], entry[2]
-    slots.bind(homes)
-    return graph
+            regime.conditions.update(entry.conditions)  # the program inherits the graph's breakpoints
+    entry.slots.bind(homes)
+    return entry
+
+
+def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
+    """_shared_entry's graph, for a caller that walks its tensors (schedule(), Program())."""
+    entry = _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
+    entry.dirty = True
+    return entry.graph
+
+
+def _split_program(entry, homes, backends, offload_to, tokens, n_copies):
+    """The Program of a _SharedEntry's graph bound to `homes`, scheduled over `backends`: by its integer form
+    (_SplitGraph) where that applies, else by schedule() and Program() over its tensors."""
+    positions = {key: index for index, key in enumerate(backends)}
+    if entry.split is None:
+        entry.split = _SplitGraph(entry.graph, entry.slots)
+    program = entry.split.program(backends, offload_to, tokens, n_copies, positions, homes.full_offload)
+    if program is None:
+        entry.dirty = True
+        leafs, nodes = schedule(entry.graph, backends, offload_to, tokens, n_copies)
+        program = Program(leafs, nodes, positions, entry.graph.boundaries, memo=False)
+    return program
 
 
 def _reset(graph, slots, srcs, outputs):
@@ -3830,6 +3880,328 @@ def _reset(graph, slots, srcs, outputs):
         leaf.is_output = output
         leaf.children = leaf.views = leaf.offset = 0
         leaf.allocated = False
+
+
+class _SplitGraph:
+    """A placements' shared graph (_shared_graph) in integer form, scheduled and compiled per placement
+    without touching its tensors: schedule() and Program() fused over lists indexed by tensor number,
+    giving the Program they give (tests/test_devicefit_compute_fast.py compares every field). It reads
+    only what _Slots.bind wrote (the externals' and pinned norms' devices, the weight copies' bytes).
+    Where its shortcuts do not hold (a stray leaf, a builder-set device, a source after its consumer,
+    an op pass 1 leaves without a device, no op with a device at all) `program` returns None and the
+    caller walks the tensors as before."""
+
+    def __init__(self, graph, slots):
+        tensors = [*graph.leafs, *graph.nodes]
+        number = {id(tensor): index for index, tensor in enumerate(tensors)}
+        n_leafs, count = len(graph.leafs), len(tensors)
+        srcs, view_src = [()] * n_leafs, [-1] * n_leafs
+        first, split_walk, ops, touches = [], [], [], []
+        # a node's sources must come before it (leafs, externals, earlier nodes): then every source has
+        # its device when its consumer is split; a source that is neither (a stray leaf) or a device
+        # set by a builder outside _Slots leaves the placement to the tensor walk
+        usable = True
+        for index in range(n_leafs, count):
+            node = tensors[index]
+            sources = []
+            weights = ()
+            touched = node.is_input
+            for src in node.srcs:
+                found = number.get(id(src))
+                if found is None:
+                    usable = usable and src.external
+                    found = number[id(src)] = len(tensors)
+                    tensors.append(src)
+                elif found >= index:
+                    usable = False
+                sources.append(found)
+                if src.external and src.weight:
+                    weights += (found,)
+                if src.is_input:
+                    touched = True
+            sources = tuple(sources)
+            root = node.view_src
+            if root is None:
+                root = -1
+                ops.append(index)
+                if weights:
+                    first.append((index, -1, weights[0], node.offloadable))
+            else:
+                found = number.get(id(root))
+                if found is None:
+                    usable = usable and root.external
+                    found = number[id(root)] = len(tensors)
+                    tensors.append(root)
+                root = found
+                if tensors[root].external:
+                    first.append((index, root, -1, node.offloadable))
+                elif weights:
+                    first.append((index, -1, weights[0], node.offloadable))
+            srcs.append(sources)
+            view_src.append(root)
+            split_walk.append((index, root, sources, weights))
+            if touched:
+                touches.append(index)
+        extra = len(tensors) - count
+        srcs += [()] * extra
+        view_src += [-1] * extra
+        self.count = count = len(tensors)
+        self.leafs = list(range(n_leafs))
+        self.nodes = list(range(n_leafs, n_leafs + len(graph.nodes)))
+        self.srcs, self.view_src, self.first, self.split_walk, self.ops, self.touches = srcs, view_src, first, split_walk, ops, touches
+        self.nbytes = [tensor.nbytes for tensor in tensors]
+        self.external = [tensor.external for tensor in tensors]
+        self.is_input = [tensor.is_input for tensor in tensors]
+        self.is_output = [tensor.is_output for tensor in tensors]
+        self.inplace = [tensor.inplace for tensor in tensors]
+        self.device = [tensor.device if tensor.external else None for tensor in tensors]  # a reset graph's
+        bound = {}
+        for tensor, _ in (*slots.dense, *slots.caches, *slots.pins, *slots.placed):
+            bound[id(tensor)] = tensor
+        for tensor, _, _ in slots.experts:
+            bound[id(tensor)] = tensor
+        if slots.input_weights is not None:
+            bound[id(slots.input_weights)] = slots.input_weights
+        self.bound = [(number[key], tensor) for key, tensor in bound.items() if key in number]
+        self.pinned = [number[id(node)] for node, _ in slots.pins if id(node) in number]
+        self.placed = [number[id(tensor)] for tensor, _ in slots.placed if id(tensor) in number]
+        self.externals = [index for index in range(count) if self.external[index]]
+        if usable:
+            usable = not any(tensor.device is not None and not tensor.external and id(tensor) not in bound
+                             for tensor in tensors)
+        self.usable = usable
+        ends = {id(tensor) for tensor in graph.boundaries}
+        self.ends = [id(tensor) in ends for tensor in tensors]
+        self._runs = {}
+        # the allocator's counts over the built sources (a placement's copies adjust them)
+        children, views = [0] * count, [0] * count
+        for sources in srcs:
+            for src in sources:
+                children[src] += 1
+        for root in view_src:
+            if root >= 0:
+                views[root] += 1
+        self.children, self.views = children, views
+
+    def runs(self, full_offload):
+        """The expansion passes' unit: maximal runs of ops pass 1 leaves unassigned, each with the
+        assigned op before and after it (-1: none), with the pinned norms set (full offload) or not."""
+        runs = self._runs.get(full_offload)
+        if runs is None:
+            assigned = [False] * self.count
+            for node, _, _, _ in self.first:
+                assigned[node] = True
+            for index in (*self.placed, *(self.pinned if full_offload else ())):
+                assigned[index] = True
+            runs, members, before = [], [], -1
+            for node in self.ops:
+                if assigned[node]:
+                    if members:
+                        runs.append((before, node, members))
+                        members = []
+                    before = node
+                else:
+                    members.append(node)
+            if members:
+                runs.append((before, -1, members))
+            runs = self._runs[full_offload] = runs
+        return runs
+
+    def program(self, backends, offload_to, tokens, n_copies, positions, full_offload):
+        """The Program schedule() and Program() give for the placement the graph is bound to (None:
+        this form does not apply, the caller walks the tensors)."""
+        if not self.usable:
+            return None
+        dev = list(self.device)
+        nbytes = list(self.nbytes)
+        for index, tensor in self.bound:
+            dev[index] = tensor.device
+            nbytes[index] = tensor.nbytes
+        for index in self.leafs:
+            if dev[index] is None:
+                dev[index] = HOST
+        for index in self.externals:
+            if dev[index] is None:
+                return None
+        # pass 1: the view of a pre-allocated tensor runs where it lives, an op with a weight where the
+        # weight does (or on the offload GPU, for a host weight at a batch it offloads)
+        offloads = offload_to is not None and tokens >= OFFLOAD_MIN_BATCH
+        for node, root, src, offloadable in self.first:
+            if dev[node] is not None:
+                continue
+            if root >= 0:
+                dev[node] = dev[root]
+            else:
+                home = dev[src]
+                dev[node] = offload_to if home == HOST and offloads and offloadable else home
+            if dev[node] is None:
+                return None
+        for index in (*self.placed, *(self.pinned if full_offload else ())):
+            if dev[index] is None:
+                return None
+        # pass 2's four expansions, run by run: a run between two assigned ops takes the one before
+        # unless that is the host (forward, skipping the host), else the one after unless the host
+        # (backward), else the one before, else the one after (both with the host)
+        for before, after, members in self.runs(full_offload):
+            fill = dev[before] if before >= 0 else None
+            if fill is None or fill == HOST:
+                last = dev[after] if after >= 0 else None
+                if last is not None and last != HOST:
+                    fill = last
+                elif fill is None:
+                    fill = last
+            if fill is None:
+                return None  # pass 3 (no op has a device): the tensor walk
+            for node in members:
+                dev[node] = fill
+        # passes 4 and 5 as schedule() runs them: every source already has a device here (sources come
+        # first, ops all have one, a view gets its root's), so pass 4 only gives the views theirs
+        count = self.count
+        srcs = list(self.srcs)
+        view_src = list(self.view_src)
+        is_input = list(self.is_input)
+        is_output = list(self.is_output)
+        children = list(self.children)
+        copies = {}
+        order, pending, split_nodes, extra_leafs = [], [], [], []
+        current, n_inputs = None, 0
+        first_backend = backends[0]
+
+        def new(device, size, sources=(), root=-1):
+            dev.append(device)
+            nbytes.append(size)
+            srcs.append(sources)
+            view_src.append(root)
+            is_input.append(False)
+            is_output.append(False)
+            children.append(0)
+            return len(dev) - 1
+
+        for node, root, sources, weights in self.split_walk:
+            if root >= 0:
+                if dev[node] is None:
+                    dev[node] = dev[root]
+                    if dev[node] is None:
+                        dev[node] = first_backend
+                split_nodes.append(node)
+                continue
+            device = dev[node]
+            if device != current or (n_inputs and weights and any(dev[src] != current for src in weights)):
+                order += pending
+                order += split_nodes
+                pending.clear()
+                split_nodes = []
+                current, n_inputs = device, 0
+            replaced = None
+            for position, src in enumerate(sources):
+                if dev[src] == current:
+                    continue
+                if replaced is None:
+                    replaced = list(sources)
+                key = (src, current)
+                copy = copies.get(key)
+                if copy is None:
+                    size = nbytes[src] or (nbytes[view_src[src]] if view_src[src] >= 0 else 0)
+                    copy = copies[key] = new(current, size)
+                    if n_copies > 1:
+                        is_input[copy] = is_output[copy] = True
+                        extra_leafs.append(copy)
+                        for _ in range(n_copies - 1):
+                            pinned = new(current, size)
+                            is_input[pinned] = is_output[pinned] = True
+                            extra_leafs.append(pinned)
+                    dep = new(dev[src], 0, (src,), view_src[src] if view_src[src] >= 0 else src)
+                    children[src] += 1
+                    pending.append(dep)
+                    pending.append(copy)
+                    n_inputs += 1
+                children[src] -= 1
+                children[copy] += 1
+                replaced[position] = copy
+            if replaced is not None:
+                srcs[node] = tuple(replaced)
+            split_nodes.append(node)
+        order += pending
+        order += split_nodes
+        leafs = self.leafs
+        if n_copies > 1:
+            graph_inputs = []
+            for leaf in leafs:
+                if is_input[leaf]:
+                    is_output[leaf] = True
+                    graph_inputs.append(leaf)
+                    for _ in range(n_copies - 1):
+                        pinned = new(dev[leaf], nbytes[leaf])
+                        is_input[pinned] = is_output[pinned] = True
+                        graph_inputs.append(pinned)
+            leafs = graph_inputs + extra_leafs + leafs
+        return self._compile(order, leafs, srcs, view_src, is_input, is_output, children, dev, nbytes, count,
+                             positions)
+
+    def _compile(self, order, leafs, srcs, view_src, is_input, is_output, children, dev, nbytes, count, positions):
+        """Program()'s walk over the scheduled order: the leafs and graph inputs first, then each
+        node's allocation, in-place candidates and frees."""
+        total = len(dev)
+        external = self.external + [False] * (total - count)
+        inplace = self.inplace
+        views = self.views + [0] * (total - count)
+        allocated = [False] * total
+        slot = [0] * total  # a tensor's index in the program
+        tensors = []
+        prologue = []
+        for leaf in leafs:
+            if not (allocated[leaf] or external[leaf] or view_src[leaf] >= 0):
+                allocated[leaf] = True
+                slot[leaf] = len(tensors)
+                prologue.append(len(tensors))
+                tensors.append(leaf)
+        # graph inputs first read by a node (the pinned copies are all leafs here)
+        for node in self.touches:
+            for tensor in (node, *srcs[node]) if is_input[node] else srcs[node]:
+                if is_input[tensor] and not (allocated[tensor] or external[tensor] or view_src[tensor] >= 0):
+                    allocated[tensor] = True
+                    slot[tensor] = len(tensors)
+                    prologue.append(len(tensors))
+                    tensors.append(tensor)
+        ends = self.ends
+        steps, cuts = [], []
+        add = steps.append
+        for node in order:
+            sources = srcs[node]
+            target = -1
+            if view_src[node] < 0 and not allocated[node] and not external[node]:
+                allocated[node] = True
+                target = slot[node] = len(tensors)
+                tensors.append(node)
+                candidates = ()
+                if node < count:
+                    for position in inplace[node]:
+                        parent = sources[position]
+                        if (allocated[parent] and view_src[parent] < 0 and not is_output[parent]
+                                and children[parent] == 1 and views[parent] == 0):
+                            candidates += (slot[parent],)
+            freed = ()
+            for parent in sources:
+                left = children[parent] = children[parent] - 1
+                if left == 0 and views[parent] == 0:
+                    victim = view_src[parent]
+                    if victim >= 0:
+                        views[victim] -= 1
+                        if views[victim] or children[victim]:
+                            continue
+                    else:
+                        victim = parent
+                    if allocated[victim] and not is_output[victim]:
+                        allocated[victim] = False
+                        freed += (slot[victim],)
+            if target >= 0:
+                add((target, candidates, freed))
+            elif freed:
+                add((-1, (), freed))
+            if node < count and ends[node] and (not cuts or cuts[-1] != len(steps)):
+                cuts.append(len(steps))
+        return Program.compiled([positions[dev[tensor]] for tensor in tensors], prologue, steps,
+                                [nbytes[tensor] for tensor in tensors], cuts, memo=False)
 
 
 def _homes_key(homes):
