@@ -187,7 +187,8 @@ def test_a_builder_needing_a_number_falls_back_to_the_plain_replay(preset_model)
 
 def both_programs(facts, chosen, kinds, settings, ctx):
     """A placement's split program by the integer form (compute._SplitGraph) and by schedule() +
-    Program() over the graph's tensors, from the same bound graph (None, None: not symbolic)."""
+    Program() over the graph's tensors, from the same bound graph (None, None: not symbolic); on the
+    way, the integer form's one-device program against Program() over the graph as built."""
     caches = kv.kv_caches(facts.shape, ctx, settings)
     tokens, streams = compute.reserve_tokens(settings, ctx)
     homes = compute.homes_of(facts, chosen)
@@ -199,8 +200,15 @@ def both_programs(facts, chosen, kinds, settings, ctx):
     try:
         entry = compute._shared_entry(facts.graph, facts.shape, [compute._CellsOnly(cache.kind) for cache in caches],
                                       settings, tokens, streams, homes, compute.output_rows(settings, ctx))
-        fast = compute._SplitGraph(entry.graph, entry.slots).program(backends, offload_to, tokens, copies, positions,
-                                                                      homes.full_offload)
+        split = compute._SplitGraph(entry.graph, entry.slots)
+        fast = split.program(backends, offload_to, tokens, copies, positions, homes.full_offload)
+        one = split.one_device_program(memo=True)
+        built = compute.Program(entry.graph.leafs, entry.graph.nodes, boundaries=entry.graph.boundaries)
+        assert (one.steps, one.prologue, one.buffers, one.fixed, one._cuts) == \
+            (built.steps, built.prologue, built.buffers, built.fixed, built._cuts)
+        assert [(i, a.const, a.terms) for i, a in one.sized] == [(i, a.const, a.terms) for i, a in built.sized]
+        compute._reset(entry.graph, entry.slots, entry.srcs, entry.outputs)
+        entry.slots.bind(homes)
         entry.dirty = True
         leafs, nodes = compute.schedule(entry.graph, backends, offload_to, tokens, copies)
         walked = compute.Program(leafs, nodes, positions, entry.graph.boundaries, memo=False)
@@ -212,15 +220,24 @@ def both_programs(facts, chosen, kinds, settings, ctx):
 
 
 def program_fields(program):
-    sized = [(index, size.const, size.terms) for index, size in program.sized]  # (Affine's == is symbolic)
-    return program.steps, program.prologue, program.buffers, program.fixed, sized, program._cuts
+    """A program's events with its tensor slots renamed in allocation order (graph inputs, then each
+    step's target): what its replay depends on, whatever numbering it was compiled with."""
+    order = list(program.prologue) + [target for target, _, _ in program.steps if target >= 0]
+    rank = {index: position for position, index in enumerate(order)}
+    assert len(rank) == len(order)  # every tensor allocated once
+    steps = [(rank[target] if target >= 0 else -1, tuple(rank[index] for index in candidates),
+              tuple(rank[index] for index in freed)) for target, candidates, freed in program.steps]
+    sizes = {index: size for index, size in enumerate(program.fixed)}
+    sizes.update({index: (size.const, size.terms) for index, size in program.sized})  # (Affine's == is symbolic)
+    return (steps, [rank[index] for index in program.prologue], [program.buffers[index] for index in order],
+            [sizes[index] for index in order])
 
 
 @pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3", "gpt-oss-120b", "deepseek-v3.2", "qwen3-next-80b-a3b",
                                     "gemma-4-26b-a4b", "nemotron-3-nano-30b-a3b"))
 def test_the_integer_split_program_is_the_tensor_walks_program(preset_model, preset):
-    """Every field of the scheduled, compiled program (steps, graph inputs, buffers, sizes, layer cuts)
-    equal on CPU layers, CPU experts (op offload on CUDA, none on RPC), a -ts split, a full offload with
+    """The scheduled, compiled program's events (steps, graph inputs, buffers, sizes, slots renamed in
+    allocation order) equal on CPU layers, CPU experts (op offload on CUDA, none on RPC), a -ts split, a full offload with
     pipeline parallelism, a small ubatch (no op offload) and one the output rows cut."""
     facts = facts_of(preset_model(preset))
     layers = facts.layers
@@ -265,3 +282,27 @@ def test_a_graph_the_integer_form_cannot_schedule_is_left_to_the_tensor_walk():
                                                          True) is None
         program = compute._split_program(entry, homes, [0, compute.HOST], 0, 512, 1)
         assert entry.dirty and program.peaks({}, [128, 32]) == [0, 448 if stray else 320]  # (the second op in place)
+
+
+def test_a_copied_tensor_viewed_elsewhere_is_freed_where_the_tensor_walk_frees_it():
+    """r (on the GPU) is read by a view consumed on the GPU and directly by a CPU op, which gets a copy:
+    r is then freed at the copy's dependency node, which only a patch that re-walks the view's consumer
+    too gets right (the built graph frees it at the CPU op)."""
+    def graph_of():
+        graph = compute.Graph()
+        on_gpu, on_cpu = graph.external(0, weight=True), graph.external(compute.HOST, weight=True)
+        x = graph.input(1024)
+        r = graph.op(4096, on_gpu, x)
+        a = graph.op(4096, on_gpu, graph.view(r))
+        b = graph.op(4096, on_cpu, r)
+        graph.expand(graph.op(4096, on_gpu, a, b))
+        return graph
+
+    homes = compute.Homes(layer_device=[0, 0])
+    backends, positions = [0, compute.HOST], {0: 0, compute.HOST: 1}
+    graph = graph_of()
+    fast = compute._SplitGraph(graph, compute._Slots(homes)).program(backends, None, 512, 1, positions, True)
+    leafs, nodes = compute.schedule(graph_of(), backends, None, 512)
+    walked = compute.Program(leafs, nodes, positions, memo=False)
+    assert program_fields(fast) == program_fields(walked)
+    assert fast.peaks({}, [128, 32]) == walked.peaks({}, [128, 32])

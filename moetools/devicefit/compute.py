@@ -28,6 +28,8 @@ CPU) are counted in `host_bytes`.
 """
 
 import operator
+from itertools import accumulate, compress
+from operator import ne
 
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.record import REQUIRED, Record
@@ -468,21 +470,24 @@ class Program:
                     prologue, steps, [tensor.nbytes for tensor in tensors], cuts, memo)
 
     @classmethod
-    def compiled(cls, buffers, prologue, steps, nbytes, cuts, memo=True):
+    def compiled(cls, buffers, prologue, steps, nbytes, cuts, memo=True, sized=None):
         """A Program from its parts (buffers, prologue, steps, cuts as __init__ makes them; nbytes:
-        each program tensor's bytes, ints or Affine): _SplitGraph's compile."""
+        each program tensor's bytes, ints or Affine — or, with `sized` given, 0 where `sized` has the
+        Affine): _SplitGraph's compile."""
         program = cls.__new__(cls)
-        program._setup(buffers, prologue, steps, nbytes, cuts, memo)
+        program._setup(buffers, prologue, steps, nbytes, cuts, memo, sized)
         return program
 
-    def _setup(self, buffers, prologue, steps, nbytes, cuts, memo):
+    def _setup(self, buffers, prologue, steps, nbytes, cuts, memo, sized=None):
         self.buffers = buffers
         self.prologue = prologue
         self.steps = steps
-        self.sized = [(index, size) for index, size in enumerate(nbytes) if type(size) is Affine]
         self.fixed = nbytes
-        for index, _ in self.sized:
-            self.fixed[index] = 0
+        if sized is None:
+            sized = [(index, size) for index, size in enumerate(nbytes) if type(size) is Affine]
+            for index, _ in sized:
+                self.fixed[index] = 0
+        self.sized = sized
         self._padded = {}
         self._memo = {} if memo else None
         self._cuts = cuts
@@ -3559,8 +3564,8 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
             # the placements' graph (no layer left out either way): its tensors are the same, only
             # their devices differ, and one buffer ignores those
             homes = Homes(layer_device=[0] * (kvshape.block_count + 1))
-            graph = _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
-            return Program(graph.leafs, graph.nodes, boundaries=graph.boundaries, memo=not graph_shape.indexer_heads)
+            entry = _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
+            return _one_device_program(entry, memo=not graph_shape.indexer_heads)
         return _one_program(_build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output,
                                    outputs=outputs), memo=not graph_shape.indexer_heads)
 
@@ -3791,7 +3796,7 @@ _GRAPHS_MAX = 4  # placement graphs kept per model: one per ubatch/settings in u
 
 
 class _SharedEntry:
-    """One placements' graph (_shared_graph) with what rebinding it needs: its _Slots, the nodes' built
+    """One placements' graph (_shared_entry) with what rebinding it needs: its _Slots, the nodes' built
     sources and the leafs' built output flags (_reset), the breakpoints its build decided, its integer
     form (_SplitGraph, made at the first placement that schedules it) and whether a tensor walk
     (schedule(), Program()) has left marks on its tensors since the last _reset."""
@@ -3845,20 +3850,29 @@ def _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, hom
     return entry
 
 
-def _shared_graph(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
-    """_shared_entry's graph, for a caller that walks its tensors (schedule(), Program())."""
-    entry = _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
-    entry.dirty = True
-    return entry.graph
+def _split_form(entry):
+    """The entry's _SplitGraph, made at its first use (the graph is clean and bound then)."""
+    if entry.split is None:
+        entry.split = _SplitGraph(entry.graph, entry.slots)
+    return entry.split
+
+
+def _one_device_program(entry, memo):
+    """Program(graph.leafs, graph.nodes) of a _SharedEntry's graph on one device: the integer form's
+    walk of the graph as built where that applies, else the tensor walk."""
+    program = _split_form(entry).one_device_program(memo)
+    if program is None:
+        entry.dirty = True
+        graph = entry.graph
+        program = Program(graph.leafs, graph.nodes, boundaries=graph.boundaries, memo=memo)
+    return program
 
 
 def _split_program(entry, homes, backends, offload_to, tokens, n_copies):
     """The Program of a _SharedEntry's graph bound to `homes`, scheduled over `backends`: by its integer form
     (_SplitGraph) where that applies, else by schedule() and Program() over its tensors."""
     positions = {key: index for index, key in enumerate(backends)}
-    if entry.split is None:
-        entry.split = _SplitGraph(entry.graph, entry.slots)
-    program = entry.split.program(backends, offload_to, tokens, n_copies, positions, homes.full_offload)
+    program = _split_form(entry).program(backends, offload_to, tokens, n_copies, positions, homes.full_offload)
     if program is None:
         entry.dirty = True
         leafs, nodes = schedule(entry.graph, backends, offload_to, tokens, n_copies)
@@ -3883,7 +3897,7 @@ def _reset(graph, slots, srcs, outputs):
 
 
 class _SplitGraph:
-    """A placements' shared graph (_shared_graph) in integer form, scheduled and compiled per placement
+    """A placements' shared graph (_shared_entry) in integer form, scheduled and compiled per placement
     without touching its tensors: schedule() and Program() fused over lists indexed by tensor number,
     giving the Program they give (tests/test_devicefit_compute_fast.py compares every field). It reads
     only what _Slots.bind wrote (the externals' and pinned norms' devices, the weight copies' bytes).
@@ -3895,32 +3909,48 @@ class _SplitGraph:
         tensors = [*graph.leafs, *graph.nodes]
         number = {id(tensor): index for index, tensor in enumerate(tensors)}
         n_leafs, count = len(graph.leafs), len(tensors)
+        bound = {}
+        for tensor, _ in (*slots.dense, *slots.caches, *slots.pins, *slots.placed):
+            bound[id(tensor)] = tensor
+        for tensor, _, _ in slots.experts:
+            bound[id(tensor)] = tensor
+        if slots.input_weights is not None:
+            bound[id(slots.input_weights)] = slots.input_weights
         srcs, view_src = [()] * n_leafs, [-1] * n_leafs
-        first, split_walk, ops, touches = [], [], [], []
+        consumers = [[] for _ in range(count)]
+        first, ops, touches, late_views = [], [], [], []
+        edge_src, edge_node, edge_pos = [], [], []
         # a node's sources must come before it (leafs, externals, earlier nodes): then every source has
         # its device when its consumer is split; a source that is neither (a stray leaf) or a device
         # set by a builder outside _Slots leaves the placement to the tensor walk
-        usable = True
+        usable = not any(leaf.device is not None and not leaf.external and id(leaf) not in bound for leaf in graph.leafs)
         for index in range(n_leafs, count):
             node = tensors[index]
+            if node.device is not None and id(node) not in bound:
+                usable = False
             sources = []
             weights = ()
             touched = node.is_input
-            for src in node.srcs:
+            root = node.view_src
+            for position, src in enumerate(node.srcs):
                 found = number.get(id(src))
                 if found is None:
                     usable = usable and src.external
                     found = number[id(src)] = len(tensors)
                     tensors.append(src)
+                    consumers.append([])
                 elif found >= index:
                     usable = False
                 sources.append(found)
+                consumers[found].append(index)
+                if root is None:
+                    edge_src.append(found)
+                    edge_node.append(index)
+                    edge_pos.append(position)
                 if src.external and src.weight:
                     weights += (found,)
                 if src.is_input:
                     touched = True
-            sources = tuple(sources)
-            root = node.view_src
             if root is None:
                 root = -1
                 ops.append(index)
@@ -3932,14 +3962,16 @@ class _SplitGraph:
                     usable = usable and root.external
                     found = number[id(root)] = len(tensors)
                     tensors.append(root)
+                    consumers.append([])
                 root = found
                 if tensors[root].external:
                     first.append((index, root, -1, node.offloadable))
                 elif weights:
                     first.append((index, -1, weights[0], node.offloadable))
-            srcs.append(sources)
+                else:
+                    late_views.append((index, root))  # pass 5's view branch gives it its root's device
+            srcs.append(tuple(sources))
             view_src.append(root)
-            split_walk.append((index, root, sources, weights))
             if touched:
                 touches.append(index)
         extra = len(tensors) - count
@@ -3947,41 +3979,126 @@ class _SplitGraph:
         view_src += [-1] * extra
         self.count = count = len(tensors)
         self.leafs = list(range(n_leafs))
-        self.nodes = list(range(n_leafs, n_leafs + len(graph.nodes)))
-        self.srcs, self.view_src, self.first, self.split_walk, self.ops, self.touches = srcs, view_src, first, split_walk, ops, touches
+        self.nodes = range(n_leafs, n_leafs + len(graph.nodes))
+        self.srcs, self.view_src, self.first, self.ops, self.touches = srcs, view_src, first, ops, touches
+        self.late_views, self.consumers = late_views, consumers
+        # the ops' sources, flat: which reads cross devices is two list lookups and a compare per read
+        self.edge_src, self.edge_node, self.edge_pos = edge_src, edge_node, edge_pos
         self.nbytes = [tensor.nbytes for tensor in tensors]
         self.external = [tensor.external for tensor in tensors]
+        self.weight = [tensor.external and tensor.weight for tensor in tensors]
         self.is_input = [tensor.is_input for tensor in tensors]
         self.is_output = [tensor.is_output for tensor in tensors]
         self.inplace = [tensor.inplace for tensor in tensors]
         self.device = [tensor.device if tensor.external else None for tensor in tensors]  # a reset graph's
-        bound = {}
-        for tensor, _ in (*slots.dense, *slots.caches, *slots.pins, *slots.placed):
-            bound[id(tensor)] = tensor
-        for tensor, _, _ in slots.experts:
-            bound[id(tensor)] = tensor
-        if slots.input_weights is not None:
-            bound[id(slots.input_weights)] = slots.input_weights
         self.bound = [(number[key], tensor) for key, tensor in bound.items() if key in number]
         self.pinned = [number[id(node)] for node, _ in slots.pins if id(node) in number]
         self.placed = [number[id(tensor)] for tensor, _ in slots.placed if id(tensor) in number]
-        self.externals = [index for index in range(count) if self.external[index]]
-        if usable:
-            usable = not any(tensor.device is not None and not tensor.external and id(tensor) not in bound
-                             for tensor in tensors)
+        self.externals = list(compress(range(count), self.external))
         self.usable = usable
-        ends = {id(tensor) for tensor in graph.boundaries}
-        self.ends = [id(tensor) in ends for tensor in tensors]
+        self.end_nodes = sorted(number[id(tensor)] for tensor in graph.boundaries if id(tensor) in number)
         self._runs = {}
         # the allocator's counts over the built sources (a placement's copies adjust them)
-        children, views = [0] * count, [0] * count
-        for sources in srcs:
-            for src in sources:
-                children[src] += 1
-        for root in view_src:
+        self.children = list(map(len, consumers))
+        views = [0] * count
+        views_of = {}
+        for node, root in zip(self.nodes, view_src[n_leafs:]):
             if root >= 0:
                 views[root] += 1
-        self.children, self.views = children, views
+                views_of.setdefault(root, []).append(node)
+        self.views, self.views_of = views, views_of
+        if usable:
+            self._walk_base()
+
+    def _walk_base(self):
+        """Program()'s walk over the graph as built (no copies): the one-device program, and the steps a
+        placement's program takes for every node its copies do not touch. Tensor slots are numbered in
+        allocation order; per node what the patch needs: its step's place, its in-place candidates and
+        frees by source position."""
+        count, n_leafs = self.count, len(self.leafs)
+        srcs, view_src, external, is_input, is_output = self.srcs, self.view_src, self.external, self.is_input, self.is_output
+        inplace = self.inplace
+        children, views = list(self.children), list(self.views)
+        allocated = [False] * count
+        slot = [-1] * count
+        slot_tensor = []
+        prologue = []
+        for leaf in self.leafs:
+            if not (allocated[leaf] or external[leaf] or view_src[leaf] >= 0):
+                allocated[leaf] = True
+                slot[leaf] = len(slot_tensor)
+                prologue.append(len(slot_tensor))
+                slot_tensor.append(leaf)
+        self.leaf_prologue = len(prologue)
+        for node in self.touches:
+            for tensor in (node, *srcs[node]) if is_input[node] else srcs[node]:
+                if is_input[tensor] and not (allocated[tensor] or external[tensor] or view_src[tensor] >= 0):
+                    allocated[tensor] = True
+                    slot[tensor] = len(slot_tensor)
+                    prologue.append(len(slot_tensor))
+                    slot_tensor.append(tensor)
+        steps, step_nodes = [], []
+        add, stepped = steps.append, step_nodes.append
+        cand_pos, freed_pos = {}, {}
+        for node in self.nodes:
+            sources = srcs[node]
+            if view_src[node] < 0 and not allocated[node] and not external[node]:
+                allocated[node] = True
+                target = slot[node] = len(slot_tensor)
+                slot_tensor.append(node)
+                candidates = ()
+                for position in inplace[node]:
+                    parent = sources[position]
+                    if (allocated[parent] and view_src[parent] < 0 and not is_output[parent] and children[parent] == 1
+                            and views[parent] == 0):
+                        candidates += (slot[parent],)
+                        cand_pos[node] = cand_pos.get(node, ()) + (position,)
+            else:
+                target = -1
+            freed = ()
+            position = -1
+            for parent in sources:
+                position += 1
+                children[parent] -= 1
+                if children[parent] == 0 and views[parent] == 0:
+                    victim = view_src[parent]
+                    if victim >= 0:
+                        views[victim] -= 1
+                        if views[victim] or children[victim]:
+                            continue
+                    else:
+                        victim = parent
+                    if allocated[victim] and not is_output[victim]:
+                        allocated[victim] = False
+                        freed += (slot[victim],)
+                        freed_pos.setdefault(node, {})[position] = slot[victim]
+            if target >= 0:
+                add((target, candidates, freed))
+                stepped(node)
+            elif freed:
+                add((-1, (), freed))
+                stepped(node)
+        has_step = [False] * (count - n_leafs)
+        for node in step_nodes:
+            has_step[node - n_leafs] = True
+        steps_before = list(accumulate(has_step, initial=0))  # by node position: the steps of the nodes before it
+        cuts = []
+        for node in self.end_nodes:  # Program()'s cuts: the steps up to each layer's end
+            after = steps_before[node - n_leafs + 1]
+            if not cuts or cuts[-1] != after:
+                cuts.append(after)
+        self.slot, self.slot_tensor, self.prologue, self.steps, self.cuts = slot, slot_tensor, prologue, steps, cuts
+        self.steps_before, self.has_step, self.cand_pos, self.freed_pos = steps_before, has_step, cand_pos, freed_pos
+        nbytes = self.nbytes
+        self.fixed = [nbytes[tensor] if type(nbytes[tensor]) is not Affine else 0 for tensor in slot_tensor]
+        self.sized = [(index, nbytes[tensor]) for index, tensor in enumerate(slot_tensor) if type(nbytes[tensor]) is Affine]
+
+    def one_device_program(self, memo):
+        """Program(graph.leafs, graph.nodes, boundaries=...) of the graph as built, one buffer (None: not usable)."""
+        if not self.usable:
+            return None
+        return Program.compiled([0] * len(self.slot_tensor), list(self.prologue), self.steps, list(self.fixed),
+                                list(self.cuts), memo, sized=list(self.sized))
 
     def runs(self, full_offload):
         """The expansion passes' unit: maximal runs of ops pass 1 leaves unassigned, each with the
@@ -4008,15 +4125,19 @@ class _SplitGraph:
         return runs
 
     def program(self, backends, offload_to, tokens, n_copies, positions, full_offload):
-        """The Program schedule() and Program() give for the placement the graph is bound to (None:
-        this form does not apply, the caller walks the tensors)."""
+        """The Program schedule() and Program() give for the placement the graph is bound to, up to
+        the slots' names (None: this form does not apply, the caller walks the tensors). Copies are
+        few: the walk's steps are the built graph's (_walk_base) except at the nodes that read a
+        tensor a copy replaces or one that tensor is a view of or viewed by, which are walked again."""
         if not self.usable:
             return None
         dev = list(self.device)
-        nbytes = list(self.nbytes)
+        nbytes = self.nbytes
+        bound_bytes = {}
         for index, tensor in self.bound:
             dev[index] = tensor.device
-            nbytes[index] = tensor.nbytes
+            if tensor.external:
+                bound_bytes[index] = tensor.nbytes
         for index in self.leafs:
             if dev[index] is None:
                 dev[index] = HOST
@@ -4054,154 +4175,213 @@ class _SplitGraph:
                 return None  # pass 3 (no op has a device): the tensor walk
             for node in members:
                 dev[node] = fill
-        # passes 4 and 5 as schedule() runs them: every source already has a device here (sources come
-        # first, ops all have one, a view gets its root's), so pass 4 only gives the views theirs
-        count = self.count
-        srcs = list(self.srcs)
-        view_src = list(self.view_src)
-        is_input = list(self.is_input)
-        is_output = list(self.is_output)
-        children = list(self.children)
-        copies = {}
-        order, pending, split_nodes, extra_leafs = [], [], [], []
-        current, n_inputs = None, 0
         first_backend = backends[0]
+        for node, root in self.late_views:
+            if dev[node] is None:
+                dev[node] = dev[root] if dev[root] is not None else first_backend
+        # passes 4 and 5: every source has its device now (sources come first), so a split starts at
+        # an op on another device than the op before, or at one reading a weight from elsewhere once
+        # the split has inputs; an op copies each source from another device into its split
+        edge_src, edge_node = self.edge_src, self.edge_node
+        crossing = list(compress(range(len(edge_src)), map(ne, map(dev.__getitem__, edge_src),
+                                                               map(dev.__getitem__, edge_node))))
+        ops = self.ops
+        op_devices = list(map(dev.__getitem__, ops))
+        starts = {ops[index] for index in compress(range(len(ops)), map(ne, op_devices, [None, *op_devices[:-1]]))}
+        reads = {}  # op -> [(source position, source)] read across devices
+        edge_pos = self.edge_pos
+        for index in crossing:
+            reads.setdefault(edge_node[index], []).append((edge_pos[index], edge_src[index]))
+        weight, view_src, count = self.weight, self.view_src, self.count
+        slot = self.slot
+        n_slots = len(self.slot_tensor)
+        children = list(self.children)
+        new_dev, new_bytes, new_src = [], [], []  # copies, dependencies and pinned inputs, numbered from count
 
-        def new(device, size, sources=(), root=-1):
-            dev.append(device)
-            nbytes.append(size)
-            srcs.append(sources)
-            view_src.append(root)
-            is_input.append(False)
-            is_output.append(False)
+        def new(device, size, source=-1):
+            new_dev.append(device)
+            new_bytes.append(size)
+            new_src.append(source)
             children.append(0)
-            return len(dev) - 1
+            return count + len(new_dev) - 1
 
-        for node, root, sources, weights in self.split_walk:
-            if root >= 0:
-                if dev[node] is None:
-                    dev[node] = dev[root]
-                    if dev[node] is None:
-                        dev[node] = first_backend
-                split_nodes.append(node)
-                continue
+        copies, inserted, replaced, extra_leafs = {}, {}, {}, []
+        copy_slots = {}
+        pending, split_start = [], None
+        current, n_inputs = None, 0
+        for node in sorted(starts | reads.keys()):
             device = dev[node]
-            if device != current or (n_inputs and weights and any(dev[src] != current for src in weights)):
-                order += pending
-                order += split_nodes
-                pending.clear()
-                split_nodes = []
+            crossed = reads.get(node, ())
+            if node in starts or (n_inputs and any(weight[src] for _, src in crossed)):
+                if pending:
+                    inserted[split_start] = pending
+                pending, split_start = [], node
                 current, n_inputs = device, 0
-            replaced = None
-            for position, src in enumerate(sources):
-                if dev[src] == current:
-                    continue
-                if replaced is None:
-                    replaced = list(sources)
-                key = (src, current)
-                copy = copies.get(key)
+            if not crossed:
+                continue
+            sources = replaced[node] = list(self.srcs[node])
+            for position, src in crossed:
+                copy = copies.get((src, current))
                 if copy is None:
-                    size = nbytes[src] or (nbytes[view_src[src]] if view_src[src] >= 0 else 0)
-                    copy = copies[key] = new(current, size)
+                    size = (bound_bytes.get(src, nbytes[src]) or
+                            (bound_bytes.get(view_src[src], nbytes[view_src[src]]) if view_src[src] >= 0 else 0))
+                    copy = copies[(src, current)] = new(current, size)
+                    copy_slots[copy] = n_slots + len(copy_slots)
                     if n_copies > 1:
-                        is_input[copy] = is_output[copy] = True
                         extra_leafs.append(copy)
                         for _ in range(n_copies - 1):
                             pinned = new(current, size)
-                            is_input[pinned] = is_output[pinned] = True
+                            copy_slots[pinned] = n_slots + len(copy_slots)
                             extra_leafs.append(pinned)
-                    dep = new(dev[src], 0, (src,), view_src[src] if view_src[src] >= 0 else src)
+                    dep = new(dev[src], 0, src)
                     children[src] += 1
-                    pending.append(dep)
-                    pending.append(copy)
+                    pending.append((dep, copy))
                     n_inputs += 1
                 children[src] -= 1
                 children[copy] += 1
-                replaced[position] = copy
-            if replaced is not None:
-                srcs[node] = tuple(replaced)
-            split_nodes.append(node)
-        order += pending
-        order += split_nodes
+                sources[position] = copy
+        if pending:
+            inserted[split_start] = pending
+        return self._patch(dev, bound_bytes, children, copies, inserted, replaced, extra_leafs, copy_slots, new_dev,
+                           new_bytes, new_src, n_copies, positions)
+
+    def _patch(self, dev, bound_bytes, children, copies, inserted, replaced, extra_leafs, copy_slots, new_dev,
+               new_bytes, new_src, n_copies, positions):
+        """The placement's program from the built graph's walk: its steps, with each split's copies
+        (and their dependency nodes) walked in before the split's first node and every node near a
+        copy walked again; graph inputs in their pipeline order."""
+        count, n_leafs = self.count, len(self.leafs)
+        srcs, view_src, external, is_output = self.srcs, self.view_src, self.external, self.is_output
+        inplace, slot = self.inplace, self.slot
+        nbytes = self.nbytes
+        outputs = set()  # tensors pipeline parallelism makes outputs (never freed, never taken over)
         leafs = self.leafs
+        prologue = self.prologue
         if n_copies > 1:
+            outputs.update(extra_leafs)
             graph_inputs = []
             for leaf in leafs:
-                if is_input[leaf]:
-                    is_output[leaf] = True
+                if self.is_input[leaf]:
+                    outputs.add(leaf)
                     graph_inputs.append(leaf)
                     for _ in range(n_copies - 1):
-                        pinned = new(dev[leaf], nbytes[leaf])
-                        is_input[pinned] = is_output[pinned] = True
+                        new_dev.append(dev[leaf])
+                        new_bytes.append(nbytes[leaf])
+                        new_src.append(-1)
+                        children.append(0)
+                        pinned = count + len(new_dev) - 1
+                        copy_slots[pinned] = len(self.slot_tensor) + len(copy_slots)
                         graph_inputs.append(pinned)
-            leafs = graph_inputs + extra_leafs + leafs
-        return self._compile(order, leafs, srcs, view_src, is_input, is_output, children, dev, nbytes, count,
-                             positions)
+            seen = set()
+            prologue = []
+            for tensor in (*graph_inputs, *extra_leafs, *leafs):
+                if tensor >= count:
+                    prologue.append(copy_slots[tensor])
+                elif not (tensor in seen or external[tensor] or view_src[tensor] >= 0):
+                    seen.add(tensor)
+                    prologue.append(slot[tensor])
+            prologue += [index for index in self.prologue[self.leaf_prologue:]]  # inputs first read by a node
+        # the tensors whose walk can differ from the built graph's: each source a copy replaces (its
+        # consumers changed), the inputs made outputs, the roots of those that are views and every view
+        # of those roots (their releases free the root); the nodes reading one of them are walked again
+        live = set()
+        for node, sources in replaced.items():
+            for old, now in zip(srcs[node], sources):
+                if old != now:
+                    live.add(old)
+        live |= outputs
+        live.update([view_src[tensor] for tensor in live if tensor < count and view_src[tensor] >= 0])
+        for root in list(live):
+            live.update(self.views_of.get(root, ()))
+        affected = set()
+        consumers = self.consumers
+        for tensor in live:
+            if tensor < count:
+                affected.update(consumers[tensor])
+        views = list(self.views)
+        freed_live = set()
 
-    def _compile(self, order, leafs, srcs, view_src, is_input, is_output, children, dev, nbytes, count, positions):
-        """Program()'s walk over the scheduled order: the leafs and graph inputs first, then each
-        node's allocation, in-place candidates and frees."""
-        total = len(dev)
-        external = self.external + [False] * (total - count)
-        inplace = self.inplace
-        views = self.views + [0] * (total - count)
-        allocated = [False] * total
-        slot = [0] * total  # a tensor's index in the program
-        tensors = []
-        prologue = []
-        for leaf in leafs:
-            if not (allocated[leaf] or external[leaf] or view_src[leaf] >= 0):
-                allocated[leaf] = True
-                slot[leaf] = len(tensors)
-                prologue.append(len(tensors))
-                tensors.append(leaf)
-        # graph inputs first read by a node (the pinned copies are all leafs here)
-        for node in self.touches:
-            for tensor in (node, *srcs[node]) if is_input[node] else srcs[node]:
-                if is_input[tensor] and not (allocated[tensor] or external[tensor] or view_src[tensor] >= 0):
-                    allocated[tensor] = True
-                    slot[tensor] = len(tensors)
-                    prologue.append(len(tensors))
-                    tensors.append(tensor)
-        ends = self.ends
-        steps, cuts = [], []
-        add = steps.append
-        for node in order:
-            sources = srcs[node]
-            target = -1
-            if view_src[node] < 0 and not allocated[node] and not external[node]:
-                allocated[node] = True
-                target = slot[node] = len(tensors)
-                tensors.append(node)
-                candidates = ()
-                if node < count:
-                    for position in inplace[node]:
-                        parent = sources[position]
-                        if (allocated[parent] and view_src[parent] < 0 and not is_output[parent]
-                                and children[parent] == 1 and views[parent] == 0):
-                            candidates += (slot[parent],)
-            freed = ()
-            for parent in sources:
-                left = children[parent] = children[parent] - 1
-                if left == 0 and views[parent] == 0:
-                    victim = view_src[parent]
-                    if victim >= 0:
-                        views[victim] -= 1
-                        if views[victim] or children[victim]:
-                            continue
-                    else:
-                        victim = parent
-                    if allocated[victim] and not is_output[victim]:
-                        allocated[victim] = False
-                        freed += (slot[victim],)
+        def release(parent, freed):
+            left = children[parent] = children[parent] - 1
+            if left == 0 and (parent >= count or views[parent] == 0):
+                victim = view_src[parent] if parent < count else -1
+                if victim >= 0:
+                    views[victim] -= 1
+                    if views[victim] or children[victim]:
+                        return freed
+                else:
+                    victim = parent
+                if victim in freed_live or victim in outputs:
+                    return freed
+                if victim >= count:
+                    freed_live.add(victim)
+                    return freed + (copy_slots[victim],)
+                if not external[victim] and view_src[victim] < 0 and not is_output[victim]:
+                    freed_live.add(victim)
+                    return freed + (slot[victim],)
+            return freed
+
+        base_steps, steps_before, has_step = self.steps, self.steps_before, self.has_step
+        cand_pos, freed_pos = self.cand_pos, self.freed_pos
+        steps = []
+        cursor = 0
+        for node in sorted(affected | inserted.keys()):
+            before = steps_before[node - n_leafs]
+            if before > cursor:
+                steps += base_steps[cursor:before]
+                cursor = before
+            for dep, copy in inserted.get(node, ()):
+                freed = release(new_src[dep - count], ())
+                if freed:
+                    steps.append((-1, (), freed))
+                if n_copies == 1:
+                    steps.append((copy_slots[copy], (), ()))
+            if node not in affected:
+                continue
+            if has_step[node - n_leafs]:
+                cursor = before + 1
+            sources = replaced.get(node) or srcs[node]
+            target = slot[node] if view_src[node] < 0 and not external[node] else -1
+            candidates = ()
             if target >= 0:
-                add((target, candidates, freed))
+                kept = cand_pos.get(node, ())
+                for position in inplace[node]:
+                    parent = sources[position]
+                    if parent >= count:
+                        if (parent not in freed_live and parent not in outputs and children[parent] == 1):
+                            candidates += (copy_slots[parent],)
+                    elif parent in live:
+                        if (not external[parent] and view_src[parent] < 0 and parent not in freed_live
+                                and parent not in outputs and not is_output[parent] and children[parent] == 1
+                                and views[parent] == 0):
+                            candidates += (slot[parent],)
+                    elif position in kept:
+                        candidates += (slot[parent],)
+            freed = ()
+            by_position = freed_pos.get(node)
+            for position, parent in enumerate(sources):
+                if parent >= count or parent in live:
+                    freed = release(parent, freed)
+                elif by_position is not None and position in by_position:
+                    freed += (by_position[position],)
+            if target >= 0:
+                steps.append((target, candidates, freed))
             elif freed:
-                add((-1, (), freed))
-            if node < count and ends[node] and (not cuts or cuts[-1] != len(steps)):
-                cuts.append(len(steps))
-        return Program.compiled([positions[dev[tensor]] for tensor in tensors], prologue, steps,
-                                [nbytes[tensor] for tensor in tensors], cuts, memo=False)
+                steps.append((-1, (), freed))
+        steps += base_steps[cursor:]
+        slot_tensor = self.slot_tensor
+        buffers = [positions[device] for device in map(dev.__getitem__, slot_tensor)]
+        fixed = list(self.fixed)
+        sized = list(self.sized)
+        for tensor, index in copy_slots.items():  # (in slot order: dict order is creation order)
+            device, size = new_dev[tensor - count], new_bytes[tensor - count]
+            buffers.append(positions[device])
+            if type(size) is Affine:
+                sized.append((index, size))
+                fixed.append(0)
+            else:
+                fixed.append(size)
+        return Program.compiled(buffers, prologue, steps, fixed, [], memo=False, sized=sized)
 
 
 def _homes_key(homes):
