@@ -668,8 +668,30 @@ class Program:
                 alive[target] = True
             for index in freed:
                 if alive[index]:
-                    give(frees[buffers[index]], offset[index], padded[index])
                     alive[index] = False
+                    # _give, inlined (the replay's most frequent call)
+                    free = frees[buffers[index]]
+                    where = offset[index]
+                    size = padded[index]
+                    for position, block in enumerate(free):
+                        if block[0] + block[1] == where:
+                            block[1] += size
+                            if position + 1 < len(free) and block[0] + block[1] == free[position + 1][0]:
+                                block[1] += free[position + 1][1]
+                                del free[position + 1]
+                            break
+                        if where + size == block[0]:
+                            block[0] = where
+                            block[1] += size
+                            if position and free[position - 1][0] + free[position - 1][1] == where:
+                                free[position - 1][1] += block[1]
+                                del free[position]
+                            break
+                    else:
+                        position = 0
+                        while position < len(free) and free[position][0] < where:
+                            position += 1
+                        free.insert(position, [where, size])
         for pool, top in zip(pools, tops):
             pool.max_size = top
 
