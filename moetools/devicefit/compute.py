@@ -3881,8 +3881,9 @@ def _split_form(entry):
 
 def _one_device_program(entry, memo):
     """Program(graph.leafs, graph.nodes) of a _SharedEntry's graph on one device: the integer form's
-    walk of the graph as built where that applies, else the tensor walk."""
-    program = _split_form(entry).one_device_program(memo)
+    walk where a placement made it already, else the tensor walk (cheaper than making the integer form
+    for a plan that may never split: a fork plan)."""
+    program = entry.split.one_device_program(memo) if entry.split is not None else None
     if program is None:
         entry.dirty = True
         graph = entry.graph
