@@ -3803,7 +3803,8 @@ def placement_buffers(graph_shape, kvshape, ctx, settings, homes, kinds, op_offl
 
     def compile_symbolic(symbolic):
         entry = _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
-        return _split_program(entry, homes, backends, offload_to, tokens, n_copies)
+        return _split_program(entry, homes, backends, offload_to, tokens, n_copies,
+                              eager=_shares_placement_graph(graph_shape))
 
     key = ("split", settings.as_tuple(), tokens, streams, _homes_key(homes), tuple(kinds.items()), bool(op_offload),
            n_copies, outputs, _kinds(caches))
@@ -3823,7 +3824,7 @@ class _SharedEntry:
     form (_SplitGraph, made at the first placement that schedules it) and whether a tensor walk
     (schedule(), Program()) has left marks on its tensors since the last _reset."""
 
-    __slots__ = ("kvshape", "graph", "slots", "srcs", "outputs", "conditions", "split", "dirty")
+    __slots__ = ("kvshape", "graph", "slots", "srcs", "outputs", "conditions", "split", "dirty", "placements")
 
     def __init__(self, kvshape, graph, slots, conditions):
         self.kvshape, self.graph, self.slots, self.conditions = kvshape, graph, slots, conditions
@@ -3831,6 +3832,7 @@ class _SharedEntry:
         self.outputs = [leaf.is_output for leaf in graph.leafs]
         self.split = None
         self.dirty = False
+        self.placements = 0  # placements scheduled on it so far
 
 
 def _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs):
@@ -3891,11 +3893,18 @@ def _one_device_program(entry, memo):
     return program
 
 
-def _split_program(entry, homes, backends, offload_to, tokens, n_copies):
+def _split_program(entry, homes, backends, offload_to, tokens, n_copies, eager=True):
     """The Program of a _SharedEntry's graph bound to `homes`, scheduled over `backends`: by its integer form
-    (_SplitGraph) where that applies, else by schedule() and Program() over its tensors."""
+    (_SplitGraph) where that applies, else by schedule() and Program() over its tensors. The integer form
+    costs about two tensor walks to make: it is made at a graph's first placement when every placement
+    shares that graph (`eager`: a residual-stack or DSA model, whose graph replays every layer), else at
+    the graph's second (where placements leave different layers out, each set has its own graph, often
+    scheduled once)."""
     positions = {key: index for index, key in enumerate(backends)}
-    program = _split_form(entry).program(backends, offload_to, tokens, n_copies, positions, homes.full_offload)
+    entry.placements += 1
+    program = None
+    if eager or entry.split is not None or entry.placements > 1:
+        program = _split_form(entry).program(backends, offload_to, tokens, n_copies, positions, homes.full_offload)
     if program is None:
         entry.dirty = True
         leafs, nodes = schedule(entry.graph, backends, offload_to, tokens, n_copies)
