@@ -8,8 +8,8 @@ for the llama-server flags, launches `llama-speculative-simple` with them (`-nr 
 read beyond loading) and reads the buffers llama.cpp logs per device after "loading draft model": the
 draft's model, KV and compute buffers. `--write` records them in tests/data/devicefit_llama_draft.json
 (with the llama.cpp commit given by --commit) for tests/test_devicefit_draft_llama.py, which needs no
-llama.cpp. `--mtp`: the same for `--spec-type draft-mtp` on the case's NextN targets (glm4moe,
-deepseek32): the buffers logged after "creating MTP draft context" (the MTP context's KV and compute)
+llama.cpp. `--mtp`: the same for `--spec-type draft-mtp` on the case's NextN targets
+(tests/devicefit_draft_case.mtp_specs): the buffers logged after "creating MTP draft context" (the MTP context's KV and compute)
 and the target's model buffers (with the NextN tensors; for the base setting also those llama-completion logs for the
 target alone, which NextN tensors it loads without MTP), in tests/data/devicefit_llama_mtp.json. moetools ships no llama.cpp code and no recipe to build it: bring your own binaries
 (llama-speculative-simple is one of llama.cpp's examples).

@@ -454,14 +454,19 @@ def step35(t=Types(), **p):
 def mimo2(t=Types(), **p):
     """MiMo-V2-Flash (`mimo2`): sliding-window and full layers (`pattern`) with their own key/value head
     counts, keys wider than values, attention sinks, scaled values, a leading dense block, then
-    sigmoid-routed experts with a selection bias (llama.cpp src/models/mimo2.cpp)."""
+    sigmoid-routed experts with a selection bias (llama.cpp src/models/mimo2.cpp). `nextn` MTP blocks
+    after the trunk as conversion/mimo.py writes them: sliding-window layers (the pattern and the
+    per-layer head_count_kv extended), one fused attn_qkv (`nextn_fused`: the MTP graph asserts it), a
+    dense FFN, the NextN fusion tensors and layer_output_norm (the checkpoint's final_layernorm)."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "kv_full": 2, "kv_swa": 4, "k_head": 96, "v_head": 64, "n_ff": 512,
          "n_ff_exp": 128, "n_expert": 16, "top_k": 4, "n_dense": 1, "pattern": "FSSS", "swa": 128, "vocab": 1024,
-         "ctx": 4096, "rope_base": 5e6} | p
+         "ctx": 4096, "rope_base": 5e6, "nextn": 0, "nextn_fused": True} | p
     spec = ModelSpec("mimo2", [])
-    _common(spec, p)
+    trunk = len(p["pattern"])
+    pattern = p["pattern"] + "S" * p["nextn"]
+    _common(spec, p | {"n_layer": len(pattern)})
     n_embd, k_head, v_head, n_head = p["n_embd"], p["k_head"], p["v_head"], p["n_head"]
-    kv_heads = [p["kv_full"] if c == "F" else p["kv_swa"] for c in p["pattern"]]
+    kv_heads = [p["kv_full"] if c == "F" else p["kv_swa"] for c in pattern]
     spec.meta("{arch}.feed_forward_length", p["n_ff"])
     spec.meta("{arch}.attention.head_count", n_head)
     spec.meta("{arch}.attention.head_count_kv", kv_heads, "u32[]")
@@ -472,17 +477,29 @@ def mimo2(t=Types(), **p):
     spec.meta("{arch}.expert_used_count", p["top_k"])
     spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
     spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in pattern], "bool[]")
     spec.meta("{arch}.attention.value_scale", 0.707, "f32")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     _embeddings(spec, p, t)
     for il, n_kv in enumerate(kv_heads):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.attn_q.weight", (n_embd, n_head * k_head), t.resident)
-        spec.add(f"blk.{il}.attn_k.weight", (n_embd, n_kv * k_head), t.resident)
-        spec.add(f"blk.{il}.attn_v.weight", (n_embd, n_kv * v_head), t.resident)
+        if il >= trunk and p["nextn_fused"]:
+            spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, n_head * k_head + n_kv * (k_head + v_head)), t.resident)
+        else:
+            spec.add(f"blk.{il}.attn_q.weight", (n_embd, n_head * k_head), t.resident)
+            spec.add(f"blk.{il}.attn_k.weight", (n_embd, n_kv * k_head), t.resident)
+            spec.add(f"blk.{il}.attn_v.weight", (n_embd, n_kv * v_head), t.resident)
         spec.add(f"blk.{il}.attn_output.weight", (n_head * v_head, n_embd), t.resident)
         spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), F32)
         spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il >= trunk:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            spec.add(f"blk.{il}.nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
+            spec.add(f"blk.{il}.nextn.enorm.weight", (n_embd,), t.norm)
+            spec.add(f"blk.{il}.nextn.hnorm.weight", (n_embd,), t.norm)
+            spec.add(f"blk.{il}.layer_output_norm.weight", (n_embd,), t.norm)
+            continue
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
@@ -530,11 +547,16 @@ def smallthinker(t=Types(), **p):
 def cohere2moe(t=Types(), **p):
     """Cohere Command MoE (`cohere2moe`): parallel attention and FFN from one norm, three sliding-window
     layers to one full, a logit scale, a leading dense block, then sigmoid-routed experts beside a shared
-    expert (llama.cpp src/models/cohere2moe.cpp)."""
+    expert (llama.cpp src/models/cohere2moe.cpp). `nextn` MTP blocks after the trunk as
+    conversion/command_r.py writes them (block_count grown, nextn_predict_layers): full-attention MoE
+    blocks (set_swa_pattern leaves them full) with the NextN fusion tensors (`nextn_fusion`: False
+    leaves them out, a checkpoint converted without its MTP weights)."""
     p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_shared": 1,
-         "n_expert": 16, "top_k": 4, "n_dense": 1, "swa": 128, "vocab": 1024, "ctx": 4096, "rope_base": 5e4} | p
+         "n_expert": 16, "top_k": 4, "n_dense": 1, "swa": 128, "vocab": 1024, "ctx": 4096, "rope_base": 5e4,
+         "nextn": 0, "nextn_fusion": True} | p
     spec = ModelSpec("cohere2moe", [])
-    _common(spec, p)
+    trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
     n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
     _gqa_keys(spec, p, p["n_ff"])
     for key, value, kind in (("attention.sliding_window", p["swa"], "u32"), ("logit_scale", 0.125, "f32"),
@@ -542,8 +564,10 @@ def cohere2moe(t=Types(), **p):
                              ("expert_feed_forward_length", p["n_ff_exp"], "u32"),
                              ("expert_shared_count", p["n_shared"], "u32"), ("expert_weights_norm", True, "bool")):
         spec.meta("{arch}." + key, value, kind)
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
     _embeddings(spec, p, t)
-    for il in range(p["n_layer"]):
+    for il in range(n_all):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
         if il < p["n_dense"]:
@@ -552,6 +576,10 @@ def cohere2moe(t=Types(), **p):
         spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
         _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk and p["nextn_fusion"]:
+            spec.add(f"blk.{il}.nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
+            spec.add(f"blk.{il}.nextn.enorm.weight", (n_embd,), t.norm)
+            spec.add(f"blk.{il}.nextn.hnorm.weight", (n_embd,), t.norm)
     return spec
 
 

@@ -70,12 +70,18 @@ MTP_SETTINGS = {
 def mtp_specs():
     """{name: spec} of the MTP targets: the graph_mtp layouts device-fit replays (GQA, MLA, DeepSeek-V4's
     hyper-connections, and the hybrids: qwen35moe's and nemotron_h_moe's targets keep recurrent-state snapshots with MTP,
-    qwen3next's does not; nemotron_h_moe's head folds NoPE attention and a relu^2 MoE in one block)."""
+    qwen3next's does not; nemotron_h_moe's head folds NoPE attention and a relu^2 MoE in one block),
+    dense qwen35, bailingmoe3's gated MLA head (rope 32: its 96-wide K rows take a q8_0 cache),
+    cohere2moe's parallel block and mimo2's two sliding-window NextN blocks."""
     specs = {"glm4moe": synth.tiny("glm4moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
              "deepseek32": synth.tiny("deepseek32", n_layer=4, n_embd=256, vocab=2048, ctx=8192),
              "qwen35moe": synth.tiny("qwen35moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
              "qwen3next": synth.tiny("qwen35moe", arch="qwen3next", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
              "nemotron_h_moe": synth.tiny("nemotron_h_moe", pattern="ME*E", n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             "qwen35": synth.tiny("qwen35", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             "bailingmoe3": synth.tiny("bailingmoe3", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1, rope=32),
+             "cohere2moe": synth.tiny("cohere2moe", n_layer=4, n_embd=256, vocab=2048, ctx=8192, nextn=1),
+             "mimo2": synth.tiny("mimo2", n_embd=256, vocab=2048, ctx=8192, nextn=2),
              # glm-dsa: deepseek32's dense-MLA head over a DSA trunk; hy_v3: GQA with q/k norms in place; step35:
              # an iswa MTP cache, a head-wise gate and its own LM head, with a full and a sliding-window NextN block
              "glm-dsa": synth.tiny("glm-dsa", n_embd=256, vocab=2048, ctx=8192),

@@ -50,7 +50,7 @@ class _Tensor:
 
     __slots__ = ("nbytes", "srcs", "view_src", "has_op", "is_input", "is_output", "inplace", "external",
                  "children", "views", "allocated", "offset", "visited", "host", "device", "weight", "dep",
-                 "offloadable")
+                 "offloadable", "writes")
 
     def __init__(self, nbytes=0, srcs=(), *, view_src=None, has_op=True, is_input=False, external=False, inplace=()):
         self.nbytes = nbytes
@@ -71,6 +71,7 @@ class _Tensor:
         self.weight = False  # an external that is a model weight (its device decides the op's backend)
         self.dep = False  # ggml-backend's GGML_OP_NONE dependency node (keeps a split input alive)
         self.offloadable = True  # GET_ROWS has batch size 0: never offloaded to a GPU
+        self.writes = False  # an op whose result is a view of its destination (SET_ROWS into a cache)
 
 
 class _Blocks:
@@ -139,6 +140,14 @@ class Graph:
         """reshape / view / permute / transpose: no memory of its own."""
         root = src.view_src or src
         return _Tensor(0, (src, *others), view_src=root)
+
+    def write(self, dst, *srcs):
+        """An op storing into `dst` (SET_ROWS / CPY into a cache): no memory of its own, as a view is
+        to ggml-alloc, but an op to the scheduler, which copies its sources (the row indices, an input
+        on the CPU) into the split's backend — with pipeline parallelism, n_copies pinned copies."""
+        tensor = self.view(dst, *srcs)
+        tensor.writes = True
+        return tensor
 
     def expand(self, tensor):
         """ggml_build_forward_expand: post-order walk, sources left to right."""
@@ -787,7 +796,7 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
     first_backend = backends[0]
     for node in nodes:
         root = node.view_src
-        if root is not None:
+        if root is not None and not node.writes:
             if node.device is None:
                 node.device = root.device
             for src in node.srcs:
@@ -898,6 +907,7 @@ class LayerShape(Record):
         ("exp_gated", True),  # routed experts have a gate (ffn_gate_exps / merged): GLU, else up -> activation
         ("shexp_gated", True),  # the shared expert has ffn_gate_shexp
         ("ffn_gated", True),  # the dense FFN has ffn_gate
+        ("head_norm_own", True),  # a NextN block with its own head norm (else graph_mtp uses output_norm)
         ("expert_bias", False),
         ("router_bias", False),  # ffn_gate_inp.bias
         ("probs_bias", False),  # exp_probs_b (DeepSeek-V3 selection bias)
@@ -1460,7 +1470,7 @@ def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
     """cpy_k / cpy_v: set_rows into the caches (views of them). Without flash attention V is stored
     transposed: a strided V is made contiguous first, and a V narrower than the widest is padded."""
     g = b.g
-    g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs[kind]))
+    g.expand(g.write(b.cache, g.view(k_cur), b.k_idxs[kind]))
     if v_cur is None:
         return
     if not b.fa:
@@ -1469,10 +1479,11 @@ def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
         v_max = max(hkv * width for hkv, width in zip(b.kv.head_count_kv, b.kv.v_width))
         if v_bytes < b.f32(v_max, b.T):
             v_cur = g.op(b.f32(v_max, b.T), v_cur)
-    g.expand(g.view(b.cache, g.view(v_cur), b.v_idxs[kind]))
+    g.expand(g.write(b.cache, g.view(v_cur), b.v_idxs[kind]))
 
 
-def _gqa_layer(b, il, x, layer, mask=None):
+def _gqa_layer(b, il, x, layer, mask=None, rope=None):
+    """rope: whether this layer ropes its q and k (None: the graph's rope)."""
     g, T = b.g, b.T
     kv = b.kv
     kind = "swa" if kv.is_swa[il] else "full"
@@ -1500,7 +1511,7 @@ def _gqa_layer(b, il, x, layer, mask=None):
     if layer.qk_norm:
         q = b.norm(q, n_head * k_width)
         k = b.norm(k, hkv * k_width)
-    if b.shape.rope:
+    if b.shape.rope if rope is None else rope:
         q = g.op(q_bytes, q, b.pos, inplace=(0,))  # rope (a new tensor when its source is a view)
         k = g.op(k_bytes, k, b.pos, inplace=(0,))
     if b.k_rot is not None:
@@ -1565,7 +1576,7 @@ def _mla_layer(b, il, x, layer):
     g.expand(q_cur)
     g.expand(kv_c3)
     g.expand(k_cur)
-    g.expand(g.view(b.cache, g.view(k_cur), b.k_idxs[kind]))
+    g.expand(g.write(b.cache, g.view(k_cur), b.k_idxs[kind]))
     cur = _mha(b, il, q_cur, kv_lora + rope, kind, n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
     if layer.gate_rows and shape.architecture == "bailingmoe3":
         # bailingmoe3.cpp: one sigmoid gate per head (of a reshape: a new tensor), the output reshaped
@@ -1624,7 +1635,7 @@ def _dsa_mask(b, il, x, qr):
         if b.indexer_rot is not None:
             q = g.op(q.nbytes, b.indexer_rot, q)
             k = g.op(k.nbytes, b.indexer_rot, k)
-        g.expand(g.view(b.cache, g.view(k), b.k_idxs["indexer"]))
+        g.expand(g.write(b.cache, g.view(k), b.k_idxs["indexer"]))
         weights = b.mm(heads, x)
         weights = g.op(weights.nbytes, g.view(weights), inplace=(0,))  # scale of the per-stream view
         scores = g.op(b.f32(n_kv, T), g.view(q), g.view(b.cache), weights, b.masks["indexer"])
@@ -1691,7 +1702,7 @@ def _msa_layer(b, il, x, layer):
     ik = b.norm(g.view(b.mm(idx_width, x)), idx_width)
     iq = g.op(iq.nbytes, iq, b.pos, inplace=(0,))
     ik = g.op(ik.nbytes, ik, b.pos, inplace=(0,))
-    g.expand(g.view(b.cache, g.view(ik), b.k_idxs["indexer"]))  # cpy_k into the indexer cache
+    g.expand(g.write(b.cache, g.view(ik), b.k_idxs["indexer"]))  # cpy_k into the indexer cache
     if b.k_rot is not None:
         q = g.view(g.op(q.nbytes, b.k_rot, g.view(q)))
         k = g.view(g.op(k.nbytes, b.k_rot, g.view(k)))
@@ -3322,6 +3333,11 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             b.move(homes.layer_device[il], il)
         if il in settings.layer_inputs:
             cur.is_output = True  # res->t_layer_inp[il] = inpL, ggml_set_output: kept to the graph's end
+        if graph_shape.architecture in PARALLEL_FFN_ARCHES:
+            cur = _cohere2moe_block(b, il, cur, layer, rope=kvshape.is_swa[il] or layer.ffn == "dense")
+            g.expand(cur)
+            g.boundaries.append(cur)
+            continue
         residual = cur
         banked = False
         if stack is not None:
@@ -4461,8 +4477,8 @@ def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
 # the output rows and the LM head: src/models/deepseek2.cpp, deepseek32.cpp (dense MLA, no indexer),
 # glm4-moe.cpp, qwen35moe.cpp and qwen3next.cpp (gated-query attention). Other MTP graphs differ
 # (Nemotron-H, DeepSeek-V4, ...).
-MTP_GRAPH_ARCHES = ("deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "hy_v3", "nemotron_h_moe", "qwen35moe",
-                    "qwen3next", "step35")
+MTP_GRAPH_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "hy_v3",
+                    "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35")
 # the loaders whose build_arch_graph builds an LLM_GRAPH_TYPE_DECODER_MTP graph at llama.cpp 0c1e57098
 # (src/models/*.cpp); for any other architecture llama.cpp does not draft with the model's NextN blocks
 LLAMA_MTP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
@@ -4488,8 +4504,147 @@ def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w, w_scale=F
             return {}
         if layer.mixer not in ("attention", "mla", "dsv4") or not _has(model, f"blk.{il}.nextn.eh_proj.weight"):
             return {}
+        if kvshape.architecture in MTP_HEAD_NORM_FALLBACK:
+            own = MTP_HEAD_NORM_FALLBACK[kvshape.architecture]
+            layer.head_norm_own = any(_has(model, f"blk.{il}.{name}.weight") for name in own)
         shapes[il] = layer
     return shapes
+
+
+# graph_mtp's head norm: the block's own tensor(s) in this order, else model.output_norm (which lives on
+# the output layer's device, so the every-row state crosses there): cohere2moe.cpp, mimo2.cpp, qwen35.cpp
+# and qwen35moe.cpp
+MTP_HEAD_NORM_FALLBACK = {"cohere2moe": ("nextn.shared_head_norm",),
+                          "mimo2": ("nextn.shared_head_norm", "layer_output_norm"),
+                          "qwen35": ("nextn.shared_head_norm",), "qwen35moe": ("nextn.shared_head_norm",)}
+
+
+def _mtp_head_norm(b, layer, cur):
+    """The head norm of an MTP graph where its weight lives (head_norm_own: the block's device)."""
+    if not layer.head_norm_own and b.homes is not None:
+        b.move(b.homes.layer_device[-1], -1)
+    return b.norm(cur, b.shape.n_embd)
+
+
+# What a loader needs of its NextN blocks beyond eh_proj for MTP drafting: {architecture: ((LayerShape
+# test, what is missing, what llama.cpp 0c1e57098 does without it), ...)} — mimo2.cpp's graph_mtp
+# asserts (GGML_ASSERT: the process aborts), cohere2moe.cpp's load_block_mtp requires the experts.
+MTP_BLOCK_NEEDS = {
+    "mimo2": ((lambda layer: layer.fused_qkv, "a fused attn_qkv",
+               'aborts building the MTP graph: GGML_ASSERT "MIMO2 MTP requires fused attn_qkv"'),
+              (lambda layer: layer.ffn == "dense" and layer.ffn_gated, "a dense gated FFN (ffn_gate/up/down)",
+               'aborts building the MTP graph: GGML_ASSERT "MIMO2 MTP requires dense FFN tensors"')),
+    "cohere2moe": ((lambda layer: layer.ffn == "moe", "routed experts (ffn_gate_inp, *_exps)",
+                    "fails to load the model for MTP: tensor 'blk.{il}.ffn_gate_inp.weight' not found"),),
+}
+
+
+def mtp_block_missing(architecture, layers):
+    """(the first NextN block lacking something, what it lacks, what llama.cpp then does), or None."""
+    for test, need, effect in MTP_BLOCK_NEEDS.get(architecture, ()):
+        for il, layer in sorted(layers.items()):
+            if not test(layer):
+                return il, need, effect.format(il=il)
+    return None
+
+
+def _mtp_prologue(b, graph_shape, il, n_out, kinds):
+    """graph_mtp's inputs and input fusion: the token embedding (get_rows on the host) and the target's
+    hidden state (mtp_h_input), each normed (enorm / hnorm), concatenated and projected by eh_proj.
+    Returns (the projection, out_ids)."""
+    g, T, n_embd = b.g, b.T, graph_shape.n_embd
+    # a sliding-window model's MTP context is a llama_kv_cache_iswa even when its NextN blocks use one
+    # of the two caches only (llama_model::create_memory filters the layers, not the cache type)
+    b.iswa = any(b.kv.is_swa)
+    tokens_in = g.input(I32_BYTES * T)
+    if b.homes is not None:
+        b.move(HOST, -1)
+    lookup = g.op(b.f32(n_embd, T), b.weights, tokens_in)
+    lookup.host = True
+    lookup.offloadable = False
+    hidden = g.input(b.f32(n_embd, T))
+    b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
+    out_ids = g.input(I32_BYTES * n_out)
+    _attention_inputs(b, kinds)
+    if b.homes is not None:
+        b.move(b.homes.layer_device[il], il)
+    h_norm = b.norm(hidden, n_embd)
+    e_norm = b.norm(lookup, n_embd)
+    return b.mm(n_embd, g.op(b.f32(2 * n_embd, T), e_norm, h_norm)), out_ids
+
+
+def _mtp_head(b, graph_shape, cur, n_out, scale=False):
+    """The LM head of an MTP graph on the output layer's device (model.output), optionally scaled
+    (cohere2moe's logit scale: in place)."""
+    if b.homes is not None:
+        b.move(b.homes.layer_device[-1], -1)
+    logits = b.mm(graph_shape.n_vocab, cur)
+    if scale:
+        logits = b.g.op(logits.nbytes, logits, inplace=(0,))
+    logits.is_output = True
+    b.g.expand(logits)
+    return b.g
+
+
+PARALLEL_FFN_ARCHES = ("cohere2moe",)  # attention and FFN side by side from one norm, both added to the input
+
+
+def _cohere2moe_block(b, il, cur, layer, rope):
+    """cohere2moe.cpp's block: one norm feeds the attention (roped only where `rope`: its sliding-window
+    and leading dense layers; the MTP block always) and the FFN — the routed experts beside the shared
+    expert, their sum halved, or the dense FFN of a leading block; then the input and the attention
+    output are added to it."""
+    g, T, n_embd = b.g, b.T, b.shape.n_embd
+    x = b.norm(cur, n_embd)
+    attn = _gqa_layer(b, il, x, layer, rope=rope)
+    if layer.ffn == "moe":
+        out = _moe(b, il, x, layer)  # + the shared expert (build_ffn of the same norm)
+        if layer.n_ff_shexp:
+            out = g.op(out.nbytes, out, inplace=(0,))  # ggml_scale 0.5
+    else:
+        out = _ffn(b, x, layer.n_ff, layer.ffn_gated)
+    out = g.op(b.f32(n_embd, T), out, cur, inplace=(0, 1))
+    return g.op(b.f32(n_embd, T), out, attn, inplace=(0, 1))
+
+
+def _build_mtp_cohere2moe(b, graph_shape, n_out):
+    """cohere2moe.cpp graph_mtp: after the fusion one norm feeds both the (always roped) attention and
+    the MoE beside its shared expert (their sum halved); the block's input and the attention output are
+    added to it, then the shared head norm of every row (t_h_nextn), the output rows, the scaled logits."""
+    g, T, n_embd = b.g, b.T, graph_shape.n_embd
+    il = min(graph_shape.mtp_layers)
+    layer = graph_shape.mtp_layers[il]
+    cur, out_ids = _mtp_prologue(b, graph_shape, il, n_out, [k for k in ("full", "swa") if k in b.cells])
+    cur = _mtp_head_norm(b, layer, _cohere2moe_block(b, il, cur, layer, rope=True))
+    cur.is_output = True  # t_h_nextn
+    cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+    b.T = n_out
+    return _mtp_head(b, graph_shape, cur, n_out, scale=True)
+
+
+def _build_mtp_mimo2(b, graph_shape, n_out):
+    """mimo2.cpp graph_mtp: after the fusion a sliding-window (or full) attention block from one fused
+    qkv projection with sinks, its output scaled by the value scale, a dense FFN; the output rows are
+    taken before the head norm (t_h_nextn is the un-normed output rows), then the LM head."""
+    g, T, n_embd = b.g, b.T, graph_shape.n_embd
+    il = min(graph_shape.mtp_layers)
+    layer = graph_shape.mtp_layers[il]
+    cur, out_ids = _mtp_prologue(b, graph_shape, il, n_out, [k for k in ("full", "swa") if k in b.cells])
+    residual = cur
+    mixed = _gqa_layer(b, il, b.norm(cur, n_embd), layer)
+    # ggml_scale by the value scale (only with attention.value_scale != 1; in place, so no bytes either way)
+    mixed = g.op(mixed.nbytes, mixed, inplace=(0,))
+    cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
+    ffn_in = cur
+    out = _ffn(b, b.norm(cur, n_embd), layer.n_ff, layer.ffn_gated)
+    cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
+    cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
+    cur.is_output = True  # t_h_nextn
+    b.T = n_out
+    return _mtp_head(b, graph_shape, _mtp_head_norm(b, layer, cur), n_out)
+
+
+MTP_BUILDERS = {"cohere2moe": _build_mtp_cohere2moe, "mimo2": _build_mtp_mimo2}
 
 
 def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=None, outputs=None):
@@ -4497,6 +4652,9 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
     if graph_shape.architecture == "deepseek4":
         return _build_mtp_dsv4(b, min(outputs, tokens) if outputs else tokens)
+    builder = MTP_BUILDERS.get(graph_shape.architecture)
+    if builder is not None:
+        return builder(b, graph_shape, min(outputs, tokens) if outputs else tokens)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
     n_out = min(outputs, T) if outputs else T
     il = min(graph_shape.mtp_layers)
@@ -4555,7 +4713,7 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
         rows_dropped = True
         cur = b.norm(cur, n_embd)
     else:
-        cur = b.norm(cur, n_embd)  # shared_head_norm: t_h_nextn, an output of every row
+        cur = _mtp_head_norm(b, layer, cur)  # shared_head_norm: t_h_nextn, an output of every row
         cur.is_output = True
     if not rows_dropped:
         cur = g.op(b.f32(n_embd, n_out), cur, out_ids)

@@ -302,7 +302,7 @@ def check_mtp(model_path, facts):
     """Raise UsageError (exit 2) when --spec-type draft-mtp cannot be planned for this model: it has no
     NextN/MTP blocks llama.cpp loads for drafting, llama.cpp itself fails or aborts on its MTP graph (with
     what it says), or its MTP graph is not one device-fit replays."""
-    from moetools.devicefit.compute import LLAMA_MTP_ARCHES, MTP_GRAPH_ARCHES
+    from moetools.devicefit.compute import LLAMA_MTP_ARCHES, MTP_GRAPH_ARCHES, mtp_block_missing
 
     declared = facts.shape.block_count > facts.shape.trunk_layers  # nextn_predict_layers in the header
     if not facts.mtp_blocks and not (declared and facts.architecture not in LLAMA_MTP_ARCHES):
@@ -327,6 +327,10 @@ def check_mtp(model_path, facts):
             reason = (f"llama.cpp runs its MTP head, but the MTP context of {facts.architecture} (its graph_mtp "
                       f"and memory) is not modelled; sized: {', '.join(MTP_GRAPH_ARCHES)}")
         raise UsageError(f"--spec-type draft-mtp: {model_path}: {reason}")
+    missing = mtp_block_missing(facts.architecture, facts.graph.mtp_layers)
+    if missing:
+        raise UsageError(f"--spec-type draft-mtp: {model_path}: its NextN block {missing[0]} lacks {missing[1]}, "
+                         f"which {facts.architecture}'s MTP head needs (llama.cpp {missing[2]})")
 
 
 # graph_mtp's GGML_ASSERTs on the layout (src/models/glm-dsa.cpp, deepseek4.cpp)
