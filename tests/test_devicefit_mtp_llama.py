@@ -53,6 +53,8 @@ def same_as_logged(n_bytes, logged):
     device (["2.50", "2.00"]: the DSA cache's MLA and indexer KV) within their rounding."""
     if not isinstance(logged, list):
         return mib(n_bytes) == logged
+    if len(logged) == 1:
+        return mib(n_bytes) == logged[0]
     return abs(n_bytes / MiB - sum(float(value) for value in logged)) <= 0.005 * len(logged)
 
 
@@ -303,3 +305,43 @@ def test_a_mimo2_nextn_block_is_a_sliding_window_layer_of_the_mtp_cache(tmp_path
                          "--json").stdout)
     per_cell = 4 * (96 + 64) * 2  # kv_swa heads x (key + value width) x f16
     assert sum(device["kv_bytes"] for device in doc["draft"]["devices"]) == 2 * 768 * per_cell
+
+
+PROBE_RECORD = json.loads((Path(__file__).parent / "data" / "devicefit_llama_mtp_probe.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def probe_models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mtp-probe")
+    models = {}
+    for name, (arch, params) in PROBE_RECORD["models"].items():
+        spec = synth.tiny(arch, **params)
+        spec.merges = 16
+        models[name] = str(synth.write_model(spec, folder / f"{name}.gguf", sparse=True)[0])
+    return models
+
+
+@pytest.mark.parametrize("model", list(PROBE_RECORD["models"]))
+def test_the_mtp_context_on_the_cpu_at_width_and_unified_is_llama_cpps(probe_models, model):
+    """tests/data/devicefit_llama_mtp_probe.json (benchmarks/check_devicefit_mtp_probe.py: llama.cpp
+    0c1e57098 itself, tests/llama_probe/probe.cpp with PROBE_MTP=1): the MTP context's KV and compute
+    buffer on the CPU for the tiny layouts and ones at the published models' widths, with a unified
+    cache (-kvu, which llama-speculative-simple has no flag for), 4 sequences, ubatch 128-2048, 64k
+    context, q8_0/bf16 caches, flash attention on and off."""
+    assert PROBE_RECORD["llama_cpp_commit"] == "0c1e57098"
+    for case in [case for case in PROBE_RECORD["cases"] if case["model"] == model]:
+        ctx, ubatch, n_seq, unified, fa, cache = PROBE_RECORD["settings"][case["setting"]]
+        args = [probe_models[model], "--runtime", "llama", "--ram", "1T", "--margin", "0", "--spec-type", "draft-mtp",
+                "-c", ctx, "-ub", ubatch, "-b", max(2048, ubatch), "-np", n_seq, "-fa", "on" if fa else "off",
+                "-ctk", cache, "-ctv", cache, "-ctkd", cache, "-ctvd", cache, "--json"]
+        result = run(*args, *(["--kv-unified"] if unified else []))
+        if "errors" in case["llama"]:  # llama.cpp refused the context: so does device-fit
+            assert result.exit_code == 2, (case, result.output)
+            continue
+        assert result.exit_code == 0, (case, result.output)
+        draft = json.loads(result.stdout)["draft"]["devices"]
+        kv = sum(device["kv_bytes"] for device in draft)
+        assert same_as_logged(kv, [entry[0] for entry in case["llama"]["kv_mib"]]), case
+        compute = float(case["llama"]["compute_mib"]) * MiB
+        ours = sum(device["compute_bytes"] for device in draft)
+        assert abs(ours - compute) <= 0.003 * compute + 0.005 * MiB, (case, ours / MiB)

@@ -5,6 +5,9 @@
 // PROBE_ASSISTANT=DRAFT.gguf (environment): then a second context for that draft with ctx_other = the
 // first (a gemma4-assistant reads its KV), the MTP context type and one output row per sequence, as
 // common_speculative_init_result makes it for -md with --spec-type draft-mtp.
+// PROBE_MTP=1 (environment): the model is loaded with its NextN/MTP tensors (load_mtp) and a second
+// context of the MTP type is made on it, as common_speculative_init_result does for --spec-type draft-mtp
+// (ctx_other = the first, no recurrent-state snapshots, one output row per sequence).
 // Weight repacking is off (use_extra_bufts = false, as -nr) and nothing is allocated (no_alloc): llama.cpp
 // sizes every buffer it would allocate and logs it, so header-only sparse models cost no RAM.
 #include "llama.h"
@@ -30,6 +33,8 @@ int main(int argc, char ** argv) {
     mp.use_extra_bufts = false;
     mp.no_alloc = true;  // metadata only, allocations simulated (as common/fit.cpp does)
     mp.load_mode = LLAMA_LOAD_MODE_NONE;
+    const bool mtp = getenv("PROBE_MTP") != nullptr;
+    mp.load_mtp = mtp;
     llama_model * model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "PROBE: load failed\n"); return 1; }
     auto cp = llama_context_default_params();
@@ -47,6 +52,19 @@ int main(int argc, char ** argv) {
     if (!ctx) { fprintf(stderr, "PROBE: context failed\n"); return 1; }
     fprintf(stderr, "PROBE: ok\n");
     const char * assistant = getenv("PROBE_ASSISTANT");
+    if (mtp) {
+        auto dp = cp;
+        dp.ctx_other = ctx;
+        dp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+        dp.n_rs_seq = 0;
+        dp.n_outputs_max = cp.n_seq_max;
+        dp.n_outputs_max_per_seq = 1;
+        fprintf(stderr, "PROBE: mtp context\n");
+        llama_context * mctx = llama_init_from_model(model, dp);
+        if (!mctx) { fprintf(stderr, "PROBE: mtp context failed\n"); return 1; }
+        fprintf(stderr, "PROBE: mtp ok\n");
+        llama_free(mctx);
+    }
     if (assistant) {
         llama_model * draft = llama_model_load_from_file(assistant, mp);
         if (!draft) { fprintf(stderr, "PROBE: draft load failed\n"); return 1; }
