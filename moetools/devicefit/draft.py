@@ -335,7 +335,9 @@ def check_mtp(model_path, facts):
 
 # graph_mtp's GGML_ASSERTs on the layout (src/models/glm-dsa.cpp, deepseek4.cpp)
 # ... "<NAME> MTP currently only supports a single MTP block", by architecture
-MTP_SINGLE_BLOCK = {"glm-dsa": "GLM_DSA", "deepseek4": "DEEPSEEK4"}
+MTP_SINGLE_BLOCK = {arch: f"{name} MTP currently only supports a single MTP block" for arch, name in
+                    (("glm-dsa", "GLM_DSA"), ("deepseek4", "DEEPSEEK4"), ("qwen35", "QWEN35"), ("cohere2moe", "COHERE2MOE"))}
+MTP_SINGLE_BLOCK["bailingmoe3"] = "BailingMoE3 MTP requires one NextN layer"  # bailingmoe3.cpp:426 (all measured)
 
 
 def _mtp_assert(facts):
@@ -343,9 +345,8 @@ def _mtp_assert(facts):
     shape = facts.shape
     n_nextn = shape.block_count - shape.trunk_layers
     if facts.architecture in MTP_SINGLE_BLOCK and n_nextn > 1:
-        name = MTP_SINGLE_BLOCK[facts.architecture]
-        return (f"{n_nextn} NextN blocks: GGML_ASSERT(hparams.n_layer_nextn == 1 && \"{name} MTP currently only "
-                "supports a single MTP block\") failed")
+        return (f"{n_nextn} NextN blocks: GGML_ASSERT(hparams.n_layer_nextn == 1 && "
+                f"\"{MTP_SINGLE_BLOCK[facts.architecture]}\") failed")
     if facts.architecture == "deepseek4" and shape.compress_ratios and n_nextn > 0:
         ratio = shape.compress_ratios[shape.trunk_layers]
         if ratio:
