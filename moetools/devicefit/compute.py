@@ -3967,6 +3967,7 @@ class _SplitGraph:
         srcs, view_src = [()] * n_leafs, [-1] * n_leafs
         consumers = [[] for _ in range(count)]
         first, ops, touches, late_views = [], [], [], []
+        split_ops = []  # what pass 5 splits at and copies sources into: the ops and the cache writes (Graph.write)
         edge_src, edge_node, edge_pos = [], [], []
         # a node's sources must come before it (leafs, externals, earlier nodes): then every source has
         # its device when its consumer is split; a source that is neither (a stray leaf) or a device
@@ -3991,7 +3992,7 @@ class _SplitGraph:
                     usable = False
                 sources.append(found)
                 consumers[found].append(index)
-                if root is None:
+                if root is None or node.writes:
                     edge_src.append(found)
                     edge_node.append(index)
                     edge_pos.append(position)
@@ -3999,6 +4000,8 @@ class _SplitGraph:
                     weights += (found,)
                 if src.is_input:
                     touched = True
+            if root is None or node.writes:
+                split_ops.append(index)
             if root is None:
                 root = -1
                 ops.append(index)
@@ -4029,6 +4032,7 @@ class _SplitGraph:
         self.leafs = list(range(n_leafs))
         self.nodes = range(n_leafs, n_leafs + len(graph.nodes))
         self.srcs, self.view_src, self.first, self.ops, self.touches = srcs, view_src, first, ops, touches
+        self.split_ops = split_ops
         self.late_views, self.consumers = late_views, consumers
         # the ops' sources, flat: which reads cross devices is two list lookups and a compare per read
         self.edge_src, self.edge_node, self.edge_pos = edge_src, edge_node, edge_pos
@@ -4233,7 +4237,7 @@ class _SplitGraph:
         edge_src, edge_node = self.edge_src, self.edge_node
         crossing = list(compress(range(len(edge_src)), map(ne, map(dev.__getitem__, edge_src),
                                                                map(dev.__getitem__, edge_node))))
-        ops = self.ops
+        ops = self.split_ops
         op_devices = list(map(dev.__getitem__, ops))
         starts = {ops[index] for index in compress(range(len(ops)), map(ne, op_devices, [None, *op_devices[:-1]]))}
         reads = {}  # op -> [(source position, source)] read across devices
