@@ -51,6 +51,25 @@ MODELS = {
     "mimo2-flash-width": ("mimo2", {"n_embd": 4096, "n_head": 64, "kv_full": 4, "kv_swa": 8, "k_head": 192,
                                     "v_head": 128, "n_ff": 16384, "n_ff_exp": 2048, "n_expert": 256, "top_k": 8,
                                     "pattern": "FSSSSS", "swa": 128, "vocab": 16384, "ctx": 262144, "nextn": 3}),
+    # glm-dsa (GLM-5 widths), hy_v3, step35 (Step-3.5-Flash widths: 3 NextN blocks, full and sliding-window),
+    # deepseek4 (DeepSeek-V4 widths: hc streams, a sliding-window NextN block)
+    "glm-dsa": ("glm-dsa", {"n_embd": 256, "vocab": 2048, "ctx": 8192}),
+    "glm-5-width": ("glm-dsa", {"idx_types": "11", "n_embd": 6144, "n_head": 64, "q_lora": 2048, "kv_lora": 512, "rope": 64,
+                                "qk_nope": 192, "v_head": 256, "n_ff": 12288, "n_ff_exp": 2048, "n_expert": 256, "top_k": 8,
+                                "idx_heads": 32, "idx_head": 128, "idx_top_k": 2048, "vocab": 16384, "ctx": 202752}),
+    "hy_v3": ("hy_v3", {"n_layer": 4, "n_embd": 256, "vocab": 2048, "ctx": 8192, "nextn": 1}),
+    "hy_v3-width": ("hy_v3", {"n_layer": 4, "n_embd": 4096, "n_head": 32, "n_head_kv": 8, "n_ff": 12288, "n_ff_exp": 1536,
+                              "n_expert": 192, "top_k": 8, "vocab": 16384, "ctx": 262144, "nextn": 1}),
+    "step35": ("step35", {"n_embd": 256, "vocab": 2048, "ctx": 8192, "nextn": 1}),
+    "step35-flash-width": ("step35", {"n_embd": 4096, "heads_full": 64, "heads_swa": 96, "n_head_kv": 8, "head": 128,
+                                      "n_ff": 11264, "n_ff_exp": 1280, "n_ff_shexp": 1280, "n_expert": 288, "top_k": 8,
+                                      "n_dense": 1, "pattern": "FSSS", "swa": 512, "vocab": 16384, "ctx": 262144,
+                                      "nextn": 3, "mtp_pattern": "FSS"}),
+    "deepseek4": ("deepseek4", {"ratios": [0, 4, 128, 0], "n_embd": 256, "vocab": 2048, "ctx": 8192, "nextn": 1}),
+    "deepseek4-width": ("deepseek4", {"ratios": [0, 4, 128, 4, 0], "n_embd": 4096, "n_head": 64, "head": 512, "rope": 64,
+                                      "q_lora": 1024, "o_groups": 8, "o_lora": 1024, "n_ff_exp": 2048, "n_expert": 256,
+                                      "top_k": 6, "idx_heads": 64, "idx_head": 128, "idx_top_k": 512, "hc": 4, "swa": 128,
+                                      "vocab": 16384, "ctx": 1048576, "nextn": 1}),
 }
 
 # name -> (context, ubatch, sequences, unified, flash attention, cache type)
