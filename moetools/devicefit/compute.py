@@ -549,8 +549,18 @@ class Program:
         key = tuple(alignments)
         padded = self._padded.get(key)
         if padded is None:
-            padded = self._padded[key] = [-(-size // alignments[buffer]) * alignments[buffer]
-                                          for size, buffer in zip(self.fixed, self.buffers)]
+            coarsest = max(alignments)
+            if all(coarsest % alignment == 0 for alignment in alignments):
+                # a size aligned to the coarsest alignment is aligned to every one: pad only the others
+                padded = list(self.fixed)
+                buffers = self.buffers
+                for index in compress(range(len(padded)), [size % coarsest for size in padded]):
+                    alignment = alignments[buffers[index]]
+                    padded[index] = -(-padded[index] // alignment) * alignment
+            else:
+                padded = [-(-size // alignments[buffer]) * alignments[buffer]
+                          for size, buffer in zip(self.fixed, self.buffers)]
+            self._padded[key] = padded
         padded = list(padded)
         for index, _ in self.sized:
             alignment = alignments[self.buffers[index]]
@@ -658,19 +668,23 @@ class Program:
                     want = padded[target]
                     free = frees[buffer]
                     last = len(free) - 1
-                    best = last
                     if last:
-                        best_size = None
+                        best, best_size = last, None
                         for index in range(last):
                             block_size = free[index][1]
                             if block_size >= want and (best_size is None or block_size <= best_size):
                                 best, best_size = index, block_size
-                    block = free[best]
-                    where = block[0]
-                    block[0] = top = where + want
-                    block[1] -= want
-                    if block[1] == 0:
-                        del free[best]
+                        block = free[best]
+                        where = block[0]
+                        block[0] = top = where + want
+                        block[1] -= want
+                        if block[1] == 0:
+                            del free[best]
+                    else:  # only the unbounded last block: it never empties
+                        block = free[0]
+                        where = block[0]
+                        block[0] = top = where + want
+                        block[1] -= want
                     if top > tops[buffer]:
                         tops[buffer] = top
                     offset[target] = where
