@@ -28,7 +28,8 @@ CPU) are counted in `host_bytes`.
 """
 
 import operator
-from itertools import accumulate, compress
+from collections import Counter
+from itertools import accumulate, chain, compress
 from operator import ne
 
 from moetools.devicefit import kv as kvmod
@@ -3677,14 +3678,8 @@ def fold_inplace_chains(graph, fixed=()):
       the node opens no split and needs no copy, and its consumers' copies are of the same bytes.
     Returns the graph (its nodes and boundaries rewritten)."""
     nodes = graph.nodes
-    consumers = {}
-    viewed = set()
-    for node in nodes:
-        for src in node.srcs:
-            key = id(src)
-            consumers[key] = consumers.get(key, 0) + 1
-        if node.view_src is not None:
-            viewed.add(id(node.view_src))
+    consumers = Counter(map(id, chain.from_iterable([node.srcs for node in nodes])))
+    viewed = {id(node.view_src) for node in nodes if node.view_src is not None}
     fixed = {id(tensor) for tensor in fixed}
     alias = {}  # id(dropped node) -> the kept parent that stands for it
     kept = []
