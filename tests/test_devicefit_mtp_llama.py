@@ -354,3 +354,15 @@ def test_two_nextn_blocks_where_graph_mtp_asserts_one_are_refused_with_its_asser
     result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
     assert result.exit_code == 2 and f'2 NextN blocks: GGML_ASSERT(hparams.n_layer_nextn == 1 && "{message}") failed' \
         in result.output, result.output
+
+
+def test_a_mimo2_nextn_block_without_its_dense_ffn_is_refused_as_llama_cpp_aborts(tmp_path):
+    """mimo2.cpp:375 asserts the NextN block's ffn_gate/up/down (measured: GGML_ASSERT "MIMO2 MTP requires
+    dense FFN tensors"; the loader creates them TENSOR_NOT_REQUIRED, so the file loads first)."""
+    spec = _nextn_spec("mimo2", nextn=2)
+    spec.tensors = [tensor for tensor in spec.tensors if not (tensor.name.startswith(("blk.4.", "blk.5."))
+                                                              and tensor.name.split(".")[2] in ("ffn_gate", "ffn_up", "ffn_down"))]
+    path = synth.write_model(spec, tmp_path / "no-ffn.gguf", sparse=True)[0]
+    result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
+    assert result.exit_code == 2, result.output
+    assert "NextN block 4 lacks a dense gated FFN" in result.output and "MIMO2 MTP requires dense FFN tensors" in result.output
