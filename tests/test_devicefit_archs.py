@@ -750,6 +750,21 @@ def test_qwen4exp_ple_kernel_types(tmp_path):
         shape_of(path)
 
 
+@pytest.mark.parametrize("runtime", (["--vram", "24G"], ["--runtime", "llama", "--ram", "16G", "--json"]))
+def test_a_block_quantized_ple_kernel_is_one_line_exit_2_from_the_cli(tmp_path, runtime):
+    """The command's side of the refusal above, on both runtimes: one line naming the tensor and its type."""
+    import subprocess
+    import sys
+
+    path = synth.write_model(synth.tiny("qwen4exp", ple=1, ple_kernel=32, ple_conv_type=synth.Q8_0), tmp_path / "q8.gguf",
+                             sparse=True)[0]
+    proc = subprocess.run([sys.executable, "-m", "moetools", "device-fit", str(path), *runtime],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and not proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "blk.1.ple_conv1d.weight is q8_0" in lines[0], proc.stderr
+
+
 def test_qwen4exp_ple_history_is_its_layers_state(tmp_path):
     """The PLE conv history (llama_memory_recurrent's P rows: (kernel - 1) x ngram x hc x n_embd f32 per
     sequence and snapshot) is counted once, in the recurrent cache and on its block (per_layer sums to the

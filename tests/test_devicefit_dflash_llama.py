@@ -133,3 +133,14 @@ def test_a_deepseek4_target_keeps_a_warning(tmp_path):
     plan = json.loads(result.stdout)
     assert [w for w in plan["warnings"] if "build_hc_mean" in w and "not in its planned" in w]
     assert plan["draft"]["host_bytes"] == 2 * 512 * 2048 * 4 + 4 * (256 + 3 * 2048 + 1) * 4
+
+
+def test_a_dflash_draft_with_another_vocabulary_is_refused(tmp_path):
+    """common_speculative_are_compatible refuses a DFlash draft as any other: vocabularies more than 128
+    tokens apart (the draft's own embeddings and head) — one line naming both, exit 2."""
+    target = synth.write_model(synth.tiny("qwen3moe", vocab=2048), tmp_path / "target.gguf", sparse=True)[0]
+    draft = synth.write_model(synth.tiny("dflash", vocab=4096), tmp_path / "draft.gguf", sparse=True)[0]
+    result = CliRunner().invoke(cli, ["device-fit", str(target), "--runtime", "llama", "--ram", "16G", "--draft", str(draft)])
+    assert result.exit_code == 2, result.output
+    assert "its vocabulary (4096 tokens" in result.output and "(2048 tokens" in result.output
+    assert len(result.output.strip().splitlines()) == 1
