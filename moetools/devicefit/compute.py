@@ -1529,18 +1529,20 @@ def _gqa_layer(b, il, x, layer, mask=None, rope=None):
     if b.shape.rope if rope is None else rope:
         q = g.op(q_bytes, q, b.pos, inplace=(0,))  # rope (a new tensor when its source is a view)
         k = g.op(k_bytes, k, b.pos, inplace=(0,))
-    if b.k_rot is not None:
-        q = g.view(g.op(q_bytes, b.k_rot, g.view(q)))
-        k = g.view(g.op(k_bytes, b.k_rot, g.view(k)))
-    if b.v_rot is not None:
-        v = g.view(g.op(b.f32(hkv * v_width, T), b.v_rot, g.view(v)))
+    # build_attn (iswa): a sliding-window layer rotates by its own cache's inputs (self_k_rot_swa)
+    k_rot, v_rot = b.rot_swa if kind == "swa" and any(rot is not None for rot in b.rot_swa) else (b.k_rot, b.v_rot)
+    if k_rot is not None:
+        q = g.view(g.op(q_bytes, k_rot, g.view(q)))
+        k = g.view(g.op(k_bytes, k_rot, g.view(k)))
+    if v_rot is not None:
+        v = g.view(g.op(b.f32(hkv * v_width, T), v_rot, g.view(v)))
     # build_attn expands q, v, k; its sliding-window (iswa) variant q, k, v
     for tensor in ((q, k, v) if "swa" in b.cells or b.iswa else (q, v, k)):
         g.expand(tensor)
-    _store(b, kind, k, v, layer.fused_qkv and b.v_rot is None, b.f32(hkv * v_width, T))
+    _store(b, kind, k, v, layer.fused_qkv and v_rot is None, b.f32(hkv * v_width, T))
     cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width, mask=mask)
-    if b.v_rot is not None:
-        cur = g.view(g.op(b.f32(n_head * v_width, T), b.v_rot, g.view(cur)))
+    if v_rot is not None:
+        cur = g.view(g.op(b.f32(n_head * v_width, T), v_rot, g.view(cur)))
     if layer.gated_q:  # the gate half of Qcur_full (alive until here), contiguous, sigmoid, times the output
         gate = g.op(b.f32(n_head * k_width, T), g.view(q_full))
         gate = b.unary(gate, gate.nbytes)
