@@ -1,12 +1,13 @@
 """Property test of compute._SplitGraph (the integer scheduler/compiler of split placements) against the
 tensor walk it stands for: over every tiny architecture the factory writes (the layouts measured in
-tests/data/devicefit_llama_archs.json) and seeded random placements of each — layers over two GPUs
-and/or RPC servers and the CPU, routed experts on the CPU, the output layer on either side, pipeline
-parallelism on and off, op offload on and off, flash attention on and off, -np 2 with and without
--kvu, several ubatches and contexts — the per-device compute buffers equal those of the graph built at
-the context's concrete cells, scheduled by schedule() and walked by peaks() (ggml_backend_sched +
-ggml-alloc as the rest of the suite checks them against llama.cpp). The factory's other
-architectures (qwen3moe, deepseek2, gpt-oss, kimi-k3, ...) join at their default tiny layouts."""
+tests/data/devicefit_llama_archs.json) and seeded random placements of each — layers over two GPUs and/or
+RPC servers and the CPU, routed experts on the CPU (--n-cpu-moe, or any blocks' expert parts as
+device-fit's -ot places them), the output layer on either side, pipeline parallelism on and off, op
+offload on and off, flash attention on and off, -np 2 with and without -kvu, several ubatches and
+contexts — the per-device compute buffers equal those of the graph built at the context's concrete cells,
+scheduled by schedule() and walked by peaks() (ggml_backend_sched + ggml-alloc as the rest of the suite
+checks them against llama.cpp). The factory's other architectures (qwen3moe, deepseek2, gpt-oss, kimi-k3,
+...) join at their default tiny layouts."""
 
 import json
 import random
@@ -64,6 +65,12 @@ def random_case(rng, layers):
     ts = [rng.randint(1, 4) for _ in range(n_devices)] if n_devices > 1 and rng.random() < 0.5 else None
     chosen = placement.user_placement(layers, n_devices, ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe,
                                       capacities=[24] * n_devices)
+    if has_experts and n_cpu_moe is None and rng.random() < 0.5:
+        # device-fit's own -ot placements: any blocks' experts (or some of their parts) on the CPU
+        for homes in chosen.expert_device.values():
+            for part in homes:
+                if rng.random() < 0.4:
+                    homes[part] = placement.CPU
     n_seq = rng.choice([1, 2, 2])
     settings = KVSettings(flash_attn=rng.random() < 0.5, n_seq=n_seq, unified=n_seq > 1 and rng.random() < 0.5,
                           ubatch=rng.choice([512, 512, 128, 32]))
