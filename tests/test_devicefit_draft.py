@@ -149,3 +149,18 @@ def test_the_table_shows_the_draft_column(models):
     position = labels.index("draft")
     assert labels[position + 1] == "free" and all(cell.endswith("MiB") for cell in ledger.rows[position][1:])
     assert "draft" not in [row[0] for row in llama_tables(plan(models))[0].rows]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["-ctkd", "q4_0", "-ctvd", "q4_0", "--no-flash-attn"], "a quantized V cache (--draft-ctv q4_0) needs flash attention"),
+    (["-ctkd", "q5_1", "-ctvd", "f16"], None),
+])
+def test_draft_cache_types_llama_cpp_refuses_are_one_line_exit_2(models, extra, message):
+    """The draft context's cache is checked as the target's (draft.check_draft_cache, kv.check_settings):
+    what llama.cpp refuses for it is exit 2 naming the draft flag; what it takes plans."""
+    result = run(*case.device_fit_args(models["target"]), "--draft", models["draft"], *extra)
+    if message is None:
+        assert result.exit_code in (0, 1), result.output
+        return
+    assert result.exit_code == 2 and message in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1

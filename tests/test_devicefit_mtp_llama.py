@@ -205,6 +205,7 @@ def test_nextn_blocks_without_the_mtp_attention_are_refused(tmp_path):
 @pytest.mark.parametrize("extra,message", [
     (["--draft", "DRAFT"], "give no --draft"),
     (["-ngld", "2"], "target's own layers"),
+    (["-devd", "CUDA0"], "target's own layers"),
     (["--runtime", "fork", "--vram", "24G"], "--runtime llama"),
 ])
 def test_draft_mtp_with_flags_it_cannot_honour_is_refused(targets, extra, message):
@@ -366,3 +367,14 @@ def test_a_mimo2_nextn_block_without_its_dense_ffn_is_refused_as_llama_cpp_abort
     result = run(path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp")
     assert result.exit_code == 2, result.output
     assert "NextN block 4 lacks a dense gated FFN" in result.output and "MIMO2 MTP requires dense FFN tensors" in result.output
+
+
+def test_an_mtp_cache_type_llama_cpp_refuses_is_one_line_exit_2(tmp_path):
+    """The MTP context's cache types are checked as a draft's: a quantized V cache without flash
+    attention is refused naming --draft-ctv."""
+    path = synth.write_model(_nextn_spec("qwen35"), tmp_path / "qwen35.gguf", sparse=True)[0]
+    args = [path, "--runtime", "llama", "--ram", "16G", "--spec-type", "draft-mtp"]
+    assert run(*args, "-ctkd", "q4_0", "-ctvd", "q4_0").exit_code == 0
+    result = run(*args, "-ctkd", "q4_0", "-ctvd", "q4_0", "--no-flash-attn")
+    assert result.exit_code == 2 and "the draft's cache (draft-mtp)" in result.output and "--draft-ctv q4_0" in result.output
+    assert len(result.output.strip().splitlines()) == 1
