@@ -138,7 +138,7 @@ def test_the_integer_split_form_equals_the_tensor_walk(tmp_path, arch, params):
         facts = core.model_facts(model)
     rng = random.Random(f"{arch}{sorted(params.items())}")
     applied = symbolic = 0
-    for _ in range(PLACEMENTS_PER_LAYOUT):
+    for round_ in range(PLACEMENTS_PER_LAYOUT):
         chosen, kinds, settings, ctx, pipeline, op_offload = random_case(rng, facts.layers)
         kv.force_flash_attn_off(arch, settings)  # (grok: in place)
         homes = compute.homes_of(facts, chosen)
@@ -155,7 +155,7 @@ def test_the_integer_split_form_equals_the_tensor_walk(tmp_path, arch, params):
         if fast is not None and fast is not NOT_SYMBOLIC:
             applied += 1
             assert fast == walked, described
-        # one device, whole model: the integer form's one-device walk where a placement made it
-        alone = compute.compute_buffers(facts.graph, facts.shape, ctx, settings).device_bytes
-        assert alone == plain_peak(facts, ctx, settings), described
+        if round_ == 1:  # one device, whole model (once a layout): the integer form's one-device walk where made
+            alone = compute.compute_buffers(facts.graph, facts.shape, ctx, settings).device_bytes
+            assert alone == plain_peak(facts, ctx, settings), described
     assert applied or not symbolic, f"{arch}: the integer form declined every symbolic placement"
