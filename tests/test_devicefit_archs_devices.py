@@ -2,7 +2,9 @@
 in its own memory types (deepseek4, dots3note, hy_v4, glm5-next, qwen4exp) and the hybrids and sparse
 attention added beside them (minimax-01, bailingmoe3, minimax-m3, qwen35, exaone4, lfm2-swa), and qwen4exp
 with a PLE module (its conv kernel f32, f16, bf16; the module on either RPC device; experts on the CPU) or
-mixed compression ratios (4 and 8, 4, 0 and 16 on the two devices), against what llama.cpp
+mixed compression ratios (4 and 8, 4, 0 and 16 on the two devices), and kimi-k3 partially offloaded (-ngl 3: the
+output layer alone on the second device, whose final residual mix runs there amid the last layer's tail;
+-ngl 6 -ts 1,1), against what llama.cpp
 0c1e57098 logged on two ggml-rpc-server devices on loopback and the CPU
 (tests/data/devicefit_llama_archs_devices.json). No llama.cpp needed: the tiny layouts are rewritten
 header-only and planned again."""
@@ -21,7 +23,7 @@ MiB = 1024 * 1024
 # compute per device, ours / llama.cpp's
 COMPUTE_TOLERANCE = {"deepseek4": 0.002, "dots3note": 0.002, "glm5-next": 0.005, "qwen4exp": 0.002, "hy_v4": 0.002,
                      "minimax-01": 0.002, "bailingmoe3": 0.002, "minimax-m3": 0.002, "qwen35": 0.002,
-                     "exaone4": 0.003, "lfm2-swa": 0.004}
+                     "exaone4": 0.003, "lfm2-swa": 0.004, "kimi-k3": 0.002}
 
 
 def test_every_architecture_is_recorded():

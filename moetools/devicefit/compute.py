@@ -3441,12 +3441,18 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             pair = (ffn_in, out) if graph_shape.residual_first else (out, ffn_in)
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)
-        if following is None or (following.mixer not in STATE_FIRST_MIXERS and stack is None):
+        if stack is None and (following is None or following.mixer not in STATE_FIRST_MIXERS):
             # (else the next layer's state gathering joins the graph before this layer's tail; kimi-k3.cpp
-            # expands nothing at a layer's end: the next attention mix's stack scores come first)
+            # expands nothing at a layer's end, the last one included: the next mix's stack scores come
+            # first — the final mix's, on the output layer's device, amid the last layer's tail)
             g.expand(cur)
         g.boundaries.append(cur)
     if stack is not None:  # the final mix, then the output rows
+        if homes is not None:
+            # output_res_score is an output-layer weight (LLM_TENSOR_LAYER_OUTPUT): its two score products
+            # run on the output layer's device, and the stack's norm before them joins that split, in
+            # the middle of the last layer's tail (its experts' sum is expanded, the rest is not yet)
+            b.move(homes.layer_device[-1], -1)
         cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
         T = b.T = n_out
     normed = False
