@@ -4,7 +4,8 @@ attention added beside them (minimax-01, bailingmoe3, minimax-m3, qwen35, exaone
 with a PLE module (its conv kernel f32, f16, bf16; the module on either RPC device; experts on the CPU) or
 mixed compression ratios (4 and 8, 4, 0 and 16 on the two devices), and kimi-k3 partially offloaded (-ngl 3: the
 output layer alone on the second device, whose final residual mix runs there amid the last layer's tail;
--ngl 6 -ts 1,1), against what llama.cpp
+-ngl 6 -ts 1,1) or fully offloaded with pipeline parallelism (-ngl 9 -ts 3,1: the residual scores' bare
+rms_norms run on the previous device, the last device copies the stack and the stream), against what llama.cpp
 0c1e57098 logged on two ggml-rpc-server devices on loopback and the CPU
 (tests/data/devicefit_llama_archs_devices.json). No llama.cpp needed: the tiny layouts are rewritten
 header-only and planned again."""

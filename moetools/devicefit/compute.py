@@ -1352,11 +1352,15 @@ class _Build:
     def mm(self, rows, x, cols=None):
         return self.g.op(self.f32(rows, cols or self.T), self.weights, x)
 
-    def norm(self, x, width, weight=True):
+    def norm(self, x, width, weight=True, pinned=True):
+        """An RMS norm (times the layer's weight): pinned, it is build_norm's "norm", which graph_get_cb
+        pins to the layer's device with full offload; a bare ggml_rms_norm (kimi-k3's residual scores)
+        has no name and the scheduler places it."""
         cur = self.g.op(self.f32(width, self.T), x, inplace=(0,))
-        if weight and self.il >= 0 and isinstance(self.homes, _Slots):
+        pinned = pinned and weight and self.il >= 0
+        if pinned and isinstance(self.homes, _Slots):
             self.homes.pins.append((cur, self.il))
-        elif weight and self.il >= 0 and self.homes is not None and self.homes.full_offload:
+        elif pinned and self.homes is not None and self.homes.full_offload:
             # llama_context::graph_get_cb pins a layer's "norm" to the layer's device when every layer is
             # offloaded (else the scheduler would run it on the previous layer's device)
             cur.device = self.dev
@@ -2368,9 +2372,11 @@ class _ResidualStack:
         if self.top is None:
             return cur
         b, g, T, n_embd, count = self.b, self.b.g, self.b.T, self.b.shape.n_embd, self.count
-        scores = b.norm(self.top, n_embd * count)  # rms_norm over every checkpoint, times the score weights
+        # bare ggml_rms_norms (unnamed, so never pinned to the layer's device): with full offload the
+        # scheduler runs them where the stream is, the next device copies their outputs and the stack
+        scores = b.norm(self.top, n_embd * count, pinned=False)  # over every checkpoint, times the score weights
         scores = g.view(g.op(b.f32(1, count, T), scores))  # sum_rows
-        current = g.op(b.f32(1, T), b.norm(cur, n_embd))
+        current = g.op(b.f32(1, T), b.norm(cur, n_embd, pinned=False))
         probs = g.op(b.f32(count + 1, T), scores, current)  # concat
         probs = b.unary(probs, probs.nbytes)  # soft_max
         p_stack = g.op(b.f32(count, T), g.view(probs))  # cont
