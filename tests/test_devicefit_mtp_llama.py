@@ -17,10 +17,6 @@ from tests import devicefit_draft_case as case
 RECORD = json.loads((Path(__file__).parent / "data" / "devicefit_llama_mtp.json").read_text())
 MiB = 1024 * 1024
 CASES = [(target, setting) for target in case.mtp_specs() for setting in case.MTP_SETTINGS]
-# the target's own compute (3% otherwise): DeepSeek-V4's trunk on a partly offloaded model (the main
-# graph, not the MTP context: 10.05 MiB planned, 8.25 MiB logged); step35's trunk without flash
-# attention, 5% under before Graph.write, is within 3% now
-TARGET_COMPUTE_GAPS = {("deepseek4", "ngl-3"): 0.22}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +77,9 @@ def test_mtp_context_and_nextn_weights_per_device_are_llama_cpps(targets, target
         # and its compute: a hybrid target's output device holds the every-row output norm (t_h_nextn)
         # and, with pipeline parallelism, 4 copies of the rows crossing to it (2.54 MiB, not 0.05)
         compute = float(theirs.get("compute", 0)) * MiB
-        tolerance = TARGET_COMPUTE_GAPS.get((target, setting), 0.03)
+        # within 3% for every target and setting (DeepSeek-V4's trunk at -ngl 3, 22% over before its
+        # state restore / snapshot ops and the cache writes' part in the scheduler's expansions, is equal)
+        tolerance = 0.03
         assert abs(device["compute_bytes"] - compute) <= max(tolerance * compute, 0.006 * MiB), (device["name"], device["compute_bytes"] / MiB)
     # the MTP context: its NextN KV and its graph's compute buffer on each device
     logged = record["mtp_logged"]

@@ -782,7 +782,7 @@ def schedule(graph, backends, offload_to, tokens, n_copies=1):
     # and a GPU backend offloads the op (ggml-cuda: a batch of 32 tokens and more)
     for node in nodes:
         root = node.view_src
-        if root is None:
+        if root is None or node.writes:  # a cache write (SET_ROWS) is an op to the expansions, not a view
             ops.append(node)
         if node.device is not None:
             continue
@@ -2452,6 +2452,11 @@ def _dsv4_inputs(b):
                   "write": g.input(I64_BYTES * blocks), "persist_src": g.input(I32_BYTES * rows),
                   "persist_dst": g.input(I32_BYTES * rows),
                   "mask": g.input((F16_BYTES if kind == "indexer" else mask_type) * b.cells[kind] * T)}
+        if b.settings.rs_seq:  # dsv4_build_comp_plan: the state's rollback planes (MTP drafting's n_rs_seq)
+            restored = rows * max(1, b.settings.n_seq)
+            inputs.update(restore_src=g.input(I32_BYTES * restored), restore_dst=g.input(I32_BYTES * restored),
+                          snapshot_src=g.input(I32_BYTES * b.settings.rs_seq * restored),
+                          snapshot_dst=g.input(I32_BYTES * b.settings.rs_seq * restored))
         width = b.shape.indexer_head if kind == "indexer" else head
         if kind == "indexer" or (quantized and width % 64 == 0):
             inputs["rot"] = g.input(b.f32(_nrot(width), _nrot(width)))
@@ -2509,6 +2514,12 @@ def _dsv4_compress(b, kind, x, width, ratio):
     ape = g.op(b.f32(coff * width, T), b.weights, inputs["pos"])
     score = g.op(score.nbytes, score, ape, inplace=(0,))
     state_kv, state_score = g.view(b.cache), g.view(b.cache)
+    if "restore_src" in inputs:  # dsv4_build_state_restore: the live plane's rows gathered and stored back
+        restored = []
+        for state in (state_kv, state_score):
+            gathered = g.op(b.f32(coff * width, rows * max(1, b.settings.n_seq)), state, inputs["restore_src"])
+            restored.append(g.write(b.cache, gathered, inputs["restore_dst"]))
+        state_kv, state_score = restored
     source_kv = g.op(b.f32(coff * width, rows + T), g.view(state_kv), kv)
     source_score = g.op(b.f32(coff * width, rows + T), g.view(state_score), score)
     n_read = ratio * blocks
@@ -2536,6 +2547,13 @@ def _dsv4_compress(b, kind, x, width, ratio):
     if "rot" in inputs:
         comp = _hadamard(b, comp, inputs["rot"])
     g.expand(g.view(b.cache, g.view(comp), inputs["write"]))
+    if "snapshot_src" in inputs:  # dsv4_build_state_snapshot: rows of every plane and the new rows, stored
+        planes = rows * max(1, b.settings.n_seq) * (1 + b.settings.rs_seq)
+        sources = [g.op(b.f32(coff * width, planes + T), state, new) for state, new in ((state_kv, kv), (state_score, score))]
+        for source in sources:
+            gathered = g.op(b.f32(coff * width, b.settings.rs_seq * rows * max(1, b.settings.n_seq)), source,
+                            inputs["snapshot_src"])
+            g.expand(g.write(b.cache, gathered, inputs["snapshot_dst"]))
     for source in (kv, score):
         persist = g.op(b.f32(coff * width, rows), source, inputs["persist_src"])
         g.expand(g.view(b.cache, persist, inputs["persist_dst"]))
@@ -2710,7 +2728,8 @@ def _build_dsv4(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
             stream = _ihc_post(b, out, residual, post)
         else:
             stream = g.op(b.f32(n_embd, hc, b.T), out, residual, post, comb)
-        g.expand(stream)
+        if ihc or glm5:
+            g.expand(stream)
         g.boundaries.append(stream)
     if not output:
         g.expand(stream)
@@ -4038,6 +4057,8 @@ class _SplitGraph:
                     tensors.append(root)
                     consumers.append([])
                 root = found
+                if node.writes:  # schedule(): a cache write takes part in the expansions as an op
+                    ops.append(index)
                 if tensors[root].external:
                     first.append((index, root, -1, node.offloadable))
                 elif weights:
