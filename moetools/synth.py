@@ -2614,10 +2614,12 @@ PRESETS = {
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-M2 (synthetic)",
         n_layer=62, n_embd=3072, n_head=48, n_head_kv=8, head=128, rope=64, n_ff_exp=1536, n_expert=256,
         top_k=8, vocab=200064, ctx=196608, file_type=15),
-    # MiniMaxAI/MiniMax-Text-01 config.json (as recalled, not re-read this session: 80 layers, 6144 wide,
-    # 64 query / 8 KV heads of 128 (rotary_dim 64), attn_type_list: seven lightning-attention layers then
-    # one softmax layer, 32 experts of 9216 (top-2), vocab 200064, 10,240,000-token context; llama.cpp's
-    # conversion writes the layernorm alphas as residual_scale).
+    # MiniMaxAI/MiniMax-Text-01 config.json: 80 layers, 6144 wide, 64 query / 8 KV heads of 128
+    # (rotary_dim 64), attn_type_list: seven lightning-attention layers then one softmax layer, 32 experts
+    # of 9216 (top-2), vocab 200064, 10,240,000-token context; llama.cpp's conversion writes the layernorm
+    # alphas as residual_scale. Re-read 2026-12-02 from copies of MiniMax-M1's config.json in public repos
+    # (the same 456B layout: MiniMaxM1ForCausalLM, attn_type_list [0]*7+[1] x 10, rotary_dim 64,
+    # shared_intermediate_size 0) and transformers' MiniMax-VL-01 test of the legacy Text-01 text config.
     "minimax-text-01": lambda: minimax_01(
         Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-Text-01 (synthetic)",
         n_layer=80, n_embd=6144, n_head=64, n_head_kv=8, head=128, n_ff=9216, n_expert=32, top_k=2,
@@ -2625,6 +2627,9 @@ PRESETS = {
     # google/gemma-4-26B-A4B config.json (values as cross-checked in public GGUF readers): 30 layers,
     # 2816 wide, 16 query heads; sliding layers 8 KV heads of 256 with a 1024 window, every 6th layer full
     # with 2 KV heads of 512; a 2112-wide dense MLP beside 128 experts of 704 (top-8); tied embeddings.
+    # Re-read 2026-12-02 from copies of its text_config in public repos (Gemma4ForConditionalGeneration:
+    # num_global_key_value_heads 2, global_head_dim 512, attention_k_eq_v true, layer_types 5 sliding +
+    # 1 full, max_position_embeddings 262144, vocab 262144): all as above.
     "gemma-4-26b-a4b": lambda: gemma4(
         Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-4-26B-A4B (synthetic)",
         n_layer=30, n_embd=2816, n_head=16, n_head_kv=2, n_head_kv_swa=8, head=512, head_swa=256, n_ff=2112,

@@ -524,6 +524,105 @@ def test_missing_expert_used_count_is_named(tmp_path):
     assert result.exit_code == 2 and "qwen3moe.expert_used_count" in result.stderr
 
 
+def _damaged(tmp_path, builder, params=None, **changes):
+    """A tiny model of synth's `builder` whose header has `changes` (key suffix -> value; None drops the key)."""
+    from moetools import synth
+
+    spec = synth.tiny(builder, **(params or {}))
+    keys = {f"{spec.architecture}.{suffix}": value for suffix, value in changes.items()}
+    spec.metadata = [(key, keys[key], kind) if key in keys else (key, value, kind)
+                     for key, value, kind in spec.metadata if not (key in keys and keys[key] is None)]
+    return synth.write_model(spec, tmp_path / f"{spec.architecture}.gguf", sparse=True)[0]
+
+
+@pytest.mark.parametrize("runtime", ["fork", "llama"])
+@pytest.mark.parametrize("arch,changes,message", [
+    # llama.cpp reads n_expert from the key alone; its expert tensors then fail to load
+    ("qwen3moe", {"expert_count": 0}, "the file has expert tensors but expert_count is missing or 0"),
+    ("qwen3moe", {"expert_count": None}, "the file has expert tensors but expert_count is missing or 0"),
+    # llama.cpp makes a 0-wide K projection and refuses the file's
+    ("qwen3moe", {"attention.head_count_kv": 0}, "layer 0 has attention weights (blk.0.attn_k.weight) but head_count_kv 0"),
+    # the loaders assert nextn_predict_layers < n_layer
+    ("deepseek32", {"nextn_predict_layers": 999}, "nextn_predict_layers 999 is more than the 5 blocks"),
+])
+def test_damaged_headers_llama_cpp_refuses_exit_2(tmp_path, runtime, arch, changes, message):
+    """Headers llama.cpp would not load are refused, one line, exit 2 — not planned with 0 experts or 0 KV."""
+    path = _damaged(tmp_path, arch, **changes)
+    extra = ["--ram", "64G"] if runtime == "llama" else []
+    result = run(path, "--runtime", runtime, "--vram", "8G", *extra)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("builder,params", [("jamba", None), ("nemotron_h_moe", None), ("granitehybrid", None),
+                                            ("kimi-k3", None)])
+def test_recurrent_layers_with_head_count_kv_0_still_plan(tmp_path, builder, params):
+    """head_count_kv 0 is how hybrids mark their recurrent layers: the keyless-attention refusal leaves
+    them alone."""
+    path = _damaged(tmp_path, builder, params)
+    with open_model(path) as model:
+        assert 0 in model.layer_values("{arch}.attention.head_count_kv", None)
+    assert run_json(path, "--vram", "4G")["verdict"] == "native"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-np", "257"], "--parallel 257 is more than llama.cpp's 256 sequences"),
+    (["--min-ctx", "0"], "--min-ctx must be at least 1 token"),
+    (["--min-ctx", "-5"], "--min-ctx must be at least 1 token"),
+    (["--h2d", "0"], "--h2d '0' must be a positive rate"),
+])
+@pytest.mark.parametrize("runtime", ["fork", "llama"])
+def test_settings_llama_cpp_or_the_plan_cannot_take_exit_2_on_both_runtimes(tiny_models, runtime, args, message):
+    """-np above LLAMA_MAX_SEQ (llama_context: "n_seq_max must be <= 256"), and --min-ctx / --h2d that
+    mean nothing, are refused whichever runtime plans (--runtime llama took them before)."""
+    result = run(tiny_models["qwen3moe"], "--runtime", runtime, "--vram", "8G", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_np_256_is_llama_cpps_most_and_plans(tiny_models):
+    doc = run_json(tiny_models["qwen3moe"], "--runtime", "llama", "--vram", "8G", "--ram", "64G", "-np", 256, "-c", 65536)
+    assert doc["verdict"] == "fits" and "256" in doc["launch"]["llama"]["args"]
+
+
+def test_llama_cpp_spellings_of_the_cache_and_attention_flags(tiny_models):
+    """-kvu / --no-kv-unified (which --emit llama itself writes) and -fa auto are taken as llama.cpp spells
+    them: -fa auto plans as on, and the launch says -fa on."""
+    path = tiny_models["qwen3moe"]
+    base = ["--runtime", "llama", "--vram", "8G", "--ram", "64G", "-np", 4, "-c", 8192, "--no-flash-attn"]
+    unified = run_json(path, *base, "-kvu")
+    assert unified == run_json(path, *base, "--kv-unified") and "-kvu" in unified["launch"]["llama"]["args"]
+    split = run_json(path, *base, "--no-kv-unified")
+    assert split == run_json(path, *base) and "--no-kv-unified" in split["launch"]["llama"]["args"]
+    assert unified["devices"][0]["compute_bytes"] != split["devices"][0]["compute_bytes"]
+    auto = run_json(path, *base[:-1], "-fa", "auto")
+    assert auto == run_json(path, *base[:-1], "-fa", "on") == run_json(path, *base[:-1])
+    assert auto != run_json(path, *base)
+
+
+def test_the_forks_upstream_fallback_holds_back_the_cards_margin_and_reserve(preset_model):
+    """The fork's unfittable card names what --runtime llama does on it with the same --margin/--reserve
+    (before, the fallback planned llama.cpp with the default 1 GiB margin: 190 tok/s all on the GPU
+    where --runtime llama, holding back 23.5 GiB, puts every expert on the CPU)."""
+    path = preset_model("qwen3-30b-a3b")
+    for held in (["--margin", "23.5G"], ["--reserve", "23.5G"]):
+        fork = run_json(path, "--vram", "24G", "--ctx", 4096, *held, code=1)["unfittable"]
+        llama = run_json(path, "--runtime", "llama", "--vram", "24G", "--ctx", 4096, *held)
+        assert fork["upstream_tok_s"] == llama["tok_s"], held
+        assert "-ngl" in fork["upstream_args"] and "with CPU experts" in fork["summary"]
+    default = run_json(path, "--vram", "2G", "--ctx", 4096, code=1)["unfittable"]
+    assert default["upstream_tok_s"] == run_json(path, "--runtime", "llama", "--vram", "2G", "--ctx", 4096)["tok_s"]
+
+
+def test_llama_document_says_where_its_reserve_comes_from(tiny_models):
+    path = tiny_models["qwen3moe"]
+    base = ["--runtime", "llama", "--vram", "8G", "--ram", "64G", "-c", 4096]
+    modelled = run_json(path, *base)
+    reserved = run_json(path, *base, "--reserve", "2G")
+    assert modelled["reserve_source"] == "compute+margin" and reserved["reserve_source"] == "--reserve"
+    assert reserved["devices"][0]["compute_bytes"] == 2 * GIB and reserved["devices"][0]["margin_bytes"] == 0
+
+
 def test_every_tiny_architecture_fits(tiny_models):
     for arch, path in tiny_models.items():
         doc = run_json(path, "--vram", "4G")

@@ -236,8 +236,8 @@ def _ram_option(text):
     return parse_capacity(text, "--ram")
 
 
-def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
-                   threads, os_reserve):
+def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
+    """--runtime llama's speed settings from its options (the defaults when none are given)."""
     speed = SpeedSettings()
     if ram_bw is not None and ram_bw.strip().lower() == "auto":
         speed.ram_bw = devices.measure_copy_bandwidth()
@@ -251,6 +251,12 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
     if threads is not None and threads < 1:
         raise UsageError("--threads must be at least 1")
     speed.threads = threads or os.cpu_count() or 1
+    return speed
+
+
+def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
+                   threads, os_reserve):
+    speed = _llama_speed(floor_text, ram_bw, disk_bw, threads)
     ts = None
     if ts_text is not None:
         try:
@@ -278,6 +284,9 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     cpu = devices.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     result = upstream.plan(facts, offload, cpu, options)
     doc = upstream.result_doc(result, facts, model_path, core.kv_flags(options.kv))
+    # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
+    # reserve (margin 0), not the modelled buffer
+    doc["reserve_source"] = "compute+margin" if options.reserve is None else "--reserve"
     doc["notes"] = list(notes) + doc["notes"]
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
@@ -312,14 +321,19 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
         parts.append("a smaller resident tier (quantize --resident-only, --tiers) would lower the resident weights")
     cpu = devices.cpu_device(ram_bytes or 0, SpeedSettings().ram_bw, SpeedSettings().ram_bw_source)
     try:
-        fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv))
+        # the card's own --margin / --reserve, as --runtime llama would hold them back
+        held = (dict(reserve=options.reserve, margin=0) if options.reserve is not None else dict(margin=options.margin))
+        fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv, ctx=options.ctx, speed=_llama_speed(),
+                                                                   os_reserve=options.os_reserve, **held))
     except UsageError:
         fallback = None
     if fallback is not None and fallback.chosen is not None:
         chosen = fallback.chosen
         answer["upstream_tok_s"] = round(chosen.tok_s, 4)
         answer["upstream_args"] = upstream.server_args(facts.path, fallback, core.kv_flags(options.kv))
-        parts.append(f"upstream llama.cpp fits this card with CPU experts (-ngl {chosen.placement.ngl}"
+        experts_on_cpu = any(device == upstream.CPU for parts in chosen.placement.expert_device.values()
+                             for device in parts.values())
+        parts.append(f"upstream llama.cpp fits this card{' with CPU experts' if experts_on_cpu else ''} (-ngl {chosen.placement.ngl}"
                      + (f" --n-cpu-moe {chosen.placement.n_cpu_moe}" if chosen.placement.n_cpu_moe else "")
                      + f", context {chosen.context}): {chosen.tok_s:.2f} tok/s with --runtime llama"
                      + ("" if ram_bytes else " (give --ram: RAM was not checked)"))
@@ -517,10 +531,14 @@ def _collector_paused(command):
 @click.option("--ubatch", "-ub", type=int, default=512, show_default=True, help="Physical batch (-ub).")
 @click.option("--batch", "-b", type=int, default=2048, show_default=True, help="Logical batch (-b).")
 @click.option("--parallel", "-np", type=int, default=1, show_default=True, metavar="N", help="Sequences (-np).")
-@click.option("--kv-unified", is_flag=True, help="One KV stream shared by all sequences (-kvu).")
+@click.option("--kv-unified/--no-kv-unified", "-kvu/-no-kvu", default=False, show_default=True,
+              help="One KV stream shared by all sequences (llama.cpp's -kvu / --no-kv-unified).")
 @click.option("--swa-full", is_flag=True, help="Full-size cache for sliding-window layers (--swa-full).")
 @click.option("--flash-attn/--no-flash-attn", default=True, show_default=True, help="Flash attention (-fa); off pads and transposes V.")
-@click.option("-fa", "fa_text", type=click.Choice(["on", "off"]), help="llama.cpp's spelling of --flash-attn/--no-flash-attn.")
+@click.option("-fa", "fa_text", type=click.Choice(["on", "off", "auto"]),
+              help="llama.cpp's spelling of --flash-attn/--no-flash-attn; auto is planned as on (llama.cpp's "
+                   "auto enables it where every layer's attention runs it; the architectures it turns off are "
+                   "planned off either way), and --emit llama passes -fa on.")
 @click.option("--ngl", "-ngl", type=int, metavar="N", help="llama: evaluate your own -ngl (layers offloaded, output layer included).")
 @click.option("--tensor-split", "-ts", "ts_text", metavar="A,B,...", help="llama: evaluate your own -ts (one weight per device, RPC first).")
 @click.option("--n-cpu-moe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
@@ -587,7 +605,10 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     if coverage_path == "-" and observations_path == "-":
         raise UsageError("--coverage and --observations cannot both read stdin")
     if fa_text is not None:
-        flash_attn = fa_text == "on"
+        flash_attn = fa_text != "off"
+    if min_ctx < 1:
+        raise UsageError("--min-ctx must be at least 1 token")
+    parse_rate(h2d)  # refused on either runtime, though only the fork's streaming uses it
     if n_outputs is not None and n_outputs < 0:
         raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
     if n_outputs is None:  # the target context's rows as the server sets them: llama-server's rule, which

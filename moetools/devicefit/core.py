@@ -86,6 +86,10 @@ def model_facts(model, load_mtp=False):
     moe_layers = sorted(per_expert)
     experts_per_token = 0
     top_k_of = {}
+    if moe_layers and not model.get_int(Keys.EXPERT_COUNT, 0):
+        # llama.cpp reads n_expert from the key alone: 0 or missing, and the expert tensors' shapes fail to load
+        raise GGUFError(model.path, "the file has expert tensors but expert_count is missing or 0 (llama.cpp "
+                                    "refuses it)", key=model.key(Keys.EXPERT_COUNT))
     if moe_layers:
         top_k = model.layer_values(Keys.EXPERT_USED_COUNT, required_for="experts per token")
         for block in moe_layers:

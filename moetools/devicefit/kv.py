@@ -455,6 +455,9 @@ def kv_shape(model):
     # llama.cpp: head_count_kv defaults to head_count, and a head width to n_embd / head_count(0).
     head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
     nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
+    if nextn > n_layer:  # llama.cpp's loaders assert nextn_predict_layers < n_layer
+        raise GGUFError(model.path, f"nextn_predict_layers {nextn} is more than the {n_layer} blocks "
+                                    "(llama.cpp refuses it)", key=model.key(Keys.NEXTN_PREDICT_LAYERS))
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
     if arch == "deepseek4":
         trunk = _dsv4_trunk(model, n_layer, nextn)
@@ -495,6 +498,7 @@ def kv_shape(model):
         notes.append(f"exaone4: llama.cpp's loader gives only a 64-block model sliding-window layers; these "
                      f"{trunk} are sized as full attention")
     recurrent_kind, is_recurrent, has_kv = _layer_filters(model, arch, trunk, n_layer, head_count_kv)
+    _refuse_keyless_attention(model, head_count_kv, is_recurrent)
     if arch == "lfm2" and swa_type != "none":  # llama_memory_hybrid_iswa: the short convolutions do not slide
         is_swa = [flag and not is_recurrent[il] for il, flag in enumerate(is_swa)]
     if compress_ratios:
@@ -671,12 +675,32 @@ class KVCache(Record):
         return doc
 
 
+LLAMA_MAX_SEQ = 256  # src/llama-cparams.h: the most sequences (-np) a llama.cpp context takes
+
+
+def _refuse_keyless_attention(model, head_count_kv, is_recurrent):
+    """A layer with attention weights whose head_count_kv is 0: llama.cpp makes its K projection 0 wide
+    and refuses the file's (wrong shape), so a damaged header must not plan as a layer with no KV."""
+    keyless = [il for il, hkv in enumerate(head_count_kv) if hkv == 0 and not is_recurrent[il]]
+    if not keyless:
+        return
+    names = {tensor.name for tensor in model.tensors if tensor.name.endswith(".attn_k.weight")}
+    for il in keyless:
+        if f"blk.{il}.attn_k.weight" in names:
+            raise GGUFError(model.path, f"layer {il} has attention weights (blk.{il}.attn_k.weight) but head_count_kv 0 "
+                                        "(llama.cpp refuses the K projection's shape)", key=model.key(Keys.HEAD_COUNT_KV))
+
+
 def check_settings(shape, settings):
     """Refuse cache settings llama.cpp refuses (llama_init_from_model). Raises UsageError."""
     for option, name in (("--ctk", settings.ctk), ("--ctv", settings.ctv)):
         cache_type(name, option)
     if settings.ubatch < 1 or settings.batch < 1 or settings.n_seq < 1:
         raise UsageError("--ubatch, --batch and --parallel must be at least 1")
+    if settings.n_seq > LLAMA_MAX_SEQ:
+        # llama_context's constructor: "n_seq_max must be <= LLAMA_MAX_SEQ" (src/llama-cparams.h: 256)
+        raise UsageError(f"--parallel {settings.n_seq} is more than llama.cpp's {LLAMA_MAX_SEQ} sequences "
+                         f"(LLAMA_MAX_SEQ: llama.cpp refuses n_seq_max above it)")
     if shape.mla and settings.ctk != settings.ctv:
         raise UsageError(f"MLA models need the same K and V cache type (llama.cpp refuses --ctk {settings.ctk} --ctv {settings.ctv})")
     quantized_v = cache_type(settings.ctv)[0] > 1
