@@ -83,6 +83,29 @@ def test_compiled_replay_of_a_device_share(preset_model):
             assert fast == plain_peak(facts, ctx, KVSettings(), compute.CUDA_ALIGNMENT, layers, output)
 
 
+@pytest.mark.parametrize("preset", ("kimi-k3", "deepseek-v3.2"))
+def test_every_layer_without_the_head_is_the_shared_graphs_walk_before_it(preset_model, preset):
+    """A device holding every block but not the output layer (the llama planner's first estimate for
+    all devices but the last): with placements to follow, its program is the placements' shared
+    graph's walk up to the head's input (no graph of its own): equal to the plain replay of the graph
+    built without the head."""
+    facts = facts_of(preset_model(preset))
+    blocks = range(len(facts.graph.layers))
+    checked = 0
+    for index, settings in enumerate(SETTINGS):
+        if facts.shape.mla and settings.ctk != settings.ctv:
+            continue
+        for ctx in (300, 4096, 65536) if index == 0 else (CONTEXTS[1 + index % 3],):
+            alignment = (compute.CUDA_ALIGNMENT, compute.CPU_ALIGNMENT)[(index + ctx) % 2]
+            fast = compute.compute_buffers(facts.graph, facts.shape, ctx, settings, layers=blocks, output=False,
+                                           alignment=alignment, placements_follow=True).device_bytes
+            assert fast == plain_peak(facts, ctx, settings, alignment, blocks, output=False), (preset, settings.as_tuple(), ctx)
+            checked += 1
+    assert checked >= 6
+    entries = [entry for entries in facts.graph._split_graphs.values() for entry in entries]
+    assert entries and all(compute._headless_program(entry, memo=True) is not None for entry in entries)
+
+
 @pytest.mark.parametrize("preset", ("kimi-k3", "gpt-oss-120b", "qwen3-next-80b-a3b"))
 def test_layers_replayed_for_another_context_are_reused_exactly(preset_model, preset):
     """A layer replayed from a state equivalent to one seen at another context (the same free blocks

@@ -123,6 +123,9 @@ class Graph:
         self.nodes = []
         self.leafs = []
         self.boundaries = []  # tensors that end a layer: the compiled replay's memo segments
+        # the tensor the output layer starts from, where everything before it is the graph built without
+        # the output layer (None: a builder that does not say so)
+        self.head_input = None
 
     def external(self, device=0, weight=False, nbytes=0):
         """A weight or a KV-cache tensor: lives in its own buffer (on `device`)."""
@@ -3481,6 +3484,10 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         cur = g.op(b.f32(n_embd, n_out), stack.mix(cur), out_ids)
         T = b.T = n_out
     normed = False
+    if graph_shape.architecture not in NEXTN_TAIL:
+        # without the head the graph ends here (g.expand(cur) below): the nodes up to cur are the same
+        # either way, in the same order (the head's expansion reaches cur's ancestors first)
+        g.head_input = cur
     if graph_shape.architecture in NEXTN_TAIL:
         if graph_shape.architecture not in NEXTN_RAW_STATE and output:
             # t_h_nextn is the output norm of every row, on the output layer's device: the rows cross there
@@ -3633,12 +3640,15 @@ def output_rows(settings, ctx, outputs=None):
 
 
 def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=True, alignment=CPU_ALIGNMENT,
-                    outputs=None):
+                    outputs=None, placements_follow=False):
     """The compute buffers llama.cpp reserves for a context of `ctx` tokens (ComputeBuffers).
 
     layers: block indices this device computes (None: all); output: whether it computes the head;
     outputs: the rows the graph outputs (None: every token). The host share is the token-embedding
-    lookup (its weights stay on the CPU in llama.cpp)."""
+    lookup (its weights stay on the CPU in llama.cpp). placements_follow: the caller goes on to replay
+    placements of the model (llama's planner), so a whole-model graph that is the placements' shared
+    graph gets its integer form now and its one-device program from it (the same program; no tensor
+    walk to undo before the first placement)."""
     caches = kvmod.kv_caches(kvshape, ctx, settings)
     tokens, streams = reserve_tokens(settings, ctx)
     outputs = output_rows(settings, ctx, outputs)
@@ -3646,12 +3656,18 @@ def compute_buffers(graph_shape, kvshape, ctx, settings, *, layers=None, output=
     key = ("one", settings.as_tuple(), tokens, streams, _kinds(caches), layers, bool(output), outputs)
     def compile_symbolic(symbolic):
         every_layer = layers is None or set(range(len(graph_shape.layers))) <= set(layers)  # (NextN blocks are not in it)
-        if every_layer and output and _shares_placement_graph(graph_shape):
+        if every_layer and (output or placements_follow) and _shares_placement_graph(graph_shape):
             # the placements' graph (no layer left out either way): its tensors are the same, only
-            # their devices differ, and one buffer ignores those
+            # their devices differ, and one buffer ignores those; without the head, the steps before it
             homes = Homes(layer_device=[0] * (kvshape.block_count + 1))
             entry = _shared_entry(graph_shape, kvshape, symbolic, settings, tokens, streams, homes, outputs)
-            return _one_device_program(entry, memo=not graph_shape.indexer_heads)
+            if placements_follow and not entry.dirty:
+                _split_form(entry)
+            if output:
+                return _one_device_program(entry, memo=not graph_shape.indexer_heads)
+            program = _headless_program(entry, memo=not graph_shape.indexer_heads)
+            if program is not None:
+                return program
         return _one_program(_build(graph_shape, kvshape, symbolic, settings, tokens, streams, layers, output,
                                    outputs=outputs), memo=not graph_shape.indexer_heads)
 
@@ -3799,7 +3815,7 @@ def compute_bytes(facts, layers, holds_output, settings, ctx, kind="gpu", output
         if len(memo) >= _MEMO_MAX:
             memo.clear()
         memo[key] = compute_buffers(facts.graph, facts.shape, ctx, settings, layers=layers, output=holds_output,
-                                    alignment=ALIGNMENT[kind], outputs=outputs).device_bytes
+                                    alignment=ALIGNMENT[kind], outputs=outputs, placements_follow=True).device_bytes
     return memo[key]
 
 
@@ -3951,6 +3967,15 @@ def _one_device_program(entry, memo):
     return program
 
 
+def _headless_program(entry, memo):
+    """The one-device program of a _SharedEntry's graph without its output layer (the graph built with
+    output=False): its integer form's steps up to the output layer's input (None: no integer form, or
+    a builder that does not mark where the head starts)."""
+    if entry.split is None:
+        return None
+    return entry.split.headless_program(memo)
+
+
 def _split_program(entry, homes, backends, offload_to, tokens, n_copies, eager=True):
     """The Program of a _SharedEntry's graph bound to `homes`, scheduled over `backends`: by its integer form
     (_SplitGraph) where that applies, else by schedule() and Program() over its tensors. The integer form
@@ -4093,6 +4118,8 @@ class _SplitGraph:
         self.externals = list(compress(range(count), self.external))
         self.usable = usable
         self.end_nodes = sorted(number[id(tensor)] for tensor in graph.boundaries if id(tensor) in number)
+        head = graph.head_input
+        self.head_node = number.get(id(head), -1) if head is not None and head.has_op else -1
         self._runs = {}
         # the allocator's counts over the built sources (a placement's copies adjust them)
         self.children = list(map(len, consumers))
@@ -4195,6 +4222,27 @@ class _SplitGraph:
             return None
         return Program.compiled([0] * len(self.slot_tensor), list(self.prologue), self.steps, list(self.fixed),
                                 list(self.cuts), memo, sized=list(self.sized))
+
+    def headless_program(self, memo):
+        """one_device_program of the graph built without the output layer: the built graph's walk up to
+        the head's input node. The walk before it is the same when the head reads nothing from before
+        that node but weights and caches (that node's own readers matter only after it): checked, else
+        None (also: not usable, no head marked, a graph input first touched by the head)."""
+        head, n_leafs = self.head_node, len(self.leafs)
+        if not self.usable or head < n_leafs:
+            return None
+        n_nodes = len(self.nodes)
+        srcs, view_src, external = self.srcs, self.view_src, self.external
+        for node in range(head + 1, n_leafs + n_nodes):
+            root = view_src[node]
+            if any(src < head and not external[src] for src in srcs[node]) or 0 <= root < head and not external[root]:
+                return None
+        slot_tensor = self.slot_tensor
+        if any(slot_tensor[index] > head for index in self.prologue):
+            return None
+        end = self.steps_before[head - n_leafs + 1]
+        return Program.compiled([0] * len(slot_tensor), list(self.prologue), self.steps[:end], list(self.fixed),
+                                [cut for cut in self.cuts if cut <= end], memo, sized=list(self.sized))
 
     def runs(self, full_offload):
         """The expansion passes' unit: maximal runs of ops pass 1 leaves unassigned, each with the
@@ -4341,6 +4389,22 @@ class _SplitGraph:
         return self._patch(dev, bound_bytes, children, copies, inserted, replaced, extra_leafs, copy_slots, new_dev,
                            new_bytes, new_src, n_copies, positions)
 
+    def _patched_cuts(self, marks):
+        """Program()'s cuts (the steps up to each layer's end) of a patched walk: a layer's end node
+        counts the built graph's steps up to it plus what the patch added before it (`marks`: (node
+        walked, steps added less base steps taken so far), in node order)."""
+        n_leafs, steps_before = len(self.leafs), self.steps_before
+        cuts = []
+        position, delta = 0, 0
+        for node in self.end_nodes:
+            while position < len(marks) and marks[position][0] <= node:
+                delta = marks[position][1]
+                position += 1
+            after = steps_before[node - n_leafs + 1] + delta
+            if not cuts or cuts[-1] != after:
+                cuts.append(after)
+        return cuts
+
     def _patch(self, dev, bound_bytes, children, copies, inserted, replaced, extra_leafs, copy_slots, new_dev,
                new_bytes, new_src, n_copies, positions):
         """The placement's program from the built graph's walk: its steps, with each split's copies
@@ -4421,6 +4485,7 @@ class _SplitGraph:
         cand_pos, freed_pos = self.cand_pos, self.freed_pos
         steps = []
         cursor = 0
+        marks = []  # (node, steps added less base steps taken) after each node the patch walks
         for node in sorted(affected | inserted.keys()):
             before = steps_before[node - n_leafs]
             if before > cursor:
@@ -4433,6 +4498,7 @@ class _SplitGraph:
                 if n_copies == 1:
                     steps.append((copy_slots[copy], (), ()))
             if node not in affected:
+                marks.append((node, len(steps) - cursor))
                 continue
             if has_step[node - n_leafs]:
                 cursor = before + 1
@@ -4464,6 +4530,7 @@ class _SplitGraph:
                 steps.append((target, candidates, freed))
             elif freed:
                 steps.append((-1, (), freed))
+            marks.append((node, len(steps) - cursor))
         steps += base_steps[cursor:]
         slot_tensor = self.slot_tensor
         buffers = [positions[device] for device in map(dev.__getitem__, slot_tensor)]
@@ -4477,7 +4544,7 @@ class _SplitGraph:
                 fixed.append(0)
             else:
                 fixed.append(size)
-        return Program.compiled(buffers, prologue, steps, fixed, [], memo=False, sized=sized)
+        return Program.compiled(buffers, prologue, steps, fixed, self._patched_cuts(marks), memo=False, sized=sized)
 
 
 def _homes_key(homes):
