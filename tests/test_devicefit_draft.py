@@ -164,3 +164,30 @@ def test_draft_cache_types_llama_cpp_refuses_are_one_line_exit_2(models, extra, 
         return
     assert result.exit_code == 2 and message in result.stderr, result.output
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_footprint_asked_again_is_the_one_computed_afresh(models):
+    """draft_footprint is memoised on the draft (every round and probe of a plan asks again): what it
+    returns equals the footprint computed without the memo, for each devices, -ts, context and
+    with_compute asked, and a second ask returns the first answer."""
+    from moetools.devicefit import core, placement, upstream
+    from moetools.devicefit.devices import Device
+    from moetools.devicefit.kv import KVSettings
+    from moetools.gguf import open_model
+
+    with open_model(models["draft"]) as model:
+        facts = core.model_facts(model)
+    draft = draftmod.Draft(facts, models["draft"], draftmod.draft_kv(KVSettings(), "f16", "q8_0"))
+    cpu = Device("CPU", "cpu", 64 << 30, 80e9)
+    target = placement.user_placement(facts.layers, 2, ts=[3, 1], capacities=[8 << 30, 8 << 30])
+    for capacities in ([8 << 30, 8 << 30], [8 << 30, 2 << 30]):
+        devices = [Device(f"RPC{index}", "rpc", size, 400e9) for index, size in enumerate(capacities)]
+        for chosen in (None, target):
+            for ctx in (4096, 8192):
+                for with_compute in (False, True):
+                    first = upstream.draft_footprint(draft, devices, cpu, chosen, ctx, with_compute)
+                    ts = chosen.ts if chosen is not None else None
+                    fresh = upstream._draft_footprint(draft, devices, cpu, None, ts, ctx, with_compute)
+                    assert first == fresh, (capacities, chosen, ctx, with_compute)
+                    assert upstream.draft_footprint(draft, devices, cpu, chosen, ctx, with_compute) is first
+    assert len(draft._footprints) == 16

@@ -118,14 +118,32 @@ def draft_footprint(draft, devices, cpu, placement, ctx, with_compute=True):
     main GPU unless one device is named: then layer), the draft's own -ngld, no overrides, its KV with
     its layers at the draft cache types, its compute buffers with one output row per sequence. Devices
     the draft is not on get no Share. A draft-mtp Draft: mtp_footprint. with_compute False: the compute
-    buffers counted as 0 (weights and KV only, no graph replayed)."""
+    buffers counted as 0 (weights and KV only, no graph replayed).
+
+    Of the target's placement only its main GPU and -ts count: memoised on the draft by those, the
+    devices' and the CPU's fields, the context and with_compute (every round of a plan and every probe
+    of the unfittable search asks again; the Shares are read, never changed)."""
     if draft.spec_type == "draft-mtp":
         return mtp_footprint(draft, devices, cpu, placement, ctx, with_compute)
+    main_gpu = placement.main_gpu if placement is not None else None
+    ts = placement.ts if placement is not None and main_gpu is None else None
+    key = (tuple(device.as_tuple() for device in devices), cpu.as_tuple(), main_gpu, None if ts is None else tuple(ts),
+           ctx, with_compute)
+    memo = draft.__dict__.setdefault("_footprints", {})
+    if key not in memo:
+        if len(memo) >= FOOTPRINTS_MAX:
+            memo.clear()
+        memo[key] = _draft_footprint(draft, devices, cpu, main_gpu, ts, ctx, with_compute)
+    return memo[key]
+
+
+FOOTPRINTS_MAX = 256
+
+
+def _draft_footprint(draft, devices, cpu, main_gpu, ts, ctx, with_compute):
     layers = draft.facts.layers
     homes = list(range(len(devices))) if draft.devices is None else list(draft.devices)
     mine = [devices[index] for index in homes]
-    main_gpu = placement.main_gpu if placement is not None else None
-    ts = placement.ts if placement is not None and main_gpu is None else None
     if draft.devices is not None:
         ts = list(ts[:len(mine)]) if ts else None
         if len(mine) == 1:
