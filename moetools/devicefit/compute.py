@@ -4389,22 +4389,6 @@ class _SplitGraph:
         return self._patch(dev, bound_bytes, children, copies, inserted, replaced, extra_leafs, copy_slots, new_dev,
                            new_bytes, new_src, n_copies, positions)
 
-    def _patched_cuts(self, marks):
-        """Program()'s cuts (the steps up to each layer's end) of a patched walk: a layer's end node
-        counts the built graph's steps up to it plus what the patch added before it (`marks`: (node
-        walked, steps added less base steps taken so far), in node order)."""
-        n_leafs, steps_before = len(self.leafs), self.steps_before
-        cuts = []
-        position, delta = 0, 0
-        for node in self.end_nodes:
-            while position < len(marks) and marks[position][0] <= node:
-                delta = marks[position][1]
-                position += 1
-            after = steps_before[node - n_leafs + 1] + delta
-            if not cuts or cuts[-1] != after:
-                cuts.append(after)
-        return cuts
-
     def _patch(self, dev, bound_bytes, children, copies, inserted, replaced, extra_leafs, copy_slots, new_dev,
                new_bytes, new_src, n_copies, positions):
         """The placement's program from the built graph's walk: its steps, with each split's copies
@@ -4485,7 +4469,6 @@ class _SplitGraph:
         cand_pos, freed_pos = self.cand_pos, self.freed_pos
         steps = []
         cursor = 0
-        marks = []  # (node, steps added less base steps taken) after each node the patch walks
         for node in sorted(affected | inserted.keys()):
             before = steps_before[node - n_leafs]
             if before > cursor:
@@ -4498,7 +4481,6 @@ class _SplitGraph:
                 if n_copies == 1:
                     steps.append((copy_slots[copy], (), ()))
             if node not in affected:
-                marks.append((node, len(steps) - cursor))
                 continue
             if has_step[node - n_leafs]:
                 cursor = before + 1
@@ -4530,7 +4512,6 @@ class _SplitGraph:
                 steps.append((target, candidates, freed))
             elif freed:
                 steps.append((-1, (), freed))
-            marks.append((node, len(steps) - cursor))
         steps += base_steps[cursor:]
         slot_tensor = self.slot_tensor
         buffers = [positions[device] for device in map(dev.__getitem__, slot_tensor)]
@@ -4544,7 +4525,7 @@ class _SplitGraph:
                 fixed.append(0)
             else:
                 fixed.append(size)
-        return Program.compiled(buffers, prologue, steps, fixed, self._patched_cuts(marks), memo=False, sized=sized)
+        return Program.compiled(buffers, prologue, steps, fixed, [], memo=False, sized=sized)
 
 
 def _homes_key(homes):
