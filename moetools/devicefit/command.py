@@ -319,11 +319,12 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
         parts.append(f"the fork fits from {answer['smallest_vram_bytes'] / 1024**3:.2f} GiB of VRAM")
     if not tiers:
         parts.append("a smaller resident tier (quantize --resident-only, --tiers) would lower the resident weights")
-    cpu = devices.cpu_device(ram_bytes or 0, SpeedSettings().ram_bw, SpeedSettings().ram_bw_source)
+    speed = _llama_speed()  # --runtime llama's defaults
+    cpu = devices.cpu_device(ram_bytes or 0, speed.ram_bw, speed.ram_bw_source)
     try:
         # the card's own --margin / --reserve, as --runtime llama would hold them back
         held = (dict(reserve=options.reserve, margin=0) if options.reserve is not None else dict(margin=options.margin))
-        fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv, ctx=options.ctx, speed=_llama_speed(),
+        fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv, ctx=options.ctx, speed=speed,
                                                                    os_reserve=options.os_reserve, **held))
     except UsageError:
         fallback = None
@@ -608,7 +609,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         flash_attn = fa_text != "off"
     if min_ctx < 1:
         raise UsageError("--min-ctx must be at least 1 token")
-    parse_rate(h2d)  # refused on either runtime, though only the fork's streaming uses it
+    h2d_bytes_per_s = parse_rate(h2d)  # refused on either runtime, though only the fork's streaming uses it
     if n_outputs is not None and n_outputs < 0:
         raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
     if n_outputs is None:  # the target context's rows as the server sets them: llama-server's rule, which
@@ -710,7 +711,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         ctx=ctx,
         min_ctx=min_ctx,
         kv=settings,
-        h2d_bytes_per_s=parse_rate(h2d),
+        h2d_bytes_per_s=h2d_bytes_per_s,
         floor_s=parse_floor(floor_text or "10ms"),
         ram=ram_bytes,
         os_reserve=_size_option("--os-reserve", os_reserve),

@@ -672,23 +672,19 @@ class Program:
                     want = padded[target]
                     free = frees[buffer]
                     last = len(free) - 1
+                    best = last  # only the unbounded last block: no scan, and it never empties
                     if last:
-                        best, best_size = last, None
+                        best_size = None
                         for index in range(last):
                             block_size = free[index][1]
                             if block_size >= want and (best_size is None or block_size <= best_size):
                                 best, best_size = index, block_size
-                        block = free[best]
-                        where = block[0]
-                        block[0] = top = where + want
-                        block[1] -= want
-                        if block[1] == 0:
-                            del free[best]
-                    else:  # only the unbounded last block: it never empties
-                        block = free[0]
-                        where = block[0]
-                        block[0] = top = where + want
-                        block[1] -= want
+                    block = free[best]
+                    where = block[0]
+                    block[0] = top = where + want
+                    block[1] -= want
+                    if block[1] == 0:
+                        del free[best]
                     if top > tops[buffer]:
                         tops[buffer] = top
                     offset[target] = where
@@ -2517,10 +2513,11 @@ def _dsv4_compress(b, kind, x, width, ratio):
     ape = g.op(b.f32(coff * width, T), b.weights, inputs["pos"])
     score = g.op(score.nbytes, score, ape, inplace=(0,))
     state_kv, state_score = g.view(b.cache), g.view(b.cache)
+    live_rows = rows * max(1, b.settings.n_seq)  # every sequence's plane of state rows
     if "restore_src" in inputs:  # dsv4_build_state_restore: the live plane's rows gathered and stored back
         restored = []
         for state in (state_kv, state_score):
-            gathered = g.op(b.f32(coff * width, rows * max(1, b.settings.n_seq)), state, inputs["restore_src"])
+            gathered = g.op(b.f32(coff * width, live_rows), state, inputs["restore_src"])
             restored.append(g.write(b.cache, gathered, inputs["restore_dst"]))
         state_kv, state_score = restored
     source_kv = g.op(b.f32(coff * width, rows + T), g.view(state_kv), kv)
@@ -2551,11 +2548,10 @@ def _dsv4_compress(b, kind, x, width, ratio):
         comp = _hadamard(b, comp, inputs["rot"])
     g.expand(g.view(b.cache, g.view(comp), inputs["write"]))
     if "snapshot_src" in inputs:  # dsv4_build_state_snapshot: rows of every plane and the new rows, stored
-        planes = rows * max(1, b.settings.n_seq) * (1 + b.settings.rs_seq)
+        planes = live_rows * (1 + b.settings.rs_seq)
         sources = [g.op(b.f32(coff * width, planes + T), state, new) for state, new in ((state_kv, kv), (state_score, score))]
         for source in sources:
-            gathered = g.op(b.f32(coff * width, b.settings.rs_seq * rows * max(1, b.settings.n_seq)), source,
-                            inputs["snapshot_src"])
+            gathered = g.op(b.f32(coff * width, b.settings.rs_seq * live_rows), source, inputs["snapshot_src"])
             g.expand(g.write(b.cache, gathered, inputs["snapshot_dst"]))
     for source in (kv, score):
         persist = g.op(b.f32(coff * width, rows), source, inputs["persist_src"])

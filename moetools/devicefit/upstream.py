@@ -111,6 +111,9 @@ def placement_compute_fn(facts, devices, options, ctx, placement):
     return compute
 
 
+FOOTPRINTS_MAX = 256  # draft_footprint's memo entries per draft
+
+
 def draft_footprint(draft, devices, cpu, placement, ctx, with_compute=True):
     """{device key: Share} of a draft model loaded beside the target's placement (None: before one is
     chosen, split by capacity), as llama.cpp loads it: on the target's devices or the -devd ones (in
@@ -135,9 +138,6 @@ def draft_footprint(draft, devices, cpu, placement, ctx, with_compute=True):
             memo.clear()
         memo[key] = _draft_footprint(draft, devices, cpu, main_gpu, ts, ctx, with_compute)
     return memo[key]
-
-
-FOOTPRINTS_MAX = 256
 
 
 def _draft_footprint(draft, devices, cpu, main_gpu, ts, ctx, with_compute):

@@ -288,7 +288,7 @@ class _Cursor:
     def skip_strings(self, count, what):
         """Walk `count` strings without decoding them: the hot loop of opening a big vocabulary.
 
-        The loop does nothing but unpack lengths; running off the end makes unpack_from raise,
+        The loop does nothing but read lengths; running off the end makes the read raise,
         and the final position is checked once, so no per-string bounds test is paid.
         """
         buffer, position = self.buffer, self.position
@@ -312,7 +312,7 @@ class _Cursor:
                 mark, done = position, 4 * quads
                 for _ in repeat(None, rest):
                     position += 8 + views[position & 7][position >> 3]
-            else:  # (a big-endian host: the views would read the lengths the wrong way round)
+            else:  # (a big-endian host, whose views would read the lengths backwards, or a buffer that cannot be cast)
                 unpack_len = _U64.unpack_from
                 for done in range(count):
                     mark = position
@@ -326,7 +326,8 @@ class _Cursor:
                     self.have(stop + 8 * left)
             self.position = min(position, self.size)
             self.fail(f"truncated inside {what}: a string length runs past the end of the file")
-        _release(views)
+        finally:  # (also after the except's release, which is harmless: no way out may leave the mmap exported)
+            _release(views)
         if position > self.size:
             self.position = self.size
             self.fail(f"{what} runs past the end of the file")
