@@ -5,5 +5,5 @@ Modules: `scan` (artifact discovery and the cold-tier index, stat and names only
 (evict, migrate, --free selection, the JSON-lines action log), `report` (the JSON document and
 the exit verdict), `command` (the click command: options in, rendering out). Below them all,
 `types` (the shared records: FileStat, Artifact, Twin, Result, the statuses) and `fsops` (path tests
-and the verified copy), which import no other coldtwin module.
+and the verified copy), which import no coldtwin module but hashing (fsops) and types.
 """
