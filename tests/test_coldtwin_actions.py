@@ -7,7 +7,7 @@ from collections import namedtuple
 
 import pytest
 
-from moetools.coldtwin import actions
+from moetools.coldtwin import actions, fsops
 from moetools.coldtwin.actions import ActionFailed, ActionLog, evict, interrupted_actions
 from moetools.coldtwin.core import Twin
 from moetools.coldtwin.hashing import HashCache, Hasher
@@ -205,7 +205,7 @@ def test_migrate_never_overwrites_a_different_file(trees):
 def test_migrate_copy_is_rejected_when_it_reads_back_different(trees, monkeypatch):
     hot, cold = trees
     write(hot / "m.gguf", payload(3000, 1))
-    monkeypatch.setattr(actions, "read_digest", lambda *a, **k: "0" * 32)
+    monkeypatch.setattr(fsops, "read_digest", lambda *a, **k: "0" * 32)
     code, doc, _ = run(hot, "--migrate", cold, "--yes")
     assert code == 1
     assert "the copy read back from disk differs" in doc["artifacts"][0]["action"]["error"]
@@ -355,7 +355,7 @@ def test_source_changing_during_copy_stops_the_migration(trees, monkeypatch):
             with open(hot / "m.gguf", "ab") as handle:
                 handle.write(b"late bytes")
 
-    monkeypatch.setattr(actions, "test_pause", grow)
+    monkeypatch.setattr(fsops, "test_pause", grow)
     code, doc, _ = run(hot, "--migrate", cold, "--yes")
     assert code == 1
     assert "changed while being read" in doc["artifacts"][0]["action"]["error"]

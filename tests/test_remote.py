@@ -16,7 +16,7 @@ from moetools.cli import cli
 from moetools.gguf import open_model
 from moetools.gguf.header import HeaderIncomplete, parse_header_bytes, read_header
 from moetools.gguf.remote import LATER_SHARD_CHUNK, next_read_end, sibling_urls
-from moetools.gguf.sources import DEFAULT_CHUNK, FetchSettings, parse_hf
+from moetools.gguf.locator import DEFAULT_CHUNK, FetchSettings, parse_hf
 from tests import factory
 from tests.httpfixture import Repo, Server
 from tests.llama_tools import llama_tool
@@ -404,7 +404,7 @@ def test_launch_lines_name_a_remote_model_the_way_llama_cpp_takes_it(monkeypatch
     """llama.cpp's -m takes a local path only (common/arg.cpp): a URL is -mu, an hf:// file on the
     default branch is -hf REPO -hff PATH, one at another revision a -mu resolve URL."""
     from moetools.errors import UsageError
-    from moetools.gguf.sources import llama_model_args
+    from moetools.gguf.locator import llama_model_args
 
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     assert llama_model_args("/models/m-00001-of-00002.gguf") == ["-m", "/models/m-00001-of-00002.gguf"]

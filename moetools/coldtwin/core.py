@@ -12,54 +12,25 @@ twin an earlier `--verify full` found different stays a mismatch on the next qui
 and a copy edited in place leave size and mtime alone, so only a full read can clear it).
 """
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-
+import moetools.coldtwin.hfcache as hfcache
 from moetools.coldtwin.hashing import FileChanged, Stopped
+from moetools.coldtwin.types import (  # noqa: F401 (LEVELS, STRUCTURAL, Twin: imported from here by command, report, tests)
+    ERROR,
+    INCOMPLETE,
+    LEVELS,
+    MISMATCH,
+    NONE,
+    PASSED,
+    QUICK_MATCH,
+    STRUCTURAL,
+    VERIFIED,
+    Result,
+    Twin,
+)
 
-LEVELS = ("none", "quick", "full")
 SAVE_INTERVAL = 10.0  # seconds between hash-cache writes during a run (and one at the end)
-# Statuses: every byte compared equal; first/last MiB equal (a hint); a structural twin (--verify
-# none); the twin's bytes differ; no twin; the hot set lacks files and no cold set completes it; a
-# file could not be read.
-VERIFIED, QUICK_MATCH, STRUCTURAL = "verified", "quick-match", "structural"
-MISMATCH, NONE, INCOMPLETE, ERROR = "mismatch", "none", "incomplete", "error"
-PASSED = {"none": STRUCTURAL, "quick": QUICK_MATCH, "full": VERIFIED}
-
-
-@dataclass
-class Twin:
-    """A cold folder holding the artifact's members: `files` pairs with the artifact's, in order."""
-
-    folder: str
-    files: list
-    extra: list = field(default_factory=list)  # cold members the hot set lacks (a resumed eviction)
-    shown: str = None  # what the report names as the twin (a Hugging Face snapshot folder)
-
-    @property
-    def path(self):
-        if self.shown:
-            return self.shown
-        return self.files[0].path if self.files else os.path.join(self.folder, *self.extra[0].split("/"))
-
-
-@dataclass
-class Result:
-    """One artifact's answer. `level` is the verification the status refers to."""
-
-    artifact: object
-    status: str
-    level: str
-    twin: Twin = None
-    reason: str = ""
-
-    @property
-    def reclaimable(self):
-        """Bytes an eviction may free: only a twin verified in full counts (quick and structural
-        twins are hints)."""
-        return self.artifact.bytes if self.status == VERIFIED and self.level == "full" and self.twin else 0
 
 
 def structural_twins(artifact, index):
@@ -69,11 +40,9 @@ def structural_twins(artifact, index):
     every present member with its size and also every missing name (non-empty).
     """
     if artifact.hf is not None:
-        from moetools.coldtwin.hfcache import twins
-
         if not artifact.files and not artifact.missing:
             return [], "the revision has no files"
-        return twins(artifact, index.hf_repos, index.hot_ids)
+        return hfcache.twins(artifact, index.hf_repos, index.hot_ids)
     if not artifact.files:
         return [], "the set is empty"
     empty = [member.name for member in artifact.files if member.size == 0]

@@ -17,8 +17,8 @@ stands in, and where neither works the migration stops before anything is remove
 import os
 
 from moetools.atomic import fsync_dir, write_text
-from moetools.coldtwin.actions import ActionFailed, _make_folder, is_below, place_member
-from moetools.coldtwin.core import Twin
+from moetools.coldtwin.fsops import _make_folder, is_below, place_member
+from moetools.coldtwin.types import ActionFailed, Twin
 from moetools.coldtwin.hashing import test_pause
 from moetools.coldtwin.hfcache import BLOB_KEY, parse_repo
 from moetools.errors import OutputError

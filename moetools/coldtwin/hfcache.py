@@ -15,7 +15,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from moetools.coldtwin.scan import Artifact, FileStat, is_incomplete, is_inside
+from moetools.coldtwin.fsops import is_incomplete, is_inside
+from moetools.coldtwin.types import VERIFIED, Artifact, FileStat, Twin
 
 REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
 SHARED_STORE_MARKER = ".huggingface-shared-blobs"
@@ -246,8 +247,6 @@ def repo_artifacts(folder, within=None):
 
 def twins(artifact, cold_repos, hot_ids):
     """Cold revisions that structurally match an hf-revision artifact: (list of Twin, reason)."""
-    from moetools.coldtwin.core import Twin
-
     revision = artifact.hf
     hot_members = dict(zip(revision.member_keys, artifact.files))
     found, reasons = [], []
@@ -300,8 +299,6 @@ def twins(artifact, cold_repos, hot_ids):
 
 def repo_summaries(results):
     """The `hf cache scan`-like rows: one per hot repo, its revisions, size on disk, twin status."""
-    from moetools.coldtwin.core import VERIFIED
-
     repos = {}
     for result in results:
         revision = result.artifact.hf

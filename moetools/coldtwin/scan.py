@@ -12,106 +12,15 @@ import json
 import os
 import re
 import stat as stat_mod
-from dataclasses import dataclass, field
 
+import moetools.coldtwin.hfcache as hfcache
+from moetools.coldtwin.fsops import INCOMPLETE_SUFFIXES, is_incomplete, is_inside, real_folder  # noqa: F401 (re-exported)
+from moetools.coldtwin.types import Artifact, ColdIndex, FileStat  # noqa: F401 (tests import them from here)
 from moetools.errors import InputError, UsageError
 
-# Names a download tool gives a file it has not finished; never an artifact, never a twin.
-INCOMPLETE_SUFFIXES = (".part", ".incomplete", ".tmp", ".downloading")
 SAFETENSORS_SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.safetensors$")
 SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
 MODEL_SUFFIXES = (".gguf", ".safetensors")
-
-
-@dataclass(frozen=True)
-class FileStat:
-    """One regular file as seen by the scan: path, size in bytes, identity and times (ns)."""
-
-    path: str
-    name: str
-    size: int
-    dev: int
-    ino: int
-    mtime_ns: int
-    atime_ns: int
-
-    @classmethod
-    def from_stat(cls, path, st):
-        return cls(path, os.path.basename(path), st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_atime_ns)
-
-    @property
-    def identity(self):
-        """What makes two FileStats the same file: (device, inode), or the real path where a file
-        system reports no inode numbers (0), so such files are never all "the same file"."""
-        if self.ino:
-            return (self.dev, self.ino)
-        return (self.dev, os.path.normcase(os.path.realpath(self.path)))
-
-
-@dataclass
-class Artifact:
-    """One unit on the hot tier: a GGUF file or shard set, a safetensors set, or another large file.
-
-    `files` are the members present, in shard order (a safetensors index comes last); `missing`
-    names members the set should have but the folder lacks. The artifact is named by `path`, its
-    first shard's path.
-    """
-
-    path: str
-    kind: str  # "gguf", "gguf-split", "safetensors", "file"
-    folder: str
-    files: list
-    missing: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    hf: object = None  # for kind "hf-revision": the HfRevision it stands for (moetools.coldtwin.hfcache)
-
-    @property
-    def bytes(self):
-        return sum(member.size for member in self.files)
-
-    @property
-    def names(self):
-        return [member.name for member in self.files]
-
-    @property
-    def last_used_ns(self):
-        """When the artifact was last read or written (the newest atime/mtime of its members)."""
-        return max((max(member.atime_ns, member.mtime_ns) for member in self.files), default=0)
-
-
-@dataclass
-class ColdIndex:
-    """Every regular file under the cold folders: {folder: {name: FileStat}} and {name: [folders]}."""
-
-    folders: dict = field(default_factory=dict)
-    by_name: dict = field(default_factory=dict)
-    # Identities of every hot file: a cold path that reaches one of them (a link into the hot tier)
-    # is not cold storage, whichever hot artifact it would pair with.
-    hot_ids: set = field(default_factory=set)
-    hf_repos: dict = field(default_factory=dict)  # repo folder name -> [HfRepo] (moetools.coldtwin.hfcache)
-    deeper: dict = field(default_factory=dict)  # name -> (path, depth) of model files below --depth
-
-    def add(self, folder, entry):
-        self.folders.setdefault(folder, {})[entry.name] = entry
-        self.by_name.setdefault(entry.name, []).append(folder)
-
-
-def is_incomplete(name):
-    return name.lower().endswith(INCOMPLETE_SUFFIXES)
-
-
-def real_folder(path):
-    return os.path.normcase(os.path.realpath(path))
-
-
-def is_inside(inner, outer):
-    """True when folder `inner` is `outer` or lies below it (both real, normalised paths)."""
-    if inner == outer:
-        return True
-    try:
-        return os.path.commonpath([inner, outer]) == outer
-    except ValueError:  # different drives on Windows
-        return False
 
 
 def walk_files(root, depth, exclude=(), problems=None, special=None, deeper=None):
@@ -180,14 +89,12 @@ def find_deeper(folders, min_size):
     The depth of a file is the level of its folder below the scanned root (what --depth must be to
     see it). Bounded: DEEPER_LEVELS more levels, DEEPER_ENTRIES entries in all.
     """
-    from moetools.coldtwin.hfcache import is_repo_folder
-
     found, budget = {}, DEEPER_ENTRIES
     deepest = max(level for _, level in folders) + DEEPER_LEVELS
     stack = list(reversed(folders))
     while stack and budget > 0:
         folder, level = stack.pop()
-        if is_repo_folder(folder):
+        if hfcache.is_repo_folder(folder):
             found.setdefault(os.path.basename(folder), (folder, level - 1))
             continue
         try:
@@ -328,8 +235,6 @@ def scan_hot(hot, depth, min_size, exclude=(), read_headers=True, deeper=None):
     repo (its snapshot folder, say) is the revisions it holds. Models deeper than `depth` go to
     `deeper` ({name: (path, depth)}) when given.
     """
-    from moetools.coldtwin import hfcache
-
     problems = []
     repo = hfcache.enclosing_repo(hot)
     if repo is not None:
@@ -363,8 +268,6 @@ def scan_hot(hot, depth, min_size, exclude=(), read_headers=True, deeper=None):
 def index_cold(cold_dirs, depth, exclude=()):
     """Every regular file under the cold folders: (ColdIndex, problems as lines). Hugging Face repos
     are parsed whole into `hf_repos`; model files too deep for `depth` are noted in `deeper`."""
-    from moetools.coldtwin import hfcache
-
     index, problems = ColdIndex(), []
 
     def special(path):

@@ -15,7 +15,7 @@ from moetools.errors import RemoteError, UsageError
 from moetools.gguf.headercache import HeaderCache
 from moetools.gguf.model import SPLIT_NAME_RE
 from moetools.gguf.remote import RangeClient, ShardRef, fetch_headers, open_shards
-from moetools.gguf.sources import parse_hf
+from moetools.gguf.locator import parse_hf
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 

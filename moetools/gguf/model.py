@@ -13,7 +13,6 @@ from moetools.errors import GGUFError
 from moetools.fileio import map_read, open_read, pread, preadinto
 from moetools.gguf.constants import LLAMA_MAX_EXPERTS, LLAMA_MAX_LAYERS, Keys
 from moetools.gguf.header import LazyArray, read_header
-from moetools.gguf.sources import is_remote
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
 SPLIT_NAME_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -452,26 +451,6 @@ def _validate_split(headers):
             raise GGUFError(header.path, f"architecture {arch!r} differs from the first shard's {first_arch!r}: a shard from another model", key=Keys.ARCHITECTURE)
     if declared_total is not None and count > 1 and declared_total != total_tensors:
         raise GGUFError(first.path, f"split.tensors.count says {declared_total} tensors but the shards hold {total_tensors}", key=Keys.SPLIT_TENSORS_COUNT)
-
-
-def open_model(path, fetch=None):
-    """Open a GGUF model from any of its shards. Raises GGUFError for bad input.
-
-    `path` may also be a remote source (an http(s) URL or hf://ORG/REPO[@REV]/PATH.gguf): its headers
-    are fetched with `fetch` (moetools.gguf.sources.FetchSettings; defaults when None)."""
-    if is_remote(path):
-        from moetools.gguf.remote import open_remote
-
-        return open_remote(path, fetch)
-    path = os.fspath(path)
-    if path == "-":
-        raise GGUFError(path, "a model is read from a file, not from stdin: its shards are found beside it and "
-                              "its tensors by offset (give the .gguf path)")
-    if os.path.isdir(path):
-        raise GGUFError(path, "is a folder; give a .gguf file (any shard of a split model)")
-    paths, warnings = discover_shards(path)
-    headers = [read_header(shard, shard=index) for index, shard in enumerate(paths)]
-    return model_from_headers(path, headers, warnings)
 
 
 def model_from_headers(path, headers, warnings=()):

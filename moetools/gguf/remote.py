@@ -375,15 +375,3 @@ def open_url(url, settings):
         raise RemoteError(url, "a MODEL URL must name a .gguf file")
     shards = [ShardRef(item, item, "url:" + item) for item in sibling_urls(url)]
     return open_shards(url, shards, settings, RangeClient(settings.timeout))
-
-
-def open_remote(text, settings=None):
-    """Open a remote MODEL: an http(s) URL or hf://ORG/REPO[@REVISION]/PATH.gguf."""
-    from moetools.gguf.sources import FetchSettings
-
-    settings = settings or FetchSettings()
-    if text.startswith("hf://"):
-        from moetools.gguf.hub import open_hf
-
-        return open_hf(text, settings)
-    return open_url(text, settings)

@@ -2,4 +2,6 @@
 
 reader (12-byte records -> tokens), importers (CSV, JSON lines, numpy), policies, curves (one-pass
 stack distances), instruments, core (engine and whole-trace analysis), svg, command (click).
+kernels/ holds the plain loops that stackjit compiles with numba (and the interpreter runs without
+it); they import no module above them.
 """

@@ -27,7 +27,8 @@ import os
 
 import numpy as np
 
-from moetools.tracetail import curves, demandkernels
+import moetools.tracetail.kernels.demand as demandkernels
+from moetools.tracetail import curves
 from moetools.tracetail.policies import DECAY_ARMS, REWARD_EMA
 from moetools.tracetail.reader import split_ids
 

@@ -12,7 +12,8 @@ The weights are fixed here, not fitted to the trace being replayed; see WEIGHTS.
 
 import numpy as np
 
-from moetools.tracetail import curves, demandkernels
+import moetools.tracetail.kernels.demand as demandkernels
+from moetools.tracetail import curves
 
 HISTORY_TOKENS = 128  # the sequence term looks this many tokens back (the shared traces are shorter)
 SEQUENCE_GAMMA = 4.0  # a past token's vote weight = (overlap share so far) ** gamma

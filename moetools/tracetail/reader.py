@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import moetools.tracetail.curves as curves
 from moetools.errors import InputError
 from moetools.formats import trace as trace_format
+from moetools.tracetail.kernels.tokens import token_cuts
 
 LAYER_SHIFT = 32
 EXPERT_MASK = (1 << LAYER_SHIFT) - 1
@@ -369,28 +371,7 @@ def follow_stdin(chunk=1 << 16):
         yield FollowEvent("data", data)
 
 
-def token_cuts(run_keys, last, stamp, cuts):
-    """The segmenter's boundary rule over runs of equal keys (TokenSegmenter::push): a key already
-    seen in the open token, reappearing after another key, starts the next token. run_keys: each
-    run's key (small ints); last: the key before the first run (-1: none); stamp[key] == the open
-    token's number (0 at the start: keys already in it) when the key was seen in it. Writes the runs
-    that start a token to cuts; returns (how many, the open token's number). Compiled by stackjit;
-    the interpreter runs it without numba."""
-    n_cuts = 0
-    open_token = 0
-    for i in range(len(run_keys)):
-        key = run_keys[i]
-        if key != last and stamp[key] == open_token:
-            cuts[n_cuts] = i
-            n_cuts += 1
-            open_token += 1
-        stamp[key] = open_token
-        last = key
-    return n_cuts, open_token
-
-
 def _token_cuts():
-    from moetools.tracetail import curves
-
+    """token_cuts (kernels/tokens.py) compiled (stackjit), or the plain function."""
     compiled = curves.compiled_stack()
     return token_cuts if compiled is None else compiled.token_cuts

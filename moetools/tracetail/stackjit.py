@@ -1,6 +1,6 @@
 """trace-tail's compiled kernels (numba): Mattson's priority stack (the one-pass MIN and LFU curves),
 the demand-cache replay, the bandit's token loop, the predictor's feature pass and the per-token
-instruments (the last four are plain loops in demandkernels.py and instruments.py, compiled here).
+instruments (the last four are plain loops of kernels/, compiled here).
 
 Every request reorders the stack above it and the next request reads that order; no exact form
 that batches a token's requests into whole-array numpy calls was found, so in numpy each request
@@ -75,8 +75,8 @@ def priority_stack_distances(seq, rank, n_items, cold, tick=None, chunk=1 << 18)
 
 
 # The demand-cache replay, the bandit loop and the predictor's feature pass: the plain loops of
-# demandkernels.py, compiled (the same source is the numpy-path engine when numba is absent).
-from moetools.tracetail import demandkernels as _kernels  # noqa: E402
+# kernels/demand.py, compiled (the same source is the numpy-path engine when numba is absent).
+import moetools.tracetail.kernels.demand as _kernels  # noqa: E402
 
 
 def _calling(function, **compiled):
@@ -99,18 +99,18 @@ predict = _jit(_kernels.predict)
 best_arm = _jit(_kernels.best_arm)
 bandit = _jit(_calling(_kernels.bandit, replay=replay, best_arm=best_arm))
 
-from moetools.tracetail import instruments as _instruments  # noqa: E402
+import moetools.tracetail.kernels.instruments as _instruments  # noqa: E402
 
 instruments_step = _jit(_calling(_instruments.instruments_step, _row_rank=_jit(_instruments._row_rank)))
 
-from moetools.tracetail import policies as _policies  # noqa: E402
+import moetools.tracetail.kernels.policies as _policies  # noqa: E402
 
 _before = _jit(_policies._before)
 topk_step = _jit(_calling(_policies.topk_step, best_arm=best_arm, _count_below=_jit(_policies._count_below),
                           _resort_arm=_jit(_calling(_policies._resort_arm, _before=_before))))
 
-from moetools.tracetail import reader as _reader  # noqa: E402
+import moetools.tracetail.kernels.tokens as _tokens  # noqa: E402
 
-token_cuts = _jit(_reader.token_cuts)
+token_cuts = _jit(_tokens.token_cuts)
 
 make_cache_writes_best_effort(globals())  # priority_stack_run and anything decorated directly
