@@ -128,11 +128,25 @@ def test_compute_mtp():
     assert registry.mtp_names("llama") == compute.LLAMA_MTP_ARCHES
     assert set(compute.MTP_GRAPH_ARCHES) <= set(compute.LLAMA_MTP_ARCHES) <= set(LEGACY["layers.MTP_SKIP_ARCHES"])
     assert mapping("mtp_head_norm") == compute.MTP_HEAD_NORM_FALLBACK
-    assert {name: path.split(":")[1] for name, path in mapping("mtp_builder").items()} == {
-        name: builder.__name__ for name, builder in compute.MTP_BUILDERS.items()}
-    for path in mapping("mtp_builder").values():
-        module, function = path.split(":")
-        assert getattr(importlib.import_module(module), function) in compute.MTP_BUILDERS.values()
+    # MTP_BUILDERS, plus deepseek4's `graph_shape.architecture == "deepseek4"` in _build_mtp (whose builder
+    # takes (b, n_out), not (b, graph_shape, n_out))
+    builders = {name: _resolve(path) for name, path in mapping("mtp_builder").items()}
+    assert builders == {**compute.MTP_BUILDERS, "deepseek4": compute._build_mtp_dsv4}
+
+
+def test_graph_builders():
+    """The bespoke whole-model graphs _build dispatches to (by kvshape.borrowed, architecture, shape.dsv4
+    or shape.altup today); every other architecture runs the generic trunk."""
+    builders = {name: _resolve(path) for name, path in mapping("graph_builder").items()}
+    assert builders == {"gemma4-assistant": compute._build_assistant, "qwen4exp": compute._build_qwen4exp,
+                        "deepseek4": compute._build_dsv4, "glm5-next": compute._build_dsv4,
+                        "hy_v4": compute._build_dsv4, "gemma3n": compute._build_gemma3n}
+    assert names("borrowed_kv") == {name for name, f in builders.items() if f is compute._build_assistant}
+
+
+def _resolve(path):
+    module, function = path.split(":")
+    return getattr(importlib.import_module(module), function)
     assert set(compute.MTP_BLOCK_NEEDS) <= set(registry.mtp_names("graph"))
 
 

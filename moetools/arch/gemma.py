@@ -11,9 +11,10 @@ PROFILES = (
     P("gemma2", llama_cpp="src/models/gemma2.cpp", swa=("always", 2, False, 4096, "standard")),
     P("gemma3", llama_cpp="src/models/gemma3.cpp", swa=("key>0", 6, False, None, "standard")),
     P("gemma3n", llama_cpp="src/models/gemma3n.cpp", synth_builder="moetools.synth:gemma3n",
-      swa=("always", 5, False, None, "standard")),
+      graph_builder="moetools.devicefit.compute:_build_gemma3n", swa=("always", 5, False, None, "standard")),
     P("gemma4", llama_cpp="src/models/gemma4.cpp", synth_builder="moetools.synth:gemma4",
       swa=("array", 0, False, None, "standard"), nextn_tail=True, layer_input="graph"),
     P("gemma4-assistant", llama_cpp="src/models/gemma4-assistant.cpp",
-      synth_builder="moetools.synth:gemma4_assistant", swa=("array", 0, False, None, "standard"), borrowed_kv=True),
+      synth_builder="moetools.synth:gemma4_assistant", graph_builder="moetools.devicefit.compute:_build_assistant",
+      swa=("array", 0, False, None, "standard"), borrowed_kv=True),
 )

@@ -24,6 +24,7 @@ PROFILES = (
     P("qwen3tts", llama_cpp="src/models/qwen3tts.cpp", mrope="always"),
     P("qwen3vl", llama_cpp="src/models/qwen3vl.cpp", mrope="always"),
     P("qwen3vlmoe", llama_cpp="src/models/qwen3vlmoe.cpp", synth_builder="moetools.synth:qwen3vlmoe", mrope="always"),
-    P("qwen4exp", llama_cpp="src/models/qwen4exp.cpp", synth_builder="moetools.synth:qwen4exp", recurrent_mixer="gdn",
-      rs_rollback=True, norm_w="always", mrope="always", gated_q=True, layer_input="hc_streams"),
+    P("qwen4exp", llama_cpp="src/models/qwen4exp.cpp", synth_builder="moetools.synth:qwen4exp",
+      graph_builder="moetools.devicefit.compute:_build_qwen4exp", recurrent_mixer="gdn", rs_rollback=True,
+      norm_w="always", mrope="always", gated_q=True, layer_input="hc_streams"),
 )
