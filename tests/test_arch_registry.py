@@ -180,6 +180,34 @@ def test_kv_dicts():
     assert set(registry.names_where(lambda entry: entry.memory_kind == "hybrid")) == set(kv.HYBRID_ARCHES)
 
 
+# --- inline `arch == "..."` / `arch in (...)` tests at main a9f6c85 that became fields ----------------
+
+INLINE = {  # field: {architecture: value}, with where the test stands today
+    "mixer_name": {"bailingmoe3": "bkda", "rwkv7": "rwkv7", "arwkv7": "arwkv7", "rwkv6": "rwkv6",
+                   "rwkv6qwen2": "rwkv6qwen2"},  # compute._layer_shape's mixer choice
+    "kda_conv_snapshots": {"kimi-k3": True, "glm5-next": True},  # compute: _kda_conv_windows' snapshots
+    "gating_fixed": {"qwen4exp": True},  # compute.graph_shape: gating = 1
+    "gdn_repeat_groups": {"qwen3next": True},  # compute: the GDN's q/k repeat
+    "ffn_dense_residual": {"arctic": True},  # compute._build: arctic's dense FFN beside the experts
+    "ssm_groups_optional": {"mamba": True, "jamba": True},  # kv: group_required
+    "kv_layers_from_start": {"gemma4": "key", "gemma3n": kv.GEMMA3N_KV_LAYERS},  # kv._layer_filters
+    "swa_skips_recurrent": {"lfm2": True},  # kv.kv_shape: is_swa of lfm2
+    "assistant_target": {"gemma4": True},  # command.py: a borrowed-KV draft's target
+}
+
+
+@pytest.mark.parametrize("field", sorted(INLINE))
+def test_inline_tests(field):
+    assert mapping(field) == INLINE[field]
+
+
+def test_inline_tests_answered_by_existing_fields():
+    """Inline tests whose set another field already gives (the call sites can ask it)."""
+    assert names("block_draft") == {"dflash"}  # compute.graph_shape / kv.kv_shape: arch == "dflash"
+    assert set(registry.names_where(lambda e: e.swa and e.swa[0] == "64 blocks")) == {"exaone4"}  # kv: exaone4 note
+    assert names("borrowed_kv") == {"gemma4-assistant"}
+
+
 # --- the registry itself ----------------------------------------------------------------------------
 
 def test_unknown_name_gets_the_defaults():

@@ -18,5 +18,5 @@ PROFILES = (
       quant_keep=("hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
                   "indexer_compressor_ape", "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight", "ssm_g_b.weight",
                   "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_v_b.weight"),
-      quant_q8_0=("attn_q_a", "attn_q_b", "nextn.eh_proj")),
+      quant_q8_0=("attn_q_a", "attn_q_b", "nextn.eh_proj"), kda_conv_snapshots=True),
 )

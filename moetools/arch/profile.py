@@ -64,6 +64,17 @@ class ArchProfile:
     every_row: bool = False  # no inp_out_ids: every row to the logits (dflash.cpp)
     nextn_tail: bool = False  # keeps the trunk's last hidden state (t_h_nextn) and drops rows after the trunk
     nextn_raw_state: bool = False  # ... t_h_nextn taken before the output norm
+    # (the fields below replace inline `arch == "..."` tests of compute.py, kv.py and command.py; the
+    # coordinator switches those call sites over once the moves land)
+    mixer_name: str = None  # the trunk mixer its recurrent layers take where not the kind's generic one
+    kda_conv_snapshots: bool = False  # the KDA conv windows keep 1 + n_rs_seq snapshots (kimi-k3.cpp)
+    gating_fixed: bool = False  # the loader passes softmax gating whatever expert_gating_func says
+    gdn_repeat_groups: bool = False  # q/k repeated to the value heads when ssm groups != heads
+    ffn_dense_residual: bool = False  # a dense FFN beside the experts, added first (arctic.cpp)
+    ssm_groups_optional: bool = False  # Mamba-1: no ssm.group_count key required
+    kv_layers_from_start: object = None  # later layers reuse a cache: "key" (shared_kv_layers) or a count
+    swa_skips_recurrent: bool = False  # llama_memory_hybrid_iswa: the recurrent layers do not slide
+    assistant_target: bool = False  # the target whose KV a borrowed-KV draft reads (gemma4-assistant)
 
     # --- MTP drafting (one level replaces layers' MTP_SKIP_ARCHES, compute's LLAMA_MTP_ARCHES and
     # MTP_GRAPH_ARCHES; see MTP_LEVELS) ---
