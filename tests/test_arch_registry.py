@@ -210,6 +210,16 @@ def test_inline_tests_answered_by_existing_fields():
 
 # --- the registry itself ----------------------------------------------------------------------------
 
+def test_profile_is_a_frozen_record():
+    entry = registry.profile("kimi-k3")
+    with pytest.raises(AttributeError):
+        entry.gating = "softmax"
+    with pytest.raises(TypeError):
+        ArchProfile("x", no_such_field=1)
+    assert entry == ArchProfile("kimi-k3", **{f: getattr(entry, f) for f in ArchProfile.FIELDS[1:]})
+    assert hash(entry) == hash(registry.profile("kimi-k3")) and "gating='sigmoid'" in repr(entry)
+
+
 def test_unknown_name_gets_the_defaults():
     entry = registry.profile("no-such-arch")
     assert entry == ArchProfile("no-such-arch", known=False)
@@ -223,11 +233,13 @@ def test_llama_cpp_files_name_a_model_file():
 
 
 def test_registry_is_cheap_and_plain():
-    """No numpy or gguf behind the registry; its first query is quick (the device-fit start-up path)."""
+    """No numpy, gguf or dataclasses behind the registry; its first query is quick (the device-fit
+    start-up path)."""
     code = ("import sys, time; t = time.perf_counter(); from moetools.arch import registry; registry.profile('llama');"
-            "print(time.perf_counter() - t, 'numpy' in sys.modules, any(m.startswith('gguf') for m in sys.modules))")
+            "print(time.perf_counter() - t, 'numpy' in sys.modules, any(m.startswith('gguf') for m in sys.modules),"
+            "'dataclasses' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out[1:] == ["False", "False"]
+    assert out[1:] == ["False", "False", "False"]
     assert float(out[0]) < 0.5
 
 
@@ -259,7 +271,7 @@ NO_SYNTH_BUILDER = {
 
 def _own_facts(entry):
     default = ArchProfile(entry.name)
-    return {field for field in entry.__dataclass_fields__ if getattr(entry, field) != getattr(default, field)} - _PLAIN
+    return {field for field in ArchProfile.FIELDS if getattr(entry, field) != getattr(default, field)} - _PLAIN
 
 
 def _measured_architectures():

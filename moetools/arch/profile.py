@@ -7,8 +7,6 @@ no MTP blocks, nothing special in the graph. Sources are llama.cpp 0c1e57098's s
 (`llama_cpp`), src/llama-arch.cpp and src/llama-model.cpp.
 """
 
-from dataclasses import dataclass
-
 # Tensors of the NextN blocks that hy-v3.cpp / step35.cpp create TENSOR_NOT_REQUIRED without the MTP
 # flags, so llama.cpp loads them in a main context anyway (the FFN, experts and shared head).
 MTP_FFN_KEPT = (".ffn_gate.weight", ".ffn_down.weight", ".ffn_up.weight", ".ffn_gate_inp.weight",
@@ -25,9 +23,13 @@ MTP_FFN_KEPT = (".ffn_gate.weight", ".ffn_down.weight", ".ffn_up.weight", ".ffn_
 MTP_LEVELS = ("none", "skip", "llama", "graph")
 
 
-@dataclass(frozen=True)
 class ArchProfile:
-    """One architecture's facts. Only `name` is required; the tables set the fields that differ."""
+    """One architecture's facts, frozen. Only `name` is required; the tables set the fields that differ
+    (keywords only) and the others read the class defaults below.
+
+    A plain class, not a dataclass: the device-fit header path does not import dataclasses (about 13 ms
+    of start-up; tests/test_devicefit.py test_header_path_imports_no_heavy_modules), and this module is
+    on it. FIELDS lists the fields in order (from the annotations)."""
 
     name: str
     known: bool = True  # in llama.cpp's LLM_ARCH_NAMES (less clip): any other name is refused
@@ -99,6 +101,32 @@ class ArchProfile:
     quant_70b_gqa: bool = False  # ... only with grouped-query attention (n_head != n_head_kv)
     quant_falcon: bool = False  # the mixes' falcon branches
 
+    def __init__(self, name, **values):
+        object.__setattr__(self, "name", name)
+        for key, value in values.items():
+            if key not in _FIELD_SET or key == "name":
+                raise TypeError(f"ArchProfile has no field {key!r}")
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"ArchProfile is frozen (cannot set {key!r})")
+
+    def __delattr__(self, key):
+        raise AttributeError(f"ArchProfile is frozen (cannot delete {key!r})")
+
+    def as_tuple(self):
+        return tuple(getattr(self, field) for field in FIELDS)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.as_tuple() == self.as_tuple()
+
+    def __hash__(self):
+        return hash(self.as_tuple())
+
+    def __repr__(self):
+        changed = [f"{field}={getattr(self, field)!r}" for field in FIELDS[1:] if field in self.__dict__]
+        return f"ArchProfile({', '.join([repr(self.name)] + changed)})"
+
     @property
     def memory_kind(self):
         """"none", "unsupported", "recurrent", "hybrid" or "attention"."""
@@ -111,3 +139,8 @@ class ArchProfile:
     def mtp_at_least(self, level):
         """True when this architecture's MTP handling reaches `level` (one of MTP_LEVELS)."""
         return MTP_LEVELS.index(self.mtp) >= MTP_LEVELS.index(level)
+
+
+FIELDS = tuple(ArchProfile.__annotations__)
+_FIELD_SET = frozenset(FIELDS)
+ArchProfile.FIELDS = FIELDS
