@@ -252,7 +252,7 @@ def check_layer_inputs(draft_path, layers, target_facts):
     trunk = target_facts.shape.trunk_layers
     layer_input = _arch(arch).layer_input
     if layer_input == "hc_streams":
-        raise UsageError(f"--draft {draft_path}: llama.cpp 0c1e57098 aborts handing a qwen4exp target's layer inputs "
+        raise UsageError(f"--draft {draft_path}: llama.cpp 0c1e57098 aborts handing a {arch} target's layer inputs "
                          "to a DFlash draft (they are its hc x n_embd hyper-connection streams: extract_layer_inputs' "
                          "GGML_ASSERT row_floats == model.hparams.n_embd)")
     if layer_input not in ("graph", "unplanned"):
