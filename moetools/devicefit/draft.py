@@ -191,19 +191,43 @@ def draft_devices(text, devices):
     return tuple(indices)
 
 
-BLOCK_DRAFT_ARCHES = ("dflash",)  # llama.cpp's block drafts (common_speculative DRAFT_DFLASH / DRAFT_DSPARK)
 DFLASH_BLOCK_SIZE = 16  # common_speculative_impl_draft_dflash's block size without dflash.block_size
 
-# target loaders whose graph records each block's input, n_embd wide, as res->t_layer_inp[il] (src/models/*.cpp
-# at 0c1e57098: llama, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, gpt-oss, ...), the rows a DFlash draft's
-# target_layers read back (llama_context::extract_layer_inputs); any other target aborts building its graph
-# once they are asked for (llama-graph.cpp: GGML_ASSERT "layer input tensor is null"; measured on qwen2moe)
-LAYER_INPUT_ARCHES = ("bailingmoe3", "gemma4", "gpt-oss", "hunyuan_vl", "lfm2", "llama", "mimo2", "minimax-01",
-                      "minimax-m2", "muse-glimmer", "nanbeige", "nemotron_h", "qwen3", "qwen35", "qwen35moe",
-                      "qwen3moe", "qwen3next")
-# targets that keep them through graph ops device-fit does not replay (deepseek4.cpp: build_hc_mean of
-# the hyper-connection streams, built only when asked): planned without them, with a warning
-LAYER_INPUT_UNPLANNED = ("deepseek4",)
+# Per-architecture facts come from moetools.arch (read lazily, on the first draft that asks):
+#   block_draft: llama.cpp's block drafts (common_speculative DRAFT_DFLASH / DRAFT_DSPARK);
+#   layer_input "graph": target loaders whose graph records each block's input, n_embd wide, as
+#     res->t_layer_inp[il] (src/models/*.cpp at 0c1e57098: llama, qwen3, qwen3moe, qwen35, ...), the rows a
+#     DFlash draft's target_layers read back (llama_context::extract_layer_inputs); any other target aborts
+#     building its graph once they are asked for (llama-graph.cpp: GGML_ASSERT "layer input tensor is null";
+#     measured on qwen2moe);
+#   layer_input "unplanned": targets that keep them through graph ops device-fit does not replay
+#     (deepseek4.cpp: build_hc_mean of the hyper-connection streams, built only when asked): planned
+#     without them, with a warning;
+#   layer_input "hc_streams": targets recording the hc x n_embd hyper-connection streams (qwen4exp).
+
+
+def _arch(name):
+    from moetools.arch.registry import profile
+
+    return profile(name)
+
+
+def _layer_input_targets():
+    """Targets whose layer inputs a DFlash draft can read: replayed ones, then unplanned ones."""
+    from moetools.arch.registry import names_with
+
+    return names_with("layer_input", "graph") + names_with("layer_input", "unplanned")
+
+
+def __getattr__(name):
+    """Old module-level names, for one release (upstream.py reads BLOCK_DRAFT_ARCHES)."""
+    from moetools.arch.registry import names_with
+
+    legacy = {"BLOCK_DRAFT_ARCHES": ("block_draft", True), "LAYER_INPUT_ARCHES": ("layer_input", "graph"),
+              "LAYER_INPUT_UNPLANNED": ("layer_input", "unplanned")}
+    if name in legacy:
+        return names_with(*legacy[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def target_layers_of(model, draft_path):
@@ -226,15 +250,16 @@ def check_layer_inputs(draft_path, layers, target_facts):
     assert, or a block that records none)."""
     arch = target_facts.architecture
     trunk = target_facts.shape.trunk_layers
-    if arch == "qwen4exp":
-        raise UsageError(f"--draft {draft_path}: llama.cpp 0c1e57098 aborts handing a qwen4exp target's layer inputs "
+    layer_input = _arch(arch).layer_input
+    if layer_input == "hc_streams":
+        raise UsageError(f"--draft {draft_path}: llama.cpp 0c1e57098 aborts handing a {arch} target's layer inputs "
                          "to a DFlash draft (they are its hc x n_embd hyper-connection streams: extract_layer_inputs' "
                          "GGML_ASSERT row_floats == model.hparams.n_embd)")
-    if arch not in LAYER_INPUT_ARCHES + LAYER_INPUT_UNPLANNED:
+    if layer_input not in ("graph", "unplanned"):
         raise UsageError(f"--draft {draft_path}: a DFlash draft reads the target's layer inputs, which llama.cpp "
                          f"0c1e57098's {arch} graph does not record (it aborts: 'layer input tensor is null'); "
-                         f"targets that record them: {', '.join(LAYER_INPUT_ARCHES + LAYER_INPUT_UNPLANNED)}")
-    bad = [il for il in layers if not 0 <= il < trunk + (arch in LAYER_INPUT_UNPLANNED)]
+                         f"targets that record them: {', '.join(_layer_input_targets())}")
+    bad = [il for il in layers if not 0 <= il < trunk + (layer_input == "unplanned")]
     if bad:
         raise UsageError(f"--draft {draft_path}: target_layers {bad} are not blocks of the target (0-{trunk - 1}): "
                          "llama.cpp aborts asking for their inputs")
@@ -247,15 +272,13 @@ def plan_block_draft(draft, model, target_facts, settings):
     the output-buffer rows in draft.host_bytes, and give the draft's graph its backend top-k sampling
     rows (-np x (n_max + 1), n_max clamped to the block size - 1; --spec-draft-backend-sampling is on by
     default), as llama.cpp reserves it again once drafting starts."""
-    from moetools.devicefit import kv as kvmod
-
-    if draft.facts.architecture not in BLOCK_DRAFT_ARCHES:
+    if not _arch(draft.facts.architecture).block_draft:
         return
     layers = draft.target_layers = target_layers_of(model, draft.path)
     check_layer_inputs(draft.path, layers, target_facts)
-    if target_facts.architecture in LAYER_INPUT_ARCHES:
+    if _arch(target_facts.architecture).layer_input == "graph":
         settings.layer_inputs = layers
-    if target_facts.architecture in kvmod.RS_ROLLBACK_ARCHES:
+    if _arch(target_facts.architecture).rs_rollback:
         # common_params_speculative::need_n_rs_seq (draft-dflash too): the target's recurrent state keeps
         # n_max snapshots per sequence (measured: qwen35moe's RS buffer x4 at n_max 3)
         settings.rs_seq = draft.n_max
@@ -286,46 +309,48 @@ def block_draft_warning(draft_path, facts, target_facts):
     its hyper-connection streams). The rest is planned: the target's kept layer inputs
     (settings.layer_inputs) and their output-buffer rows, the draft's backend top-k sampling
     (plan_block_draft)."""
-    if facts.architecture not in BLOCK_DRAFT_ARCHES or target_facts.architecture not in LAYER_INPUT_UNPLANNED:
+    if not _arch(facts.architecture).block_draft or _arch(target_facts.architecture).layer_input != "unplanned":
         return None
     return (f"--draft {draft_path} is a DFlash draft: the {target_facts.architecture} target's inputs of the layers "
             "it reads (target_layers: build_hc_mean of its streams, kept as graph outputs) are not in its planned "
             "compute buffers; keep --margin headroom")
 
 
-# Loaders whose build_arch_graph has an MTP branch that throws at this commit: llama.cpp's MTP context then
-# fails ("failed to create MTP context") and no drafting happens — what it says, per architecture.
-LLAMA_MTP_FAILS = {"glm5-next": "GLM5-Next NextN graph not implemented yet"}  # glm5-next.cpp build_arch_graph
+# From moetools.arch: `mtp` "llama" / "graph" (llama.cpp builds an MTP graph; device-fit replays it) and
+# `mtp_fails`: what a loader's MTP branch throws at this commit (glm5-next.cpp build_arch_graph), when
+# llama.cpp's MTP context then fails ("failed to create MTP context") and no drafting happens.
 
 
 def check_mtp(model_path, facts):
     """Raise UsageError (exit 2) when --spec-type draft-mtp cannot be planned for this model: it has no
     NextN/MTP blocks llama.cpp loads for drafting, llama.cpp itself fails or aborts on its MTP graph (with
     what it says), or its MTP graph is not one device-fit replays."""
-    from moetools.devicefit.compute import LLAMA_MTP_ARCHES, MTP_GRAPH_ARCHES, mtp_block_missing
+    from moetools.arch.registry import mtp_names
+    from moetools.devicefit.compute import mtp_block_missing
 
+    arch = _arch(facts.architecture)
     declared = facts.shape.block_count > facts.shape.trunk_layers  # nextn_predict_layers in the header
-    if not facts.mtp_blocks and not (declared and facts.architecture not in LLAMA_MTP_ARCHES):
+    if not facts.mtp_blocks and not (declared and not arch.mtp_at_least("llama")):
         raise UsageError(f"--spec-type draft-mtp: {model_path} ({facts.architecture}) has no NextN/MTP blocks "
                          "(nextn_predict_layers) that llama.cpp loads for MTP drafting")
-    if facts.architecture not in LLAMA_MTP_ARCHES:
+    if not arch.mtp_at_least("llama"):
         raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp does not support MTP drafting for "
                          f"{facts.architecture} (its loader builds no MTP graph; llama.cpp 0c1e57098 drafts with "
-                         f"NextN blocks for {', '.join(LLAMA_MTP_ARCHES)})")
-    if facts.architecture in LLAMA_MTP_FAILS:
+                         f"NextN blocks for {', '.join(mtp_names('llama'))})")
+    if arch.mtp_fails:
         raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp 0c1e57098 cannot create the MTP context of "
-                         f"{facts.architecture}: its MTP graph throws \"{LLAMA_MTP_FAILS[facts.architecture]}\" "
+                         f"{facts.architecture}: its MTP graph throws \"{arch.mtp_fails}\" "
                          "(failed to create MTP context)")
     reason = _mtp_assert(facts)
     if reason:
         raise UsageError(f"--spec-type draft-mtp: {model_path}: llama.cpp 0c1e57098 aborts building the MTP graph of "
                          f"{facts.architecture}: {reason}")
     if not facts.graph.mtp_layers:
-        if facts.architecture in MTP_GRAPH_ARCHES:
+        if arch.mtp_at_least("graph"):
             reason = "its NextN blocks lack an attention block with nextn.eh_proj"
         else:
             reason = (f"llama.cpp runs its MTP head, but the MTP context of {facts.architecture} (its graph_mtp "
-                      f"and memory) is not modelled; sized: {', '.join(MTP_GRAPH_ARCHES)}")
+                      f"and memory) is not modelled; sized: {', '.join(mtp_names('graph'))}")
         raise UsageError(f"--spec-type draft-mtp: {model_path}: {reason}")
     missing = mtp_block_missing(facts.architecture, facts.graph.mtp_layers)
     if missing:
@@ -333,21 +358,19 @@ def check_mtp(model_path, facts):
                          f"which {facts.architecture}'s MTP head needs (llama.cpp {missing[2]})")
 
 
-# graph_mtp's GGML_ASSERTs on the layout (src/models/glm-dsa.cpp, deepseek4.cpp)
-# ... "<NAME> MTP currently only supports a single MTP block", by architecture
-MTP_SINGLE_BLOCK = {arch: f"{name} MTP currently only supports a single MTP block" for arch, name in
-                    (("glm-dsa", "GLM_DSA"), ("deepseek4", "DEEPSEEK4"), ("qwen35", "QWEN35"), ("cohere2moe", "COHERE2MOE"))}
-MTP_SINGLE_BLOCK["bailingmoe3"] = "BailingMoE3 MTP requires one NextN layer"  # bailingmoe3.cpp:426 (all measured)
+# graph_mtp's GGML_ASSERTs on the layout (src/models/glm-dsa.cpp, deepseek4.cpp, ...): moetools.arch's
+# `mtp_single_block` (the assert's text where one NextN block only is allowed) and `mtp_compressed_assert`
 
 
 def _mtp_assert(facts):
     """The GGML_ASSERT a NextN layout trips in llama.cpp's graph_mtp ("" when none)."""
     shape = facts.shape
     n_nextn = shape.block_count - shape.trunk_layers
-    if facts.architecture in MTP_SINGLE_BLOCK and n_nextn > 1:
+    arch = _arch(facts.architecture)
+    if arch.mtp_single_block and n_nextn > 1:
         return (f"{n_nextn} NextN blocks: GGML_ASSERT(hparams.n_layer_nextn == 1 && "
-                f"\"{MTP_SINGLE_BLOCK[facts.architecture]}\") failed")
-    if facts.architecture == "deepseek4" and shape.compress_ratios and n_nextn > 0:
+                f"\"{arch.mtp_single_block}\") failed")
+    if arch.mtp_compressed_assert and shape.compress_ratios and n_nextn > 0:
         ratio = shape.compress_ratios[shape.trunk_layers]
         if ratio:
             return (f"its NextN block {shape.trunk_layers} has compress ratio {ratio} (the MTP context has no "

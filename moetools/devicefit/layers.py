@@ -19,19 +19,9 @@ EXPERT_PARTS = ("up", "gate", "down", "gate_up")  # the order --fit moves the bo
 CUDA_ROW_PADDING = 512  # ggml-cuda MATRIX_ROW_PADDING: a quantized row's allocation rounds up to this
 # Loaders that create the NextN/MTP blocks' tensors with TENSOR_SKIP unless the model is loaded for MTP
 # drafting (llama_model_params.load_mtp, set by --spec-type draft-mtp): llama.cpp then allocates none
-# of them ("model has unused tensor ... -- ignoring"). src/models/*.cpp load_arch_tensors.
-MTP_SKIP_ARCHES = ("bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
-                   "glm5-next", "hy_v3", "mimo2", "nemotron_h", "nemotron_h_moe", "qwen35", "qwen35moe",
-                   "qwen3next", "step35")
-# Tensors of those blocks a loader still creates without the MTP flags (so llama.cpp loads them anyway).
-_FFN_KEPT = (".ffn_gate.weight", ".ffn_down.weight", ".ffn_up.weight", ".ffn_gate_inp.weight", ".ffn_gate_exps.weight",
-             ".ffn_up_exps.weight", ".ffn_down_exps.weight", ".ffn_gate_up_exps.weight", "_shexp.weight",
-             ".nextn.embed_tokens.weight", ".nextn.shared_head_head.weight", ".nextn.shared_head_norm.weight")
-MTP_KEPT = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",),
-            # hy-v3.cpp / step35.cpp create the NextN blocks' FFN, experts and shared head TENSOR_NOT_REQUIRED
-            # without the MTP flags (and step35 its q/k norms and head-wise gate too)
-            "hy_v3": _FFN_KEPT + (".exp_probs_b",),
-            "step35": _FFN_KEPT + (".exp_probs_b.bias", ".attn_q_norm.weight", ".attn_k_norm.weight", ".attn_gate.weight")}
+# of them ("model has unused tensor ... -- ignoring"). src/models/*.cpp load_arch_tensors. They are the
+# architectures whose moetools.arch profile has mtp at least "skip"; `mtp_kept` lists the tensors of
+# those blocks a loader still creates without the MTP flags (so llama.cpp loads them anyway).
 
 
 class Block(Record):
@@ -89,24 +79,27 @@ def cuda_pad(type_id, shape):
 
 def mtp_blocks(model):
     """The NextN/MTP blocks llama.cpp does not load in a main (non-drafting) context: the last
-    `nextn_predict_layers` blocks of the architectures in MTP_SKIP_ARCHES, else none."""
+    `nextn_predict_layers` blocks of the architectures whose profile's mtp is at least "skip", else none."""
+    from moetools.arch.registry import profile
     from moetools.gguf.constants import Keys
 
     nextn = model.get_int(Keys.NEXTN_PREDICT_LAYERS, 0)
     n_layer = model.block_count
-    if model.architecture not in MTP_SKIP_ARCHES or not 0 < nextn < n_layer:
+    if not profile(model.architecture).mtp_at_least("skip") or not 0 < nextn < n_layer:
         return ()
     return tuple(range(n_layer - nextn, n_layer))
 
 
 def mtp_skipped_tensors(model):
-    """Names of the NextN/MTP blocks' tensors llama.cpp skips in a main context (mtp_blocks less MTP_KEPT)."""
+    """Names of the NextN/MTP blocks' tensors llama.cpp skips in a main context (mtp_blocks less the
+    profile's mtp_kept)."""
     blocks = mtp_blocks(model)
     if not blocks:
         return frozenset()
+    from moetools.arch.registry import profile
     from moetools.gguf.model import tensor_block
 
-    kept = MTP_KEPT.get(model.architecture, ())
+    kept = profile(model.architecture).mtp_kept
     return frozenset(tensor.name for tensor in model.tensors
                      if tensor_block(tensor.name) in blocks and not tensor.name.endswith(kept))
 

@@ -67,12 +67,13 @@ _KEEP_SUBSTRINGS = (
     ("mm.a.code_embd", "audio codebook"),
 )
 _KEEP_EXACT = {"position_embd.weight": "positional embedding", "token_types.weight": "token types"}
-# Kept only in one architecture: {architecture: fragments}
-_KEEP_BY_ARCH = {
-    "glm5-next": ("hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
-                  "indexer_compressor_ape", "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight", "ssm_g_b.weight",
-                  "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_v_b.weight"),
-}
+# Kept only in one architecture: the `quant_keep` fragments of its moetools.arch profile.
+
+
+def _arch(name):
+    from moetools.arch.registry import profile
+
+    return profile(name)
 
 
 def canonical_type(text):
@@ -106,7 +107,7 @@ def keep_reason(name, shape, architecture=""):
     for fragment, reason in _KEEP_SUBSTRINGS:
         if fragment in name:
             return reason
-    for fragment in _KEEP_BY_ARCH.get(architecture, ()):
+    for fragment in _arch(architecture).quant_keep:
         if fragment in name:
             return f"kept in {architecture}"
     return None
@@ -220,8 +221,8 @@ def _use_more_bits(i_layer, n_layers):
     return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
 
 
-# llama.cpp's LLM_TYPE_70B, the one model size the mixes look at: {architecture: block count}
-_SEVENTY_B = {"qwen2": 80, "deci": 80, "olmo": 80, "jais2": 68}
+# llama.cpp's LLM_TYPE_70B, the one model size the mixes look at: the profile's quant_70b (block count),
+# with quant_70b_gqa where the loader also asks for grouped-query attention (llama).
 
 
 class ModelFacts:
@@ -240,9 +241,10 @@ class ModelFacts:
 
     @property
     def is_70b(self):
-        if self.architecture == "llama":
-            return self.n_layer == 80 and self.n_head != self.n_head_kv
-        return _SEVENTY_B.get(self.architecture) == self.n_layer
+        arch = _arch(self.architecture)
+        if arch.quant_70b_gqa:
+            return self.n_layer == arch.quant_70b and self.n_head != self.n_head_kv
+        return arch.quant_70b == self.n_layer
 
 
 class Choice:
@@ -280,14 +282,15 @@ def _layer_info(state, counter, name):
 def _mix_type(state, mix, name, ne0, new_type, kind):
     """llama_tensor_get_type_impl for the mixes in MIXES."""
     facts, ft = state.facts, mix.ftype
-    arch = facts.architecture
-    if arch == "glm5-next" and ("attn_q_a" in name or "attn_q_b" in name or "nextn.eh_proj" in name):
+    arch = _arch(facts.architecture)
+    falcon = arch.quant_falcon
+    if arch.quant_q8_0 and any(fragment in name for fragment in arch.quant_q8_0):
         if new_type not in ("f32", "bf16", "f16"):
             return "q8_0"
     if kind == "output" or (state.tied_embeddings and kind == "token_embd"):
         if mix.output_type:
             return mix.output_type
-        if arch == "falcon" or ne0 % GGML_TYPES[GGML_TYPE_IDS[new_type]][1]:
+        if falcon or ne0 % GGML_TYPES[GGML_TYPE_IDS[new_type]][1]:
             return "q8_0"
         return "q6_K" if new_type != "q8_0" else new_type
     if kind == "token_embd":
@@ -317,7 +320,6 @@ def _mix_type(state, mix, name, ne0, new_type, kind):
             new_type = "q8_0"
     elif kind == "ffn_down":
         i_layer, n_layer = _layer_info(state, state.i_ffn_down, name)
-        falcon = arch == "falcon"
         if ft == FT["Q2_K"]:
             new_type = "q3_K"
         elif ft == FT["Q2_K_S"]:
@@ -343,7 +345,7 @@ def _mix_type(state, mix, name, ne0, new_type, kind):
             new_type = "q4_1" if ft == FT["Q4_0"] else "q5_1"
         state.i_ffn_down += 1
     elif kind == "attn_output":
-        if arch != "falcon":
+        if not falcon:
             if facts.n_expert == 8:
                 if ft in (FT["Q2_K"], FT["Q3_K_S"], FT["Q3_K_M"], FT["IQ4_NL"], FT["Q4_K_S"], FT["Q4_K_M"], FT["IQ4_XS"]):
                     new_type = "q5_K"
