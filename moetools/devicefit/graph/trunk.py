@@ -29,6 +29,22 @@ from moetools.devicefit.graph.models.qwen4exp import _build_qwen4exp
 STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning", "bkda")
 
 
+# LayerShape.mixer -> its builder (b, il, x, layer) -> the mixer's output (models.h's layer families,
+# graph/mixers/). Two cases stay in _build: an indexed attention layer of an MSA model, and falcon-h1's
+# attention beside Mamba-2 (which reads the un-normed layer input too). A mixer not listed builds nothing.
+MIXERS = {
+    "attention": _gqa_layer,
+    "mla": _mla_layer,
+    "kda": _kda_layer,
+    "bkda": _bailing_kda_layer,
+    "gdn": _gdn_layer,
+    "lightning": _lightning_layer,
+    "mamba2": _mamba2_layer,
+    "mamba": _mamba_layer,
+    "shortconv": _shortconv_layer,
+}
+
+
 RUN_KEPT = 4  # identical consecutive layers replayed before the allocator is taken to repeat itself
 RUN_KEPT_SPLIT = 2  # the same for a placement's replay (checked equal to RUN_KEPT on the K2-class plans)
 
@@ -160,30 +176,13 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             g.expand(x)
         if layer.mixer == "attention" and b.msa is not None and kvshape.indexer_layers[il]:
             mixed = _msa_layer(b, il, x, layer)
-        elif layer.mixer == "attention":
-            mixed = _gqa_layer(b, il, x, layer)
-        elif layer.mixer == "mla":
-            mixed = _mla_layer(b, il, x, layer)
-        elif layer.mixer == "kda":
-            mixed = _kda_layer(b, il, x, layer)
-        elif layer.mixer == "bkda":
-            mixed = _bailing_kda_layer(b, il, x, layer)
-        elif layer.mixer == "gdn":
-            mixed = _gdn_layer(b, il, x, layer)
-        elif layer.mixer == "lightning":
-            mixed = _lightning_layer(b, il, x, layer)
-        elif layer.mixer == "mamba2":
-            mixed = _mamba2_layer(b, il, x, layer)
-        elif layer.mixer == "mamba":
-            mixed = _mamba_layer(b, il, x, layer)
         elif layer.mixer == "attention+mamba2":  # falcon-h1.cpp: a second norm of the input feeds the SSM
             attn = _gqa_layer(b, il, x, layer)
             ssm = _mamba2_layer(b, il, b.norm(cur, n_embd), layer)
             mixed = g.op(b.f32(n_embd, T), attn, ssm, inplace=(0, 1))
-        elif layer.mixer == "shortconv":
-            mixed = _shortconv_layer(b, il, x, layer)
         else:
-            mixed = None
+            mixer = MIXERS.get(layer.mixer)
+            mixed = mixer(b, il, x, layer) if mixer is not None else None
         if il == last and graph_shape.architecture in PARALLEL_SSM_ARCHES:
             # falcon-h1.cpp adds the residual before dropping the non-output rows
             cur = g.op(b.f32(n_embd, n_out), g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1)), out_ids)
