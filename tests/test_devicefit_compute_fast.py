@@ -4,6 +4,7 @@ equal to the byte on every preset family, context, ubatch, flash-attention, cach
 
 import pytest
 
+import moetools.devicefit.ggml.compiled as ggml_compiled
 from moetools.devicefit import compute, core, kv, placement
 from moetools.devicefit.kv import KVSettings
 from moetools.gguf import open_model
@@ -219,7 +220,7 @@ def both_programs(facts, chosen, kinds, settings, ctx):
     offload_to = next((key for key in backends if kinds[key] == "gpu"), None)
     copies = compute.PIPELINE_COPIES if compute.pipeline_parallel(chosen, len(kinds) - 1) else 1
     positions = {key: index for index, key in enumerate(backends)}
-    compute._REGIME = compute._Regime(compute._cells(caches))
+    ggml_compiled._REGIME = compute._Regime(compute._cells(caches))
     try:
         entry = compute._shared_entry(facts.graph, facts.shape, [compute._CellsOnly(cache.kind) for cache in caches],
                                       settings, tokens, streams, homes, compute.output_rows(settings, ctx))
@@ -238,7 +239,7 @@ def both_programs(facts, chosen, kinds, settings, ctx):
     except compute.NotAffine:
         return None, None
     finally:
-        compute._REGIME = None
+        ggml_compiled._REGIME = None
     return fast, walked
 
 

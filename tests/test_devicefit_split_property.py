@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from moetools import synth
+import moetools.devicefit.ggml.compiled as ggml_compiled
 from moetools.devicefit import compute, core, kv, placement
 from moetools.devicefit.kv import KVSettings
 from moetools.gguf import open_model
@@ -116,7 +117,7 @@ def integer_form(facts, homes, kinds, settings, ctx, pipeline, op_offload):
     copies = compute.PIPELINE_COPIES if pipeline else 1
     positions = {key: index for index, key in enumerate(backends)}
     cells = compute._cells(caches)
-    compute._REGIME = compute._Regime(cells)
+    ggml_compiled._REGIME = compute._Regime(cells)
     try:
         entry = compute._shared_entry(facts.graph, facts.shape, [compute._CellsOnly(cache.kind) for cache in caches],
                                       settings, tokens, streams, homes, compute.output_rows(settings, ctx))
@@ -125,7 +126,7 @@ def integer_form(facts, homes, kinds, settings, ctx, pipeline, op_offload):
     except compute.NotAffine:
         return NOT_SYMBOLIC
     finally:
-        compute._REGIME = None
+        ggml_compiled._REGIME = None
     if program is None:
         return None
     return dict(zip(backends, program.peaks(cells, [compute.ALIGNMENT[kinds[key]] for key in backends])))
