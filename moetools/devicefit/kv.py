@@ -27,16 +27,20 @@ The rules, in short:
 
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import GGUFError, UsageError
-from moetools.gguf.constants import GGML_TYPE_IDS, GGML_TYPES, Keys
+from moetools.gguf.constants import GGML_TYPES, Keys
 from moetools.gguf.header import LazyArray
+from moetools.devicefit.memory.cells import (  # noqa: F401  (re-exported)
+    CACHE_TYPES, PAD, F32_BYTES, KVCache, KVSettings, cache_type, holds_kv, n_ubatch, pad, row_bytes,
+)
+from moetools.devicefit.memory.dsv4 import (  # noqa: F401  (re-exported)
+    DSV4_CSA, DSV4_HCA, DSV4_STATES, NEXTN_PROBE, _dsv4_caches, _dsv4_cells, _dsv4_layers, _dsv4_per_layer,
+    _dsv4_ratios, _dsv4_row, _dsv4_state_layers, _dsv4_state_tensor, _dsv4_trunk,
+)
 from moetools.devicefit.memory.archsets import (  # noqa: F401  (re-exported: compute.py, command.py and tests import them from kv)
     SWA_RULES, BORROWED_KV_ARCHES, FIXED_SWA, KDA_ARCHES, LIGHTNING_ARCHES, GDN_ARCHES, RECURRENT_RULES, HYBRID_ARCHES,
     DSA_ARCHES, MSA_ARCHES, UNSUPPORTED, NO_MEMORY, KNOWN_ARCHES, FLASH_ATTN_FORCED_OFF, RS_ROLLBACK_ARCHES,
 )
 
-CACHE_TYPES = ("f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "f32")
-PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
-F32_BYTES = 4
 
 INDEXER_TOP_K = "{arch}.attention.indexer.top_k"
 INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
@@ -46,24 +50,6 @@ GEMMA3N_KV_LAYERS = 20  # llama_model_gemma3n: n_layer_kv_from_start
 # glm-dsa's built-in indexer pattern for GLM-5.2 checkpoints (n_ctx_train >= 1M) without indexer.types:
 # the first two layers, then every fourth from layer 2, for 78 layers (src/models/glm-dsa.cpp).
 GLM_DSA_DEFAULT_LAYERS = 78
-
-
-def pad(value, to=PAD):
-    return -(-value // to) * to
-
-
-def cache_type(name, option="--ctk"):
-    """(values per block, bytes per block) of a KV cache type name. Raises UsageError."""
-    if name not in CACHE_TYPES:
-        raise UsageError(f"{option} {name!r} is not a KV cache type (one of {', '.join(CACHE_TYPES)})")
-    _, block, block_bytes = GGML_TYPES[GGML_TYPE_IDS[name]]
-    return block, block_bytes
-
-
-def row_bytes(type_name, width):
-    """ggml's row size: bytes of `width` values of a cache type (width must divide into blocks)."""
-    block, block_bytes = cache_type(type_name)
-    return width // block * block_bytes
 
 
 class KVShape(Record):
@@ -296,39 +282,6 @@ def _indexer_layers(model, arch, trunk, n_layer):
     return [il < trunk and bool(full[il]) for il in range(n_layer)]
 
 
-# llama_kv_cache_dsv4 (src/llama-kv-cache-dsv4.cpp): the compression ratios its loader accepts and the
-# compressor state each keeps per layer and sequence: (ratio, state rows, state width in K head widths or
-# "indexer" widths). CSA and the lightning indexer overlap two blocks of 4 (8 rows, twice the width).
-DSV4_CSA, DSV4_HCA = 4, 128
-DSV4_STATES = (("csa", DSV4_CSA, 2 * DSV4_CSA, 2, False), ("hca", DSV4_HCA, DSV4_HCA, 1, False),
-               ("indexer", DSV4_CSA, 2 * DSV4_CSA, 2, True))
-NEXTN_PROBE = "blk.{}.nextn.eh_proj.weight"
-
-
-def _dsv4_trunk(model, n_layer, nextn):
-    """llama_model_deepseek4::load_arch_hparams: NextN layers count only when the first one's eh_proj is in
-    the file (a conversion without the MTP tensors keeps the key); the trunk is the rest."""
-    if 0 < nextn < n_layer and NEXTN_PROBE.format(n_layer - nextn) in model.tensor_by_name:
-        return n_layer - nextn
-    return n_layer
-
-
-def _dsv4_ratios(model, n_layer):
-    key = model.key("{arch}.attention.compress_ratios")
-    raw = model.metadata.get(key)
-    if isinstance(raw, LazyArray):
-        raw = raw.load()
-    if not isinstance(raw, list):
-        raise GGUFError(model.path, "missing metadata key needed for DeepSeek-V4's compressed caches (which layers "
-                                    "compress by 4 or 128)", key=key)
-    if len(raw) < n_layer:
-        raise GGUFError(model.path, f"compress_ratios has {len(raw)} entries for {n_layer} blocks (llama.cpp refuses it)", key=key)
-    ratios = [int(value) for value in raw[:n_layer]]
-    if any(ratio not in (0, DSV4_CSA, DSV4_HCA) for ratio in ratios):
-        raise GGUFError(model.path, "DeepSeek-V4 compression ratios other than 0, 4 and 128 (llama.cpp refuses them)", key=key)
-    return ratios
-
-
 def kv_shape(model):
     """The KVShape of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
     arch = model.architecture
@@ -478,40 +431,6 @@ def kv_shape(model):
     )
 
 
-def holds_kv(shape, il):
-    """Whether block `il` has its own attention cache (not recurrent, not filtered, not shared, rows > 0)."""
-    if not shape.head_count_kv[il]:
-        return False
-    if shape.has_kv:
-        return shape.has_kv[il]  # Falcon-H1 layers are recurrent and attend
-    return il < shape.kv_layers and not shape.is_recurrent[il]
-
-
-class KVSettings(Record):
-    """The llama.cpp context parameters that size the KV cache."""
-
-    FIELDS = (
-        ("ctk", "f16"),
-        ("ctv", "f16"),
-        ("ubatch", 512),
-        ("batch", 2048),
-        ("n_seq", 1),  # --parallel
-        ("unified", False),  # --kv-unified
-        ("swa_full", False),
-        ("flash_attn", True),
-        ("rs_seq", 0),  # n_rs_seq: recurrent-state snapshots per row for rollback (-spec-draft-n-max with draft-mtp)
-        # n_outputs_max: rows the context outputs (sizes its logits; 0: the batch, llama.cpp's default for a
-        # bare context as llama-cli/llama-completion make it; llama-server's: server_outputs)
-        ("outputs", 0),
-        # blocks whose input llama_context keeps as a graph output (cparams.embeddings_layer_inp: the
-        # target_layers of a DFlash draft, llama_set_embeddings_layer_inp): never freed by ggml-alloc
-        ("layer_inputs", ()),
-        # rows the context samples on the backend with a top-k(10) chain per sequence (a DFlash draft's:
-        # common_speculative_impl_draft_dflash's llama_set_sampler, -np x (n_max + 1) rows at reserve)
-        ("sampled_rows", 0),
-    )
-
-
 def force_flash_attn_off(architecture, settings):
     """Turn flash attention off in `settings` where llama.cpp forces it off for this architecture;
     returns the warning to show, or None."""
@@ -532,39 +451,6 @@ def server_outputs(batch, n_seq, n_draft=0):
     (CambrianTech/llama.cpp tools/server/server-context.cpp: server_output_limits, applied in
     server_context_impl::load_model; tests/fork_rules.py fork_server_output_rows)."""
     return min(batch, max(1, n_seq) * (1 + max(0, n_draft)))
-
-
-class KVCache(Record):
-    """One allocation: `kind` full, swa or recurrent; bytes over all streams and layers."""
-
-    FIELDS = (
-        ("kind", REQUIRED),
-        ("cells", REQUIRED),  # cells (recurrent: state rows) per stream
-        ("streams", REQUIRED),
-        ("layers", REQUIRED),
-        ("k_bytes", 0),
-        ("v_bytes", 0),
-        ("r_bytes", 0),
-        ("s_bytes", 0),
-        ("p_bytes", 0),  # qwen4exp's PLE conv history (llama_memory_recurrent's P tensors), in the same buffer
-        ("borrowed", False),  # the layers read another context's cache (KVShape.borrowed): no bytes here
-    )
-
-    @property
-    def total(self):
-        return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes + self.p_bytes
-
-    def to_doc(self):
-        doc = {"kind": self.kind, "cells": self.cells * self.streams, "cells_per_stream": self.cells,
-               "streams": self.streams, "layers": self.layers, "k_bytes": self.k_bytes, "v_bytes": self.v_bytes}
-        if self.kind == "recurrent" or self.kind.endswith("-state"):
-            doc.update(r_bytes=self.r_bytes, s_bytes=self.s_bytes)
-            if self.p_bytes:
-                doc["p_bytes"] = self.p_bytes
-        if self.borrowed:
-            doc["borrowed"] = True
-        doc["bytes"] = self.total
-        return doc
 
 
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h: the most sequences (-np) a llama.cpp context takes
@@ -609,11 +495,6 @@ def check_settings(shape, settings):
     if shape.indexer_width and shape.indexer_width % cache_type(settings.ctk)[0]:
         raise UsageError(f"--ctk {settings.ctk}: its block does not divide the DSA indexer key width {shape.indexer_width} "
                          "(llama.cpp refuses this cache type for this model)")
-
-
-def n_ubatch(settings, ctx):
-    """llama.cpp: n_batch = min(ctx, batch) for causal models, n_ubatch = min(n_batch, ubatch)."""
-    return min(settings.ubatch, settings.batch, ctx)
 
 
 def _cells(shape, ctx, settings):
@@ -708,84 +589,6 @@ def _recurrent_layers(shape):
     return [il for il in range(shape.trunk_layers) if shape.is_recurrent[il]]
 
 
-def _dsv4_cells(shape, ctx, settings):
-    """(streams, cells per stream of the raw window cache, of each compressed cache kind) of
-    llama_kv_cache_dsv4: one stream per sequence even with --kv-unified (then each of n_ctx cells), the
-    window cache pad256(min(cells, n_swa + n_ubatch)) (or the whole with swa_full), the compressed ones
-    pad256(ceil(cells / ratio))."""
-    if ctx < 1:
-        raise UsageError("the context must be at least 1 token")
-    n_ctx = pad(ctx)
-    if settings.unified:
-        cells = n_ctx
-    else:
-        if n_ctx // settings.n_seq == 0:
-            raise UsageError(f"--parallel {settings.n_seq} leaves no cells per sequence in a context of {ctx}")
-        cells = pad(n_ctx // settings.n_seq)
-    raw = cells if settings.swa_full else pad(min(cells, shape.n_swa + n_ubatch(settings, ctx)))
-    compressed = {"csa": pad(max(1, -(-cells // DSV4_CSA))), "hca": pad(max(1, -(-cells // DSV4_HCA)))}
-    compressed["indexer"] = compressed["csa"]
-    return settings.n_seq, raw, compressed
-
-
-def _dsv4_layers(shape, kind):
-    ratio = DSV4_HCA if kind == "hca" else DSV4_CSA
-    return [il for il, value in enumerate(shape.compress_ratios) if value == ratio]
-
-
-def _dsv4_row(shape, kind, settings):
-    """Bytes of one cell of a DSV4 K-only cache (the indexer's one head of indexer width)."""
-    width = shape.indexer_width if kind == "indexer" else shape.head_count_kv[0] * shape.k_width[0]
-    return row_bytes(settings.ctk, width)
-
-
-def _dsv4_state_tensor(shape, rows, width_heads, indexer, settings):
-    """f32 bytes of one layer's compressor kv (or score) tensor over every sequence's planes
-    (llama_dsv4_comp_state: n_seq x (1 + n_rs_seq) planes of rows x width)."""
-    width = width_heads * (shape.indexer_width if indexer else shape.k_width[0])
-    return F32_BYTES * width * rows * settings.n_seq * (1 + settings.rs_seq)
-
-
-def _dsv4_state_layers(shape, ratio):
-    """Layers with a compressor state: the trunk's of that ratio (llama_dsv4_comp_state filters on
-    model.hparams.n_layer(), unlike the caches)."""
-    return [il for il in _dsv4_layers(shape, "hca" if ratio == DSV4_HCA else "csa") if il < shape.trunk_layers]
-
-
-def _dsv4_caches(shape, ctx, settings):
-    streams, raw_cells, compressed = _dsv4_cells(shape, ctx, settings)
-    layers = [il for il in range(shape.block_count) if holds_kv(shape, il)]
-    raw = KVCache("swa", raw_cells, streams, len(layers),
-                  k_bytes=sum(row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il]) for il in layers) * raw_cells * streams)
-    result = [raw] if layers else []
-    for kind in ("csa", "hca", "indexer"):
-        compressed_layers = _dsv4_layers(shape, kind)
-        if compressed_layers:
-            result.append(KVCache(kind, compressed[kind], streams, len(compressed_layers),
-                                  k_bytes=len(compressed_layers) * _dsv4_row(shape, kind, settings) * compressed[kind] * streams))
-    for name, ratio, rows, width_heads, indexer in DSV4_STATES:
-        # the compressor states cover the trunk only (model.hparams.n_layer())
-        state_layers = _dsv4_state_layers(shape, ratio)
-        if state_layers:
-            tensor = _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
-            result.append(KVCache(f"{name}-state", rows * (1 + settings.rs_seq), streams, len(state_layers),
-                                  r_bytes=tensor * len(state_layers), s_bytes=tensor * len(state_layers)))
-    return result
-
-
-def _dsv4_per_layer(shape, ctx, settings):
-    result = [0] * shape.block_count
-    streams, raw_cells, compressed = _dsv4_cells(shape, ctx, settings)
-    for il in range(shape.block_count):
-        if holds_kv(shape, il):
-            result[il] += row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il]) * raw_cells * streams
-    for kind in ("csa", "hca", "indexer"):
-        for il in _dsv4_layers(shape, kind):
-            result[il] += _dsv4_row(shape, kind, settings) * compressed[kind] * streams
-    for _, ratio, rows, width_heads, indexer in DSV4_STATES:
-        for il in _dsv4_state_layers(shape, ratio):
-            result[il] += 2 * _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
-    return result
 def _indexer_v_row(shape, settings):
     """Bytes of one cell of an MSA indexer layer's V (0 for DSA, whose indexer caches K only)."""
     return row_bytes(settings.ctv, shape.indexer_v_width) if shape.indexer_v_width else 0
