@@ -36,6 +36,7 @@ from moetools.devicefit.memory.dsv4 import (  # noqa: F401  (re-exported)
     DSV4_CSA, DSV4_HCA, DSV4_STATES, NEXTN_PROBE, _dsv4_caches, _dsv4_cells, _dsv4_layers, _dsv4_per_layer,
     _dsv4_ratios, _dsv4_row, _dsv4_state_layers, _dsv4_state_tensor, _dsv4_trunk,
 )
+from moetools.devicefit.memory.recurrent import _gdn_layers, _recurrent_layers, _recurrent_state, _state_rows  # noqa: F401
 from moetools.devicefit.memory.archsets import (  # noqa: F401  (re-exported: compute.py, command.py and tests import them from kv)
     SWA_RULES, BORROWED_KV_ARCHES, FIXED_SWA, KDA_ARCHES, LIGHTNING_ARCHES, GDN_ARCHES, RECURRENT_RULES, HYBRID_ARCHES,
     DSA_ARCHES, MSA_ARCHES, UNSUPPORTED, NO_MEMORY, KNOWN_ARCHES, FLASH_ATTN_FORCED_OFF, RS_ROLLBACK_ARCHES,
@@ -139,21 +140,6 @@ def _swa_layers(model, arch, trunk, n_layer):
     return flags, window, swa_type
 
 
-def _gdn_layers(model, trunk, n_layer, default_interval=4):
-    key = model.key("{arch}.attention.recurrent_layers")
-    raw = model.metadata.get(key)
-    if isinstance(raw, LazyArray):
-        raw = raw.load()
-    if isinstance(raw, list):
-        if len(raw) != n_layer:
-            raise GGUFError(model.path, f"recurrent-layer array has {len(raw)} entries for {n_layer} blocks", key=key)
-        return [bool(value) for value in raw]
-    interval = model.get_int("{arch}.full_attention_interval", default_interval)
-    if interval == 0:
-        raise GGUFError(model.path, "full_attention_interval 0 is not a layer period", key=model.key("{arch}.full_attention_interval"))
-    return [il < trunk and (il + 1) % interval != 0 for il in range(n_layer)]
-
-
 def _int_array(model, template, n_layer, default):
     """A per-layer key read like llama.cpp's get_key_or_arr: an array (at least n_layer long) or a scalar."""
     key = model.key(template)
@@ -169,32 +155,6 @@ def _int_array(model, template, n_layer, default):
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise GGUFError(model.path, f"{raw!r} is not a whole number", key=key)
     return [raw] * n_layer
-
-
-def _recurrent_state(model, kind, n_embd, head_count, k_width=0):
-    """(n_embd_r, n_embd_s) of llama_hparams for a recurrent kind, from the keys its loader reads."""
-    if kind == "rwkv":
-        head_size = model.get_int("{arch}.wkv.head_size", required_for="the RWKV state")
-        shift = model.get_int("{arch}.token_shift_count", 2)
-        return shift * n_embd, n_embd * head_size
-    if kind == "shortconv":
-        l_cache = model.get_int("{arch}.shortconv.l_cache", required_for="the short-convolution state")
-        return n_embd * max(l_cache - 1, 0), 0
-    if kind == "kda":
-        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the KDA conv state")
-        kda = model.get_int(Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
-        d_inner = head_count[0] * kda
-        return 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner, kda * kda * head_count[0]
-    if kind == "lightning":
-        return 0, k_width * k_width * head_count[0]
-    what = "gated delta net" if kind == "gdn" else "Mamba"
-    d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for=f"the {what} conv state")
-    d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for=f"the {what} state")
-    d_state = model.get_int(Keys.SSM_STATE_SIZE, required_for=f"the {what} state")
-    # Mamba-1 (mamba, jamba) has no groups; the others' loaders require the key
-    group_required = None if model.architecture in ("mamba", "jamba") else f"the {what} conv state"
-    n_group = model.get_int(Keys.SSM_GROUP_COUNT, 0, required_for=group_required)
-    return (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 
 
 def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
@@ -572,21 +532,11 @@ def _check_ple_kernel_type(model, layer):
                                     "f32, f16 or bf16")
 
 
-def _state_rows(settings):
-    """Rows of each recurrent layer's r and s state: one per sequence, times 1 + n_rs_seq snapshots
-    (llama_memory_recurrent: mem_size * (1 + n_rs_seq); n_rs_seq is the draft's n_max with MTP drafting)."""
-    return max(1, settings.n_seq) * (1 + settings.rs_seq)
-
-
 def _indexer_row(shape, il, settings):
     """Bytes of one cell of a layer's DSA indexer cache: one head of indexer width (llama_kv_cache_dsa
     overrides only the full-attention head width, so a sliding-window layer marked indexing would get
     its own key width: dots3note)."""
     return row_bytes(settings.ctk, shape.k_width[il] if shape.is_swa[il] else shape.indexer_width)
-
-
-def _recurrent_layers(shape):
-    return [il for il in range(shape.trunk_layers) if shape.is_recurrent[il]]
 
 
 def _indexer_v_row(shape, settings):
