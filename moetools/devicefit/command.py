@@ -17,6 +17,7 @@ import click
 from moetools import helptext
 from moetools.devicefit import core, devices, upstream
 from moetools.devicefit import draft as draftmod
+import moetools.devicefit.launch as launchmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import BORROWED_KV_ARCHES, CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
@@ -165,7 +166,7 @@ def emit_text(kind, doc, launch, settings):
         return "# unfittable: no division of this card holds the model\n"
     for name, value in env.items():
         lines.append(f"unset {name}" if value is None else f"export {name}={shlex.quote(str(value))}")
-    lines.append("# then: llama-server " + shlex.join(core.server_args(doc["model"], doc["context"], settings)))
+    lines.append("# then: llama-server " + shlex.join(launchmod.server_args(doc["model"], doc["context"], settings)))
     return "\n".join(lines) + "\n"
 
 
@@ -179,7 +180,7 @@ def emit_doc(kind, doc, launch, settings):
     env = launch["env"]
     if not env:
         return {"env": {}, "command": [], "note": "unfittable: no division of this card holds the model"}
-    return {"env": dict(env), "command": ["llama-server"] + core.server_args(doc["model"], doc["context"], settings),
+    return {"env": dict(env), "command": ["llama-server"] + launchmod.server_args(doc["model"], doc["context"], settings),
             "note": ""}
 
 
@@ -283,7 +284,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         raise UsageError("this model's per-layer bytes are unknown")
     cpu = devices.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     result = upstream.plan(facts, offload, cpu, options)
-    doc = upstream.result_doc(result, facts, model_path, core.kv_flags(options.kv))
+    doc = upstream.result_doc(result, facts, model_path, launchmod.kv_flags(options.kv))
     # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
     # reserve (margin 0), not the modelled buffer
     doc["reserve_source"] = "compute+margin" if options.reserve is None else "--reserve"
@@ -331,7 +332,7 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
     if fallback is not None and fallback.chosen is not None:
         chosen = fallback.chosen
         answer["upstream_tok_s"] = round(chosen.tok_s, 4)
-        answer["upstream_args"] = upstream.server_args(facts.path, fallback, core.kv_flags(options.kv))
+        answer["upstream_args"] = upstream.server_args(facts.path, fallback, launchmod.kv_flags(options.kv))
         experts_on_cpu = any(device == upstream.CPU for parts in chosen.placement.expert_device.values()
                              for device in parts.values())
         parts.append(f"upstream llama.cpp fits this card{' with CPU experts' if experts_on_cpu else ''} (-ngl {chosen.placement.ngl}"
@@ -409,7 +410,7 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     coverage, coverage_warnings = core.coverage_model(inputs.curve, inputs.coverage_policy, facts, inputs.coverage_label)
     warnings += coverage_warnings
     result, context_rows = core.fit_trade_off(facts, tiers, inputs.options, coverage, inputs.observations)
-    launch = {"llama": core.llama_launch(result), "env": core.env_launch(result, inputs.plan_path, inputs.capture_path)}
+    launch = {"llama": launchmod.llama_launch(result), "env": launchmod.env_launch(result, inputs.plan_path, inputs.capture_path)}
     doc = core.to_doc(result, launch)
     doc["runtime"] = "fork"
     doc["contexts"] = context_rows
@@ -752,7 +753,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
         else:
             from moetools.formats.plan import update_plan_locked
 
-            host, device, tier = core.plan_budget(result)
+            host, device, tier = launchmod.plan_budget(result)
             if not result.host:
                 warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
             # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
@@ -760,7 +761,7 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             # lock: trace-tail --follow may be rewriting the pins at this moment.
             update_plan_locked(plan_path, "device-fit", on_wait=warn,
                                changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
-                                        "cache_device": core.plan_cache_device(result)})
+                                        "cache_device": launchmod.plan_cache_device(result)})
             doc["plan"] = os.path.abspath(plan_path)
     if emit and json_flag:
         print_json(emit_doc(emit, doc, launch, options.kv))

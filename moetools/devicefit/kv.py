@@ -15,7 +15,7 @@ The rules, in short:
   LFM2 short convolutions n_embd x (l_cache - 1); Kimi KDA 3 x (d_conv - 1) x n_head x kda_head_dim and
   kda_head_dim^2 x n_head; Mamba/Mamba-2 and gated delta nets (d_conv - 1) x (d_inner + 2 n_group
   d_state) and d_state x d_inner. Which layers are recurrent and which attend comes from each hybrid's
-  loader and llama_model::create_memory's layer filters (RECURRENT_RULES below).
+  loader and llama_model::create_memory's layer filters (RECURRENT_RULES in memory/archsets.py).
 - layers past `n_layer_kv_from_start` (gemma3n, gemma4 `shared_kv_layers`) reuse an earlier layer's
   cache and hold none; NextN/MTP blocks hold none in the main context (except where a hybrid's filter
   keeps them).
@@ -27,95 +27,23 @@ The rules, in short:
 
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import GGUFError, UsageError
-from moetools.gguf.constants import GGML_TYPE_IDS, GGML_TYPES, Keys
+from moetools.gguf.constants import GGML_TYPES, Keys
 from moetools.gguf.header import LazyArray
+from moetools.devicefit.memory.cells import (  # noqa: F401  (re-exported)
+    CACHE_TYPES, PAD, F32_BYTES, KVCache, KVSettings, cache_type, holds_kv, n_ubatch, pad, row_bytes,
+)
+from moetools.devicefit.memory.dsv4 import (  # noqa: F401  (re-exported)
+    DSV4_CSA, DSV4_HCA, DSV4_STATES, NEXTN_PROBE, _dsv4_caches, _dsv4_cells, _dsv4_layers, _dsv4_per_layer,
+    _dsv4_ratios, _dsv4_row, _dsv4_state_layers, _dsv4_state_tensor, _dsv4_trunk,
+)
+from moetools.devicefit.memory.recurrent import _gdn_layers, _recurrent_layers, _recurrent_state, _state_rows  # noqa: F401
+from moetools.devicefit.memory.archsets import (  # noqa: F401  (re-exported: compute.py, command.py and tests import them from kv)
+    SWA_RULES, BORROWED_KV_ARCHES, FIXED_SWA, KDA_ARCHES, LIGHTNING_ARCHES, GDN_ARCHES, RECURRENT_RULES, HYBRID_ARCHES,
+    DSA_ARCHES, MSA_ARCHES, UNSUPPORTED, NO_MEMORY, KNOWN_ARCHES, FLASH_ATTN_FORCED_OFF, RS_ROLLBACK_ARCHES,
+)
 
-CACHE_TYPES = ("f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "f32")
-PAD = 256  # llama.cpp pads n_ctx and the SWA cache to 256 cells
-F32_BYTES = 4
 
-# Architectures whose loader sets a sliding window (src/models/*.cpp, load_arch_hparams):
-# arch -> (when, built-in period, dense_first, n_swa default or None if the key is required, type).
-#   when: "always"; "key>0" (only if attention.sliding_window is present and > 0);
-#         "key!=0" (unless the key is present and 0); "array" (the per-layer pattern key is required);
-#         "64 blocks" (exaone4.cpp: only a 64-block trunk, EXAONE-4.0-32B, gets sliding-window layers).
-#   a fixed n_swa (llama4, smallthinker) overrides the key, as those loaders do.
-SWA_RULES = {
-    "gpt-oss": ("always", 2, False, None, "standard"),
-    "gemma2": ("always", 2, False, 4096, "standard"),
-    "gemma3": ("key>0", 6, False, None, "standard"),
-    "cohere2": ("always", 4, False, None, "standard"),
-    "cohere2moe": ("always", 4, True, None, "standard"),
-    "exaone-moe": ("always", 4, False, None, "standard"),
-    "exaone4": ("64 blocks", 4, False, 4096, "standard"),
-    "muse-glimmer": ("always", 4, False, None, "standard"),
-    "olmo2": ("key>0", 4, False, None, "standard"),
-    "afmoe": ("key>0", 4, False, None, "standard"),
-    "mellum": ("key>0", 4, False, None, "standard"),
-    "laguna": ("key>0", 4, True, None, "standard"),
-    "plamo3": ("key>0", 8, False, None, "standard"),
-    "llama4": ("key!=0", 4, False, 8192, "chunked"),
-    "gemma3n": ("always", 5, False, None, "standard"),
-    "gemma4": ("array", 0, False, None, "standard"),
-    "smallthinker": ("key>0", 4, True, 4096, "standard"),
-    "mimo2": ("array", 0, False, None, "standard"),
-    "maple": ("array", 0, False, None, "standard"),
-    "granite_swa": ("array", 0, False, None, "standard"),
-    "step35": ("array", 0, False, None, "standard"),
-    "spark2_5": ("array", 0, False, None, "standard"),
-    "lfm2": ("key>0", 0, False, None, "standard"),  # every attention layer slides (lfm2.cpp: is_swa = !is_recr)
-    "dots3note": ("array", 0, False, None, "standard"),
-    "gemma4-assistant": ("array", 0, False, None, "standard"),
-}
-# Drafts whose every layer reads the target context's KV instead of its own (gemma4-assistant.cpp with
-# create_memory's share callback over ctx_other: sliding-window layers the target's last-but-one layer,
-# full layers its last). Their caches are listed with the cells they attend to and no bytes: llama.cpp
-# allocates them no KV buffer (its size lines count the borrowed layers).
-BORROWED_KV_ARCHES = ("gemma4-assistant",)
-FIXED_SWA = {"llama4": 8192, "smallthinker": 4096}
-
-# Hybrid models whose recurrent layers are the Kimi Delta Attention ones (head_count_kv 0).
-KDA_ARCHES = ("kimi-k3", "kimi-linear", "bailingmoe3")
-# Hybrids whose recurrent layers are lightning (linear) attention (minimax-01.cpp): `attention.recurrent_layers`,
-# else all but every `full_attention_interval`-th (default 8); state n_embd_s = head_k^2 x n_head (llama_hparams
-# n_embd_head_la), no conv state (n_embd_r falls through to the Mamba formula without ssm keys: 0).
-LIGHTNING_ARCHES = ("minimax-01",)
-# Hybrid models whose recurrent layers are gated delta nets: `attention.recurrent_layers`, else every
-# layer but each `full_attention_interval`-th (default 4) of the trunk (src/models/qwen3next.cpp, qwen35moe.cpp, qwen35.cpp,
-# qwen4exp.cpp).
-GDN_ARCHES = ("qwen3next", "qwen35", "qwen35moe", "qwen4exp")
-# Recurrent and hybrid architectures sized from their loaders (src/models/*.cpp load_arch_hparams) and
-# llama_model::create_memory's filters: arch -> (state kind, which trunk layers are recurrent, which
-# layers attend).
-#   recurrent: "all" every trunk layer; "hkv0" head_count_kv 0; "hkv0_ff0" head_count_kv 0 and
-#              feed_forward_length 0 (Nemotron-H: the MoE/MLP layers are neither).
-#   attention: "none"; "not_recurrent" every other block, NextN included (the hybrid's default filter);
-#              "all" every block (Falcon-H1 runs both in each layer); "ff0" not recurrent and
-#              feed_forward_length 0 (Nemotron-H).
-RECURRENT_RULES = {
-    "mamba": ("mamba", "all", "none"),
-    "mamba2": ("mamba", "all", "none"),
-    "rwkv6": ("rwkv", "all", "none"),
-    "rwkv6qwen2": ("rwkv", "all", "none"),
-    "rwkv7": ("rwkv", "all", "none"),
-    "arwkv7": ("rwkv", "all", "none"),
-    "jamba": ("mamba", "hkv0", "not_recurrent"),
-    "granitehybrid": ("mamba", "hkv0", "not_recurrent"),
-    "plamo2": ("mamba", "hkv0", "not_recurrent"),
-    "falcon-h1": ("mamba", "all", "all"),
-    "nemotron_h": ("mamba", "hkv0_ff0", "ff0"),
-    "nemotron_h_moe": ("mamba", "hkv0_ff0", "ff0"),
-    "lfm2": ("shortconv", "hkv0", "not_recurrent"),
-    "lfm2moe": ("shortconv", "hkv0", "not_recurrent"),
-}
-HYBRID_ARCHES = KDA_ARCHES + GDN_ARCHES + LIGHTNING_ARCHES + tuple(arch for arch, rule in RECURRENT_RULES.items() if rule[2] != "none")
-# DSA sparse attention: an extra indexer K cache (src/llama-kv-cache-dsa.cpp).
-DSA_ARCHES = ("deepseek32", "glm-dsa", "dots3note", "hy_v4", "glm5-next")
 INDEXER_TOP_K = "{arch}.attention.indexer.top_k"
-# MiniMax Sparse Attention (src/llama-kv-cache-msa.cpp): a second llama_kv_cache over the blocks past
-# leading_dense_block_count with one head whose K is indexer.key_length wide and whose V keeps the
-# model's value head width (hparams copied, only n_embd_head_k_full replaced), in the cache types.
-MSA_ARCHES = ("minimax-m3",)
 INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
 INDEXER_TYPES = "{arch}.attention.indexer.types"
 SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"
@@ -123,50 +51,6 @@ GEMMA3N_KV_LAYERS = 20  # llama_model_gemma3n: n_layer_kv_from_start
 # glm-dsa's built-in indexer pattern for GLM-5.2 checkpoints (n_ctx_train >= 1M) without indexer.types:
 # the first two layers, then every fourth from layer 2, for 78 layers (src/models/glm-dsa.cpp).
 GLM_DSA_DEFAULT_LAYERS = 78
-# Architectures llama.cpp runs whose memory this module does not model: refuse, never guess. Each names
-# the memory llama.cpp builds for it that device-fit has no formula for.
-UNSUPPORTED = {
-    "gemma-embedding": "no KV cache (an embedding model device-fit does not plan)",
-    "modern-bert": "no KV cache (an encoder device-fit does not plan)",
-}
-# llama_model::create_memory gives these no memory at all (encoders, diffusion models): device-fit
-# plans autoregressive serving and refuses them.
-NO_MEMORY = ("bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert", "eurobert",
-             "wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1")
-# Every architecture name llama.cpp 0c1e570 knows (src/llama-arch.cpp LLM_ARCH_NAMES, less clip): any
-# other is refused, as llama.cpp's loader refuses it ("unknown model architecture").
-KNOWN_ARCHES = frozenset("""
-llama llama4 deci falcon grok gpt2 gptj gptneox mpt baichuan starcoder refact bert modern-bert nomic-bert
-nomic-bert-moe neo-bert jina-bert-v2 jina-bert-v3 eurobert bloom stablelm qwen qwen2 qwen2moe qwen2vl qwen3
-qwen3moe qwen3next qwen3vl qwen3vlmoe qwen35 qwen35moe qwen4exp phi2 phi3 phimoe plamo plamo2 plamo3 codeshell
-orion internlm2 minicpm minicpm3 gemma gemma2 gemma3 gemma3n gemma4 gemma4-assistant gemma-embedding starcoder2
-mamba mamba2 maple jamba falcon-h1 xverse command-r cohere2 cohere2moe dbrx olmo olmo2 olmoe muse-glimmer
-openelm arctic deepseek deepseek2 deepseek2-ocr deepseek32 deepseek4 chatglm glm4 glm4moe glm-dsa bitnet t5
-t5encoder jais jais2 nemotron nemotron_h nemotron_h_moe exaone exaone4 exaone-moe rwkv6 rwkv6qwen2 rwkv7 arwkv7
-granite granitemoe granitehybrid graniteswitch granite_swa chameleon wavtokenizer-dec plm bailingmoe bailingmoe2
-bailingmoe3 dots1 dots3note arcee afmoe laguna ernie4_5 ernie4_5-moe hunyuan-moe hunyuan-dense hunyuan_vl hy_v3
-hy_v4 smollm3 gpt-oss lfm2 lfm2moe dream smallthinker llada llada-moe seed_oss grovemoe apertus minimax-01
-hrm_text minimax-m2 minimax-m3 cogvlm rnd1 pangu-embedded mistral3 eagle3 dflash mistral4 paddleocr mimo2 step35
-spark2_5 llama-embed maincoder kimi-linear kimi-k3 glm5-next talkie mellum nanbeige qwen3tts pockettts
-""".split())
-
-
-def pad(value, to=PAD):
-    return -(-value // to) * to
-
-
-def cache_type(name, option="--ctk"):
-    """(values per block, bytes per block) of a KV cache type name. Raises UsageError."""
-    if name not in CACHE_TYPES:
-        raise UsageError(f"{option} {name!r} is not a KV cache type (one of {', '.join(CACHE_TYPES)})")
-    _, block, block_bytes = GGML_TYPES[GGML_TYPE_IDS[name]]
-    return block, block_bytes
-
-
-def row_bytes(type_name, width):
-    """ggml's row size: bytes of `width` values of a cache type (width must divide into blocks)."""
-    block, block_bytes = cache_type(type_name)
-    return width // block * block_bytes
 
 
 class KVShape(Record):
@@ -256,21 +140,6 @@ def _swa_layers(model, arch, trunk, n_layer):
     return flags, window, swa_type
 
 
-def _gdn_layers(model, trunk, n_layer, default_interval=4):
-    key = model.key("{arch}.attention.recurrent_layers")
-    raw = model.metadata.get(key)
-    if isinstance(raw, LazyArray):
-        raw = raw.load()
-    if isinstance(raw, list):
-        if len(raw) != n_layer:
-            raise GGUFError(model.path, f"recurrent-layer array has {len(raw)} entries for {n_layer} blocks", key=key)
-        return [bool(value) for value in raw]
-    interval = model.get_int("{arch}.full_attention_interval", default_interval)
-    if interval == 0:
-        raise GGUFError(model.path, "full_attention_interval 0 is not a layer period", key=model.key("{arch}.full_attention_interval"))
-    return [il < trunk and (il + 1) % interval != 0 for il in range(n_layer)]
-
-
 def _int_array(model, template, n_layer, default):
     """A per-layer key read like llama.cpp's get_key_or_arr: an array (at least n_layer long) or a scalar."""
     key = model.key(template)
@@ -286,32 +155,6 @@ def _int_array(model, template, n_layer, default):
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise GGUFError(model.path, f"{raw!r} is not a whole number", key=key)
     return [raw] * n_layer
-
-
-def _recurrent_state(model, kind, n_embd, head_count, k_width=0):
-    """(n_embd_r, n_embd_s) of llama_hparams for a recurrent kind, from the keys its loader reads."""
-    if kind == "rwkv":
-        head_size = model.get_int("{arch}.wkv.head_size", required_for="the RWKV state")
-        shift = model.get_int("{arch}.token_shift_count", 2)
-        return shift * n_embd, n_embd * head_size
-    if kind == "shortconv":
-        l_cache = model.get_int("{arch}.shortconv.l_cache", required_for="the short-convolution state")
-        return n_embd * max(l_cache - 1, 0), 0
-    if kind == "kda":
-        d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for="the KDA conv state")
-        kda = model.get_int(Keys.KDA_HEAD_DIM, required_for="the KDA recurrent state")
-        d_inner = head_count[0] * kda
-        return 3 * (d_conv - 1 if d_conv > 0 else 3) * d_inner, kda * kda * head_count[0]
-    if kind == "lightning":
-        return 0, k_width * k_width * head_count[0]
-    what = "gated delta net" if kind == "gdn" else "Mamba"
-    d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for=f"the {what} conv state")
-    d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for=f"the {what} state")
-    d_state = model.get_int(Keys.SSM_STATE_SIZE, required_for=f"the {what} state")
-    # Mamba-1 (mamba, jamba) has no groups; the others' loaders require the key
-    group_required = None if model.architecture in ("mamba", "jamba") else f"the {what} conv state"
-    n_group = model.get_int(Keys.SSM_GROUP_COUNT, 0, required_for=group_required)
-    return (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 
 
 def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
@@ -397,39 +240,6 @@ def _indexer_layers(model, arch, trunk, n_layer):
         full += [0] * (trunk - len(full))
     full = _int_array(model, INDEXER_TYPES, trunk, full)
     return [il < trunk and bool(full[il]) for il in range(n_layer)]
-
-
-# llama_kv_cache_dsv4 (src/llama-kv-cache-dsv4.cpp): the compression ratios its loader accepts and the
-# compressor state each keeps per layer and sequence: (ratio, state rows, state width in K head widths or
-# "indexer" widths). CSA and the lightning indexer overlap two blocks of 4 (8 rows, twice the width).
-DSV4_CSA, DSV4_HCA = 4, 128
-DSV4_STATES = (("csa", DSV4_CSA, 2 * DSV4_CSA, 2, False), ("hca", DSV4_HCA, DSV4_HCA, 1, False),
-               ("indexer", DSV4_CSA, 2 * DSV4_CSA, 2, True))
-NEXTN_PROBE = "blk.{}.nextn.eh_proj.weight"
-
-
-def _dsv4_trunk(model, n_layer, nextn):
-    """llama_model_deepseek4::load_arch_hparams: NextN layers count only when the first one's eh_proj is in
-    the file (a conversion without the MTP tensors keeps the key); the trunk is the rest."""
-    if 0 < nextn < n_layer and NEXTN_PROBE.format(n_layer - nextn) in model.tensor_by_name:
-        return n_layer - nextn
-    return n_layer
-
-
-def _dsv4_ratios(model, n_layer):
-    key = model.key("{arch}.attention.compress_ratios")
-    raw = model.metadata.get(key)
-    if isinstance(raw, LazyArray):
-        raw = raw.load()
-    if not isinstance(raw, list):
-        raise GGUFError(model.path, "missing metadata key needed for DeepSeek-V4's compressed caches (which layers "
-                                    "compress by 4 or 128)", key=key)
-    if len(raw) < n_layer:
-        raise GGUFError(model.path, f"compress_ratios has {len(raw)} entries for {n_layer} blocks (llama.cpp refuses it)", key=key)
-    ratios = [int(value) for value in raw[:n_layer]]
-    if any(ratio not in (0, DSV4_CSA, DSV4_HCA) for ratio in ratios):
-        raise GGUFError(model.path, "DeepSeek-V4 compression ratios other than 0, 4 and 128 (llama.cpp refuses them)", key=key)
-    return ratios
 
 
 def kv_shape(model):
@@ -581,45 +391,6 @@ def kv_shape(model):
     )
 
 
-def holds_kv(shape, il):
-    """Whether block `il` has its own attention cache (not recurrent, not filtered, not shared, rows > 0)."""
-    if not shape.head_count_kv[il]:
-        return False
-    if shape.has_kv:
-        return shape.has_kv[il]  # Falcon-H1 layers are recurrent and attend
-    return il < shape.kv_layers and not shape.is_recurrent[il]
-
-
-class KVSettings(Record):
-    """The llama.cpp context parameters that size the KV cache."""
-
-    FIELDS = (
-        ("ctk", "f16"),
-        ("ctv", "f16"),
-        ("ubatch", 512),
-        ("batch", 2048),
-        ("n_seq", 1),  # --parallel
-        ("unified", False),  # --kv-unified
-        ("swa_full", False),
-        ("flash_attn", True),
-        ("rs_seq", 0),  # n_rs_seq: recurrent-state snapshots per row for rollback (-spec-draft-n-max with draft-mtp)
-        # n_outputs_max: rows the context outputs (sizes its logits; 0: the batch, llama.cpp's default for a
-        # bare context as llama-cli/llama-completion make it; llama-server's: server_outputs)
-        ("outputs", 0),
-        # blocks whose input llama_context keeps as a graph output (cparams.embeddings_layer_inp: the
-        # target_layers of a DFlash draft, llama_set_embeddings_layer_inp): never freed by ggml-alloc
-        ("layer_inputs", ()),
-        # rows the context samples on the backend with a top-k(10) chain per sequence (a DFlash draft's:
-        # common_speculative_impl_draft_dflash's llama_set_sampler, -np x (n_max + 1) rows at reserve)
-        ("sampled_rows", 0),
-    )
-
-
-# architectures llama_init_from_model runs without flash attention whatever -fa says (llama-context.cpp:
-# "flash_attn is not compatible with Grok - forcing off"; grok's softcapped KQ is built outside FA)
-FLASH_ATTN_FORCED_OFF = ("grok",)
-
-
 def force_flash_attn_off(architecture, settings):
     """Turn flash attention off in `settings` where llama.cpp forces it off for this architecture;
     returns the warning to show, or None."""
@@ -640,39 +411,6 @@ def server_outputs(batch, n_seq, n_draft=0):
     (CambrianTech/llama.cpp tools/server/server-context.cpp: server_output_limits, applied in
     server_context_impl::load_model; tests/fork_rules.py fork_server_output_rows)."""
     return min(batch, max(1, n_seq) * (1 + max(0, n_draft)))
-
-
-class KVCache(Record):
-    """One allocation: `kind` full, swa or recurrent; bytes over all streams and layers."""
-
-    FIELDS = (
-        ("kind", REQUIRED),
-        ("cells", REQUIRED),  # cells (recurrent: state rows) per stream
-        ("streams", REQUIRED),
-        ("layers", REQUIRED),
-        ("k_bytes", 0),
-        ("v_bytes", 0),
-        ("r_bytes", 0),
-        ("s_bytes", 0),
-        ("p_bytes", 0),  # qwen4exp's PLE conv history (llama_memory_recurrent's P tensors), in the same buffer
-        ("borrowed", False),  # the layers read another context's cache (KVShape.borrowed): no bytes here
-    )
-
-    @property
-    def total(self):
-        return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes + self.p_bytes
-
-    def to_doc(self):
-        doc = {"kind": self.kind, "cells": self.cells * self.streams, "cells_per_stream": self.cells,
-               "streams": self.streams, "layers": self.layers, "k_bytes": self.k_bytes, "v_bytes": self.v_bytes}
-        if self.kind == "recurrent" or self.kind.endswith("-state"):
-            doc.update(r_bytes=self.r_bytes, s_bytes=self.s_bytes)
-            if self.p_bytes:
-                doc["p_bytes"] = self.p_bytes
-        if self.borrowed:
-            doc["borrowed"] = True
-        doc["bytes"] = self.total
-        return doc
 
 
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h: the most sequences (-np) a llama.cpp context takes
@@ -719,11 +457,6 @@ def check_settings(shape, settings):
                          "(llama.cpp refuses this cache type for this model)")
 
 
-def n_ubatch(settings, ctx):
-    """llama.cpp: n_batch = min(ctx, batch) for causal models, n_ubatch = min(n_batch, ubatch)."""
-    return min(settings.ubatch, settings.batch, ctx)
-
-
 def _cells(shape, ctx, settings):
     """(streams, cells per stream, SWA cells per stream) of a context, as llama_context and
     llama_kv_cache_iswa size them."""
@@ -754,11 +487,6 @@ def _row_bytes_of(shape, il, settings, v_widest):
 def _v_widest(shape, settings):
     # [TAG_V_CACHE_VARIABLE]: a transposed V cache pads every layer to n_embd_v_gqa_max over all blocks
     return max(hkv * width for hkv, width in zip(shape.head_count_kv, shape.v_width)) if not settings.flash_attn else 0
-
-
-# llm_arch_supports_rs_rollback (src/llama-arch.cpp): llama_context clamps n_rs_seq to 0 for the others
-RS_ROLLBACK_ARCHES = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
-                      "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3")
 
 
 def _ple_module(model, n_layer, is_recurrent):
@@ -804,12 +532,6 @@ def _check_ple_kernel_type(model, layer):
                                     "f32, f16 or bf16")
 
 
-def _state_rows(settings):
-    """Rows of each recurrent layer's r and s state: one per sequence, times 1 + n_rs_seq snapshots
-    (llama_memory_recurrent: mem_size * (1 + n_rs_seq); n_rs_seq is the draft's n_max with MTP drafting)."""
-    return max(1, settings.n_seq) * (1 + settings.rs_seq)
-
-
 def _indexer_row(shape, il, settings):
     """Bytes of one cell of a layer's DSA indexer cache: one head of indexer width (llama_kv_cache_dsa
     overrides only the full-attention head width, so a sliding-window layer marked indexing would get
@@ -817,88 +539,6 @@ def _indexer_row(shape, il, settings):
     return row_bytes(settings.ctk, shape.k_width[il] if shape.is_swa[il] else shape.indexer_width)
 
 
-def _recurrent_layers(shape):
-    return [il for il in range(shape.trunk_layers) if shape.is_recurrent[il]]
-
-
-def _dsv4_cells(shape, ctx, settings):
-    """(streams, cells per stream of the raw window cache, of each compressed cache kind) of
-    llama_kv_cache_dsv4: one stream per sequence even with --kv-unified (then each of n_ctx cells), the
-    window cache pad256(min(cells, n_swa + n_ubatch)) (or the whole with swa_full), the compressed ones
-    pad256(ceil(cells / ratio))."""
-    if ctx < 1:
-        raise UsageError("the context must be at least 1 token")
-    n_ctx = pad(ctx)
-    if settings.unified:
-        cells = n_ctx
-    else:
-        if n_ctx // settings.n_seq == 0:
-            raise UsageError(f"--parallel {settings.n_seq} leaves no cells per sequence in a context of {ctx}")
-        cells = pad(n_ctx // settings.n_seq)
-    raw = cells if settings.swa_full else pad(min(cells, shape.n_swa + n_ubatch(settings, ctx)))
-    compressed = {"csa": pad(max(1, -(-cells // DSV4_CSA))), "hca": pad(max(1, -(-cells // DSV4_HCA)))}
-    compressed["indexer"] = compressed["csa"]
-    return settings.n_seq, raw, compressed
-
-
-def _dsv4_layers(shape, kind):
-    ratio = DSV4_HCA if kind == "hca" else DSV4_CSA
-    return [il for il, value in enumerate(shape.compress_ratios) if value == ratio]
-
-
-def _dsv4_row(shape, kind, settings):
-    """Bytes of one cell of a DSV4 K-only cache (the indexer's one head of indexer width)."""
-    width = shape.indexer_width if kind == "indexer" else shape.head_count_kv[0] * shape.k_width[0]
-    return row_bytes(settings.ctk, width)
-
-
-def _dsv4_state_tensor(shape, rows, width_heads, indexer, settings):
-    """f32 bytes of one layer's compressor kv (or score) tensor over every sequence's planes
-    (llama_dsv4_comp_state: n_seq x (1 + n_rs_seq) planes of rows x width)."""
-    width = width_heads * (shape.indexer_width if indexer else shape.k_width[0])
-    return F32_BYTES * width * rows * settings.n_seq * (1 + settings.rs_seq)
-
-
-def _dsv4_state_layers(shape, ratio):
-    """Layers with a compressor state: the trunk's of that ratio (llama_dsv4_comp_state filters on
-    model.hparams.n_layer(), unlike the caches)."""
-    return [il for il in _dsv4_layers(shape, "hca" if ratio == DSV4_HCA else "csa") if il < shape.trunk_layers]
-
-
-def _dsv4_caches(shape, ctx, settings):
-    streams, raw_cells, compressed = _dsv4_cells(shape, ctx, settings)
-    layers = [il for il in range(shape.block_count) if holds_kv(shape, il)]
-    raw = KVCache("swa", raw_cells, streams, len(layers),
-                  k_bytes=sum(row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il]) for il in layers) * raw_cells * streams)
-    result = [raw] if layers else []
-    for kind in ("csa", "hca", "indexer"):
-        compressed_layers = _dsv4_layers(shape, kind)
-        if compressed_layers:
-            result.append(KVCache(kind, compressed[kind], streams, len(compressed_layers),
-                                  k_bytes=len(compressed_layers) * _dsv4_row(shape, kind, settings) * compressed[kind] * streams))
-    for name, ratio, rows, width_heads, indexer in DSV4_STATES:
-        # the compressor states cover the trunk only (model.hparams.n_layer())
-        state_layers = _dsv4_state_layers(shape, ratio)
-        if state_layers:
-            tensor = _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
-            result.append(KVCache(f"{name}-state", rows * (1 + settings.rs_seq), streams, len(state_layers),
-                                  r_bytes=tensor * len(state_layers), s_bytes=tensor * len(state_layers)))
-    return result
-
-
-def _dsv4_per_layer(shape, ctx, settings):
-    result = [0] * shape.block_count
-    streams, raw_cells, compressed = _dsv4_cells(shape, ctx, settings)
-    for il in range(shape.block_count):
-        if holds_kv(shape, il):
-            result[il] += row_bytes(settings.ctk, shape.head_count_kv[il] * shape.k_width[il]) * raw_cells * streams
-    for kind in ("csa", "hca", "indexer"):
-        for il in _dsv4_layers(shape, kind):
-            result[il] += _dsv4_row(shape, kind, settings) * compressed[kind] * streams
-    for _, ratio, rows, width_heads, indexer in DSV4_STATES:
-        for il in _dsv4_state_layers(shape, ratio):
-            result[il] += 2 * _dsv4_state_tensor(shape, rows, width_heads, indexer, settings)
-    return result
 def _indexer_v_row(shape, settings):
     """Bytes of one cell of an MSA indexer layer's V (0 for DSA, whose indexer caches K only)."""
     return row_bytes(settings.ctv, shape.indexer_v_width) if shape.indexer_v_width else 0
