@@ -168,33 +168,60 @@ def _slices_for(model, bank, layout, type_id, first, count):
     return out
 
 
-def _write_tier_bank(model, folder, view, bank, layout, type_id, batch_bytes, bar):
-    """Write one (layer, tier) bank atomically, then its sidecar. Returns (bytes read, bytes written)."""
-    import xxhash
-
+def _tier_batches(model, view, bank, layout, type_id, batch_bytes):
+    """Build the records of one (layer, tier) bank in batches: yields (first, count, records view,
+    source bytes read), the view reused from batch to batch."""
     record_bytes, n_expert = view.record_bytes, view.experts_per_layer
     batch = _batch_records(record_bytes, batch_bytes, n_expert)
     buffer = bytearray(batch * record_bytes)
+    stride = sum(source.stride for source in {s.tensor.name: s for s in bank.sources}.values())
+    for first in range(0, n_expert, batch):
+        count = min(batch, n_expert - first)
+        records = memoryview(buffer)[:count * record_bytes]
+        records[:] = bytes(len(records))
+        for piece, parts in _slices_for(model, bank, layout, type_id, first, count):
+            for index, part in enumerate(parts):
+                base = index * record_bytes + piece.offset
+                records[base:base + len(part)] = part
+        for index in range(count):
+            layout.header(first + index, record_bytes).pack_into(records, index * record_bytes)
+        yield first, count, records, stride * count
+
+
+def _source_matches_sidecar(model, view, bank, layout, type_id, batch_bytes, digests):
+    """True when the records built from the source now hash to the sidecar's `digests` (the bank on
+    disk holds what the source encodes to). Returns (match, bytes read)."""
+    import xxhash
+
+    read = 0
+    for first, count, records, bank_read in _tier_batches(model, view, bank, layout, type_id, batch_bytes):
+        read += bank_read
+        for index in range(count):
+            record = records[index * view.record_bytes:(index + 1) * view.record_bytes]
+            if xxhash.xxh3_64_intdigest(record) != digests[first + index]:
+                return False, read
+    return True, read
+
+
+def _write_tier_bank(model, folder, view, bank, layout, type_id, batch_bytes, bar):
+    """Write one (layer, tier) bank atomically (temporary name, fsync, rename), then its sidecar.
+    Returns (bytes read, bytes written)."""
+    import xxhash
+
+    record_bytes = view.record_bytes
     digests, read, written = [], 0, 0
     with atomic.atomic_write(os.path.join(folder, view.bank_file(layout.layer)), "wb") as handle:
         fd = handle.fileno()
-        for first in range(0, n_expert, batch):
-            count = min(batch, n_expert - first)
-            view_bytes = memoryview(buffer)[:count * record_bytes]
-            view_bytes[:] = bytes(len(view_bytes))
-            for piece, parts in _slices_for(model, bank, layout, type_id, first, count):
-                for index, part in enumerate(parts):
-                    base = index * record_bytes + piece.offset
-                    view_bytes[base:base + len(part)] = part
-            for index in range(count):
-                layout.header(first + index, record_bytes).pack_into(view_bytes, index * record_bytes)
-                digests.append(xxhash.xxh3_64_intdigest(view_bytes[index * record_bytes:(index + 1) * record_bytes]))
-            _write_all(fd, view_bytes)
+        for _, count, records, bank_read in _tier_batches(model, view, bank, layout, type_id, batch_bytes):
+            digests += [xxhash.xxh3_64_intdigest(records[index * record_bytes:(index + 1) * record_bytes])
+                        for index in range(count)]
+            _write_all(fd, records)
             advise(fd, written, count * record_bytes, "DONTNEED")
-            read += sum(source.stride for source in {s.tensor.name: s for s in bank.sources}.values()) * count
+            read += bank_read
             written += count * record_bytes
             bar.update(count * record_bytes)
         os.fsync(fd)
+    # a bank under its final name without a sidecar is simply rewritten by the next run
     sums = fmt.Checksums(layout.layer, record_bytes, view.fingerprint, digests)
     atomic.write_bytes(os.path.join(folder, view.checksum_file(layout.layer)), sums.pack())
     return read, written
@@ -202,8 +229,10 @@ def _write_tier_bank(model, folder, view, bank, layout, type_id, batch_bytes, ba
 
 def encode_tiered(model, folder, plan, *, force=False, batch_bytes=DEFAULT_BATCH_BYTES, bar=None):
     """Encode `plan` (plan_tiered) into `folder`: every (layer, tier) bank, then the v2 manifest.
-    Resumable: a bank is kept when its records check out against its sidecar and the manifest there
-    records the same tiers and source tensors; otherwise it is rewritten."""
+    Resumable as core.encode_container: a bank is kept when its records check out against its sidecar
+    and its source is unchanged: the manifest there records the same ladder and source tensors, or
+    else (no manifest yet: an interrupted first run) the records built from the source hash to the
+    sidecar's digests. Otherwise it is rewritten."""
     started = time.monotonic()
     manifest = plan.manifest
     folder = os.fspath(folder)
@@ -218,8 +247,11 @@ def encode_tiered(model, folder, plan, *, force=False, batch_bytes=DEFAULT_BATCH
         for bank, layout in zip(plan.banks, view.banks):
             name = f"L{layout.layer}-T{tier}"
             sums = _matching_sidecar(folder, view, layout)
-            if sums is not None and recorded.get(layout.layer) == manifest.bank_sources.get(layout.layer) and \
-                    scan_bank(folder, view, layout, checksums=sums, batch_bytes=batch_bytes, limit=1).count == 0:
+            keep = sums is not None
+            if keep and recorded.get(layout.layer) != manifest.bank_sources.get(layout.layer):
+                keep, bank_read = _source_matches_sidecar(model, view, bank, layout, type_id, batch_bytes, sums.digests)
+                read += bank_read
+            if keep and scan_bank(folder, view, layout, checksums=sums, batch_bytes=batch_bytes, limit=1).count == 0:
                 skipped.append(name)
                 bar.update(view.bank_bytes)
                 continue
