@@ -140,6 +140,20 @@ def test_rerun_keeps_every_bank_and_rewrites_a_damaged_one(model, encoded, tmp_p
     assert (folder / "experts-L1-T2.bin").read_bytes() == before
 
 
+def test_another_ladder_rewrites_what_changed_and_drops_the_rest(model, encoded, tmp_path):
+    folder = copy_of(encoded, tmp_path)
+    doc = json.loads(run("container-encode", model, "-o", folder, "--tiers", "Q8_0,Q4_1", "--banks", "ordinal", "--json").stdout)
+    assert sorted(doc["banks_written"]) == sorted(f"L{n}-T1" for n in range(4))  # tier 0 is unchanged: kept
+    assert len(doc["banks_skipped"]) == 4
+    assert [t["quant"] for t in manifest_doc(folder)["tiers"]] == ["Q8_0", "Q4_1"]
+    assert not [name for name in os.listdir(folder) if "-T2." in name]  # the dropped tier's banks are gone
+    assert run("container-verify", folder).exit_code == 0
+    assert fork_rules.daemon_reads_tiered(folder) is None
+    # the same model encoded as v1 into it: the v1 banks, the v2 ones gone only when v2 is written again
+    assert run("container-encode", model, "-o", folder, "--banks", "ordinal").exit_code == 0
+    assert manifest_doc(folder)["version"] == 1 and run("container-verify", folder).exit_code == 0
+
+
 def test_an_interrupted_encode_leaves_no_partial_bank(model, tmp_path, monkeypatch):
     folder = tmp_path / "c"
     calls = []

@@ -260,7 +260,21 @@ def encode_tiered(model, folder, plan, *, force=False, batch_bytes=DEFAULT_BATCH
             written += bank_written
             written_banks.append(name)
     fmt.write_manifest(folder, manifest)
+    _remove_orphans(folder, manifest)
     return TieredEncodeResult(folder, manifest, written_banks, skipped, read, written, time.monotonic() - started, plan.notes)
+
+
+def _remove_orphans(folder, manifest):
+    """Remove the bank and sidecar files the new manifest no longer lists (a previous encode's v1
+    banks, or tiers of a longer ladder): once the manifest is replaced nothing reads them, and a
+    stale experts-L{N}.bin beside a v2 container would still be opened by a v1-only reader."""
+    listed = {fmt.MANIFEST_NAME}
+    for tier in range(len(manifest.tiers)):
+        view = manifest.tier_view(tier)
+        listed |= {name for layer in view.layers for name in (view.bank_file(layer), view.checksum_file(layer))}
+    for name in os.listdir(folder):
+        if fmt.is_container_file(name) and not name.startswith(".") and name not in listed:
+            os.unlink(os.path.join(folder, name))
 
 
 # --- verify ------------------------------------------------------------------------------------
