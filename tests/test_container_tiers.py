@@ -270,3 +270,33 @@ def test_a_v1_container_has_one_tier(model, tmp_path):
     assert run("container-read", tmp_path / "c", "--layer", 0, "--expert", 0, "--tier", 0, "--json").exit_code == 0
     write_plan(tmp_path / "plan.json", [{"layer": 0, "expert": 1, "tier": 1}])
     assert run("container-verify", tmp_path / "c", "--plan", tmp_path / "plan.json").exit_code == 2
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda doc: doc.update(tiers="Q8_0"), '"tiers" of a version-2 container manifest must be a list'),
+    (lambda doc: doc["tiers"][1].update(record_bytes=65536 + 512), "tiers[1] record_bytes 66048 is not a multiple of 4096"),
+    (lambda doc: doc.update(version=3), "container version 3 is newer than this moetools reads (2)"),
+])
+def test_other_manifests_the_daemon_refuses(encoded, tmp_path, change, said):
+    """expert_container.rs ExpertContainer::open refuses these too (RecordMisaligned, ManifestVersion)."""
+    folder = copy_of(encoded, tmp_path)
+    doc = manifest_doc(folder)
+    change(doc)
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    result = run("container-verify", folder)
+    assert result.exit_code == 2
+    assert said in result.output and "manifest.json" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_v2_manifest_without_tiers_is_one_tier(encoded, tmp_path):
+    """expert_container.rs effective_tiers(): an empty or absent `tiers` is one tier {0, fmt,
+    record_bytes}, and a version-2 reader still names its banks experts-L{n}-T0.bin."""
+    folder = copy_of(encoded, tmp_path)
+    doc = manifest_doc(folder)
+    del doc["tiers"]
+    (folder / "manifest.json").write_text(json.dumps(doc))
+    assert fork_rules.daemon_reads_tiered(folder) is None
+    manifest = fmt.read_manifest(folder)
+    assert manifest.tier_labels == ["q8_0"] and manifest.bank_file(1) == "experts-L1-T0.bin"
+    result = run("container-verify", folder, "--json")
+    assert result.exit_code == 0, result.output

@@ -569,10 +569,16 @@ def read_manifest(folder_or_file):
 
 def _tier_docs(doc, path):
     """A v2 manifest's `tiers` rows, checked as expert_container.rs ExpertContainer::open checks them:
-    a non-empty list, id == index, record_bytes a positive multiple of 4096."""
+    id == index, record_bytes a positive multiple of 4096; none (or []) is one tier from the top level."""
     rows = doc.get("tiers")
-    if not isinstance(rows, list) or not rows:
-        raise FormatError(path, "a version-2 container manifest needs a non-empty \"tiers\" list", key="tiers")
+    if rows is None or rows == []:
+        # effective_tiers(): no tiers is the degenerate single tier {0, fmt, record_bytes}, whose banks
+        # a version-2 reader still names experts-L{n}-T0.bin (bank_path)
+        rows = [{"id": 0, "quant": doc.get("fmt", ""), "record_bytes": doc.get("record_bytes")}]
+        if "banks" in doc:
+            rows[0]["banks"] = doc["banks"]
+    if not isinstance(rows, list):
+        raise FormatError(path, "\"tiers\" of a version-2 container manifest must be a list", key="tiers")
     for index, row in enumerate(rows):
         what = f"tiers[{index}] of the container manifest"
         if not isinstance(row, dict):
