@@ -300,3 +300,17 @@ def test_a_v2_manifest_without_tiers_is_one_tier(encoded, tmp_path):
     assert manifest.tier_labels == ["q8_0"] and manifest.bank_file(1) == "experts-L1-T0.bin"
     result = run("container-verify", folder, "--json")
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("name", ["tiny-deepseekv3-Q8_0.gguf", "tiny-gptoss-Q8_0.gguf"])
+def test_converter_written_models(name, tmp_path):
+    """Real converter-written GGUFs (../shared/models): a leading dense block (DeepSeek) and expert
+    biases (gpt-oss); ordinal banks, as the daemon opens them."""
+    path = factory.shared_model(name)
+    if path is None:
+        pytest.skip(f"{name} is not in ../shared/models")
+    result = run("container-encode", path, "-o", tmp_path, "--tiers", "Q8_0,Q4_0", "--banks", "ordinal", "--json")
+    assert result.exit_code == 0, result.output
+    assert fork_rules.daemon_reads_tiered(tmp_path) is None
+    doc = json.loads(run("container-verify", tmp_path, "--json").stdout)
+    assert doc["ok"] and doc["checked_against"] == os.path.abspath(path)
