@@ -339,3 +339,95 @@ def moe_pack_dir(model_path, out, layers, experts, top_k, layer_base, fmt=MOEC_Q
                 body = header + gate + up + down
                 handle.write(body + bytes(stride - len(body)))
     return stride
+
+
+# --- tiered (version-2) containers: read from CambrianTech/continuum expert_container.rs (096f3d20),
+# CambrianTech/llama.cpp ggml-moe-container-fetcher.h (175ac9d6) and ggml-moe-packer.h
+# (`moec_pack_dir_tiered`), continuum core/expert-pager-policy/fixtures/plan-tiered.json ------------
+
+def daemon_tier_error(doc):
+    """expert_container.rs `ExpertContainer::open` after the version gate: `effective_tiers()` (the
+    declared `tiers`, or for an empty/absent list one synthesized tier {0, fmt, record_bytes}); serde
+    of each `TierSpec` (id u16, quant String, record_bytes u64, unknown keys ignored); then for every
+    tier id == its index (TierIdMismatch) and record_bytes a non-zero multiple of 4096
+    (RecordMisaligned). Returns None when accepted, else the error's kind."""
+    tiers = doc.get("tiers") or [{"id": 0, "quant": doc.get("fmt"), "record_bytes": doc.get("record_bytes")}]
+    for index, tier in enumerate(tiers):
+        if not isinstance(tier.get("id"), int) or not 0 <= tier["id"] < 1 << 16 or not isinstance(tier.get("quant"), str) \
+                or not isinstance(tier.get("record_bytes"), int):
+            return f"ManifestParse tiers[{index}]"
+        if tier["id"] != index:
+            return "TierIdMismatch"
+        if tier["record_bytes"] == 0 or tier["record_bytes"] % 4096:
+            return "RecordMisaligned"
+    return None
+
+
+def daemon_bank_name(doc, layer, tier):
+    """expert_container.rs `ExpertContainer::bank_path`: version < 2 -> experts-L{n}.bin (its only
+    tier); version >= 2 -> experts-L{n}-T{t}.bin for every tier, a single tier too."""
+    return f"experts-L{layer}.bin" if doc["version"] < 2 else f"experts-L{layer}-T{tier}.bin"
+
+
+def daemon_reads_tiered(folder):
+    """expert_container.rs `ExpertContainer::fetch` of every (layer 0..n_layers-1, expert, tier):
+    TierOutOfRange / LayerOutOfRange never arise here; `ExpertBank::open` (file exists, size ==
+    tier record_bytes x experts_per_layer) and `verify_identity` (WEXP, header layer == n, expert).
+    Returns None when every fetch succeeds, else the first error."""
+    doc = json.loads(open(os.path.join(folder, "manifest.json")).read())
+    error = daemon_manifest_error(doc) or daemon_tier_error(doc)
+    if error:
+        return error
+    tiers = doc.get("tiers") or [{"id": 0, "record_bytes": doc["record_bytes"]}]
+    for tier in tiers:
+        for n in range(doc["n_layers"]):
+            path = os.path.join(folder, daemon_bank_name(doc, n, tier["id"]))
+            if not os.path.exists(path):
+                return f"BankIo {path}"
+            if os.path.getsize(path) != tier["record_bytes"] * doc["experts_per_layer"]:
+                return f"BankGeometry {path}"
+            with open(path, "rb") as handle:
+                for expert in range(doc["experts_per_layer"]):
+                    handle.seek(expert * tier["record_bytes"])
+                    head = handle.read(8)
+                    if head[:4] != b"WEXP" or int.from_bytes(head[4:6], "little") != n or \
+                            int.from_bytes(head[6:8], "little") != expert:
+                        return f"RecordIdentity {path} expert {expert}"
+    return None
+
+
+def tiered_fetcher_read(folder, layer, expert, tier, record_bytes):
+    """ggml-moe-container-fetcher.h `TieredContainerFetcher::read`: bank dir/experts-L{layer}-T{tier}.bin
+    (opened lazily, a missing one cached as absent), one read of record_bytes (from the manifest's
+    tier row) at expert * record_bytes. Returns the bytes, or None (missing bank or short read)."""
+    path = os.path.join(folder, f"experts-L{layer}-T{tier}.bin")
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(expert * record_bytes)
+        data = handle.read(record_bytes)
+    return data if len(data) == record_bytes else None
+
+
+def plan_tier_error(doc, n_tiers):
+    """The daemon's tiered plan (continuum core/expert-pager-policy fixtures/plan-tiered.json: each
+    pin may carry an integer "tier", the plan a top-level "default_tier"), read against a container's
+    ladder as `ExpertContainer::fetch` does: a tier >= the container's tier count is TierOutOfRange.
+    Returns None when every tier is in range, else which."""
+    if "default_tier" in doc and not 0 <= doc["default_tier"] < n_tiers:
+        return "default_tier TierOutOfRange"
+    for index, pin in enumerate(doc.get("pin_list") or []):
+        if "tier" in pin and not 0 <= pin["tier"] < n_tiers:
+            return f"pin_list[{index}] TierOutOfRange"
+    return None
+
+
+def moec_pack_dir_tiered_manifest(model, fmt, layers, experts, top_k, tiers):
+    """ggml-moe-packer.h `moec_pack_dir_tiered`'s manifest.json, as its fprintf writes it: version 2,
+    numeric fmt, NO top-level record_bytes, top_k_per_layer, tiers [{id, quant (MoecQuant number),
+    record_bytes}]. `tiers`: [(quant number, record_bytes)]. Its banks are experts-L{L}-T{t}.bin."""
+    rows = ",\n".join('    { "id": %u, "quant": %u, "record_bytes": %u }' % (index, quant, record_bytes)
+                      for index, (quant, record_bytes) in enumerate(tiers))
+    return ("{\n  \"version\": 2,\n  \"model\": \"%s\",\n  \"fmt\": %u,\n  \"n_layers\": %u,\n"
+            "  \"experts_per_layer\": %u,\n  \"activated_per_token\": %u,\n  \"top_k_per_layer\": %u,\n"
+            "  \"tiers\": [\n%s\n  ]\n}\n" % (model, fmt, layers, experts, top_k * layers, top_k, rows))

@@ -54,6 +54,8 @@ def encode_doc(result):
         "expert_bytes": source_bytes,
         "container_bytes": result.container_bytes,
         "padding_ratio": round(result.container_bytes / source_bytes - 1, 6) if source_bytes else 0,
+        "version": manifest.version,
+        "tiers": [{"id": t.id, "quant": t.quant, "record_bytes": t.record_bytes} for t in manifest.tiers],
         "banks_written": result.banks_written,
         "banks_skipped": result.banks_skipped,
         "bytes_read": result.bytes_read,
@@ -73,6 +75,8 @@ def encode_tables(doc):
         ["model", doc["model"]],
         ["fmt", doc["fmt"] if not doc["matrix_types"] else f"mixed {doc['matrix_types']}"],
         ["record bytes", f"{doc['record_bytes']:,} ({format_size(doc['record_bytes'])})"],
+        *[[f"tier {t['id']}", f"{t['quant']}: records of {t['record_bytes']:,} bytes, banks experts-L{{N}}-T{t['id']}.bin"]
+          for t in doc.get("tiers") or []],
         ["banks (MoE layers)", f"{doc['n_layers']}: blocks {_layers_text(doc['layers'])}"],
         ["experts per layer", str(doc["experts_per_layer"])],
         ["activated per token", str(doc["activated_per_token"])],
@@ -95,9 +99,12 @@ def encode_tables(doc):
 @click.option("--banks", "banks_numbering", type=click.Choice(["block", "ordinal"]), default="block", show_default=True,
               help="Number banks (experts-L{N}.bin and each header's layer) by GGUF block, as the fork's server opens "
                    "them, or by MoE-layer ordinal (L0 = first routed layer), as the daemon's reader expects.")
+@click.option("--tiers", "tiers_text", metavar="TYPE,TYPE,...",
+              help="Write a version-2 tiered container: one tier per ggml type, sharpest first (e.g. Q8_0,Q4_K), "
+                   "banks experts-L{N}-T{t}.bin, records re-quantized where the source has another type.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
 @click.option("--wait", is_flag=True, help="If another run is writing into the folder, wait for it instead of stopping.")
-def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait):
+def encode_command(model, folder, force, batch, banks_numbering, tiers_text, json_flag, wait):
     """Rewrite MODEL's routed experts into the -o folder as the serving fork's expert container:
     manifest.json and one experts-L{N}.bin bank per MoE layer, each expert one 4 KiB-aligned record
     (header, gate | up | down, zero padding), plus xxh3 sidecars.
@@ -110,16 +117,28 @@ def encode_command(model, folder, force, batch, banks_numbering, json_flag, wait
     from moetools.locking import folder_lock
     from moetools.progress import progress
 
+    tiered = None
+    if tiers_text is not None:
+        from moetools.container import tiered
+
+        ladder = tiered.parse_tiers(tiers_text)
     with _open_model(model, "container-encode") as source:
-        plan = core.plan_container(source, banks_numbering)
-        total = plan.manifest.bank_bytes * plan.manifest.n_layers
+        if tiered is not None:
+            plan = tiered.plan_tiered(source, ladder, banks_numbering)
+            total, to_write = tiered.total_bytes(plan.manifest), tiered.bytes_to_write(folder, plan)
+        else:
+            plan = core.plan_container(source, banks_numbering)
+            total, to_write = plan.manifest.bank_bytes * plan.manifest.n_layers, None
         # one run at a time per container folder: two runs would mix banks and delete each other's temps
         lock = folder_lock(folder, tool="container-encode", wait=wait, on_wait=warn)
         with lock:
             # before a byte is written: what the banks still to write need against what the drive has
-            check_room(folder, core.bytes_to_write(folder, plan), "the container's banks")
+            check_room(folder, core.bytes_to_write(folder, plan) if to_write is None else to_write, "the container's banks")
             with progress(total, desc="container-encode") as bar:
-                result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
+                if tiered is not None:
+                    result = tiered.encode_tiered(source, folder, plan, force=force, batch_bytes=batch, bar=bar)
+                else:
+                    result = core.encode_container(source, folder, force=force, batch_bytes=batch, bar=bar, plan=plan)
     for note in result.notes:
         warn(note)
     doc = encode_doc(result)
@@ -137,6 +156,8 @@ def verify_doc(result, source_missing=None):
         "checked_against": result.model_path or None,
         "source_missing": source_missing,
         "packer": result.manifest.packer,
+        "version": result.manifest.version,
+        "tiers": [{"id": t.id, "quant": t.quant, "record_bytes": t.record_bytes} for t in result.manifest.tiers],
         "notes": result.notes,
         "banks_checked": result.banks_checked,
         "records_checked": result.records_checked,
@@ -181,8 +202,10 @@ def verify_notes(doc):
 @click.option("--no-source", is_flag=True,
               help="Check the container alone, not against the source the manifest names (used when --model is not given).")
 @click.option("--max-problems", default=100, show_default=True, type=click.IntRange(1), help="Mismatches listed (all are counted).")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False),
+              help="Also check a plan file: every pin's \"tier\" and its \"default_tier\" must be in this container's ladder.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
-def verify_command(folder, model_path, no_source, max_problems, json_flag):
+def verify_command(folder, model_path, no_source, max_problems, plan_path, json_flag):
     """Check a container: manifest geometry, bank sizes, every record header field, zero padding,
     the xxh3 checksums and that every slice equals the source GGUF's bytes: the --model given, else
     the source where the manifest says it was encoded from, when it is still there (--no-source: not).
@@ -193,18 +216,27 @@ def verify_command(folder, model_path, no_source, max_problems, json_flag):
     from moetools.container import core
     from moetools.progress import progress
 
+    from moetools.container import tiered
+
     manifest = core.fmt.read_manifest(folder)
+    if manifest.tiers:  # before any record is read: a missing bank is a broken container (exit 2)
+        tiered.require_tier_banks(manifest, folder)
+    plan_tiers = tiered.check_plan_tiers(plan_path, manifest) if plan_path else None
     source_missing = None
     if not model_path and not no_source:
         model_path, source_missing = core.recorded_source(manifest)
     model = _open_model(model_path, "container-verify --model") if model_path else None
     try:
-        with progress(manifest.bank_bytes * manifest.n_layers, desc="container-verify") as bar:
-            result = core.verify_container(folder, model, bar=bar, keep=max_problems, manifest=manifest)
+        with progress(tiered.total_bytes(manifest), desc="container-verify") as bar:
+            verify = tiered.verify_tiered if manifest.tiers else core.verify_container
+            result = verify(folder, model, bar=bar, keep=max_problems, manifest=manifest)
     finally:
         if model is not None:
             model.close()
     doc = verify_doc(result, source_missing)
+    if plan_tiers is not None:
+        doc["plan"] = {"file": plan_path, "pins_with_tier": plan_tiers[0], "default_tier": plan_tiers[1]}
+        doc["notes"] = doc["notes"] + [f"plan {plan_path}: tiers within the ladder"]
     render(doc, lambda: verify_tables(doc), json_flag, notes=verify_notes(doc))
     if not result.ok:
         click.get_current_context().exit(AnswerNo.exit_code)
@@ -223,7 +255,7 @@ def read_doc(reader, record):
     layout = manifest.bank(record.layer)
     checksum_ok = None
     try:
-        sums = fmt.read_checksums(os.path.join(reader.folder, fmt.checksum_name(record.layer)))
+        sums = fmt.read_checksums(os.path.join(reader.folder, manifest.checksum_file(record.layer)))
         if record.expert < len(sums.digests):
             checksum_ok = xxhash.xxh3_64_intdigest(record.record) == sums.digests[record.expert]
     except (OSError, MoeError):  # a missing or bad sidecar is reported as "unknown"; verify names it
@@ -231,6 +263,7 @@ def read_doc(reader, record):
     return {
         "layer": record.layer,
         "expert": record.expert,
+        "tier": manifest.tier,
         "bank": reader.bank_path(record.layer),
         "offset": record.expert * manifest.record_bytes,
         "record_bytes": manifest.record_bytes,
@@ -265,16 +298,21 @@ def read_tables(doc):
               help="Write this slice's raw bytes (or the whole record) instead of describing the record. "
                    "corrections: a fork-packed record's FP16 corrections; *_bias: containers written by an earlier moetools kept expert biases.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File for --matrix bytes (default stdout, never a terminal).")
+@click.option("--tier", type=click.IntRange(0), help="Tier of a version-2 container (0 = sharpest, the default).")
 @click.option("--direct", is_flag=True, help="Read with O_DIRECT, bypassing the page cache, as the serving fork does.")
 @click.option("--json", "json_flag", is_flag=True, help="JSON output even on a terminal.")
-def read_command(folder, layer, expert, matrix, output, direct, json_flag):
+def read_command(folder, layer, expert, matrix, output, tier, direct, json_flag):
     """Read one expert's record from a container with one aligned read: its header fields and each
     slice's type, offset, bytes and xxh3, or with --matrix the raw bytes of one slice.
     """
     from moetools import atomic
     from moetools.container.reader import ContainerReader
 
-    with ContainerReader(folder, direct=direct) as reader:
+    from moetools.container.tiered import require_tier_banks
+
+    with ContainerReader(folder, direct=direct, tier=tier) as reader:
+        if reader.manifest.tiers:
+            require_tier_banks(reader.manifest, folder)
         record = reader.read_expert(layer, expert)
         if matrix is None:
             doc = read_doc(reader, record)

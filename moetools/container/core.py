@@ -429,7 +429,7 @@ def _prepare_folder(folder, manifest, force):
 def _matching_sidecar(folder, manifest, layout):
     """The bank's sidecar when it exists and was written for this geometry and model, else None."""
     try:
-        sums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layout.layer)))
+        sums = fmt.read_checksums(os.path.join(folder, manifest.checksum_file(layout.layer)))
     except (OSError, FormatError):
         return None
     if (sums.layer, sums.record_bytes, len(sums.digests), sums.fingerprint) != (
@@ -587,7 +587,7 @@ def scan_bank(folder, manifest, layout, *, checksums=None, model=None, sources=N
         reader = ContainerReader(folder, manifest=manifest)
         n_full = reader.bank_records(layer)
     except FileNotFoundError:
-        problems.add(Problem(layer, None, "bank", f"{fmt.bank_name(layer)} is missing" + _other_convention_hint(folder, manifest)))
+        problems.add(Problem(layer, None, "bank", f"{manifest.bank_file(layer)} is missing" + _other_convention_hint(folder, manifest)))
         return problems
     size = os.path.getsize(reader.bank_path(layer))
     if size != manifest.bank_bytes:
@@ -693,7 +693,7 @@ def _other_convention_hint(folder, manifest):
     """When the bank files follow the other numbering than the manifest states, say which and the flag."""
     blocks = [bank.block for bank in manifest.banks]
     other = fmt.other_numbering(manifest.bank_numbering)
-    names = [fmt.bank_name(number) for number in fmt.bank_numbers(blocks, other)]
+    names = [manifest.bank_file(number) for number in fmt.bank_numbers(blocks, other)]
     if names and all(os.path.exists(os.path.join(folder, name)) for name in names):
         return (f"; the folder's banks follow the other convention ({other}: {names[0]}..{names[-1]}), the manifest "
                 f"says {manifest.bank_numbering!r}: re-encode with --banks {manifest.bank_numbering} (or {other} to keep them)")
@@ -732,9 +732,9 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
         checksums = None
         try:
             if manifest.packer != "fork":  # the fork's packer writes none
-                checksums = fmt.read_checksums(os.path.join(folder, fmt.checksum_name(layer)))
+                checksums = fmt.read_checksums(os.path.join(folder, manifest.checksum_file(layer)))
         except FileNotFoundError:
-            problems.add(Problem(layer, None, "checksums", f"{fmt.checksum_name(layer)} is missing"))
+            problems.add(Problem(layer, None, "checksums", f"{manifest.checksum_file(layer)} is missing"))
         except (OSError, FormatError) as err:
             problems.add(Problem(layer, None, "checksums", str(err)))
         if checksums is not None:
@@ -758,7 +758,7 @@ def verify_container(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar
         scan_bank(folder, manifest, layout, checksums=checksums, model=with_model, sources=sources,
                   batch_bytes=batch_bytes, bar=bar, problems=problems)
         try:
-            size = os.path.getsize(os.path.join(folder, fmt.bank_name(layer)))
+            size = os.path.getsize(os.path.join(folder, manifest.bank_file(layer)))
         except OSError:
             size = 0
         records += min(manifest.experts_per_layer, size // manifest.record_bytes)

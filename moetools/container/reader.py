@@ -34,10 +34,16 @@ class ExpertRecord:
 class ContainerReader:
     """A container folder opened for reading. Banks open on first use."""
 
-    def __init__(self, folder, direct=False, manifest=None):
+    def __init__(self, folder, direct=False, manifest=None, tier=None):
         self.folder = os.fspath(folder)
         # An encoder checking banks before it writes the manifest passes the manifest it will write.
         self.manifest = manifest if manifest is not None else fmt.read_manifest(self.folder)
+        if tier is not None:  # a v2 container's tier t: its own record size, layouts and bank files
+            try:
+                self.manifest = self.manifest.tier_view(tier)
+            except KeyError:
+                labels = ", ".join(f"{index} {label}" for index, label in enumerate(self.manifest.tier_labels))
+                raise UsageError(f"tier {tier} is not in {self.folder}'s ladder ({labels})") from None
         self.direct = direct
         self._fds = {}
         self._buffer = None  # page-aligned, reused by read_record
@@ -50,7 +56,7 @@ class ContainerReader:
             raise UsageError(f"expert {expert} is out of range: {self.manifest.experts_per_layer} experts per layer")
 
     def bank_path(self, layer):
-        return os.path.join(self.folder, fmt.bank_name(layer))
+        return os.path.join(self.folder, self.manifest.bank_file(layer))
 
     def _fd(self, layer):
         fd = self._fds.get(layer)

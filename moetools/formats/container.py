@@ -18,8 +18,21 @@ Manifests written by the fork's own packer (CambrianTech/llama.cpp `ggml-moe-pac
 n = 0..n_layers-1) are read too: each bank's layout then comes from its first record header.
 - `experts-L{N}.xxh3` (moetools only; the fork ignores it): a 32-byte header then one little-endian
   u64 xxh3-64 per record, over the whole record including header and padding.
+
+Version 2 (tiered, `container-encode --tiers`): the manifest adds `tiers[] {id, quant, record_bytes}`
+(descending fidelity, id = index; moetools adds each tier's `fmt` and `banks`), and every bank is
+`experts-L{N}-T{t}.bin` (sidecar `experts-L{N}-T{t}.xxh3`), each tier with its own record size. The
+readers: CambrianTech/continuum core/continuum-core/src/capacity/expert_container.rs
+(`ExpertContainer::open`: KNOWN_VERSION 2, tier id == index, every tier's record_bytes a 4 KiB
+multiple; `bank_path`: the version picks the naming) and CambrianTech/llama.cpp
+ggml/src/ggml-moe-container-fetcher.h `TieredContainerFetcher::read` (bank per (layer, tier), record
+at expert * that tier's record_bytes). The top-level `record_bytes` and `fmt` are tier 0's (the daemon's
+serde needs them); the fork's `moec_pack_dir_tiered` (ggml-moe-packer.h) writes no top-level
+record_bytes and numeric quants, and is read too. A v2 manifest read here is the tier-0 view:
+`ContainerManifest.tier_view(t)` gives tier t's record size, banks and file names.
 """
 
+import dataclasses
 import os
 import struct
 from dataclasses import dataclass, field
@@ -28,7 +41,9 @@ from moetools import atomic
 from moetools.errors import FormatError
 from moetools.formats.jsonio import load_json, require
 
-VERSION = 1
+VERSION = 1  # what a single-tier encode writes (byte-identical to earlier moetools)
+TIERED_VERSION = 2  # container-encode --tiers
+KNOWN_VERSION = 2  # the newest this moetools reads (expert_container.rs ExpertContainer::KNOWN_VERSION)
 MANIFEST_NAME = "manifest.json"
 MAGIC = b"WEXP"
 HEADER_BYTES = 32
@@ -42,7 +57,9 @@ HEADER = struct.Struct("<4sHHBBHIIIII")
 assert HEADER.size == HEADER_BYTES
 
 CHECKSUM_MAGIC = b"WXH3"
-CHECKSUM_VERSION = 1
+CHECKSUM_VERSION = 1  # what a single-tier encode writes (byte-identical to earlier moetools)
+TIERED_VERSION = 2  # container-encode --tiers
+KNOWN_VERSION = 2  # the newest this moetools reads (expert_container.rs ExpertContainer::KNOWN_VERSION)
 # magic, version u16, layer u16, n_records u32, reserved u32, record_bytes u64, source fingerprint 8 bytes
 CHECKSUM_HEADER = struct.Struct("<4sHHIIQ8s")
 assert CHECKSUM_HEADER.size == 32
@@ -58,6 +75,16 @@ def bank_name(layer):
 
 def checksum_name(layer):
     return f"experts-L{layer}.xxh3"
+
+
+def tier_bank_name(layer, tier):
+    """A v2 bank: expert_container.rs bank_path and TieredContainerFetcher::bank name it so, every
+    tier included (a single-tier v2 container too)."""
+    return f"experts-L{layer}-T{tier}.bin"
+
+
+def tier_checksum_name(layer, tier):
+    return f"experts-L{layer}-T{tier}.xxh3"
 
 
 def is_container_file(name):
@@ -235,6 +262,31 @@ def bank_numbers(blocks, numbering):
     return list(blocks) if numbering == "block" else list(range(len(blocks)))
 
 
+# --- tiers (v2) ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TierSpec:
+    """One precision tier of a v2 container: `id` (= its index, 0 the sharpest), `quant` (the label
+    the daemon carries through: the ggml type name, upper case, e.g. "Q4_K"), its own `record_bytes`
+    and bank layouts (one per MoE layer, same bank numbers as every other tier)."""
+
+    id: int
+    quant: str
+    record_bytes: int
+    banks: list  # BankLayout per MoE layer
+    fmt: str = ""  # ggml type name of every matrix of this tier, or "mixed"
+
+    def to_doc(self):
+        banks = []
+        for bank in self.banks:
+            doc = bank.to_doc()
+            doc["file"] = tier_bank_name(bank.layer, self.id)
+            doc["checksums"] = tier_checksum_name(bank.layer, self.id)
+            banks.append(doc)
+        return {"id": self.id, "quant": self.quant, "record_bytes": self.record_bytes, "fmt": self.fmt, "banks": banks}
+
+
 # --- manifest ----------------------------------------------------------------------------------
 
 
@@ -258,6 +310,8 @@ class ContainerManifest:
     # "source"): a rerun keeps a bank without reading the source only while these are unchanged.
     bank_sources: dict = field(default_factory=dict)
     packer: str = "moetools"  # "fork": written by the fork's moec_pack_dir (no banks, sidecars or source)
+    tiers: list = field(default_factory=list)  # TierSpec per tier (v2); empty for v1
+    tier: int = None  # which tier this view reads (v2: 0 unless tier_view chose another)
 
     @property
     def n_layers(self):
@@ -274,6 +328,35 @@ class ContainerManifest:
     @property
     def bank_bytes(self):
         return self.record_bytes * self.experts_per_layer
+
+    @property
+    def n_tiers(self):
+        return len(self.tiers) or 1
+
+    @property
+    def tier_labels(self):
+        """The ladder's quant labels, tier 0 first (a v1 container: its one fmt)."""
+        return [tier.quant for tier in self.tiers] or [self.fmt]
+
+    def bank_file(self, layer):
+        """File name of this view's bank `layer` (the version picks the naming, as the daemon's does)."""
+        return tier_bank_name(layer, self.tier or 0) if self.version >= TIERED_VERSION else bank_name(layer)
+
+    def checksum_file(self, layer):
+        return tier_checksum_name(layer, self.tier or 0) if self.version >= TIERED_VERSION else checksum_name(layer)
+
+    def tier_view(self, tier):
+        """This manifest as tier `tier` reads it: that tier's record_bytes, fmt, banks and file names.
+        Raises KeyError for a tier outside the ladder."""
+        if not self.tiers:
+            if tier != 0:
+                raise KeyError(tier)
+            return self
+        if not 0 <= tier < len(self.tiers):
+            raise KeyError(tier)
+        spec = self.tiers[tier]
+        return dataclasses.replace(self, record_bytes=spec.record_bytes, fmt=spec.fmt or spec.quant, banks=spec.banks,
+                                   matrix_types=None, tier=tier)
 
     def bank(self, layer):
         for bank in self.banks:
@@ -299,12 +382,19 @@ class ContainerManifest:
         if self.matrix_types:
             doc["matrix_types"] = self.matrix_types
         doc["header_bytes"] = HEADER_BYTES
-        doc["checksums"] = {"algorithm": "xxh3_64", "files": "experts-L{N}.xxh3", "scope": "whole record"}
+        files = "experts-L{N}-T{t}.xxh3" if self.tiers else "experts-L{N}.xxh3"
+        doc["checksums"] = {"algorithm": "xxh3_64", "files": files, "scope": "whole record"}
         doc["source"] = self.source
-        doc["banks"] = [bank.to_doc() for bank in self.banks]
-        for bank_doc, bank in zip(doc["banks"], self.banks):
-            if bank.layer in self.bank_sources:
-                bank_doc["source"] = self.bank_sources[bank.layer]
+        if self.tiers:  # v2: the banks are per tier, each tier row carries its own
+            doc["tiers"] = [tier.to_doc() for tier in self.tiers]
+            bank_lists = [tier_doc["banks"] for tier_doc in doc["tiers"]]
+        else:
+            doc["banks"] = [bank.to_doc() for bank in self.banks]
+            bank_lists = [doc["banks"]]
+        for bank_docs in bank_lists:
+            for bank_doc, bank in zip(bank_docs, self.banks):
+                if bank.layer in self.bank_sources:
+                    bank_doc["source"] = self.bank_sources[bank.layer]
         doc.update(self.extra)
         return doc
 
@@ -345,19 +435,19 @@ def _bank_from_doc(doc, path, index):
     return layout
 
 
-def _bank_from_header(folder, layer, record_bytes, path):
+def _bank_from_header(folder, layer, record_bytes, path, name=bank_name):
     """A fork-packed bank's layout from its first record header (moec_pack_dir's manifest lists no
     banks): gate | up | down back to back from the header, down running to corr_off (or to the
     record's end: the fork does not say where it ends). None when the bank has no readable header."""
     try:
-        with open(os.path.join(folder, bank_name(layer)), "rb") as handle:
+        with open(os.path.join(folder, name(layer)), "rb") as handle:
             header = RecordHeader.unpack(handle.read(HEADER_BYTES).ljust(HEADER_BYTES, b"\0"))
     except (OSError, ValueError, struct.error):
         return None
     end = header.corr_off or record_bytes
     offsets = (header.gate_off, header.up_off, header.down_off, end)
     if header.gate_off != HEADER_BYTES or not all(a < b for a, b in zip(offsets, offsets[1:])) or end > record_bytes:
-        raise FormatError(os.path.join(folder, bank_name(layer)),
+        raise FormatError(os.path.join(folder, name(layer)),
                           f"record header offsets gate {header.gate_off}, up {header.up_off}, down {header.down_off}, "
                           f"corr {header.corr_off} are not gate | up | down back to back from {HEADER_BYTES} within "
                           f"record_bytes {record_bytes}", offset=0)
@@ -369,14 +459,14 @@ def _bank_from_header(folder, layer, record_bytes, path):
     return BankLayout(layer, layout.slices, layer, fmt_code=header.fmt, from_header=True)
 
 
-def _fork_packed_banks(folder, n_layers, record_bytes, path):
+def _fork_packed_banks(folder, n_layers, record_bytes, path, name=bank_name):
     """Layouts of a fork-packed container's banks experts-L0..L{n_layers-1} (moec_pack_dir numbers
     them 0.. and its Iq2ExpertSource writes header layer = that number). A bank without a readable
     header borrows another's layout, so verify can still name it missing or broken."""
-    layouts = [_bank_from_header(folder, layer, record_bytes, path) for layer in range(n_layers)]
+    layouts = [_bank_from_header(folder, layer, record_bytes, path, name) for layer in range(n_layers)]
     template = next((layout for layout in layouts if layout is not None), None)
     if template is None:
-        raise FormatError(path, "a manifest of the fork's packer (no \"banks\"), and no bank experts-L0.. has a "
+        raise FormatError(path, f"a manifest of the fork's packer (no \"banks\"), and no bank {name(0)}.. has a "
                                 "readable record header to take the layout from", key="banks")
     return [layout if layout is not None else BankLayout(layer, template.slices, layer, template.fmt_code, True)
             for layer, layout in enumerate(layouts)]
@@ -390,8 +480,16 @@ def read_manifest(folder_or_file):
         raise FormatError(path, "no container manifest here (is this a container folder?)")
     doc = load_json(path, what)
     version = _int(doc, "version", path, what, 1)
-    if version > VERSION:
-        raise FormatError(path, f"container version {version} is newer than this moetools reads ({VERSION})", key="version")
+    if version > KNOWN_VERSION:
+        raise FormatError(path, f"container version {version} is newer than this moetools reads ({KNOWN_VERSION})", key="version")
+    tier_docs = None
+    if version >= TIERED_VERSION:
+        tier_docs = _tier_docs(doc, path)
+        if "record_bytes" not in doc:  # moec_pack_dir_tiered writes none: tier 0's is the top-level one
+            doc = dict(doc, record_bytes=tier_docs[0]["record_bytes"])
+        doc = {key: value for key, value in doc.items() if key != "banks"}
+        if "banks" in tier_docs[0]:
+            doc["banks"] = tier_docs[0]["banks"]
     record_bytes = _int(doc, "record_bytes", path, what, PAGE_BYTES)
     if record_bytes % PAGE_BYTES:
         raise FormatError(path, f"record_bytes {record_bytes} is not a multiple of {PAGE_BYTES}", key="record_bytes")
@@ -404,7 +502,8 @@ def read_manifest(folder_or_file):
             doc = dict(doc, fmt=fork_fmt_name(fmt_value))
         doc.setdefault("bank_numbering", "ordinal")
         bank_docs = []
-        banks = _fork_packed_banks(os.path.dirname(path), n_layers, record_bytes, path)
+        first_name = (lambda layer: tier_bank_name(layer, 0)) if tier_docs else bank_name
+        banks = _fork_packed_banks(os.path.dirname(path), n_layers, record_bytes, path, first_name)
     else:
         bank_docs = require(doc, "banks", list, path, what)
         banks = [_bank_from_doc(bank, path, index) for index, bank in enumerate(bank_docs)]
@@ -434,7 +533,16 @@ def read_manifest(folder_or_file):
     top_k = doc.get("top_k", doc.get("top_k_per_layer", 0))
     known = {"version", "model", "fmt", "record_bytes", "n_layers", "experts_per_layer", "activated_per_token",
              "layers", "top_k", "matrix_types", "header_bytes", "checksums", "source", "banks", "bank_numbering",
-             "blocks", "top_k_per_layer"}
+             "blocks", "top_k_per_layer", "tiers"}
+    tiers = []
+    if tier_docs:
+        blocks_of = [bank.block for bank in banks]
+        tiers = _tiers_from_docs(tier_docs, os.path.dirname(path), n_layers, path, packer, [bank.layer for bank in banks], blocks_of)
+        if packer == "moetools":
+            banks = tiers[0].banks
+        fmt_value = doc.get("fmt")
+        if isinstance(fmt_value, int) and not isinstance(fmt_value, bool):
+            doc = dict(doc, fmt=fork_fmt_name(fmt_value))
     source = doc.get("source") or {}
     if not isinstance(source, dict):
         raise FormatError(path, "source must be an object", key="source")
@@ -454,7 +562,74 @@ def read_manifest(folder_or_file):
         path=path,
         bank_sources=bank_sources,
         packer=packer,
+        tiers=tiers,
+        tier=0 if tiers else None,
     )
+
+
+def _tier_docs(doc, path):
+    """A v2 manifest's `tiers` rows, checked as expert_container.rs ExpertContainer::open checks them:
+    id == index, record_bytes a positive multiple of 4096; none (or []) is one tier from the top level."""
+    rows = doc.get("tiers")
+    if rows is None or rows == []:
+        # effective_tiers(): no tiers is the degenerate single tier {0, fmt, record_bytes}, whose banks
+        # a version-2 reader still names experts-L{n}-T0.bin (bank_path)
+        rows = [{"id": 0, "quant": doc.get("fmt", ""), "record_bytes": doc.get("record_bytes")}]
+        if "banks" in doc:
+            rows[0]["banks"] = doc["banks"]
+    if not isinstance(rows, list):
+        raise FormatError(path, "\"tiers\" of a version-2 container manifest must be a list", key="tiers")
+    for index, row in enumerate(rows):
+        what = f"tiers[{index}] of the container manifest"
+        if not isinstance(row, dict):
+            raise FormatError(path, f"{what} is not an object", key=f"tiers[{index}]")
+        tier_id = require(row, "id", int, path, what)
+        if tier_id != index:
+            raise FormatError(path, f"tiers[{index}] has id {tier_id}: tier ids must equal their index "
+                                    f"(descending fidelity, expert_container.rs TierIdMismatch)", key=f"tiers[{index}].id")
+        quant = row.get("quant")
+        if isinstance(quant, bool) or not isinstance(quant, (str, int)):
+            raise FormatError(path, f"{what}: quant must be a label (or the fork packer's MoecQuant number)",
+                              key=f"tiers[{index}].quant")
+        record_bytes = _int(row, "record_bytes", path, what, PAGE_BYTES)
+        if record_bytes % PAGE_BYTES:
+            raise FormatError(path, f"tiers[{index}] record_bytes {record_bytes} is not a multiple of {PAGE_BYTES}",
+                              key=f"tiers[{index}].record_bytes")
+    return rows
+
+
+def _tiers_from_docs(rows, folder, n_layers, path, packer, layers, blocks):
+    """TierSpecs of a v2 manifest: moetools' rows carry their banks; the fork's packer's rows do not,
+    and each tier's layout then comes from its banks' first record headers."""
+    tiers = []
+    for index, row in enumerate(rows):
+        quant = row["quant"] if isinstance(row["quant"], str) else fork_fmt_name(row["quant"])
+        record_bytes = row["record_bytes"]
+        if "banks" in row:
+            bank_docs = require(row, "banks", list, path, f"tiers[{index}]")
+            banks = [_bank_from_doc(bank, path, position) for position, bank in enumerate(bank_docs)]
+        else:
+            banks = _fork_packed_banks(folder, n_layers, record_bytes, path, lambda layer, t=index: tier_bank_name(layer, t))
+        if [bank.layer for bank in banks] != layers:
+            raise FormatError(path, f"tiers[{index}] lists banks {[bank.layer for bank in banks]}, tier 0 {layers}",
+                              key=f"tiers[{index}].banks")
+        for bank in banks:
+            if bank.payload_bytes > record_bytes:
+                raise FormatError(path, f"tier {index} layer {bank.layer}: record payload ({bank.payload_bytes} bytes) "
+                                        f"exceeds the tier's record_bytes {record_bytes}", key=f"tiers[{index}].record_bytes")
+        banks = [BankLayout(bank.layer, bank.slices, block, bank.fmt_code, bank.from_header) for bank, block in zip(banks, blocks)]
+        tiers.append(TierSpec(index, quant, record_bytes, banks, row.get("fmt") or quant))
+    return tiers
+
+
+def missing_tier_banks(folder, manifest):
+    """Bank files a v2 manifest names that are not in `folder` (paths), tier by tier."""
+    missing = []
+    for tier in range(len(manifest.tiers)):
+        view = manifest.tier_view(tier)
+        missing += [os.path.join(folder, view.bank_file(layer)) for layer in view.layers
+                    if not os.path.exists(os.path.join(folder, view.bank_file(layer)))]
+    return missing
 
 
 # --- checksum sidecar --------------------------------------------------------------------------
