@@ -2,7 +2,7 @@
 
     @click.command()
     @source_options
-    def command(model, fetch, ...):  # fetch: a moetools.gguf.sources.FetchSettings
+    def command(model, fetch, ...):  # fetch: a moetools.gguf.locator.FetchSettings
 
 Kept apart from the reader (pure, no click) and from any tool's core.
 """
@@ -11,7 +11,7 @@ import functools
 
 import click
 
-from moetools.gguf.sources import DEFAULT_TIMEOUT, FetchSettings
+from moetools.gguf.locator import DEFAULT_TIMEOUT, FetchSettings
 
 
 def source_options(command):

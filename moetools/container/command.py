@@ -26,7 +26,7 @@ def _size_option(value):
 
 def _open_model(path, command):
     from moetools.gguf import open_model
-    from moetools.gguf.sources import refuse_remote
+    from moetools.gguf.locator import refuse_remote
 
     refuse_remote(path, command)
     model = open_model(path)

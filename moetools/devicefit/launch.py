@@ -7,7 +7,7 @@ Moved out of core.py (issue 28); the expert-tensor pattern mirrors llama.cpp's c
 import os
 
 from moetools.devicefit.core import GIB, NATIVE, chosen_fork_cache
-from moetools.gguf.sources import llama_model_args
+from moetools.gguf.locator import llama_model_args
 
 
 # --- launch settings --------------------------------------------------------------------------

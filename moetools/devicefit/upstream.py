@@ -15,7 +15,7 @@ from moetools.devicefit.devices import GPU_TABLE, Device
 from moetools.devicefit.placement import CPU
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import UsageError
-from moetools.gguf.sources import llama_model_args
+from moetools.gguf.locator import llama_model_args
 from moetools.sizes import format_size
 
 GIB = 1024**3
