@@ -18,7 +18,17 @@ import pytest
 
 from moetools.arch import registry
 from moetools.arch.profile import MTP_FFN_KEPT, MTP_LEVELS, ArchProfile
-from moetools.devicefit import compute, kv
+import types
+
+from moetools.devicefit import kv
+from moetools.devicefit.graph import archsets, mtp
+from moetools.devicefit.graph.models import deepseek4, gemma3n, gemma4_assistant, qwen4exp
+
+# the graph code's legacy tables and builders, where the move into devicefit/graph put them
+compute = types.SimpleNamespace(**{**vars(archsets), **vars(mtp), "_build_mtp_dsv4": deepseek4._build_mtp_dsv4,
+                                   "_build_dsv4": deepseek4._build_dsv4, "_build_gemma3n": gemma3n._build_gemma3n,
+                                   "_build_assistant": gemma4_assistant._build_assistant,
+                                   "_build_qwen4exp": qwen4exp._build_qwen4exp})
 
 HERE = os.path.dirname(__file__)
 

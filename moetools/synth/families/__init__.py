@@ -1,0 +1,1 @@
+"""One module per family of synthetic builders; each has a BUILDERS table."""

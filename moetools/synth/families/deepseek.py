@@ -1,0 +1,373 @@
+"""Synthetic builders: DeepSeek-style MLA layouts (deepseek, deepseek2, deepseek32, deepseek4, dots, Hunyuan).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _mla_attention, _mla_keys, _nextn_block, _renamed, _router_groups, _shared_experts_moe
+from moetools.synth.spec import ModelSpec, TensorSpec, Types
+
+
+def hunyuan_moe(t=Types(), **p):
+    """Hunyuan MoE (`hunyuan-moe`, Hunyuan-A13B): GQA attention with q/k norms applied after the rope,
+    routed experts (feed_forward_length wide) plus an always-on shared MLP added to them (llama.cpp
+    src/models/hunyuan-moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 128, "n_ff_shexp": 256, "n_expert": 16,
+         "top_k": 4, "vocab": 1024, "ctx": 4096, "rope_base": 1e4} | p
+    spec = ModelSpec("hunyuan-moe", [])
+    _common(spec, p)
+    head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def deepseek(t=Types(), **p):
+    """DeepSeek-MoE (`deepseek`, DeepSeek-MoE-16B / V1): GQA attention, `n_dense` leading dense blocks,
+    then routed experts (softmax, weights not normalised) and `n_shared` shared experts of the expert
+    width (llama.cpp src/models/deepseek.cpp)."""
+    p = {"n_head_kv": 4} | p
+    return _shared_experts_moe("deepseek", t, p, 1.0, probs_bias=False)
+
+
+def dots1(t=Types(), **p):
+    """dots.llm1 (`dots1`): multi-head attention with per-head q/k norms, `n_dense` leading dense blocks,
+    then sigmoid-routed experts with a selection bias, normalised and scaled weights, and shared experts
+    (llama.cpp src/models/dots1.cpp)."""
+    p = p | {"n_head_kv": p.get("n_head", 4)}
+    return _shared_experts_moe("dots1", t, p, 2.5, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32")))
+
+
+def hy_v3(t=Types(), **p):
+    """Hunyuan-V3 (`hy_v3`): GQA with per-head q/k norms, a leading dense block (the loader goes by the
+    tensors present), then sigmoid-routed experts with a selection bias (`exp_probs_b`, no suffix)
+    beside a shared expert (llama.cpp src/models/hy-v3.cpp)."""
+    p = {"n_head_kv": 2, "n_shared": 1, "n_layer": 4, "nextn": 0} | p
+    trunk = p["n_layer"]
+    spec = _shared_experts_moe("hy_v3", t, p | {"n_layer": trunk + p["nextn"]}, 1.0, probs_bias=True, qk_norm=True,
+                               extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
+                                      ("expert_shared_feed_forward_length", p.get("n_ff_exp", 128), "u32")))
+    spec.tensors = [TensorSpec(x.name[:-len(".bias")], x.shape, x.type_id) if x.name.endswith("exp_probs_b.bias") else x
+                    for x in spec.tensors]
+    if p["nextn"]:  # the converter appends the MTP blocks (full hy_v3 blocks) with their final_layernorm as
+        # nextn.shared_head_norm and no embeddings or head of their own (conversion/hunyuan.py HYV3Model)
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        for il in range(trunk, trunk + p["nextn"]):
+            _nextn_block(spec, il, p.get("n_embd", 256), t)
+    return spec
+
+
+def deepseek2(t=Types(), **p):
+    """DeepSeek-V3 / Kimi-K2 layout: MLA, leading dense blocks, shared expert, sigmoid router bias."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 16, "qk_nope": 32, "v_head": 32,
+         "vocab": 1024, "ctx": 2048} | p
+    spec = ModelSpec("deepseek2", [])
+    _common(spec, p)
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.vocab_size", p["vocab"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _router_groups(spec, p)
+    _mla_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _mla_attention(spec, il, p, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, p["n_embd"], p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, p["n_embd"], p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def deepseek32(t=Types(), **p):
+    """DeepSeek-V3.2 (`deepseek32`): the DeepSeek-V3 layout plus the DSA lightning indexer in every
+    block (indexer.k_norm, .proj, .attn_k, .attn_q_b) and `nextn` NextN/MTP blocks at the end
+    (llama.cpp src/models/deepseek32.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 16, "qk_nope": 32, "v_head": 32,
+         "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "nextn": 1, "vocab": 1024, "ctx": 4096} | p
+    trunk = p["n_layer"]
+    spec = deepseek2(t, **(p | {"n_layer": trunk + p["nextn"]}))
+    spec.architecture = "deepseek32"
+    spec.metadata = [(key.replace("deepseek2.", "deepseek32.", 1), value, kind) for key, value, kind in spec.metadata]
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    n_embd = p["n_embd"]
+    for il in range(trunk + p["nextn"]):
+        spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
+        spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
+        spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+        spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
+        spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+def dots3note(t=Types(), **p):
+    """dots.llm3 (`dots3note`): DeepSeek-V3.2's MLA + DSA layout with sliding-window layers of their own
+    MLA geometry (`*_swa` keys, `swa` a 0/1 string per trunk layer), the lightning indexer only in the
+    layers `indexer.types` marks (the full ones), a norm on the shared rope key (attn_k_norm), a
+    head-wise sigmoid output gate (attn_gate) and `nextn` MTP blocks with a dense FFN
+    (llama.cpp src/models/dots3note.cpp)."""
+    p = {"swa": "0101", "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 32, "qk_nope": 32, "v_head": 32,
+         "kv_lora_swa": 32, "qk_nope_swa": 64, "v_head_swa": 64, "window": 128,
+         "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "nextn": 0, "vocab": 1024, "ctx": 4096} | p
+    pattern = [int(c) for c in p["swa"]]
+    trunk = len(pattern)
+    n_block = trunk + p["nextn"]
+    spec = ModelSpec("dots3note", [])
+    _common(spec, p | {"n_layer": n_block})
+    n_embd = p["n_embd"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _mla_keys(spec, p)
+    spec.meta("{arch}.attention.kv_lora_rank_swa", p["kv_lora_swa"])
+    spec.meta("{arch}.attention.key_length_swa", p["kv_lora_swa"] + p["rope"])
+    spec.meta("{arch}.attention.value_length_swa", p["kv_lora_swa"])
+    spec.meta("{arch}.attention.key_length_mla_swa", p["qk_nope_swa"] + p["rope"])
+    spec.meta("{arch}.attention.value_length_mla_swa", p["v_head_swa"])
+    spec.meta("{arch}.rope.freq_base_swa", 10000.0, "f32")
+    spec.meta("{arch}.attention.sliding_window", p["window"])
+    spec.meta("{arch}.attention.sliding_window_pattern", pattern, "u32[]")
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta("{arch}.attention.indexer.types", [1 - flag for flag in pattern], "u32[]")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    swa_geometry = {"kv_lora": p["kv_lora_swa"], "qk_nope": p["qk_nope_swa"], "v_head": p["v_head_swa"]}
+    for il in range(n_block):
+        is_mtp = il >= trunk
+        is_swa = is_mtp or pattern[il]  # the NextN block uses the sliding-window geometry
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _mla_attention(spec, il, p | swa_geometry if is_swa else p, t)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (p["rope"],), t.norm)
+        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, p["n_head"]), t.resident)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if not is_mtp and not pattern[il]:
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+        if is_mtp or il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if is_mtp:
+            _nextn_block(spec, il, n_embd, t)
+            spec.add(f"blk.{il}.nextn.embed_tokens.weight", (n_embd, p["vocab"]), t.embed)
+    return spec
+
+
+def hy_v4(t=Types(), **p):
+    """Hunyuan-V4 (`hy_v4`): MLA with attention sinks and an element-wise sigmoid output gate, iHC
+    hyper-connections (`hc` residual streams, pre/post mixes only), a leading dense block, experts
+    with a shared one, and the DSA lightning indexer in the layers `idx_types` marks (a 0/1 string per
+    layer, the first 1: the others reuse the last full layer's top-k; `idx_top_k` 0 writes a
+    full-attention checkpoint without an indexer) (llama.cpp src/models/hy-v4.cpp)."""
+    p = {"idx_types": "1010", "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "rope": 32, "qk_nope": 32,
+         "v_head": 32, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "hc": 4, "vocab": 1024, "ctx": 4096} | p
+    types = [int(c) for c in p["idx_types"]]
+    n_layer = len(types)
+    spec = ModelSpec("hy_v4", [])
+    _common(spec, p | {"n_layer": n_layer})
+    n_embd, hc = p["n_embd"], p["hc"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.swiglu_clamp_exp", 10.0, "f32")
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+    spec.meta("{arch}.hyper_connection.magnitude", 2.0, "f32")
+    _mla_keys(spec, p)
+    if p["idx_top_k"]:
+        spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+        spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+        spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+        spec.meta("{arch}.attention.indexer.types", types, "u32[]")
+    _embeddings(spec, p, t)
+    spec.add("output_hc_fn.weight", (hc * n_embd, hc), t.norm)
+    spec.add("output_hc_base.weight", (hc,), t.norm)
+    spec.add("output_hc_scale.weight", (1,), t.norm)
+    for il in range(n_layer):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_sinks.weight", (p["n_head"],), t.norm)
+        _mla_attention(spec, il, p, t)
+        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, p["n_head"] * p["v_head"]), t.resident)
+        if p["idx_top_k"] and types[il]:
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+        for part in ("attn", "ffn"):
+            spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc * n_embd, 2 * hc), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_base.weight", (2 * hc,), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_scale.weight", (2,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def deepseek4(t=Types(), **p):
+    """DeepSeek-V4 (`deepseek4`): one K-only head per token (`key_length` wide, rope on half) with
+    attention sinks and a grouped low-rank output (attn_output_a/_b), hyper-connections (`hc` residual
+    streams mixed by hc_attn_*/hc_ffn_*), and per layer a compression ratio (`ratios`): 0 sliding
+    window only, 4 a CSA compressor plus the lightning indexer's, 128 an HCA compressor; sqrt-softplus
+    routed experts with a shared one, `nextn` MTP blocks at the end (llama.cpp src/models/deepseek4.cpp)."""
+    p = {"ratios": (0, 0, 4, 128), "n_embd": 512, "n_head": 8, "head": 128, "rope": 32, "q_lora": 64,
+         "o_groups": 8, "o_lora": 32, "n_ff_exp": 128, "n_expert": 8, "top_k": 2, "n_shared": 1,
+         "idx_heads": 4, "idx_head": 64, "idx_top_k": 512, "hc": 4, "swa": 128, "nextn": 0,
+         "vocab": 1024, "ctx": 65536} | p
+    ratios = list(p["ratios"])
+    n_block = len(ratios)
+    trunk = n_block - p["nextn"]
+    spec = ModelSpec("deepseek4", [])
+    _common(spec, p | {"n_layer": n_block})
+    n_embd, n_head, head, hc = p["n_embd"], p["n_head"], p["head"], p["hc"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta("{arch}.attention.q_lora_rank", p["q_lora"])
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 1.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta("{arch}.expert_gating_func", 4)  # sqrt(softplus), the only scoring the loader accepts
+    spec.meta("{arch}.swiglu_clamp_exp", 10.0, "f32")
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta("{arch}.attention.output_group_count", p["o_groups"])
+    spec.meta("{arch}.attention.output_lora_rank", p["o_lora"])
+    spec.meta("{arch}.attention.compress_ratios", ratios, "u32[]")
+    spec.meta("{arch}.attention.compress_rope_freq_base", 160000.0, "f32")
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.sinkhorn_iterations", 20)
+    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+    spec.meta("{arch}.hash_layer_count", 0)
+    spec.meta("{arch}.embedding_length_out", hc * n_embd)
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    hc_dim, hc_mix = hc * n_embd, (2 + hc) * hc
+    spec.add("output_hc_fn.weight", (hc_dim, hc), t.norm)
+    spec.add("output_hc_base.weight", (hc,), t.norm)
+    spec.add("output_hc_scale.weight", (1,), t.norm)
+    for il, ratio in enumerate(ratios):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), t.norm)
+        spec.add(f"blk.{il}.attn_q_a.weight", (n_embd, p["q_lora"]), t.resident)
+        spec.add(f"blk.{il}.attn_q_a_norm.weight", (p["q_lora"],), t.norm)
+        spec.add(f"blk.{il}.attn_q_b.weight", (p["q_lora"], n_head * head), t.resident)
+        spec.add(f"blk.{il}.attn_kv.weight", (n_embd, head), t.resident)
+        spec.add(f"blk.{il}.attn_kv_a_norm.weight", (head,), t.norm)
+        # the converter writes wo_a 2-D (the loader reshapes it to [heads x head / groups, o_lora, groups])
+        spec.add(f"blk.{il}.attn_output_a.weight", (n_head * head // p["o_groups"], p["o_lora"] * p["o_groups"]), t.resident)
+        spec.add(f"blk.{il}.attn_output_b.weight", (p["o_groups"] * p["o_lora"], n_embd), t.resident)
+        for part in ("attn", "ffn"):
+            spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc_dim, hc_mix), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_base.weight", (hc_mix,), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_scale.weight", (3,), t.norm)
+        if ratio:
+            coff = 2 if ratio == 4 else 1
+            spec.add(f"blk.{il}.attn_compressor_kv.weight", (n_embd, coff * head), t.resident)
+            spec.add(f"blk.{il}.attn_compressor_gate.weight", (n_embd, coff * head), t.resident)
+            spec.add(f"blk.{il}.attn_compressor_ape.weight", (coff * head, ratio), t.norm)
+            spec.add(f"blk.{il}.attn_compressor_norm.weight", (head,), t.norm)
+        if ratio == 4:
+            idx = p["idx_head"]
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_kv.weight", (n_embd, 2 * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_gate.weight", (n_embd, 2 * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_ape.weight", (2 * idx, ratio), t.norm)
+            spec.add(f"blk.{il}.indexer_compressor_norm.weight", (idx,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+BUILDERS = {
+    "deepseek2": deepseek2,
+    "deepseek32": deepseek32,
+    "deepseek4": deepseek4,
+    "dots3note": dots3note,
+    "hy_v4": hy_v4,
+    "hy_v3": hy_v3,
+    # DeepSeek-OCR's language model: DeepSeek-MoE V1's layout (MHA, shared experts; src/models/deepseek2ocr.cpp)
+    "deepseek2-ocr": lambda t=Types(), **p: _renamed(deepseek(t, **p), "deepseek2-ocr"),
+    "deepseek": deepseek,
+    "hunyuan-moe": hunyuan_moe,
+    "dots1": dots1,
+}

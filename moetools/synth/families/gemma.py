@@ -1,0 +1,142 @@
+"""Synthetic builders: Gemma layouts (gemma3n, gemma4, gemma4-assistant).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _experts, _gemma4_window_keys, _gqa_keys, _normed_gqa_attention
+from moetools.synth.spec import ModelSpec, Types
+
+
+def gemma3n(t=Types(), **p):
+    """Gemma 3n (`gemma3n`): sliding-window attention (every 5th layer full) whose layers from the 20th
+    on reuse an earlier layer's KV (n_layer_kv_from_start), with the AltUp streams, LAuReL and per-layer
+    input tensors the loader requires (llama.cpp src/models/gemma3n.cpp; n_altup 4, laurel rank 64 and
+    256 per-layer widths are llama_hparams defaults, not keys)."""
+    p = {"n_layer": 24, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "swa": 128,
+         "vocab": 1024, "ctx": 4096, "altup": 4, "laurel": 64, "embd_altup": 256} | p
+    spec = ModelSpec("gemma3n", [])
+    _common(spec, p)
+    n_embd, head, n_layer = p["n_embd"], p["head"], p["n_layer"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("altup_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
+    spec.add("altup_unembd_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
+    spec.add("per_layer_token_embd.weight", (p["embd_altup"] * n_layer, p["vocab"]), t.embed)
+    spec.add("per_layer_model_proj.weight", (n_embd, p["embd_altup"] * n_layer), t.norm)
+    spec.add("per_layer_proj_norm.weight", (p["embd_altup"],), t.norm)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    for il in range(n_layer):
+        blk = f"blk.{il}."
+        _normed_gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "inp_gate.weight", (n_embd, p["embd_altup"]), t.norm)
+        spec.add(blk + "proj.weight", (p["embd_altup"], n_embd), t.norm)
+        spec.add(blk + "post_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "altup_correct_coef.weight", (p["altup"], p["altup"]), t.norm)
+        spec.add(blk + "altup_correct_scale.weight", (n_embd,), t.norm)
+        spec.add(blk + "altup_predict_coef.weight", (p["altup"], p["altup"] ** 2), t.norm)
+        spec.add(blk + "altup_router.weight", (n_embd, p["altup"]), t.norm)
+        spec.add(blk + "altup_router_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "laurel_l.weight", (n_embd, p["laurel"]), t.norm)
+        spec.add(blk + "laurel_r.weight", (p["laurel"], n_embd), t.norm)
+        spec.add(blk + "laurel_post_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
+def gemma4(t=Types(), **p):
+    """Gemma 4 MoE (`gemma4`, gemma-4-26B-A4B): sliding-window layers (head `head_swa`, `n_head_kv_swa`
+    KV heads) with a full-attention layer every `full_every`-th (head `head`, `n_head_kv` KV heads, one
+    shared rope_freqs), a dense GeGLU MLP beside 128 routed experts in every block, tied embeddings;
+    the last `shared_kv` layers reuse earlier layers' KV (llama.cpp src/models/gemma4.cpp)."""
+    p = {"n_layer": 6, "n_embd": 256, "n_head": 4, "n_head_kv": 1, "n_head_kv_swa": 2, "head": 128,
+         "head_swa": 64, "n_ff": 256, "n_ff_exp": 64, "n_expert": 16, "top_k": 4, "swa": 128, "full_every": 6,
+         "shared_kv": 0, "vocab": 1024, "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("gemma4", [])
+    _common(spec, p)
+    n_embd, n_layer = p["n_embd"], p["n_layer"]
+    is_full = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if full else p["n_head_kv_swa"] for full in is_full], "u32[]")
+    _gemma4_window_keys(spec, p, is_full)
+    spec.meta("{arch}.attention.shared_kv_layers", p["shared_kv"])
+    spec.meta("{arch}.embedding_length_per_layer_input", 0)
+    spec.meta("{arch}.final_logit_softcapping", 30.0, "f32")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
+    for il in range(n_layer):
+        head = p["head"] if is_full[il] else p["head_swa"]
+        hkv = p["n_head_kv"] if is_full[il] else p["n_head_kv_swa"]
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_q.weight", (n_embd, p["n_head"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_k.weight", (n_embd, hkv * head), t.resident)
+        if not is_full[il]:  # the full layers use K as V (attention_k_eq_v)
+            spec.add(f"blk.{il}.attn_v.weight", (n_embd, hkv * head), t.resident)
+        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.layer_output_scale.weight", (1,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(f"blk.{il}.post_ffw_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.scale", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.pre_ffw_norm_2.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.post_ffw_norm_1.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.post_ffw_norm_2.weight", (n_embd,), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def gemma4_assistant(t=Types(), **p):
+    """A Gemma 4 assistant (`gemma4-assistant`, src/models/gemma4-assistant.cpp): a draft of
+    `nextn_predict_layers` query-only blocks that read the target gemma4 context's KV (its last
+    sliding-window and last full layer), fed the target's scaled token embedding beside its hidden state
+    (`embedding_length_out` wide) through nextn.pre_projection, with pre and post norms, a GeGLU MLP, a
+    per-block output scale, tied embeddings and nextn.post_projection back to the target's width."""
+    p = {"n_layer": 4, "n_embd": 128, "n_embd_target": 256, "n_head": 4, "head": 128, "head_swa": 64, "n_ff": 256,
+         "swa": 128, "full_every": 4, "vocab": 1024, "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("gemma4-assistant", [])
+    _common(spec, p)
+    n_embd, n_layer, n_bb = p["n_embd"], p["n_layer"], p["n_embd_target"]
+    is_full = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    spec.meta("{arch}.nextn_predict_layers", n_layer)
+    spec.meta("{arch}.embedding_length_out", n_bb)
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", 1)
+    _gemma4_window_keys(spec, p, is_full)
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add("nextn.pre_projection.weight", (2 * n_bb, n_embd), t.resident)
+    spec.add("nextn.post_projection.weight", (n_embd, n_bb), t.resident)
+    spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
+    for il in range(n_layer):
+        head = p["head"] if is_full[il] else p["head_swa"]
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "attn_q.weight", (n_embd, p["n_head"] * head), t.resident)
+        spec.add(blk + "attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
+        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "layer_output_scale.weight", (1,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
+BUILDERS = {
+    "gemma4-assistant": gemma4_assistant,
+    "gemma3n": gemma3n,
+    "gemma4": gemma4,
+}

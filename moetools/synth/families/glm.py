@@ -1,0 +1,155 @@
+"""Synthetic builders: GLM MoE layouts (glm4moe, glm-dsa, glm5-next).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _kda_block, _mla_attention, _mla_keys, _nextn_block, _router_groups
+from moetools.synth.families.deepseek import deepseek32
+from moetools.synth.spec import ModelSpec, TensorSpec, Types
+
+
+def glm_dsa(t=Types(), **p):
+    """GLM-5 / GLM-5.2 (`glm-dsa`): the DeepSeek-V3.2 layout (MLA, DSA indexer, sigmoid-routed experts,
+    NextN blocks) where only the layers `indexer.types` marks full (`idx_types`, a string of 0/1 per trunk
+    layer) carry the indexer's tensors; the shared ones reuse the last full layer's top-k
+    (llama.cpp src/models/glm-dsa.cpp)."""
+    p = {"idx_types": "1001"} | p
+    types = [int(c) for c in p["idx_types"]]
+    spec = deepseek32(t, **(p | {"n_layer": len(types)}))
+    spec.architecture = "glm-dsa"
+    spec.metadata = [(key.replace("deepseek32.", "glm-dsa.", 1), value, kind) for key, value, kind in spec.metadata]
+    spec.meta("{arch}.attention.indexer.types", types, "u32[]")
+    shared = {il for il, full in enumerate(types) if not full}
+    spec.tensors = [tensor for tensor in spec.tensors
+                    if not (".indexer." in tensor.name and int(tensor.name.split(".")[1]) in shared)]
+    return spec
+
+
+def glm5_next(t=Types(), **p):
+    """GLM-5.3-Flash (`glm5-next`): KDA layers (head_count_kv 0; `layers` a string of K = KDA, * = attention)
+    and NoPE MLA layers (the cache row is the latent alone) with a k-pool DSA indexer (key, gate and
+    pooled key cached per token; `idx_types`, a 0/1 string per trunk layer, writes `indexer.types`: the
+    shared layers carry no indexer tensors), mHC residual streams (`hc`, DeepSeek-V4's Sinkhorn mixes),
+    a leading dense block and sigmoid-routed experts with a shared one, `nextn` NextN blocks
+    (llama.cpp src/models/glm5-next.cpp)."""
+    p = {"layers": "KK*K", "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64, "qk_nope": 64,
+         "v_head": 32, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "kpool": 4, "hc": 4, "nextn": 0,
+         "vocab": 1024, "ctx": 4096} | p
+    kinds = p["layers"] + "*" * p["nextn"]
+    n_block, trunk = len(kinds), len(p["layers"])
+    spec = ModelSpec("glm5-next", [])
+    _common(spec, p | {"n_layer": n_block})
+    n_embd, n_head, hc = p["n_embd"], p["n_head"], p["hc"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_head)
+    spec.meta("{arch}.attention.head_count_kv", [0 if kind == "K" else 1 for kind in kinds], "u32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _mla_keys(spec, p | {"rope": 0})
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.kda.head_dim", p["kda_head"])
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta("{arch}.attention.indexer.kpool", p["kpool"])
+    idx_types = [int(c) for c in p.get("idx_types", "1" * trunk)]
+    if "idx_types" in p:
+        spec.meta("{arch}.attention.indexer.types", idx_types, "u32[]")
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.sinkhorn_iterations", 20)
+    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    hc_mix = (2 + hc) * hc
+    idx = p["idx_head"]
+    for il, kind in enumerate(kinds):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if il < trunk:
+            for part in ("attn", "ffn"):
+                spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc * n_embd, hc_mix), t.norm)
+                spec.add(f"blk.{il}.hc_{part}_base.weight", (hc_mix,), t.norm)
+                spec.add(f"blk.{il}.hc_{part}_scale.weight", (3,), t.norm)
+        if kind == "K":
+            _kda_block(spec, il, p, t, factored_gate=True)
+            spec.tensors = [TensorSpec(x.name, (n_head,), x.type_id) if x.name == f"blk.{il}.ssm_a" else x
+                            for x in spec.tensors]
+        else:
+            _mla_attention(spec, il, p | {"rope": 0}, t)
+        if kind != "K" and (il >= trunk or idx_types[il]):
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.bias", (idx,), t.norm)
+            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
+            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, idx), t.resident)
+            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_gate.weight", (n_embd, idx), t.resident)
+            spec.add(f"blk.{il}.indexer_compressor_ape.weight", (idx, p["kpool"]), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+def glm4moe(t=Types(), **p):
+    """GLM-4.5 / GLM-4.5-Air (`glm4moe`): GQA with q/k/v biases and partial rotary, leading dense
+    blocks, sigmoid-routed experts with a shared expert, and `nextn` NextN/MTP blocks at the end
+    (llama.cpp src/models/glm4-moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "nextn": 1, "qk_norm": False, "vocab": 1024,
+         "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("glm4moe", [])
+    n_all = p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
+    head, n_embd = p["head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head // 2)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_count", p["n_shared"])
+    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    _router_groups(spec, p)
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    for il in range(n_all):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        for name, rows in (("attn_q", p["n_head"] * head), ("attn_k", p["n_head_kv"] * head), ("attn_v", p["n_head_kv"] * head)):
+            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+        if p["qk_norm"]:
+            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= p["n_layer"]:
+            _nextn_block(spec, il, n_embd, t)
+    return spec
+
+
+BUILDERS = {
+    "glm-dsa": glm_dsa,
+    "glm5-next": glm5_next,
+    "glm4moe": glm4moe,
+}

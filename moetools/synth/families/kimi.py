@@ -1,0 +1,140 @@
+"""Synthetic builders: Kimi KDA hybrids (kimi-k3, kimi-linear) and bailingmoe3.
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _kda_block, _kimi_keys, _mla_attention
+from moetools.synth.spec import ModelSpec, Types
+
+
+def kimi_k3(t=Types(), **p):
+    """llama.cpp's `kimi-k3`: KDA recurrent layers (head_count_kv 0) and MLA layers, one leading dense
+    block, a shared expert, and a latent MoE whose routed experts run at expert_latent_length."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "latent": 128, "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 64, "kv_lora": 64,
+         "rope": 16, "qk_nope": 32, "v_head": 32, "full_every": 4, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("kimi-k3", [])
+    _common(spec, p)
+    n_layer, n_embd, n_head = p["n_layer"], p["n_embd"], p["n_head"]
+    # KimiLinearConfig: full-attention layers are 1-indexed multiples of `full_every`; the rest are KDA.
+    is_mla = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    _kimi_keys(spec, p, is_mla, k3=True)
+    spec.meta("{arch}.expert_latent_length", p["latent"])
+    spec.meta("{arch}.activation.situ_beta", 1.0, "f32")
+    spec.meta("{arch}.activation.situ_linear_beta", 0.5, "f32")
+    spec.meta("{arch}.attn_res.block_size", 8)
+    _embeddings(spec, p, t)
+    spec.add("output_res_score.weight", (n_embd,), t.norm)
+    for il in range(n_layer):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_res_score.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_res_score.weight", (n_embd,), t.norm)
+        if is_mla[il]:
+            _mla_attention(spec, il, p, t)
+            spec.add(f"blk.{il}.attn_gate.weight", (n_embd, n_head * p["v_head"]), t.resident)
+        else:
+            _kda_block(spec, il, p, t, factored_gate=False)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, p["latent"], p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_routed_down.weight", (n_embd, p["latent"]), t.resident)
+        spec.add(f"blk.{il}.ffn_routed_up.weight", (p["latent"], n_embd), t.resident)
+        spec.add(f"blk.{il}.ffn_routed_norm.weight", (p["latent"],), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def kimi_linear(t=Types(), **p):
+    """llama.cpp's `kimi-linear` (src/models/kimi-linear.cpp): KDA recurrent layers (head_count_kv 0)
+    with a factored output gate (ssm_g_a / ssm_g_b) and NoPE MLA layers every `full_every`, one leading
+    dense block, then a sigmoid-routed MoE with a shared expert."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 0, "kv_lora": 64, "rope": 16,
+         "qk_nope": 32, "v_head": 32, "full_every": 4, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("kimi-linear", [])
+    _common(spec, p)
+    n_layer, n_embd, n_head = p["n_layer"], p["n_embd"], p["n_head"]
+    is_mla = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
+    _kimi_keys(spec, p, is_mla, k3=False)
+    _embeddings(spec, p, t)
+    for il in range(n_layer):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if is_mla[il]:
+            _mla_attention(spec, il, p, t)
+        else:
+            _kda_block(spec, il, p, t, factored_gate=True)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+    return spec
+
+
+def bailingmoe3(t=Types(), **p):
+    """Ling/Ring-2.5-style `bailingmoe3` (src/models/bailingmoe3.cpp): KDA linear-attention blocks
+    (head_count_kv 0: per-q/k/v short convs, a one-projection decay gate with dt bias and A, a
+    one-projection output gate) and gated MLA blocks (a per-head sigmoid gate) every `full_every`, a
+    leading dense block, sigmoid-routed experts with a selection bias beside a shared expert, and
+    `nextn` MTP blocks after the trunk (which the hybrid's default filter gives a KV cache)."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "kda_head": 64, "conv": 4, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "n_shared": 1, "n_dense": 1, "q_lora": 0, "kv_lora": 64, "rope": 16,
+         "qk_nope": 32, "v_head": 32, "full_every": 4, "nextn": 1, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("bailingmoe3", [])
+    trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
+    n_embd, n_head, head = p["n_embd"], p["n_head"], p["kda_head"]
+    d_inner = n_head * head
+    is_mla = [(il + 1) % p["full_every"] == 0 or il >= trunk for il in range(n_all)]
+    _kimi_keys(spec, p, is_mla, k3=False)
+    spec.meta("{arch}.kda.gate_lower_bound", -5.0, "f32")  # bailingmoe3.cpp requires it (and asserts < 0)
+    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    _embeddings(spec, p, t)
+    for il in range(n_all):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        if is_mla[il]:
+            _mla_attention(spec, il, p, t)
+            spec.add(blk + "attn_gate.weight", (n_embd, n_head), t.norm)
+        else:
+            for conv in ("q", "k", "v"):
+                spec.add(f"{blk}ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
+            for name in ("attn_q", "attn_k", "attn_v"):
+                spec.add(f"{blk}{name}.weight", (n_embd, d_inner), t.resident)
+            spec.add(blk + "ssm_f_a.weight", (n_embd, d_inner), t.resident)
+            spec.add(blk + "ssm_beta.weight", (n_embd, n_head), t.norm)
+            spec.add(blk + "ssm_a", (1, n_head), t.norm)
+            spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
+            spec.add(blk + "ssm_g_a.weight", (n_embd, d_inner), t.resident)
+            spec.add(blk + "ssm_norm.weight", (head,), t.norm)
+            spec.add(blk + "attn_output.weight", (d_inner, n_embd), t.resident)
+        if il < p["n_dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        else:
+            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(blk + "exp_probs_b.bias", (p["n_expert"],), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        if il >= trunk:
+            spec.add(blk + "nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
+            spec.add(blk + "nextn.enorm.weight", (n_embd,), t.norm)
+            spec.add(blk + "nextn.hnorm.weight", (n_embd,), t.norm)
+            spec.add(blk + "layer_output_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
+BUILDERS = {
+    "kimi-k3": kimi_k3,
+    "kimi-linear": kimi_linear,
+    "bailingmoe3": bailingmoe3,
+}

@@ -1,0 +1,248 @@
+"""Synthetic builders: Llama-style MoE layouts (Mixtral, PhiMoE, DBRX, Grok, Granite, OLMoE, Llama 4, Arctic, ...).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _normed_gqa_attention, _renamed
+from moetools.synth.spec import F32, ModelSpec, TensorSpec, Types
+
+
+def llama_moe(t=Types(), **p):
+    """Mixtral-style experts in the `llama` architecture (also a dense llama with n_expert=0)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
+         "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
+    spec = ModelSpec(p.get("arch", "llama"), [])
+    _common(spec, p)
+    head = p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.vocab_size", p["vocab"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        if p["n_expert"]:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+            _experts(spec, il, p["n_embd"], p["n_ff"], p["n_expert"], t)
+        else:
+            _dense_ffn(spec, il, p["n_embd"], p["n_ff"], t)
+    return spec
+
+
+def phimoe(t=Types(), **p):
+    """Phi-3.5-MoE (`phimoe`): the llama layout with routed experts, LayerNorms with biases, q/k/v/output
+    biases and an output bias (llama.cpp src/models/phimoe.cpp)."""
+    spec = llama_moe(t, **(p | {"arch": "phimoe"}))
+    n_embd = spec.tensors[0].shape[0]
+    vocab = spec.tensors[0].shape[1]
+    spec.add("output_norm.bias", (n_embd,), t.norm)
+    spec.add("output.bias", (vocab,), t.norm)
+    for tensor in list(spec.tensors):
+        name = tensor.name
+        if name.endswith(("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                          "attn_output.weight")) and name.startswith("blk."):
+            spec.add(name[:-len("weight")] + "bias", (tensor.shape[-1] if "attn_" in name and "norm" not in name
+                                                       else n_embd,), t.norm)
+    return spec
+
+
+def dbrx(t=Types(), **p):
+    """DBRX (`dbrx`): a fused qkv projection (its values clamped to `attention.clamp_kqv`), LayerNorms,
+    `attn_output_norm` before the routed experts (llama.cpp src/models/dbrx.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 256, "n_expert": 8, "top_k": 2,
+         "vocab": 1024, "ctx": 2048, "rope_base": 5e5} | p
+    spec = ModelSpec("dbrx", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.attention.clamp_kqv", 8.0, "f32")
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, n_embd + 2 * p["n_head_kv"] * head), t.resident)
+        spec.add(f"blk.{il}.attn_output.weight", (n_embd, n_embd), t.resident)
+        spec.add(f"blk.{il}.attn_output_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+    return spec
+
+
+def grok(t=Types(), **p):
+    """Grok-2 (`grok`; `dense=False`: Grok-1): GQA with a post-attention norm, a dense SwiGLU FFN beside
+    the routed experts (Grok-2 only), a post-FFN norm, softcapped attention and router logits
+    (llama.cpp src/models/grok.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_expert": 8,
+         "top_k": 2, "dense": True, "vocab": 1024, "ctx": 2048, "rope_base": 2.08e5} | p
+    spec = ModelSpec("grok", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    n_ff_exp = p["n_ff_exp"] if p["dense"] else p["n_ff"]
+    spec.meta("{arch}.expert_feed_forward_length", n_ff_exp)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_output_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if p["dense"]:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, n_ff_exp, p["n_expert"], t)
+        spec.add(f"blk.{il}.layer_output_norm.weight", (n_embd,), t.norm)
+    return spec
+
+
+def granitemoe(t=Types(), **p):
+    """Granite MoE (`granitemoe`, granite-3.x-MoE): the llama layout with routed experts plus Granite's
+    embedding, residual, attention and logit scales (in-place scalings; llama.cpp src/models/granite-moe.cpp)."""
+    spec = llama_moe(t, **(p | {"arch": "granitemoe"}))
+    for key, value in (("embedding_scale", 12.0), ("residual_scale", 0.22), ("attention.scale", 0.0078125),
+                       ("logit_scale", 6.0)):
+        spec.meta("{arch}." + key, value, "f32")
+    return spec
+
+
+def olmoe(t=Types(), **p):
+    """OLMoE (`olmoe`): multi-head attention whose q and k are rms-normed over the whole projection
+    before the reshape (attn_q_norm / attn_k_norm n_embd wide), routed experts without a shared one
+    (llama.cpp src/models/olmoe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "vocab": 1024, "ctx": 4096, "rope_base": 1e4} | p
+    p["n_head_kv"] = p["n_head"]
+    spec = ModelSpec("olmoe", [])
+    _common(spec, p)
+    head = p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff_exp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def arctic(t=Types(), **p):
+    """Snowflake Arctic (`arctic`): a dense n_embd-wide residual FFN in every block, then a second norm and
+    routed experts on its output (llama.cpp src/models/arctic.cpp)."""
+    spec = llama_moe(t, **(p | {"arch": "arctic"}))
+    n_embd = spec.tensors[0].shape[0]
+    tensors = []
+    for tensor in spec.tensors:
+        if tensor.name.endswith("ffn_gate_inp.weight"):
+            blk = tensor.name[:-len("ffn_gate_inp.weight")]
+            for part, shape in (("ffn_gate", (n_embd, n_embd)), ("ffn_up", (n_embd, n_embd)), ("ffn_down", (n_embd, n_embd))):
+                tensors.append(TensorSpec(blk + part + ".weight", shape, t.resident))
+            tensors.append(TensorSpec(blk + "ffn_norm_exps.weight", (n_embd,), t.norm))
+        tensors.append(tensor)
+    spec.tensors = tensors
+    return spec
+
+
+def granite_moe_shexp(t=Types(), **p):
+    """Granite-4.0's attention-only MoE (`granite` with experts): granitemoe's layout and scales plus a
+    shared expert `n_ff_shexp` wide (llama.cpp src/models/granite.cpp)."""
+    p = {"n_ff_shexp": 256} | p
+    spec = _renamed(granitemoe(t, **p), "granite")
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    n_embd = spec.tensors[0].shape[0]
+    for il in range(p.get("n_layer", 4)):
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def granite_swa(t=Types(), **p):
+    """Granite's sliding-window MoE (`granite_swa`): granite's MoE with a shared expert, sliding-window
+    layers by `pattern` (S/F) and attention sinks in every layer (llama.cpp src/models/granite-swa.cpp)."""
+    p = {"pattern": "SSSF", "swa": 128} | p
+    spec = _renamed(granite_moe_shexp(t, **(p | {"n_layer": len(p["pattern"])})), "granite_swa")
+    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    n_head = p.get("n_head", 4)
+    # the shared expert's gate and up fused in ffn_up_shexp (2 x n_ff_shexp rows, LLM_FFN_SWIGLU)
+    spec.tensors = [TensorSpec(x.name, (x.shape[0], 2 * x.shape[1]), x.type_id) if x.name.endswith("ffn_up_shexp.weight")
+                    else x for x in spec.tensors if not x.name.endswith("ffn_gate_shexp.weight")]
+    for il in range(len(p["pattern"])):
+        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), F32)
+    return spec
+
+
+def llama_like_moe(arch):
+    """A builder of the llama layout with routed experts under another loader (`mistral3`, `minicpm`:
+    their loaders take experts when `expert_count` is set; src/models/mistral3.cpp, minicpm.cpp)."""
+    return lambda t=Types(), **p: _renamed(llama_moe(t, **p), arch)
+
+
+def dflash(t=Types(), **p):
+    """A DFlash block-diffusion draft (`dflash`, src/models/dflash.cpp, not the DSV4 DSpark stages):
+    `target_layers` (the target's hidden states it reads), an `fc` fusing them and its `enc.output_norm`,
+    then GQA blocks with q/k norms and a SwiGLU FFN, with its own token embeddings and head (a draft that
+    has them needs no ctx_other)."""
+    p = {"n_layer": 2, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "target_layers": (1, 3),
+         "block_size": 16, "vocab": 1024, "ctx": 4096, "rope_base": 1e6} | p
+    spec = ModelSpec("dflash", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.target_layers", list(p["target_layers"]), "i32[]")
+    spec.meta("{arch}.block_size", p["block_size"])
+    _embeddings(spec, p, t)
+    spec.add("enc.output_norm.weight", (n_embd,), t.norm)
+    spec.add("fc.weight", (len(p["target_layers"]) * n_embd, n_embd), t.resident)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        _normed_gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+def llama4(t=Types(), **p):
+    """Llama 4 (`llama4`): chunked attention (8192-token chunks) in three layers of four, every
+    `moe_every`-th block MoE with a shared expert of the expert width, the others dense
+    (llama.cpp src/models/llama4.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 1, "moe_every": 2, "vocab": 1024, "ctx": 262144, "rope_base": 5e5} | p
+    spec = ModelSpec("llama4", [])
+    _common(spec, p)
+    head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.interleave_moe_layer_step", p["moe_every"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["moe_every"] == 0:
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"], t, suffix="_shexp")
+        else:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+BUILDERS = {
+    "mixtral": llama_moe,
+    "dflash": dflash,
+    "phimoe": phimoe,
+    "dbrx": dbrx,
+    "grok": grok,
+    "arctic": arctic,
+    "granite": granite_moe_shexp,
+    "granite_swa": granite_swa,
+    "mistral3": llama_like_moe("mistral3"),
+    "minicpm": llama_like_moe("minicpm"),
+    "llama4": llama4,
+    "olmoe": olmoe,
+    "granitemoe": granitemoe,
+    "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
+}

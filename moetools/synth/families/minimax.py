@@ -1,0 +1,96 @@
+"""Synthetic builders: MiniMax layouts (minimax-01 lightning attention, minimax-m2, minimax-m3).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _embeddings, _experts, _gqa_attention, _gqa_keys, _shared_experts_moe
+from moetools.synth.spec import ModelSpec, Types
+
+
+def minimax_01(t=Types(), **p):
+    """MiniMax-Text-01 (`minimax-01`): lightning (linear) attention blocks — a fused silu'd qkv, an
+    RMS-normed output times a sigmoid gate — with one softmax GQA block every `full_every` (roped over
+    half the head), routed experts (softmax gate) in every block, residuals of the normed input scaled
+    by `residual_scale` (llama.cpp src/models/minimax-01.cpp)."""
+    p = {"n_layer": 8, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 128, "n_expert": 8,
+         "top_k": 2, "full_every": 8, "vocab": 1024, "ctx": 8192, "rope_base": 1e7} | p
+    spec = ModelSpec("minimax-01", [])
+    _common(spec, p)
+    n_embd, head, heads = p["n_embd"], p["head"], p["n_head"] * p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head // 2)
+    spec.meta("{arch}.residual_scale", 3.5565588200778455, "f32")
+    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["full_every"] == 0:
+            _gqa_attention(spec, il, p, head, t)
+        else:
+            spec.add(blk + "attn_norm_2.weight", (heads,), t.norm)
+            spec.add(blk + "attn_qkv.weight", (n_embd, 3 * heads), t.resident)
+            spec.add(blk + "attn_gate.weight", (n_embd, heads), t.resident)
+            spec.add(blk + "attn_output.weight", (heads, n_embd), t.resident)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+    return spec
+
+
+def minimax_m2(t=Types(), **p):
+    """MiniMax-M2 (`minimax-m2`): GQA with whole-width q/k norms, sigmoid-routed experts of
+    feed_forward_length with a probability bias, no shared expert (llama.cpp src/models/minimax-m2.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128, "n_expert": 16,
+         "top_k": 4, "rope": 32, "vocab": 1024, "ctx": 4096, "rope_base": 5e6} | p
+    spec = ModelSpec("minimax-m2", [])
+    _common(spec, p)
+    head, n_embd = p["head"], p["n_embd"]
+    _gqa_keys(spec, p, p["n_ff_exp"], head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_gating_func", 2)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (p["n_head"] * head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (p["n_head_kv"] * head,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def minimax_m3(t=Types(), **p):
+    """MiniMax-M3 (`minimax-m3`, src/models/minimax-m3.cpp): GQA with per-head q/k norms and partial
+    rotary, leading dense blocks, then sigmoid-routed experts with a selection bias beside a shared
+    expert, and MiniMax Sparse Attention in those blocks: an indexer (one `idx_head`-wide query head per
+    KV head, one key head) whose keys llama_kv_cache_msa caches beside the KV."""
+    p = {"n_head_kv": 2, "n_shared": 1, "idx_head": 64, "idx_top_k": 4, "idx_block": 64, "idx_local": 1,
+         "rope": 32} | p
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_ff": 512, "n_ff_exp": 128, "n_expert": 16, "top_k": 4,
+         "n_dense": 1, "vocab": 1024, "ctx": 4096} | p
+    extra = (("expert_gating_func", 2, "u32"), ("expert_weights_norm", True, "bool"),
+             ("rope.dimension_count", p["rope"], "u32"),
+             ("attention.indexer.head_count", p["n_head_kv"], "u32"),
+             ("attention.indexer.key_length", p["idx_head"], "u32"),
+             ("attention.indexer.top_k", p["idx_top_k"], "u32"),
+             ("attention.indexer.block_size", p["idx_block"], "u32"),
+             ("attention.indexer.local_blocks", p["idx_local"], "u32"))
+    spec = _shared_experts_moe("minimax-m3", t, p, 2.5, probs_bias=True, qk_norm=True, extra=extra)
+    for il in range(p["n_dense"], p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "indexer.q_proj.weight", (p["n_embd"], p["n_head_kv"] * p["idx_head"]), t.resident)
+        spec.add(blk + "indexer.k_proj.weight", (p["n_embd"], p["idx_head"]), t.resident)
+        spec.add(blk + "indexer.q_norm.weight", (p["idx_head"],), t.norm)
+        spec.add(blk + "indexer.k_norm.weight", (p["idx_head"],), t.norm)
+    return spec
+
+
+BUILDERS = {
+    "minimax-01": minimax_01,
+    "minimax-m3": minimax_m3,
+    "minimax-m2": minimax_m2,
+}

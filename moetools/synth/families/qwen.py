@@ -1,0 +1,247 @@
+"""Synthetic builders: Qwen MoE layouts (qwen2moe, qwen3moe, qwen3vlmoe, qwen35/qwen35moe gated delta nets, qwen4exp).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gated_attention, _gdn_block, _gdn_keys, _gqa_attention, _gqa_keys, _nextn_block, _renamed
+from moetools.synth.spec import ModelSpec, Types
+
+
+def qwen3moe(t=Types(), **p):
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 16, "top_k": 4, "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
+    spec = ModelSpec("qwen3moe", [])
+    _common(spec, p)
+    head = p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+    return spec
+
+
+def qwen3vlmoe(t=Types(), **p):
+    """Qwen3-VL MoE's text model (`qwen3vlmoe`): the qwen3moe layout with M-RoPE (`rope.dimension_sections`,
+    four positions per token; llama.cpp src/models/qwen3vlmoe.cpp)."""
+    spec = _renamed(qwen3moe(t, **p), "qwen3vlmoe")
+    spec.meta("{arch}.rope.dimension_sections", [12, 10, 10, 0], "i32[]")
+    return spec
+
+
+def qwen2moe(t=Types(), **p):
+    """Qwen2-MoE (`qwen2moe`, Qwen1.5-MoE / Qwen2-57B-A14B): q/k/v biases, no q/k norm, routed experts
+    plus a shared expert behind a sigmoid gate (ffn_gate_inp_shexp) (llama.cpp src/models/qwen2moe.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128, "n_ff_shexp": 512,
+         "n_expert": 16, "top_k": 4, "vocab": 1024, "ctx": 2048, "rope_base": 1e6} | p
+    spec = ModelSpec("qwen2moe", [])
+    _common(spec, p)
+    head = p["n_embd"] // p["n_head"]
+    _gqa_keys(spec, p, p["n_ff"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _gqa_attention(spec, il, p, head, t)
+        for name, rows in (("attn_q", p["n_embd"]), ("attn_k", p["n_head_kv"] * head), ("attn_v", p["n_head_kv"] * head)):
+            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (p["n_embd"],), t.norm)
+        _dense_ffn(spec, il, p["n_embd"], p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def qwen3moe_swa(arch):
+    """A builder of the qwen3moe layout under a sliding-window loader: `mellum` (three sliding-window
+    layers to one full once `attention.sliding_window` is set) and `maple` (`pattern` S/F, a SwiGLU clamp
+    per layer) (llama.cpp src/models/mellum.cpp, maple.cpp)."""
+    def build(t=Types(), **p):
+        p = {"swa": 128, "pattern": "SSSF"} | p
+        spec = _renamed(qwen3moe(t, **(p | {"n_layer": len(p["pattern"])})), arch)
+        spec.meta("{arch}.attention.sliding_window", p["swa"])
+        if arch == "maple":
+            spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+            spec.meta("{arch}.swiglu_clamp_exp", 7.0, "f32")
+        return spec
+    return build
+
+
+def qwen35moe(t=Types(), **p):
+    """Qwen3.5 MoE (`qwen35moe`) and Qwen3-Next (`qwen3next`): gated delta net layers, one full
+    attention layer every `full_every` (gated queries, q/k norms), routed experts and a gated shared
+    expert (llama.cpp src/models/qwen35moe.cpp, qwen3next.cpp). With arch `qwen35` (dense Qwen3.5,
+    src/models/qwen35.cpp) the same layers with an `n_ff`-wide SwiGLU FFN instead of the experts."""
+    p = {"arch": "qwen35moe", "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16,
+         "n_ff_exp": 64, "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4,
+         "state": 32, "full_every": 4, "nextn": 0, "vocab": 1024, "ctx": 4096, "rope_base": 1e7, "n_ff": 512} | p
+    dense = p["arch"] == "qwen35"
+    spec = ModelSpec(p["arch"], [])
+    trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
+    _common(spec, p | {"n_layer": n_all})
+    if p["nextn"]:  # the MTP head: full-attention blocks after the trunk (never recurrent)
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    n_embd, head = p["n_embd"], p["head"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"] if dense else p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    if p["arch"] in ("qwen35moe", "qwen35"):
+        spec.meta("{arch}.rope.dimension_sections", [11, 11, 10, 0], "i32[]")
+    if not dense:
+        spec.meta("{arch}.expert_count", p["n_expert"])
+        spec.meta("{arch}.expert_used_count", p["top_k"])
+        spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+        spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", value_dim)
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["v_heads"])
+    spec.meta("{arch}.ssm.group_count", p["k_heads"])
+    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    _embeddings(spec, p, t)
+    for il in range(n_all):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        if il >= trunk:
+            _nextn_block(spec, il, n_embd, t)
+        if (il + 1) % p["full_every"] == 0 or il >= trunk:
+            q = p["n_head"] * head
+            kv = p["n_head_kv"] * head
+            spec.add(f"blk.{il}.attn_q.weight", (n_embd, 2 * q), t.resident)
+            spec.add(f"blk.{il}.attn_k.weight", (n_embd, kv), t.resident)
+            spec.add(f"blk.{il}.attn_v.weight", (n_embd, kv), t.resident)
+            spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
+            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
+            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+        else:
+            conv_dim = 2 * key_dim + value_dim
+            spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, conv_dim), t.resident)
+            spec.add(f"blk.{il}.attn_gate.weight", (n_embd, value_dim), t.resident)
+            spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
+            spec.add(f"blk.{il}.ssm_dt.bias", (p["v_heads"],), t.norm)
+            spec.add(f"blk.{il}.ssm_a", (p["v_heads"],), t.norm)
+            if p["arch"] == "qwen3next":  # beta and alpha in one projection
+                spec.add(f"blk.{il}.ssm_ba.weight", (n_embd, 2 * p["v_heads"]), t.norm)
+            else:
+                spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, p["v_heads"]), t.norm)
+                spec.add(f"blk.{il}.ssm_alpha.weight", (n_embd, p["v_heads"]), t.norm)
+            spec.add(f"blk.{il}.ssm_norm.weight", (p["state"],), t.norm)
+            spec.add(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), t.resident)
+        if dense:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+            continue
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def qwen4exp(t=Types(), **p):
+    """Qwen4-Exp (`qwen4exp`): Qwen3.5's gated delta net layers with one full-attention layer every
+    `full_every` (gated queries, q/k norms) that attends through the QSA indexer (indexer q/k projections
+    and norms; `ratio` writes attention.compress_ratios, one for all layers or a list, 0 leaves the key
+    out: dense attention), low-rank
+    hyper-connections (`hc` streams, `hc_rank`) in place of the layer norms and the output norm, routed
+    experts and a gated shared expert (llama.cpp src/models/qwen4exp.cpp). `ple` (a gated delta net
+    layer's index, None: none) adds the PLE module there: an n-gram hash embedding table
+    (per_layer_token_embd, `ple_ngram` - 1 times `ple_heads` heads of n_embd / heads) gated into the
+    streams and a dilated causal conv whose history is a row of the recurrent cache; `ple_conv_type`
+    stores that conv's kernel as another ggml type (F16, BF16: llama.cpp casts each column to f32;
+    None: the norms' type)."""
+    p = {"ple": None, "ple_conv_type": None, "ple_ngram": 3, "ple_heads": 2, "ple_kernel": 4, "ple_vocab": 64, "n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "rope": 16, "n_ff_exp": 64,
+         "n_ff_shexp": 64, "n_expert": 16, "top_k": 4, "conv": 4, "k_heads": 2, "v_heads": 4, "state": 32,
+         "full_every": 4, "hc": 4, "hc_rank": 8, "idx_heads": 4, "idx_head": 64, "idx_top_k": 64, "ratio": 4,
+         "vocab": 1024, "ctx": 4096, "rope_base": 1e7} | p
+    spec = ModelSpec("qwen4exp", [])
+    n_layer = p["n_layer"]
+    _common(spec, p)
+    n_embd, head, hc, rank = p["n_embd"], p["head"], p["hc"], p["hc_rank"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta("{arch}.rope.dimension_sections", [p["rope"] // 8, p["rope"] // 8, p["rope"] // 4, 0], "i32[]")
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    key_dim, value_dim = _gdn_keys(spec, p)
+    spec.meta("{arch}.hyper_connection.count", hc)
+    spec.meta("{arch}.hyper_connection.low_rank", rank)
+    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
+    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
+    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    if p["ratio"]:  # one ratio for every layer, or a list per layer
+        ratios = list(p["ratio"]) if isinstance(p["ratio"], (list, tuple)) else [p["ratio"]] * n_layer
+        spec.meta("{arch}.attention.compress_ratios", ratios, "u32[]")
+    if p["ple"] is not None:
+        n_heads = (p["ple_ngram"] - 1) * p["ple_heads"]
+        spec.meta("{arch}.ple.layers", [p["ple"]], "u32[]")
+        spec.meta("{arch}.ple.ngram_size", p["ple_ngram"])
+        spec.meta("{arch}.ple.heads_per_ngram", p["ple_heads"])
+        spec.meta("{arch}.ple.conv_kernel", p["ple_kernel"])
+        spec.meta("{arch}.ple.eos_token_id", 2)
+        spec.meta("{arch}.embedding_length_per_layer_input", n_embd // n_heads)
+        spec.meta("{arch}.ple.layer_multipliers", [1000003 + 2 * i for i in range(p["ple_ngram"])], "u64[]")
+        spec.meta("{arch}.ple.head_offsets", [h * p["ple_vocab"] for h in range(n_heads)], "u64[]")
+        spec.meta("{arch}.ple.head_vocab_sizes", [p["ple_vocab"]] * n_heads, "u64[]")
+        spec.add("per_layer_token_embd.weight", (n_embd // n_heads, n_heads * p["ple_vocab"]), t.embed)
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    spec.add("output_hc_norm.weight", (n_embd, hc), t.norm)
+    spec.add("output_hc_down.weight", (hc * n_embd, rank), t.norm)
+    spec.add("output_hc_up.weight", (rank, hc * n_embd), t.norm)
+    for il in range(n_layer):
+        for part in ("attn", "ffn"):
+            spec.add(f"blk.{il}.hc_{part}_norm.weight", (n_embd, hc), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_down.weight", (hc * n_embd, rank), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_up.weight", (rank, hc * n_embd), t.norm)
+            spec.add(f"blk.{il}.hc_{part}_inject.weight", (hc * n_embd, hc), t.norm)
+        if (il + 1) % p["full_every"] == 0:
+            idx = p["idx_head"]
+            _gated_attention(spec, il, p, t)
+            spec.add(f"blk.{il}.indexer.q_proj.weight", (n_embd, p["idx_heads"] * idx), t.resident)
+            spec.add(f"blk.{il}.indexer.k_proj.weight", (n_embd, idx), t.resident)
+            spec.add(f"blk.{il}.indexer.q_norm.weight", (idx,), t.norm)
+            spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
+        else:
+            _gdn_block(spec, il, p, t, key_dim, value_dim)
+        if il == p["ple"]:
+            spec.add(f"blk.{il}.ple_key.weight", (n_embd, hc * n_embd), t.resident)
+            spec.add(f"blk.{il}.ple_value.weight", (n_embd, n_embd), t.resident)
+            for norm in ("key", "query", "conv"):
+                spec.add(f"blk.{il}.ple_norm_{norm}.weight", (n_embd, hc), t.norm)
+            conv_type = t.norm if p["ple_conv_type"] is None else p["ple_conv_type"]
+            spec.add(f"blk.{il}.ple_conv1d.weight", (p["ple_kernel"], hc * n_embd), conv_type)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+BUILDERS = {
+    "qwen3moe": qwen3moe,
+    "qwen35moe": qwen35moe,
+    "qwen35": lambda t=Types(), **p: qwen35moe(t, **({"arch": "qwen35"} | p)),
+    "qwen4exp": qwen4exp,
+    "qwen3vlmoe": qwen3vlmoe,
+    "mellum": qwen3moe_swa("mellum"),
+    "maple": qwen3moe_swa("maple"),
+    "qwen2moe": qwen2moe,
+}

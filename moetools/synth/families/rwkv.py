@@ -1,0 +1,126 @@
+"""Synthetic builders: RWKV-6/7 layouts.
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _rwkv6_keys, _rwkv6_lerp_and_decay, _rwkv7_time_mix, _rwkv_block_norms, _rwkv_norms
+from moetools.synth.spec import ModelSpec, Types
+
+
+def rwkv6(t=Types(), **p):
+    """RWKV-6 (`rwkv6`): time mix (a data-dependent lerp through time_mix_w1/w2, a low-rank decay, the
+    wkv6 state, group norm, silu gate) and channel mix (receptance-gated relu^2) blocks, two token-shift
+    rows per layer, no attention cache (llama.cpp src/models/rwkv6.cpp, rwkv6-base.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_ff": 896, "mix_extra": 32, "decay_extra": 64,
+         "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("rwkv6", [])
+    _common(spec, p)
+    n_embd, n_ff = p["n_embd"], p["n_ff"]
+    spec.meta("{arch}.feed_forward_length", n_ff)
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    _rwkv6_keys(spec, p, 2)
+    _rwkv_norms(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        _rwkv_block_norms(spec, il, n_embd, t)
+        _rwkv6_lerp_and_decay(spec, il, p, t, first=True)
+        for name in ("key", "value", "receptance", "gate", "output"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "channel_mix_lerp_r.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "channel_mix_key.weight", (n_embd, n_ff), t.resident)
+        spec.add(blk + "channel_mix_value.weight", (n_ff, n_embd), t.resident)
+        spec.add(blk + "channel_mix_receptance.weight", (n_embd, n_embd), t.resident)
+    return spec
+
+
+def rwkv6qwen2(t=Types(), **p):
+    """RWKV-6 on a Qwen2 body (`rwkv6qwen2`, QRWKV6): RMS norms without biases, a one-row token shift
+    (token_shift_count 1), the RWKV-6 time mix without time_mix_first (so llama.cpp's gated linear
+    attention: sigmoid gate, k * (1 - w), no group norm) whose key/value project to n_head_kv heads
+    (repeated to the n_embd / head_size heads), r/k/v biases, and a SwiGLU FFN (llama.cpp
+    src/models/rwkv6qwen2.cpp, rwkv6-base.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_head_kv": 2, "n_ff": 768, "mix_extra": 32,
+         "decay_extra": 64, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("rwkv6qwen2", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head_size"]
+    kv_width = n_embd if p["n_head_kv"] in (0, n_embd // head) else p["n_head_kv"] * head
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.head_count", n_embd // head)
+    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    _rwkv6_keys(spec, p, 1)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _rwkv6_lerp_and_decay(spec, il, p, t)
+        spec.add(blk + "time_mix_key.weight", (n_embd, kv_width), t.resident)
+        spec.add(blk + "time_mix_value.weight", (n_embd, kv_width), t.resident)
+        for name in ("receptance", "gate", "output"):
+            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+        for name, width in (("key", kv_width), ("value", kv_width), ("receptance", n_embd)):
+            spec.add(f"{blk}time_mix_{name}.bias", (width,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+def rwkv7(t=Types(), **p):
+    """RWKV-7 (`rwkv7`): time-mix (the wkv state) and channel-mix blocks, no attention cache
+    (llama.cpp src/models/rwkv7.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_ff": 1024, "lora_decay": 32, "lora_iclr": 32,
+         "lora_value": 32, "lora_gate": 64, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("rwkv7", [])
+    _common(spec, p)
+    n_embd = p["n_embd"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.wkv.head_size", p["head_size"])
+    spec.meta("{arch}.attention.decay_lora_rank", p["lora_decay"])
+    spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
+    spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
+    spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
+    _rwkv_norms(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        _rwkv_block_norms(spec, il, n_embd, t)
+        _rwkv7_time_mix(spec, il, p, t)
+        spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
+        spec.add(blk + "channel_mix_key.weight", (n_embd, p["n_ff"]), t.resident)
+        spec.add(blk + "channel_mix_value.weight", (p["n_ff"], n_embd), t.resident)
+    return spec
+
+
+def arwkv7(t=Types(), **p):
+    """ARWKV-7 (`arwkv7`, RWKV-7 time mix on a Qwen2.5 body): RMS norms without biases, a one-row token
+    shift (token_shift_count 1), the RWKV-7 time mix without its group norm, and a SwiGLU FFN
+    (llama.cpp src/models/arwkv7.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "head_size": 64, "n_ff": 1024, "lora_decay": 32, "lora_iclr": 32,
+         "lora_value": 32, "lora_gate": 64, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("arwkv7", [])
+    _common(spec, p)
+    n_embd = p["n_embd"]
+    spec.meta("{arch}.feed_forward_length", p["n_ff"])
+    spec.meta("{arch}.wkv.head_size", p["head_size"])
+    spec.meta("{arch}.token_shift_count", 1)
+    spec.meta("{arch}.attention.decay_lora_rank", p["lora_decay"])
+    spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
+    spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
+    spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _rwkv7_time_mix(spec, il, p, t)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+BUILDERS = {
+    "rwkv7": rwkv7,
+    "arwkv7": arwkv7,
+    "rwkv6": rwkv6,
+    "rwkv6qwen2": rwkv6qwen2,
+}

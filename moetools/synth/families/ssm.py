@@ -1,0 +1,302 @@
+"""Synthetic builders: State-space layouts and their hybrids (Mamba, Mamba-2, Jamba, Granite-H, LFM2, Falcon-H1, PLaMo-2, Nemotron-H).
+
+Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
+`BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
+
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _hybrid_widths, _mamba1_block, _mamba2_block, _nemotron_moe_keys, _nextn_block, _ssm_keys
+from moetools.synth.spec import ModelSpec, Types
+
+
+def mamba2(t=Types(), **p):
+    """Mamba-2 (`mamba2`): recurrent blocks only, no attention (llama.cpp src/models/mamba2.cpp)."""
+    p = {"n_layer": 4, "n_embd": 256, "conv": 4, "ssm_heads": 8, "ssm_head": 64, "state": 64, "groups": 2,
+         "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("mamba2", [])
+    _common(spec, p)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        _mamba2_block(spec, il, p, t)
+    return spec
+
+
+def granitehybrid(t=Types(), **p):
+    """Granite 4.0-H (`granitehybrid`): Mamba-2 blocks (head_count_kv 0, d_inner = 2 x n_embd) and
+    attention blocks in a `pattern` of M and *, every block with routed experts and a shared expert
+    (llama.cpp src/models/granite-hybrid.cpp)."""
+    p = {"pattern": "MMM*MMM*", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 128, "n_ff_shexp": 256,
+         "n_expert": 16, "top_k": 4, "conv": 4, "ssm_heads": 8, "ssm_head": 64, "state": 64, "groups": 1,
+         "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    spec = ModelSpec("granitehybrid", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd = p["n_embd"]
+    head = n_embd // p["n_head"]
+    _hybrid_widths(spec, p, pattern)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta("{arch}.rope.dimension_count", head)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            _mamba2_block(spec, il, p, t)
+        else:
+            _gqa_attention(spec, il, p, head, t)
+        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+    return spec
+
+
+def mamba(t=Types(), **p):
+    """Mamba (`mamba`, Mamba-1): recurrent blocks only, d_inner = 2 x n_embd, no dt/B/C norms, no FFN, the
+    head tied to the token embedding (llama.cpp src/models/mamba.cpp, build_mamba_layer)."""
+    p = {"n_layer": 4, "n_embd": 256, "conv": 4, "state": 16, "dt_rank": 16, "vocab": 1024, "ctx": 1048576} | p
+    spec = ModelSpec("mamba", [])
+    _common(spec, p)
+    n_embd, d_inner = p["n_embd"], 2 * p["n_embd"]
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", p["state"])
+    spec.meta("{arch}.ssm.time_step_rank", p["dt_rank"])
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("output_norm.weight", (n_embd,), t.norm)
+    for il in range(p["n_layer"]):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        _mamba1_block(spec, il, n_embd, d_inner, p["state"], p["dt_rank"], p["conv"], t, norms=False)
+    return spec
+
+
+def jamba(t=Types(), **p):
+    """Jamba (`jamba`): Mamba-1 blocks (head_count_kv 0; ssm_x, dt/B/C norms, d_inner = 2 x n_embd) and
+    rope-less attention blocks in a `pattern` of M and *, dense SwiGLU FFNs with routed experts in every
+    `moe_every`-th block (llama.cpp src/models/jamba.cpp, build_mamba_layer)."""
+    p = {"pattern": "MMM*MMMM", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_expert": 8, "top_k": 2,
+         "moe_every": 2, "conv": 4, "state": 16, "dt_rank": 16, "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    spec = ModelSpec("jamba", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd, d_inner, d_state, dt_rank = p["n_embd"], 2 * p["n_embd"], p["state"], p["dt_rank"]
+    head = n_embd // p["n_head"]
+    _hybrid_widths(spec, p, pattern)
+    spec.meta("{arch}.expert_count", p["n_expert"])
+    spec.meta("{arch}.expert_used_count", p["top_k"])
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", d_state)
+    spec.meta("{arch}.ssm.time_step_rank", dt_rank)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, p["conv"], t, norms=True)
+        else:
+            _gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        if (il + 1) % p["moe_every"] == 0:
+            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
+        else:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+def lfm2(t=Types(), **p):
+    """LFM2 (`lfm2`) and LFM2-MoE (`lfm2moe`, with `n_expert`): short-convolution blocks (head_count_kv
+    0; in_proj to b/c/x, a `l_cache`-wide causal conv) and attention blocks with q/k norms in a
+    `pattern` of C and *, a dense SwiGLU FFN in the first `n_dense` blocks and routed experts (sigmoid
+    gate, selection bias, normalised weights) after (llama.cpp src/models/lfm2.cpp, lfm2moe.cpp). `swa` > 0
+    writes attention.sliding_window (lfm2.cpp then slides every attention block; lfm2moe.cpp ignores it)."""
+    p = {"pattern": "CC*CC*CC", "n_embd": 256, "n_head": 4, "n_head_kv": 2, "n_ff": 512, "n_ff_exp": 128,
+         "n_expert": 0, "top_k": 4, "n_dense": 2, "l_cache": 3, "vocab": 1024, "ctx": 4096, "swa": 0} | p
+    pattern = p["pattern"]
+    moe = p["n_expert"] > 0
+    spec = ModelSpec("lfm2moe" if moe else "lfm2", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd = p["n_embd"]
+    head = n_embd // p["n_head"]
+    _hybrid_widths(spec, p, pattern)
+    spec.meta("{arch}.shortconv.l_cache", p["l_cache"])
+    if p["swa"]:
+        spec.meta("{arch}.attention.sliding_window", p["swa"])
+    if moe:
+        spec.meta("{arch}.expert_count", p["n_expert"])
+        spec.meta("{arch}.expert_used_count", p["top_k"])
+        spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+        spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+        spec.meta("{arch}.expert_gating_func", 2)
+    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
+    spec.add("token_embd_norm.weight", (n_embd,), t.norm)  # llama.cpp's LFM2 output norm name
+    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    for il, kind in enumerate(pattern):
+        blk = f"blk.{il}."
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        if moe and il >= p["n_dense"]:
+            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
+            spec.add(blk + "exp_probs_b.bias", (p["n_expert"],), t.norm)
+        else:
+            _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if kind == "*":
+            spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
+            spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+            _gqa_attention(spec, il, p, head, t)
+        else:
+            spec.add(blk + "shortconv.conv.weight", (p["l_cache"], n_embd), t.norm)
+            spec.add(blk + "shortconv.in_proj.weight", (n_embd, 3 * n_embd), t.resident)
+            spec.add(blk + "shortconv.out_proj.weight", (n_embd, n_embd), t.resident)
+    return spec
+
+
+def falcon_h1(t=Types(), **p):
+    """Falcon-H1 (`falcon-h1`): every block runs attention and a Mamba-2 mixer side by side on the same
+    norm and adds them, then a dense SwiGLU FFN (llama.cpp src/models/falcon-h1.cpp; the FFN norm is
+    named `blk.N.ffn_norm`, without `.weight`, as the loader asks)."""
+    p = {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff": 512, "conv": 4, "ssm_heads": 8,
+         "ssm_head": 64, "state": 64, "groups": 1, "vocab": 1024, "ctx": 4096} | p
+    spec = ModelSpec("falcon-h1", [])
+    _common(spec, p)
+    n_embd, head = p["n_embd"], p["head"]
+    _gqa_keys(spec, p, p["n_ff"], head)
+    spec.meta("{arch}.rope.dimension_count", head)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il in range(p["n_layer"]):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        _mamba2_block(spec, il, p, t)
+        _gqa_attention(spec, il, p, head, t)
+        spec.add(blk + "ffn_norm", (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff"], t)
+    return spec
+
+
+def plamo2(t=Types(), **p):
+    """PLaMo-2 (`plamo2`): Mamba blocks (head_count_kv 0: ssm_in to z/x, conv, ssm_x to B/C/dt with
+    their norms, `ssm_heads` scan heads, group_count 0) and attention blocks (fused qkv, per-head q/k
+    norms) in a `pattern` of M and *, every block with post-mixer and post-FFN norms around a fused
+    up/gate SwiGLU (llama.cpp src/models/plamo2.cpp; its post norms and dt/B/C norms have no `.weight`)."""
+    p = {"pattern": "MM*MM*", "n_embd": 512, "n_head": 8, "n_head_kv": 2, "head": 64, "n_ff": 1024, "conv": 4,
+         "ssm_heads": 8, "d_inner": 1024, "state": 64, "vocab": 1024, "ctx": 4096} | p
+    pattern = p["pattern"]
+    spec = ModelSpec("plamo2", [])
+    _common(spec, p | {"n_layer": len(pattern)})
+    n_embd, head, d_inner, d_state = p["n_embd"], p["head"], p["d_inner"], p["state"]
+    dt_dim = max(64, n_embd // 16)
+    _hybrid_widths(spec, p, pattern)
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
+    spec.meta("{arch}.ssm.inner_size", d_inner)
+    spec.meta("{arch}.ssm.state_size", d_state)
+    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
+    spec.meta("{arch}.ssm.group_count", 0)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        blk = f"blk.{il}."
+        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
+            spec.add(blk + "ssm_conv1d.weight", (p["conv"], d_inner), t.norm)
+            spec.add(blk + "ssm_x.weight", (d_inner, dt_dim + 2 * d_state), t.resident)
+            spec.add(blk + "ssm_dt.weight", (dt_dim, p["ssm_heads"]), t.norm)
+            spec.add(blk + "ssm_dt.bias", (p["ssm_heads"],), t.norm)
+            spec.add(blk + "ssm_a", (p["ssm_heads"],), t.norm)
+            spec.add(blk + "ssm_d", (p["ssm_heads"],), t.norm)
+            spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
+            spec.add(blk + "ssm_dt_norm", (dt_dim,), t.norm)
+            spec.add(blk + "ssm_b_norm", (d_state,), t.norm)
+            spec.add(blk + "ssm_c_norm", (d_state,), t.norm)
+        else:
+            qkv = (p["n_head"] + 2 * p["n_head_kv"]) * head
+            spec.add(blk + "attn_qkv.weight", (n_embd, qkv), t.resident)
+            spec.add(blk + "attn_q_norm.weight", (head, p["n_head"]), t.norm)
+            spec.add(blk + "attn_k_norm.weight", (head, p["n_head_kv"]), t.norm)
+            spec.add(blk + "attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
+        spec.add(blk + "post_attention_norm", (n_embd,), t.norm)
+        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(blk + "ffn_down.weight", (p["n_ff"], n_embd), t.resident)
+        spec.add(blk + "ffn_up.weight", (n_embd, 2 * p["n_ff"]), t.resident)
+        spec.add(blk + "post_ffw_norm", (n_embd,), t.norm)
+    return spec
+
+
+def nemotron_h_moe(t=Types(), **p):
+    """Nemotron-H MoE (`nemotron_h_moe`, Nemotron 3 Nano): a layer pattern of Mamba-2 (M), attention
+    (*) and MoE (E) blocks. Mamba blocks have head_count_kv 0 and feed_forward_length 0, attention
+    blocks feed_forward_length 0, MoE blocks head_count_kv 0; experts are up/down only (relu^2) with a
+    shared expert (llama.cpp src/models/nemotron-h.cpp). A `-` block is a dense relu^2 MLP (ffn_up /
+    ffn_down, n_ff wide): with `moe=False` and no E the layout is the dense `nemotron_h` (Nemotron-H)."""
+    p = {"pattern": "ME*E", "moe": True, "n_ff": 512, "n_embd": 256, "n_head": 4, "n_head_kv": 2, "head": 64, "n_ff_exp": 128,
+         "n_ff_shexp": 256, "n_expert": 16, "top_k": 4, "conv": 4, "ssm_heads": 8, "ssm_head": 32, "state": 32,
+         "groups": 2, "nextn": 0, "vocab": 1024, "ctx": 4096} | p
+    # NextN/MTP blocks after the trunk: attention and MoE folded into one block ("N"), as
+    # nemotron-h.cpp load_arch_tensors creates them (nextn enorm/hnorm/eh_proj/shared_head_norm)
+    pattern = p["pattern"] + "N" * p["nextn"]
+    n_layer = len(pattern)
+    spec = ModelSpec("nemotron_h_moe" if p["moe"] else "nemotron_h", [])
+    _common(spec, p | {"n_layer": n_layer})
+    if p["nextn"]:
+        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+    n_embd, head = p["n_embd"], p["head"]
+    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta("{arch}.attention.head_count", p["n_head"])
+    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c in "*N" else 0 for c in pattern], "u32[]")
+    spec.meta("{arch}.feed_forward_length", [{"E": p["n_ff_exp"], "N": p["n_ff_exp"], "-": p["n_ff"]}.get(c, 0)
+                                             for c in pattern], "u32[]")
+    spec.meta("{arch}.attention.key_length", head)
+    spec.meta("{arch}.attention.value_length", head)
+    if p["moe"]:
+        _nemotron_moe_keys(spec, p)
+    _ssm_keys(spec, p)
+    _embeddings(spec, p, t)
+    for il, kind in enumerate(pattern):
+        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        if kind == "M":
+            _mamba2_block(spec, il, p, t)
+        elif kind == "*":
+            _gqa_attention(spec, il, p, head, t)
+        elif kind == "-":
+            spec.add(f"blk.{il}.ffn_up.weight", (n_embd, p["n_ff"]), t.resident)
+            spec.add(f"blk.{il}.ffn_down.weight", (p["n_ff"], n_embd), t.resident)
+        if kind == "N":
+            _nextn_block(spec, il, n_embd, t)
+            _gqa_attention(spec, il, p, head, t)
+            spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        if kind in "EN":
+            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, p["n_ff_exp"], p["n_expert"]), t.expert)
+            spec.add(f"blk.{il}.ffn_down_exps.weight", (p["n_ff_exp"], n_embd, p["n_expert"]),
+                     t.expert_down if t.expert_down is not None else t.expert)
+            spec.add(f"blk.{il}.ffn_up_shexp.weight", (n_embd, p["n_ff_shexp"]), t.resident)
+            spec.add(f"blk.{il}.ffn_down_shexp.weight", (p["n_ff_shexp"], n_embd), t.resident)
+    return spec
+
+
+def nemotron_h(t=Types(), **p):
+    """Nemotron-H (`nemotron_h`): the dense hybrid — Mamba-2 (M), attention (*) and relu^2 MLP (-) blocks."""
+    return nemotron_h_moe(t, **({"pattern": "M*M-M*M-"} | p | {"moe": False}))
+
+
+BUILDERS = {
+    "nemotron_h_moe": nemotron_h_moe,
+    "mamba2": mamba2,
+    "granitehybrid": granitehybrid,
+    "jamba": jamba,
+    "falcon-h1": falcon_h1,
+    "plamo2": plamo2,
+    "nemotron_h": nemotron_h,
+    "mamba": mamba,
+    "lfm2": lfm2,
+    "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
+    "lfm2-swa": lambda t=Types(), **p: lfm2(t, **({"swa": 128} | p)),  # `lfm2` with a sliding window
+}
