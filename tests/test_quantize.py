@@ -17,6 +17,7 @@ from moetools.errors import OutputError, UsageError
 from moetools.formats.resident_manifest import find_manifests, read_manifest
 from moetools.gguf import model_stem, open_model
 from moetools.quantize import command, core, kernels, rules
+import moetools.synth.writer as synth_writer
 from tests import factory
 
 # Small enough that a test writes its tiers in well under a second.
@@ -629,7 +630,7 @@ def test_a_vocabulary_is_copied_byte_for_byte_once_for_every_tier(tmp_path, monk
         tokens[5] = b"\xff\xfe raw"  # not UTF-8
         return tokens, token_types, merges
 
-    monkeypatch.setattr(synth, "_vocab_arrays", vocab_with_raw_bytes)
+    monkeypatch.setattr(synth_writer, "_vocab_arrays", vocab_with_raw_bytes)  # where write_model looks it up
     source = small(tmp_path, merges=100)  # more than 64 strings: read lazily, as a real vocabulary's are
     gathered = []
     real_items = core._metadata_items

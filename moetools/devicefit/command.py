@@ -18,11 +18,13 @@ from moetools import helptext
 from moetools.devicefit import core, devices, upstream
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
+from moetools.devicefit.options import (context_options, devices_options, drafting_options, fork_options,
+                                         machine_options, outputs_options, placement_options)
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import BORROWED_KV_ARCHES, CACHE_TYPES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
-from moetools.gguf.sources import is_repo
+from moetools.gguf.locator import is_repo
 from moetools.output import Table, print_json, render, warn
 from moetools.sizes import format_size, parse_size
 from moetools.sourceopts import source_options
@@ -516,83 +518,17 @@ def _collector_paused(command):
 
 @click.command("device-fit", epilog=helptext.DEVICE_FIT)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
-@click.option("--vram", metavar="SIZE[,SIZE...]|auto", help="Each GPU's memory: 24G,24G (GiB; 24GB decimal), or auto (free memory from nvidia-smi/rocm-smi).")
-@click.option("--gpu", "gpu_text", metavar="NAME[,NAME...]", help="GPUs from the table (VRAM and bandwidth): rtx4090,rtx3090.")
-@click.option("--vram-bw", metavar="RATE[,RATE...]", help="GPU memory bandwidth (1008GB/s), one for all or one per GPU.")
-@click.option("--rpc", "rpc_specs", multiple=True, metavar="HOST:PORT=SIZE", help="A llama.cpp RPC server and the memory it offers (repeatable).")
-@click.option("--rpc-bw", metavar="RATE[,RATE...]", help="Memory bandwidth of the RPC servers' devices.")
-@click.option("--runtime", type=click.Choice(["fork", "llama"]), default="fork", show_default=True,
-              help="fork: the streaming fork's division of one GPU; llama: upstream llama.cpp on every device.")
-@click.option("--reserve", metavar="SIZE", help="Compute reserve per GPU as a whole, instead of the modelled compute buffer + --margin.")
-@click.option("--margin", default="1G", show_default=True, metavar="SIZE",
-              help="Added to the modelled compute buffer: CUDA context, cuBLAS workspace, fragmentation.")
-@click.option("--ctx", "-c", type=int, metavar="N", help="Context wanted (fork default: the training context, squeezed; llama default: the trade-off).")
-@click.option("--min-ctx", type=int, default=4096, show_default=True, metavar="N", help="Never squeeze the context below this.")
-@click.option("--ctk", "-ctk", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="K cache type.")
-@click.option("--ctv", "-ctv", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="V cache type.")
-@click.option("--ubatch", "-ub", type=int, default=512, show_default=True, help="Physical batch (-ub).")
-@click.option("--batch", "-b", type=int, default=2048, show_default=True, help="Logical batch (-b).")
-@click.option("--parallel", "-np", type=int, default=1, show_default=True, metavar="N", help="Sequences (-np).")
-@click.option("--kv-unified/--no-kv-unified", "-kvu/-no-kvu", default=False, show_default=True,
-              help="One KV stream shared by all sequences (llama.cpp's -kvu / --no-kv-unified).")
-@click.option("--swa-full", is_flag=True, help="Full-size cache for sliding-window layers (--swa-full).")
-@click.option("--flash-attn/--no-flash-attn", default=True, show_default=True, help="Flash attention (-fa); off pads and transposes V.")
-@click.option("-fa", "fa_text", type=click.Choice(["on", "off", "auto"]),
-              help="llama.cpp's spelling of --flash-attn/--no-flash-attn; auto is planned as on (llama.cpp's "
-                   "auto enables it where every layer's attention runs it; the architectures it turns off are "
-                   "planned off either way), and --emit llama passes -fa on.")
-@click.option("--ngl", "-ngl", type=int, metavar="N", help="llama: evaluate your own -ngl (layers offloaded, output layer included).")
-@click.option("--tensor-split", "-ts", "ts_text", metavar="A,B,...", help="llama: evaluate your own -ts (one weight per device, RPC first).")
-@click.option("--n-cpu-moe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
-@click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
-@click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
-@click.option("--draft", "-md", "draft_path", metavar="MODEL", help="llama: a draft model for speculative decoding (-md), planned beside the target.")
-@click.option("--draft-ngl", "-ngld", type=int, metavar="N", help="llama: the draft's -ngld (default all layers).")
-@click.option("--draft-ctk", "-ctkd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's K cache type (-ctkd).")
-@click.option("--spec-type", "spec_type", type=click.Choice(["draft-simple", "draft-mtp"]),
-              help="llama: the speculative type (--spec-type): draft-simple with --draft (the default then); "
-                   "draft-mtp drafts with the model's own NextN/MTP blocks (loaded, plus an MTP context's KV and compute).")
-@click.option("--spec-draft-n-max", "draft_n_max", type=int, default=3, show_default=True, metavar="N",
-              help="llama: tokens drafted per step (--spec-draft-n-max); with draft-mtp a hybrid target keeps N "
-                   "recurrent-state snapshots per sequence.")
-@click.option("--n-outputs", "n_outputs", type=int, metavar="N",
-              help="Output rows of the target's context (its n_outputs_max: the logits' rows in the compute "
-                   "buffer). Default the server's (llama-server's and the fork's): min(-b, -np x (1 + "
-                   "--spec-draft-n-max with a speculative type)); 0 = -b, as llama-cli and llama-completion reserve.")
-@click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
-              help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
-@click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
-@click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False),
-              help="Folder of *.resident.json tiers, searched first; the daemon's <storage root>/device-fit/<slug>/, "
-                   "device-fit/<stem>/ beside the model and the model's folder are searched too.")
-@click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
-              help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
-@click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
-@click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
-@click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
-@click.option("--coverage-policy", default=None, metavar="POLICY",
-              help="Which policy's curve in --coverage predicts the hit ratio: one the curve holds (trace-tail "
-                   "writes lru, lfu, decay_bandit, predictive, ...; belady is a ceiling, refused). "
-                   "Default: the curve's best online demand policy.")
-@click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
-@click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
-@click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 2ms).")
-@click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
-@click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
-@click.option("--disk-bw", default="3GB/s", show_default=True, help="llama: drive read rate for page-cache misses of mapped CPU experts.")
-@click.option("--threads", "-t", type=int, help="llama: CPU threads for the CPU experts (default: this machine's cores).")
-@click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS.")
-@click.option("--container", type=click.Path(file_okay=False), help="Expert container folder (GGML_MOE_CONTAINER) the fork streams from.")
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
-@click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports (with --json: the command as an argv list).")
-@click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
+@devices_options
+@context_options
+@placement_options
+@drafting_options
+@fork_options
+@machine_options
+@outputs_options
 @click.option("--include", metavar="GLOB", help="With hf://ORG/REPO: plan only the files whose repo path matches GLOB.")
 @source_options
 @_collector_paused
-def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, runtime, reserve, margin, ctx, min_ctx, ctk, ctv,
-                       ubatch, batch, parallel, kv_unified, swa_full, flash_attn, fa_text, ngl, ts_text, n_cpu_moe, main_gpu,
-                       depth, draft_path, draft_ngl, draft_ctk, draft_ctv, draft_device, spec_type, draft_n_max, n_outputs, tiers_dir, storage_root, capture_path, model_id, coverage_path, coverage_policy, observations_path, h2d, floor_text, ram, ram_bw,
-                       disk_bw, threads, os_reserve, container, plan_path, emit, json_flag, fetch):
+def device_fit_command(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
     experts on every GPU, RPC server and the CPU — with the speed of each.
 
@@ -602,50 +538,53 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
     narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
     shortfall is reported), 2 for bad input.
     """
-    if coverage_policy is not None and not coverage_path:
+    coverage_policy = fork.coverage_policy
+    flash_attn = context.flash_attn
+    n_outputs = drafting.n_outputs
+    if coverage_policy is not None and not fork.coverage_path:
         raise UsageError(f"--coverage-policy {coverage_policy} needs --coverage FILE (a curve from trace-tail --curve)")
-    if coverage_path == "-" and observations_path == "-":
+    if fork.coverage_path == "-" and fork.observations_path == "-":
         raise UsageError("--coverage and --observations cannot both read stdin")
-    if fa_text is not None:
-        flash_attn = fa_text != "off"
-    if min_ctx < 1:
+    if context.fa_text is not None:
+        flash_attn = context.fa_text != "off"
+    if context.min_ctx < 1:
         raise UsageError("--min-ctx must be at least 1 token")
-    h2d_bytes_per_s = parse_rate(h2d)  # refused on either runtime, though only the fork's streaming uses it
+    h2d_bytes_per_s = parse_rate(fork.h2d)  # refused on either runtime, though only the fork's streaming uses it
     if n_outputs is not None and n_outputs < 0:
         raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
     if n_outputs is None:  # the target context's rows as the server sets them: llama-server's rule, which
         # the fork's server applies too (CambrianTech/llama.cpp tools/server/server-context.cpp load_model)
-        speculative = bool(draft_path) or spec_type == "draft-mtp"
-        n_outputs = server_outputs(batch, parallel, max(0, draft_n_max) if speculative else 0)
-    settings = KVSettings(ctk=ctk, ctv=ctv, ubatch=ubatch, batch=batch, n_seq=parallel, unified=kv_unified,
-                          swa_full=swa_full, flash_attn=flash_attn, outputs=n_outputs)
-    gpus, rpcs = _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw)
-    ram_bytes = _ram_option(ram)
+        speculative = bool(drafting.draft_path) or drafting.spec_type == "draft-mtp"
+        n_outputs = server_outputs(context.batch, context.parallel, max(0, drafting.draft_n_max) if speculative else 0)
+    settings = KVSettings(ctk=context.ctk, ctv=context.ctv, ubatch=context.ubatch, batch=context.batch, n_seq=context.parallel, unified=context.kv_unified,
+                          swa_full=context.swa_full, flash_attn=flash_attn, outputs=n_outputs)
+    gpus, rpcs = _offload_devices(devices.vram, devices.gpu_text, devices.vram_bw, devices.rpc_specs, devices.rpc_bw)
+    ram_bytes = _ram_option(machine.ram)
     from moetools.gguf import open_model
 
     repo = is_repo(model_path)
-    if draft_path and runtime != "llama":
+    if drafting.draft_path and devices.runtime != "llama":
         raise UsageError("--draft is planned with --runtime llama (the fork's division of one GPU has no draft model)")
-    if draft_ngl is not None and draft_ngl < 0:
+    if drafting.draft_ngl is not None and drafting.draft_ngl < 0:
         raise UsageError("--draft-ngl must be 0 or more")
-    mtp = spec_type == "draft-mtp"
-    if draft_n_max < 0:
+    mtp = drafting.spec_type == "draft-mtp"
+    if drafting.draft_n_max < 0:
         raise UsageError("--spec-draft-n-max must be 0 or more")
-    if mtp and draft_path:
-        with open_model(draft_path, fetch) as model:
+    if mtp and drafting.draft_path:
+        with open_model(drafting.draft_path, fetch) as model:
             borrowing = model.architecture in BORROWED_KV_ARCHES
         if not borrowing:
             raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
                              "(a separate MTP head GGUF as --draft is not planned; a gemma4-assistant is)")
         mtp = False  # a Gemma 4 assistant: a second model (its -md context is llama.cpp's MTP type)
-    if spec_type == "draft-simple" and not draft_path:
+    if drafting.spec_type == "draft-simple" and not drafting.draft_path:
         raise UsageError("--spec-type draft-simple needs a draft model: give --draft MODEL")
-    if mtp and runtime != "llama":
+    if mtp and devices.runtime != "llama":
         raise UsageError("--spec-type draft-mtp is planned with --runtime llama")
-    if mtp and (draft_ngl is not None or draft_device is not None):
+    if mtp and (drafting.draft_ngl is not None or drafting.draft_device is not None):
         raise UsageError("--draft-ngl/--device-draft place a separate draft model; the MTP context runs on the "
                          "target's own layers and devices")
-    if draft_device is not None and not draft_path:
+    if drafting.draft_device is not None and not drafting.draft_path:
         raise UsageError("--device-draft places a draft model: give --draft MODEL")
     facts = fetch_stats = target_vocab = forced = None
     if not repo:
@@ -660,46 +599,46 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             forced = force_flash_attn_off(facts.architecture, settings)
             if forced:
                 facts.warnings.append(forced)
-            if draft_path:
+            if drafting.draft_path:
                 target_vocab = draftmod.vocab_of(model, decode=True)
-    if runtime == "llama":
+    if devices.runtime == "llama":
         if repo:
             raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         if mtp and facts.architecture in RS_ROLLBACK_ARCHES:
             # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
-            settings.rs_seq = draft_n_max
-        options = _llama_options(settings, ctx=ctx, reserve=reserve, margin=margin, ngl=ngl, ts_text=ts_text, n_cpu_moe=n_cpu_moe,
-                                 main_gpu=main_gpu, depth=depth, floor_text=floor_text, ram_bw=ram_bw, disk_bw=disk_bw,
-                                 threads=threads, os_reserve=os_reserve)
+            settings.rs_seq = drafting.draft_n_max
+        options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
+                                 main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
+                                 threads=machine.threads, os_reserve=machine.os_reserve)
         if mtp:
             draftmod.check_mtp(model_path, facts)
-            options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
-                                           spec_type="draft-mtp", n_max=draft_n_max)
-        if draft_path:
-            with open_model(draft_path, fetch) as model:
-                draftmod.check_compatible(model_path, target_vocab, draft_path, draftmod.vocab_of(model, decode=True))
+            options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
+                                           spec_type="draft-mtp", n_max=drafting.draft_n_max)
+        if drafting.draft_path:
+            with open_model(drafting.draft_path, fetch) as model:
+                draftmod.check_compatible(model_path, target_vocab, drafting.draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
                 if draft_facts.shape.borrowed and facts.architecture != "gemma4":
-                    raise UsageError(f"--draft {draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
+                    raise UsageError(f"--draft {drafting.draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
                                      f"(create_memory shares its layers with the target's last ones), not a "
                                      f"{facts.architecture}'s")
-                placed_on = None if draft_device is None else draftmod.draft_devices(draft_device, rpcs + gpus)
-                options.draft = draftmod.Draft(draft_facts, draft_path, draftmod.draft_kv(settings, draft_ctk, draft_ctv),
-                                               ngl=draft_ngl, devices=placed_on, n_max=draft_n_max)
+                placed_on = None if drafting.draft_device is None else draftmod.draft_devices(drafting.draft_device, rpcs + gpus)
+                options.draft = draftmod.Draft(draft_facts, drafting.draft_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
+                                               ngl=drafting.draft_ngl, devices=placed_on, n_max=drafting.draft_n_max)
                 draftmod.plan_block_draft(options.draft, model, facts, settings)
-            block_draft = draftmod.block_draft_warning(draft_path, draft_facts, facts)
+            block_draft = draftmod.block_draft_warning(drafting.draft_path, draft_facts, facts)
             if block_draft:
                 forced = [forced, block_draft] if forced else [block_draft]
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
-        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, emit, json_flag, decimal_vram_notes(vram),
+        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
                    (forced if isinstance(forced, list) else [forced]) if forced else [])
         return
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
     if not gpus:
         raise UsageError("--runtime fork needs the GPU it streams to: give --vram SIZE (or --gpu NAME)")
-    fork_notes = decimal_vram_notes(vram)
+    fork_notes = decimal_vram_notes(devices.vram)
     if len(gpus) > 1:
         fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
                           f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
@@ -707,49 +646,49 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
                           "Use --runtime llama to plan every GPU")
     options = core.FitOptions(
         vram=gpus[0].capacity_bytes,
-        reserve=_size_option("--reserve", reserve),
-        margin=_size_option("--margin", margin),
-        ctx=ctx,
-        min_ctx=min_ctx,
+        reserve=_size_option("--reserve", devices.reserve),
+        margin=_size_option("--margin", devices.margin),
+        ctx=context.ctx,
+        min_ctx=context.min_ctx,
         kv=settings,
         h2d_bytes_per_s=h2d_bytes_per_s,
-        floor_s=parse_floor(floor_text or "10ms"),
+        floor_s=parse_floor(machine.floor_text or "10ms"),
         ram=ram_bytes,
-        os_reserve=_size_option("--os-reserve", os_reserve),
-        container=container or "",
+        os_reserve=_size_option("--os-reserve", machine.os_reserve),
+        container=outputs.container or "",
     )
     input_warnings = []
     curve = None
-    if coverage_path:
+    if fork.coverage_path:
         from moetools.formats.curve import read_curve
 
-        curve = read_curve(coverage_path)
+        curve = read_curve(fork.coverage_path)
         if coverage_policy is None:
             from moetools.formats.curve import default_coverage_policy
 
-            coverage_policy, note = default_coverage_policy(curve, coverage_path)
+            coverage_policy, note = default_coverage_policy(curve, fork.coverage_path)
             if note:
                 input_warnings.append(note)
     observations = []
-    if observations_path:
+    if fork.observations_path:
         from moetools.formats.jsonio import display_name, read_text
 
-        observations = core.parse_observations(read_text(observations_path, "observations"), display_name(observations_path))
-    inputs = FitInputs(options, tiers_dir, curve, coverage_policy, coverage_path or "<curve>", observations,
-                       plan_path or "", capture_path or "", storage_root, model_id, gpus, ram_bytes, fork_notes, input_warnings)
+        observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
+    inputs = FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
+                       outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings)
     if repo:
-        if plan_path or emit:
+        if outputs.plan_path or outputs.emit:
             raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
-        return fit_repo(model_path, fetch, inputs, json_flag)
+        return fit_repo(model_path, fetch, inputs, outputs.json_flag)
     doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
-    first_vram = vram.split(",")[0].strip() if vram else ""
+    first_vram = devices.vram.split(",")[0].strip() if devices.vram else ""
     if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
         doc["vram_asked"] = first_vram
     for message in doc["warnings"]:
         warn(message)
-    if plan_path:
+    if outputs.plan_path:
         if result.chosen is None:
-            warn(f"unfittable: no plan written to {plan_path}")
+            warn(f"unfittable: no plan written to {outputs.plan_path}")
         else:
             from moetools.formats.plan import update_plan_locked
 
@@ -759,15 +698,15 @@ def device_fit_command(model_path, vram, gpu_text, vram_bw, rpc_specs, rpc_bw, r
             # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
             # other key are kept. A new plan starts with an empty pin list. Under the plan folder's
             # lock: trace-tail --follow may be rewriting the pins at this moment.
-            update_plan_locked(plan_path, "device-fit", on_wait=warn,
+            update_plan_locked(outputs.plan_path, "device-fit", on_wait=warn,
                                changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
                                         "cache_device": launchmod.plan_cache_device(result)})
-            doc["plan"] = os.path.abspath(plan_path)
-    if emit and json_flag:
-        print_json(emit_doc(emit, doc, launch, options.kv))
-    elif emit:
-        click.echo(emit_text(emit, doc, launch, options.kv), nl=False)
+            doc["plan"] = os.path.abspath(outputs.plan_path)
+    if outputs.emit and outputs.json_flag:
+        print_json(emit_doc(outputs.emit, doc, launch, options.kv))
+    elif outputs.emit:
+        click.echo(emit_text(outputs.emit, doc, launch, options.kv), nl=False)
     else:
-        render(doc, lambda: tables(doc), json_flag, notes=doc["notes"])
+        render(doc, lambda: tables(doc), outputs.json_flag, notes=doc["notes"])
     if result.chosen is None:
         click.get_current_context().exit(1)

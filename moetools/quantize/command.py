@@ -20,6 +20,7 @@ from moetools.locking import folder_lock, remove_stale_temps
 from moetools.output import Table, info, render, warn
 from moetools.quantize.rules import MIX_ALIASES, MIXES, TARGETS
 from moetools.sizes import format_size
+from moetools.quantize.options import mix_options, outputs_options, running_options
 
 
 def _doc(model, mode, out_dir, results, notes, worst):
@@ -151,48 +152,11 @@ def _install_override(folder, results):
 
 @click.command("quantize", epilog=helptext.QUANTIZE)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
-@click.option("-t", "--type", "types", required=True, metavar="TYPES",
-              help=f"Comma-separated llama-quantize types, one tier each, meaning llama-quantize's per-tensor mix: "
-                   f"{', '.join(MIXES)} (aliases {', '.join(f'{a}={b}' for a, b in MIX_ALIASES.items())}). With --pure: "
-                   f"ggml types given to every tensor: {', '.join(TARGETS)}.")
-@click.option("--pure", is_flag=True,
-              help="Quantize every quantizable tensor to the one type (llama-quantize --pure) instead of the mix.")
-@click.option("--imatrix", "imatrix_path", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Importance matrix from llama-imatrix (GGUF or legacy .dat), used as llama-quantize uses it.")
-@click.option("--output-tensor-type", metavar="TYPE", help="ggml type for output.weight (llama-quantize's option).")
-@click.option("--token-embedding-type", metavar="TYPE", help="ggml type for token_embd.weight (llama-quantize's option).")
-@click.option("--tensor-type", "tensor_types", metavar="NAME=TYPE", multiple=True,
-              help="ggml type for tensors whose name matches the regular expression NAME (repeatable; first match wins), "
-                   "as llama-quantize's --tensor-type.")
-@click.option("--resident-only/--full", default=True, show_default=True,
-              help="Write only the resident tensors (a tier for LLAMA_RESIDENT_OVERRIDE, with its manifest), or a complete "
-                   "model: every tensor, the routed experts included, quantized by the mix as llama-quantize does.")
-@click.option("-o", "--output-dir", "output_dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Folder for the outputs. Default: device-fit/<stem>/ beside MODEL (the tier catalog device-fit reads); "
-                   "with --full, MODEL's folder.")
-@click.option("--install", is_flag=True,
-              help="Write the tiers where the serving daemon finds them: <storage root>/device-fit/<slug of the model id>/, "
-                   "with a resident-bytes file for the override it loads (the smallest tier written).")
-@click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
-              help="--install: the daemon's storage root (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
-@click.option("--model-id", metavar="ID",
-              help="--install: the model id the daemon serves this model as (default: MODEL's name without .gguf or split suffix).")
-@click.option("--keep-split", is_flag=True,
-              help="With --full and a split MODEL: write as many files as MODEL has, each with its shard's tensors.")
-@click.option("--force", is_flag=True, help="Replace outputs that already exist.")
-@click.option("--dry-run", is_flag=True,
-              help="Plan only: report each tier's bytes, bits per weight and fallbacks from the headers, write nothing.")
-@click.option("--threads", type=click.IntRange(min=1), help="Worker threads (default: every core).")
-@click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True, help="Worst tensors listed per tier.")
-@click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
-@click.option("--wait", is_flag=True, help="If another run is writing into the output folder, wait for it instead of stopping.")
-@click.option("--no-error", "no_error", is_flag=True,
-              help="With --full: do not measure each tier's error against the source (a dequantize pass per tensor "
-                   "llama-quantize does not do); the error figures are then null.")
+@mix_options
+@outputs_options
+@running_options
 @_lean
-def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, token_embedding_type, tensor_types,
-                     resident_only, output_dir, install, storage_root, model_id, keep_split, force, dry_run, threads, worst,
-                     json_flag, wait, no_error):
+def quantize_command(model_path, mix, outputs, running):
     """Write precision tiers of MODEL's resident (non-expert) weights, one GGUF per --type, each with a
     resident manifest, and report bytes, bits per weight and the error against the source.
 
@@ -207,6 +171,7 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
     Exit codes: 0 written; 2 bad input or options, or an output that cannot be written (nothing is
     left behind).
     """
+    model_id = outputs.model_id
     from moetools.gguf import open_model
     from moetools.gguf.sources import refuse_remote
     from moetools.progress import progress
@@ -215,41 +180,41 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
     refuse_remote(model_path, "quantize")
 
     imatrix = None
-    if imatrix_path:
+    if mix.imatrix_path:
         from moetools.formats.imatrix import read_imatrix
 
-        imatrix = read_imatrix(imatrix_path)
+        imatrix = read_imatrix(mix.imatrix_path)
     tiers = core.parse_mixes(
-        types, pure=pure,
-        output_type=core.parse_ggml_type(output_tensor_type, "--output-tensor-type") if output_tensor_type else None,
-        token_embd_type=core.parse_ggml_type(token_embedding_type, "--token-embedding-type") if token_embedding_type else None,
-        tensor_types=core.parse_tensor_types(tensor_types), has_imatrix=imatrix is not None and bool(imatrix.entries))
-    full = not resident_only
-    if no_error and not full:
+        mix.types, pure=mix.pure,
+        output_type=core.parse_ggml_type(mix.output_tensor_type, "--output-tensor-type") if mix.output_tensor_type else None,
+        token_embd_type=core.parse_ggml_type(mix.token_embedding_type, "--token-embedding-type") if mix.token_embedding_type else None,
+        tensor_types=core.parse_tensor_types(mix.tensor_types), has_imatrix=imatrix is not None and bool(imatrix.entries))
+    full = not outputs.resident_only
+    if running.no_error and not full:
         raise UsageError("--no-error applies to --full (a resident tier's manifest records its error, which device-fit reads)")
-    if keep_split and not full:
+    if outputs.keep_split and not full:
         raise UsageError("--keep-split applies to --full (a resident-only tier is always one file)")
-    if install and (full or output_dir):
+    if outputs.install and (full or outputs.output_dir):
         raise UsageError("--install places resident-only tiers in the daemon's folder: not with --full or -o")
-    if (storage_root or model_id) and not install:
+    if (outputs.storage_root or model_id) and not outputs.install:
         raise UsageError("--storage-root and --model-id apply to --install")
     with open_model(model_path) as model, contextlib.ExitStack() as holding:
         for message in model.warnings:
             warn(message)
         installed = None
-        if install:
+        if outputs.install:
             from moetools.formats import storage
             from moetools.gguf import model_stem
 
             model_id = model_id or model_stem(model.path)
             installed = {"model_id": model_id, "slug": storage.device_fit_slug(model_id),
-                         "storage_root": storage_root or storage.storage_root()}
+                         "storage_root": outputs.storage_root or storage.storage_root()}
             out_dir = storage.device_fit_dir(model_id, installed["storage_root"])
         else:
-            out_dir = output_dir or core.default_output_dir(model.path, full)
+            out_dir = outputs.output_dir or core.default_output_dir(model.path, full)
         finished = None
-        if not dry_run:  # one run at a time per tier folder; what a killed run left is cleared under the lock
-            holding.enter_context(folder_lock(out_dir, tool="quantize", wait=wait, on_wait=warn))
+        if not outputs.dry_run:  # one run at a time per tier folder; what a killed run left is cleared under the lock
+            holding.enter_context(folder_lock(out_dir, tool="quantize", wait=running.wait, on_wait=warn))
             for folder in (out_dir, staged.staging_path(out_dir, "")):
                 for name in remove_stale_temps(folder):
                     info(f"removed {os.path.join(folder, name)}: a temporary file of a run that was killed")
@@ -259,32 +224,32 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
                      f"{', '.join(finished['files'])}")
         notes = []
         if not model.expert_tensors:
-            notes.append("the model has no routed experts: every tensor is resident" if resident_only
+            notes.append("the model has no routed experts: every tensor is resident" if outputs.resident_only
                          else "the model has no routed experts: the full model is every tensor re-quantized")
-        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=True, keep_split=keep_split, imatrix=imatrix)
+        plans = core.plan_tiers(model, tiers, out_dir, full=full, force=True, keep_split=outputs.keep_split, imatrix=imatrix)
         for plan in plans:
-            plan.measure = not no_error
+            plan.measure = not running.no_error
         for note in notes:
             info(f"note: {note}")
-        if dry_run:
-            results = core.estimate(model, plans, threads=threads)
+        if outputs.dry_run:
+            results = core.estimate(model, plans, threads=running.threads)
             notes.append("dry run: nothing written; error figures need a real run")
-        elif finished is not None and not force and finished.get("key") == staged.run_key(model, plans):
+        elif finished is not None and not outputs.force and finished.get("key") == staged.run_key(model, plans):
             results = core.results_from_journal(finished)  # the killed run was this very run: it is done now
             notes.append("completed the publish of an interrupted run of the same plan; nothing re-quantized")
         else:
-            if not force:
+            if not outputs.force:
                 core.refuse_existing(plans)
             # before a byte is written: the tiers' planned bytes against what the drive has
             check_room(out_dir, sum(core.planned_bytes(plan) for plan in plans), "the tiers")
             core.prepare_output_dir(out_dir)
-            if force:
+            if outputs.force:
                 staged.staging.clear(out_dir)  # --force replaces an interrupted run instead of finishing it
             reused = core.stage(model, plans, out_dir)
             if reused:
                 info(f"reusing {len(reused)} file{'s' if len(reused) > 1 else ''} an interrupted run of the same plan "
                      f"finished (digests checked): {', '.join(reused)}")
-            seconds = sum(core.tier_seconds(plan, threads) for plan in plans)
+            seconds = sum(core.tier_seconds(plan, running.threads) for plan in plans)
             info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "
                  "(from the kernels' measured speed on this engine and thread count)")
             compiling = core.kernels_to_compile(plans)
@@ -292,16 +257,16 @@ def quantize_command(model_path, types, pure, imatrix_path, output_tensor_type, 
                 info(f"quantize: compiling the kernels for {', '.join(compiling)} (first run; numba caches them for "
                      "the next runs)")
             with progress(core.work_bytes(model, plans), desc="quantize") as bar:
-                results = core.run(model, plans, out_dir, threads=threads, progress=bar)
+                results = core.run(model, plans, out_dir, threads=running.threads, progress=bar)
             from moetools.cli import exit_at_once
 
             exit_at_once()  # nothing is left to clean up once this command returns
         for note in larger_than_source_notes(results, model.resident_bytes):
             info(f"note: {note}")
             notes.append(note)
-        doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, worst)
+        doc = _doc(model, "full" if full else "resident-only", out_dir, results, notes, running.worst)
         if installed is not None:
-            if not dry_run:
+            if not outputs.dry_run:
                 installed.update(_install_override(out_dir, results))
             doc["install"] = installed
-    render(doc, lambda: _tables(doc), json_flag, notes=[f"note: {note}" for note in notes if note.startswith("dry run")])
+    render(doc, lambda: _tables(doc), running.json_flag, notes=[f"note: {note}" for note in notes if note.startswith("dry run")])

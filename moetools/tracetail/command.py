@@ -16,6 +16,7 @@ from moetools import helptext
 from moetools import output
 from moetools.errors import InputError, UsageError
 from moetools.sourceopts import source_options
+from moetools.tracetail.options import layers_options, replay_options, curves_options, policies_options, extras_options, follow_options
 
 POLICY_ORDER = ("belady", "predictive", "decay_bandit", "lfu", "lru", "prefill_pin")
 
@@ -313,46 +314,15 @@ def _write_plan(path, budget_bytes, pins):
 
 @click.command("trace-tail", epilog=helptext.TRACE_TAIL)
 @click.argument("trace")
-@click.option("--model", metavar="GGUF", help="Map tensor keys to layers from this model's expert tensors (any shard).")
-@click.option("--synth-layers", type=click.IntRange(min=1), metavar="N", help="No model: keys of blk.0..N-1 expert tensors.")
-@click.option("--experts", type=click.IntRange(min=1), help="Experts per layer when there is no model (budget checks, split rule).")
-@click.option("--top-k", type=click.IntRange(min=1), help="Experts used per token per layer when there is no model.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "trace", "csv", "jsonl", "npy"]), default="auto", show_default=True,
-              help="Input format: 12-byte trace, route_trace v1 CSV, JSON lines or numpy [tokens, layers, top_k].")
-@click.option("--once/--follow", default=True, help="Stop at end of file with a summary (default), or keep reading as the file grows.")
-@click.option("--prefill", type=click.IntRange(min=0), metavar="N", help="The first N tokens are prefill (default: the size rule).")
-@click.option("--budget-slots", type=int, metavar="N",
-              help="Cache budget in slots (one slot = one (layer, expert)). Default: a quarter of the model's slots "
-                   "(layers x experts), or of the trace's distinct experts without a model.")
-@click.option("--budget-bytes", metavar="SIZE", help="Cache budget in bytes (32G, 32GB, 32GiB or raw bytes).")
-@click.option("--expert-bytes", metavar="SIZE", help="Bytes of one (layer, expert) when there is no model.")
-@click.option("--window", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens of the recency policy and instrument.")
-@click.option("--curve", "curve", is_flag=False, flag_value="auto", default=None, metavar="[SLOTS,...]",
-              help="Hit ratio of every policy across budgets (default: a log-spaced sweep up to the distinct experts).")
-@click.option("--plot", metavar="FILE.svg", help="Draw the curves as SVG (Belady as the ceiling). Implies --curve.")
-@click.option("--write-trace", metavar="OUT", help="Also write the input as a 12-byte trace (the fork's format).")
-@click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list current (see README: Plan file).")
-@click.option("--policies", "policies_text", metavar="NAME[,NAME...]",
-              help="Replay only these demand policies (lru, lfu, decay_bandit, prefill_pin, predictive; LRU, the baseline, "
-                   "and Belady, the ceiling, always run). Default: every one, with the instruments.")
-@click.option("--instruments/--no-instruments", default=None,
-              help="The per-token instruments and the top-S sets (default: on, off when --policies is given).")
-@click.option("--threads", type=click.IntRange(min=1), help="Worker threads of --once's replays (default: every core).")
-@click.option("--pin-policy", default="predictive", show_default=True, metavar="POLICY",
-              help="Whose scores rank the plan's pins: predictive, decay_bandit, lfu or lru.")
-@click.option("--write-table", "table_path", metavar="FILE",
-              help="Write the tkey-to-layer-matrix.json the fork's pager driver reads, for --model or --synth-layers.")
-@click.option("--daemon-probe", is_flag=True,
-              help="Also the figures the serving daemon's trace tail computes (its segments, budget rule, tie-break, predictor, integer percents).")
-@click.option("-o", "--output", "output_path", metavar="FILE", help="Also write the JSON document (summary or curve) to FILE.")
-@click.option("--poll", type=click.FloatRange(min=0.01, max=5), default=0.2, show_default=True, help="--follow: seconds between polls.")
-@click.option("--max-idle", type=click.FloatRange(min=0), metavar="SECONDS", help="--follow: stop after this long without new records.")
-@click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="--follow: stop after N decode tokens.")
+@layers_options
+@replay_options
+@curves_options
+@policies_options
+@extras_options
+@follow_options
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 @source_options
-def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, prefill, budget_slots, budget_bytes, expert_bytes,
-                       window, curve, plot, write_trace, plan_path, policies_text, instruments, threads, pin_policy, table_path, daemon_probe, output_path, poll, max_idle, max_tokens,
-                       json_flag, fetch):
+def trace_tail_command(trace, layers, replay, curves, policies, extras, follow, json_flag, fetch):
     """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
 
     Rebuilds tokens from the fork's 12-byte records (or a CSV/JSON-lines/numpy import), splits
@@ -361,42 +331,45 @@ def trace_tail_command(trace, model, synth_layers, experts, top_k, fmt, once, pr
     ceiling), plus repeat recall, predicted-delta recall and schedulable coverage. --curve gives
     the coverage-vs-slots curve that `device-fit --coverage` reads.
     """
+    budget_bytes = replay.budget_bytes
+    curve = curves.curve
+    expert_bytes = replay.expert_bytes
     from moetools.sizes import parse_size
 
-    if model and synth_layers:
+    if layers.model and layers.synth_layers:
         raise UsageError("give --model or --synth-layers, not both")
     budget_bytes = parse_size(budget_bytes) if budget_bytes is not None else None
     expert_bytes = parse_size(expert_bytes) if expert_bytes is not None else None
-    if budget_slots is not None and budget_slots <= 0:
-        raise UsageError(f"--budget-slots {budget_slots}: a cache needs at least 1 slot")
-    options = {"experts": experts, "top_k": top_k, "window": window, "prefill": prefill}
-    if plot and curve is None:
+    if replay.budget_slots is not None and replay.budget_slots <= 0:
+        raise UsageError(f"--budget-slots {replay.budget_slots}: a cache needs at least 1 slot")
+    options = {"experts": layers.experts, "top_k": layers.top_k, "window": replay.window, "prefill": replay.prefill}
+    if curves.plot and curve is None:
         curve = "auto"
     from moetools.tracetail.core import DEMAND_POLICIES, check_pin_policy, select_policies
 
-    options["policies"] = DEMAND_POLICIES if policies_text is None else select_policies(policies_text.split(","))
-    options["instruments"] = (policies_text is None) if instruments is None else instruments
-    options["threads"] = threads
-    check_pin_policy(pin_policy, options["policies"] if plan_path else DEMAND_POLICIES)
-    options["pin_policy"] = pin_policy
-    layer_map = _layer_map(model, synth_layers, experts, top_k, fetch)
-    if table_path:
+    options["policies"] = DEMAND_POLICIES if policies.policies_text is None else select_policies(policies.policies_text.split(","))
+    options["instruments"] = (policies.policies_text is None) if policies.instruments is None else policies.instruments
+    options["threads"] = policies.threads
+    check_pin_policy(policies.pin_policy, options["policies"] if curves.plan_path else DEMAND_POLICIES)
+    options["pin_policy"] = policies.pin_policy
+    layer_map = _layer_map(layers.model, layers.synth_layers, layers.experts, layers.top_k, fetch)
+    if extras.table_path:
         if layer_map is None:
             raise UsageError("--write-table needs --model GGUF or --synth-layers N")
         from moetools import atomic
         from moetools.formats.trace import tkey_table_doc
 
-        atomic.write_json(table_path, tkey_table_doc(layer_map.names))
-        output.info(f"wrote {len(layer_map.names)} tensor keys to {table_path}")
-    if not once:
-        if curve is not None or write_trace or daemon_probe:
+        atomic.write_json(extras.table_path, tkey_table_doc(layer_map.names))
+        output.info(f"wrote {len(layer_map.names)} tensor keys to {extras.table_path}")
+    if not replay.once:
+        if curve is not None or curves.write_trace or extras.daemon_probe:
             raise UsageError("--curve, --plot, --write-trace and --daemon-probe work on a whole trace (--once)")
-        return _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, plan_path, poll, max_idle, max_tokens)
-    if max_idle is not None or max_tokens is not None:
+        return _follow(trace, layers.fmt, layer_map, options, replay.budget_slots, budget_bytes, expert_bytes, curves.plan_path, follow.poll, follow.max_idle, follow.max_tokens)
+    if follow.max_idle is not None or follow.max_tokens is not None:
         raise UsageError("--max-idle and --max-tokens apply to --follow")
-    options["daemon_probe"] = daemon_probe
-    _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, curve, plot, write_trace, plan_path,
-          output_path, json_flag)
+    options["daemon_probe"] = extras.daemon_probe
+    _once(trace, layers.fmt, layer_map, options, replay.budget_slots, budget_bytes, expert_bytes, curve, curves.plot, curves.write_trace, curves.plan_path,
+          extras.output_path, json_flag)
 
 
 def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, curve, plot, write_trace, plan_path,

@@ -1,0 +1,173 @@
+"""device-fit's options in groups, as sqlite-utils' `output_options`: each decorator adds a run of
+options (in the order --help shows them) and hands the command ONE record of them, so the command
+takes seven records, not fifty parameters. Records are namedtuples: the device-fit start-up path does
+not import dataclasses."""
+
+import functools
+from collections import namedtuple
+
+import click
+
+from moetools.devicefit.memory.cells import CACHE_TYPES
+
+
+DeviceOptions = namedtuple('DeviceOptions', ['vram', 'gpu_text', 'vram_bw', 'rpc_specs', 'rpc_bw', 'runtime', 'reserve', 'margin'])
+DeviceOptions.__doc__ = 'The devices planned and their memory.'
+
+ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', 'ubatch', 'batch', 'parallel', 'kv_unified', 'swa_full', 'flash_attn', 'fa_text'])
+ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
+
+PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth'])
+PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instead of chosen."
+
+DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
+DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
+
+ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d'])
+ForkOptions.__doc__ = "The streaming fork's artifacts and the cache's speed inputs."
+
+MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve'])
+MachineOptions.__doc__ = 'The host: speed floor, RAM, its bandwidth, the drive, threads.'
+
+OutputOptions = namedtuple('OutputOptions', ['container', 'plan_path', 'emit', 'json_flag'])
+OutputOptions.__doc__ = 'What is written and printed.'
+
+
+def devices_options(command):
+    """The devices planned and their memory: the command receives them as `devices`, a DeviceOptions."""
+
+    @click.option("--vram", metavar="SIZE[,SIZE...]|auto", help="Each GPU's memory: 24G,24G (GiB; 24GB decimal), or auto (free memory from nvidia-smi/rocm-smi).")
+    @click.option("--gpu", "gpu_text", metavar="NAME[,NAME...]", help="GPUs from the table (VRAM and bandwidth): rtx4090,rtx3090.")
+    @click.option("--vram-bw", metavar="RATE[,RATE...]", help="GPU memory bandwidth (1008GB/s), one for all or one per GPU.")
+    @click.option("--rpc", "rpc_specs", multiple=True, metavar="HOST:PORT=SIZE", help="A llama.cpp RPC server and the memory it offers (repeatable).")
+    @click.option("--rpc-bw", metavar="RATE[,RATE...]", help="Memory bandwidth of the RPC servers' devices.")
+    @click.option("--runtime", type=click.Choice(["fork", "llama"]), default="fork", show_default=True,
+                  help="fork: the streaming fork's division of one GPU; llama: upstream llama.cpp on every device.")
+    @click.option("--reserve", metavar="SIZE", help="Compute reserve per GPU as a whole, instead of the modelled compute buffer + --margin.")
+    @click.option("--margin", default="1G", show_default=True, metavar="SIZE",
+                  help="Added to the modelled compute buffer: CUDA context, cuBLAS workspace, fragmentation.")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, devices=DeviceOptions(*(kwargs.pop(name) for name in DeviceOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def context_options(command):
+    """The context and llama.cpp's cache and batch settings: the command receives them as `context`, a ContextOptions."""
+
+    @click.option("--ctx", "-c", type=int, metavar="N", help="Context wanted (fork default: the training context, squeezed; llama default: the trade-off).")
+    @click.option("--min-ctx", type=int, default=4096, show_default=True, metavar="N", help="Never squeeze the context below this.")
+    @click.option("--ctk", "-ctk", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="K cache type.")
+    @click.option("--ctv", "-ctv", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="V cache type.")
+    @click.option("--ubatch", "-ub", type=int, default=512, show_default=True, help="Physical batch (-ub).")
+    @click.option("--batch", "-b", type=int, default=2048, show_default=True, help="Logical batch (-b).")
+    @click.option("--parallel", "-np", type=int, default=1, show_default=True, metavar="N", help="Sequences (-np).")
+    @click.option("--kv-unified/--no-kv-unified", "-kvu/-no-kvu", default=False, show_default=True,
+                  help="One KV stream shared by all sequences (llama.cpp's -kvu / --no-kv-unified).")
+    @click.option("--swa-full", is_flag=True, help="Full-size cache for sliding-window layers (--swa-full).")
+    @click.option("--flash-attn/--no-flash-attn", default=True, show_default=True, help="Flash attention (-fa); off pads and transposes V.")
+    @click.option("-fa", "fa_text", type=click.Choice(["on", "off", "auto"]),
+                  help="llama.cpp's spelling of --flash-attn/--no-flash-attn; auto is planned as on (llama.cpp's "
+                       "auto enables it where every layer's attention runs it; the architectures it turns off are "
+                       "planned off either way), and --emit llama passes -fa on.")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, context=ContextOptions(*(kwargs.pop(name) for name in ContextOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def placement_options(command):
+    """The user's own llama.cpp placement, evaluated instead of chosen: the command receives them as `placement`, a PlacementOptions."""
+
+    @click.option("--ngl", "-ngl", type=int, metavar="N", help="llama: evaluate your own -ngl (layers offloaded, output layer included).")
+    @click.option("--tensor-split", "-ts", "ts_text", metavar="A,B,...", help="llama: evaluate your own -ts (one weight per device, RPC first).")
+    @click.option("--n-cpu-moe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
+    @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
+    @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, placement=PlacementOptions(*(kwargs.pop(name) for name in PlacementOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def drafting_options(command):
+    """Speculative decoding: a draft model or the model's own MTP blocks: the command receives them as `drafting`, a DraftOptions."""
+
+    @click.option("--draft", "-md", "draft_path", metavar="MODEL", help="llama: a draft model for speculative decoding (-md), planned beside the target.")
+    @click.option("--draft-ngl", "-ngld", type=int, metavar="N", help="llama: the draft's -ngld (default all layers).")
+    @click.option("--draft-ctk", "-ctkd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's K cache type (-ctkd).")
+    @click.option("--spec-type", "spec_type", type=click.Choice(["draft-simple", "draft-mtp"]),
+                  help="llama: the speculative type (--spec-type): draft-simple with --draft (the default then); "
+                       "draft-mtp drafts with the model's own NextN/MTP blocks (loaded, plus an MTP context's KV and compute).")
+    @click.option("--spec-draft-n-max", "draft_n_max", type=int, default=3, show_default=True, metavar="N",
+                  help="llama: tokens drafted per step (--spec-draft-n-max); with draft-mtp a hybrid target keeps N "
+                       "recurrent-state snapshots per sequence.")
+    @click.option("--n-outputs", "n_outputs", type=int, metavar="N",
+                  help="Output rows of the target's context (its n_outputs_max: the logits' rows in the compute "
+                       "buffer). Default the server's (llama-server's and the fork's): min(-b, -np x (1 + "
+                       "--spec-draft-n-max with a speculative type)); 0 = -b, as llama-cli and llama-completion reserve.")
+    @click.option("--device-draft", "-devd", "draft_device", metavar="DEV[,DEV...]|none",
+                  help="llama: the devices the draft is offloaded to (-devd, llama.cpp's device names: CUDA0, RPC0 (the first --rpc); none = CPU only; default the target's).")
+    @click.option("--draft-ctv", "-ctvd", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="llama: the draft's V cache type (-ctvd).")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, drafting=DraftOptions(*(kwargs.pop(name) for name in DraftOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def fork_options(command):
+    """The streaming fork's artifacts and the cache's speed inputs: the command receives them as `fork`, a ForkOptions."""
+
+    @click.option("--tiers", "tiers_dir", type=click.Path(file_okay=False),
+                  help="Folder of *.resident.json tiers, searched first; the daemon's <storage root>/device-fit/<slug>/, "
+                       "device-fit/<stem>/ beside the model and the model's folder are searched too.")
+    @click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
+                  help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
+    @click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
+    @click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
+    @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
+    @click.option("--coverage-policy", default=None, metavar="POLICY",
+                  help="Which policy's curve in --coverage predicts the hit ratio: one the curve holds (trace-tail "
+                       "writes lru, lfu, decay_bandit, predictive, ...; belady is a ceiling, refused). "
+                       "Default: the curve's best online demand policy.")
+    @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
+    @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, fork=ForkOptions(*(kwargs.pop(name) for name in ForkOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def machine_options(command):
+    """The host: speed floor, RAM, its bandwidth, the drive, threads: the command receives them as `machine`, a MachineOptions."""
+
+    @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 2ms).")
+    @click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
+    @click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
+    @click.option("--disk-bw", default="3GB/s", show_default=True, help="llama: drive read rate for page-cache misses of mapped CPU experts.")
+    @click.option("--threads", "-t", type=int, help="llama: CPU threads for the CPU experts (default: this machine's cores).")
+    @click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS.")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, machine=MachineOptions(*(kwargs.pop(name) for name in MachineOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def outputs_options(command):
+    """What is written and printed: the command receives them as `outputs`, a OutputOptions."""
+
+    @click.option("--container", type=click.Path(file_okay=False), help="Expert container folder (GGML_MOE_CONTAINER) the fork streams from.")
+    @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
+    @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports (with --json: the command as an argv list).")
+    @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, outputs=OutputOptions(*(kwargs.pop(name) for name in OutputOptions._fields)), **kwargs)
+
+    return wrapper
