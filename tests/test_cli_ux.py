@@ -465,7 +465,7 @@ def test_a_decimal_vram_is_shown_with_its_gib_value(tiny_models, runtime):
     doc = json.loads(CliRunner().invoke(cli, args).stdout)
     assert "--vram 8GB (7.45 GiB): 8GB is decimal (10^9 bytes per GB); 8G would mean 8.00 GiB" in doc["notes"]
     if runtime == "fork":
-        from moetools.devicefit.command import tables
+        from moetools.devicefit.render import tables
 
         assert doc["vram_asked"] == "8GB"
         assert tables(doc)[0].rows[0] == ["VRAM", "7.45 GiB", "--vram 8GB: decimal units"]
@@ -479,7 +479,7 @@ def test_a_binary_vram_gets_no_note(tiny_models):
 
 
 def test_division_notes_are_letters_spelled_out_in_the_caption():
-    from moetools.devicefit.command import footnoted
+    from moetools.devicefit.render import footnoted
 
     rows, caption = footnoted([["a", "x"], ["b", ""], ["c", "x"], ["d", "y"]])
     assert rows == [["a", "a"], ["b", ""], ["c", "a"], ["d", "b"]]

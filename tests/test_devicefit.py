@@ -387,7 +387,7 @@ def test_emit_env_for_an_override(k3, tmp_path):
 def test_table_output(k3):
     result = run(k3, "--vram", "32G", "--ctx", 32768)  # CliRunner's stdout is not a TTY: JSON
     assert json.loads(result.stdout)["verdict"] == "native"
-    from moetools.devicefit.command import tables
+    from moetools.devicefit.render import tables
 
     doc = run_json(k3, "--vram", "32G", "--ctx", 32768)
     ledger, divisions = tables(doc)

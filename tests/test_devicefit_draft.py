@@ -142,7 +142,7 @@ def test_added_bos_must_be_the_same_token():
 
 
 def test_the_table_shows_the_draft_column(models):
-    from moetools.devicefit.command import llama_tables
+    from moetools.devicefit.render import llama_tables
 
     ledger = llama_tables(plan(models, "--draft", models["draft"]))[0]
     labels = [row[0] for row in ledger.rows]

@@ -405,7 +405,7 @@ def test_fork_rejects_rpc(tiny_models):
 
 
 def test_llama_table(preset_model):
-    from moetools.devicefit.command import llama_tables
+    from moetools.devicefit.render import llama_tables
 
     doc = run_json(preset_model("gpt-oss-120b"), "--runtime", "llama", "--gpu", "rtx3090", "--ram", "64G", "-c", 8192)
     ledger, contexts = llama_tables(doc)

@@ -92,7 +92,7 @@ def test_a_budget_the_pools_cannot_use_is_explained(preset_model):
 
 
 def test_a_budget_the_pools_use_needs_no_note():
-    from moetools.devicefit.command import pool_notes
+    from moetools.devicefit.render import pool_notes
 
     assert pool_notes({"pools": [{}] * 6, "pooled_bytes": 95, "budget_bytes": 100, "expert_slots": 9}) == []
     assert pool_notes(None) == []

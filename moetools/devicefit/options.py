@@ -171,3 +171,8 @@ def outputs_options(command):
         return command(*args, outputs=OutputOptions(*(kwargs.pop(name) for name in OutputOptions._fields)), **kwargs)
 
     return wrapper
+
+
+# the records device_fit_command receives, by the parameter name it receives each as
+GROUPS = {"devices": DeviceOptions, "context": ContextOptions, "placement": PlacementOptions, "drafting": DraftOptions,
+          "fork": ForkOptions, "machine": MachineOptions, "outputs": OutputOptions}

@@ -1,0 +1,194 @@
+"""device-fit's tables and launch text: the ledger, the divisions and contexts, llama.cpp's per-device
+tables, the repo listing, and --emit's text and JSON."""
+
+import os
+import shlex
+
+
+import moetools.devicefit.launch as launchmod
+from moetools.output import Table
+from moetools.sizes import format_size
+
+
+def _cell_summary(doc):
+    parts = []
+    for cache in doc["kv"]:
+        if cache["kind"] == "recurrent":
+            parts.append(f"recurrent {cache['layers']} layers x {cache['cells']} seq")
+        elif cache["kind"].endswith("-state"):  # DeepSeek-V4's compressor states
+            parts.append(f"{cache['kind']} {cache['layers']} layers x {cache['cells']} rows")
+        else:
+            parts.append(f"{cache['kind']} {cache['layers']} layers x {cache['cells']} cells")
+    return "; ".join(parts) or "-"
+
+
+def pool_notes(cache):
+    """Why the fork's slots hold less than its budget: ResidencyCache gives each of its six possible
+    pools a sixth of the budget, whatever the number of expert sizes the model has."""
+    if not cache or not cache["pools"] or cache["pooled_bytes"] >= 0.9 * cache["budget_bytes"]:
+        return []
+    from moetools.devicefit.fork_cache import MAX_POOLS
+
+    count = len(cache["pools"])
+    return [f"the fork's cache gives each of its {MAX_POOLS} possible pools 1/{MAX_POOLS} of the "
+            f"{format_size(cache['budget_bytes'])} budget (ggml-moe-residency.hpp ResidencyCache::ensure_pool); this model's "
+            f"{count} expert matri{'x size uses' if count == 1 else 'x sizes use'} {format_size(cache['pooled_bytes'])} of it: "
+            f"{cache['expert_slots']} slots"]
+
+
+def footnoted(rows):
+    """Rows whose last cell (a note sentence) becomes a letter, and the caption that spells the letters
+    out: a sentence in the ninth column of a table folded it into a letter per line at 80 columns."""
+    letters, out = {}, []
+    for row in rows:
+        note = row[-1]
+        if note and note not in letters:
+            letters[note] = chr(ord("a") + len(letters)) if len(letters) < 26 else str(len(letters) + 1)
+        out.append(row[:-1] + [letters.get(note, "")])
+    return out, "; ".join(f"{letter}: {note}" for note, letter in letters.items())
+
+
+def tables(doc):
+    """The terminal view of a device-fit document."""
+    gib = format_size
+    rows = [
+        ["VRAM", gib(doc["vram_bytes"]), f"--vram {doc['vram_asked']}: decimal units" if doc.get("vram_asked") else ""],
+        ["compute reserve", gib(doc["reserve_bytes"]),
+         (f"compute buffer {gib(doc['compute_bytes'])} + margin {gib(doc['margin_bytes'])}"
+          if doc["reserve_source"] == "compute+margin" else "--reserve")],
+        ["resident weights", gib(doc["resident_bytes"]), doc["resident_source"]],
+        ["KV cache", gib(doc["kv_bytes"]), f"context {doc['context']}: {_cell_summary(doc)} ({doc['ctk']}/{doc['ctv']})"],
+    ]
+    if doc["verdict"] == "unfittable":
+        rows.append(["shortfall", gib(doc["shortfall_bytes"]), "short for the smallest division"])
+    elif doc["experts_per_token"]:
+        rows.append(["hot-expert budget", gib(doc["expert_budget_bytes"]),
+                     f"{doc['slots']} of {doc['total_slots']} slots x {gib(doc['expert_bytes'])}"])
+    else:
+        rows.append(["unused", gib(doc["free_bytes"]), "dense model: no expert budget"])
+    ledger = Table(f"device-fit: {os.path.basename(doc['model'])} on {gib(doc['vram_bytes'])} — verdict {doc['verdict']}",
+                   ["", "bytes", "detail"], rows, right_align=(1,))
+    if doc["verdict"] != "unfittable":
+        ledger.caption = (f"coverage {doc['coverage']:.3f} ({doc['coverage_source']}), {doc['experts_per_token']} experts/token "
+                          f"-> {doc['tok_s']:.2f} tok/s")
+    division_rows = []
+    for division in doc["divisions"]:
+        chosen = division["tier"] == doc["resident_source"] and doc["verdict"] != "unfittable"
+        division_rows.append([
+            ("* " if chosen else "  ") + division["tier"], gib(division["resident_bytes"]),
+            division["context"] if division["feasible"] else "-",
+            gib(division["kv_bytes"]) if division["feasible"] else "-",
+            gib(division["expert_budget_bytes"]) if division["feasible"] else "-",
+            division["slots"] if division["feasible"] else "-",
+            f"{division['coverage']:.3f}" if division["feasible"] else "-",
+            (f"{division['tok_s']:.2f}" + (" (measured)" if division["observations"] else "")) if division["feasible"] else "-",
+            division["note"] or ("short by " + gib(division["shortfall_bytes"]) if not division["feasible"] else ""),
+        ])
+    division_rows, footnotes = footnoted(division_rows)
+    divisions = Table("Divisions (* = chosen)", ["tier", "resident", "context", "KV", "expert budget", "slots", "coverage", "tok/s", "note"],
+                      division_rows, right_align=(1, 2, 3, 4, 5, 6, 7), caption=footnotes)
+    result = [ledger, divisions]
+    if doc.get("contexts"):
+        result.append(Table("Contexts (* = chosen: the largest within 5% of the best speed)",
+                            ["context", "fits as", "tier", "slots", "coverage", "tok/s"], [
+            [("* " if row.get("chosen") else "  ") + str(row["context_asked"]), row["context"] if row["feasible"] else "-",
+             row["tier"] or "-", row["slots"], f"{row['coverage']:.3f}", f"{row['tok_s']:.2f}"]
+            for row in doc["contexts"]], right_align=(1, 3, 4, 5)))
+    if doc.get("host"):
+        host = doc["host"]
+        result.append(Table("Host RAM", ["", "bytes"], [
+            ["RAM", gib(host["ram_bytes"])], ["OS reserve", gib(host["os_reserve_bytes"])],
+            ["mapped model", gib(host["mmap_bytes"])], ["host expert cache", f"{gib(host['host_cache_bytes'])} ({host['host_slots']} slots)"],
+        ], right_align=(1,)))
+    return result
+
+
+def emit_text(kind, doc, launch, settings):
+    """Launch settings as shell text: upstream flags (`llama`) or the fork's exports (`env`)."""
+    lines = []
+    upstream = launch["llama"]
+    if kind == "llama":
+        if not upstream["args"]:
+            return f"# {upstream['note']}\n"
+        if upstream["note"]:
+            lines.append(f"# {upstream['note']}")
+        lines.append("llama-server " + shlex.join(upstream["args"]))
+        if upstream.get("override_tensor"):
+            lines.append("# the same placement with -ot:")
+            lines.append("#   -ot " + shlex.quote(upstream["override_tensor"]))
+        return "\n".join(lines) + "\n"
+    env = launch["env"]
+    if not env:
+        return "# unfittable: no division of this card holds the model\n"
+    for name, value in env.items():
+        lines.append(f"unset {name}" if value is None else f"export {name}={shlex.quote(str(value))}")
+    lines.append("# then: llama-server " + shlex.join(launchmod.server_args(doc["model"], doc["context"], settings)))
+    return "\n".join(lines) + "\n"
+
+
+def emit_doc(kind, doc, launch, settings):
+    """The launch settings as JSON (`--emit llama|env --json`): the command as an argv list, so a script can
+    run it without re-parsing shell text; `env` adds the fork's variables (null = unset)."""
+    upstream = launch["llama"]
+    if kind == "llama":
+        return {"command": ["llama-server"] + list(upstream["args"]) if upstream["args"] else [],
+                "override_tensor": upstream.get("override_tensor") or "", "note": upstream.get("note") or ""}
+    env = launch["env"]
+    if not env:
+        return {"env": {}, "command": [], "note": "unfittable: no division of this card holds the model"}
+    return {"env": dict(env), "command": ["llama-server"] + launchmod.server_args(doc["model"], doc["context"], settings),
+            "note": ""}
+
+
+def llama_tables(doc):
+    """The terminal view of a --runtime llama document."""
+    gib = format_size
+    # one column per device, one row per buffer: ten columns of sizes never fit 80 characters, while a
+    # column per device does for the usual one to four GPUs (and reads as llama.cpp's per-device log)
+    fields = [
+        ("kind", lambda device: device["kind"]),
+        ("capacity", lambda device: gib(device["capacity_bytes"])),
+        ("compute", lambda device: gib(device["compute_bytes"])),
+        ("resident", lambda device: gib(device["resident_bytes"])),
+        ("KV", lambda device: gib(device["kv_bytes"])),
+        ("experts", lambda device: gib(device["expert_bytes"])),
+        ("margin", lambda device: gib(device["margin_bytes"])),
+        *([("draft", lambda device: gib(device["draft_bytes"]))] if "draft" in doc else []),
+        ("free", lambda device: gib(device["free_bytes"]) if device["free_bytes"] >= 0 else "-" + gib(-device["free_bytes"])),
+        ("layers", lambda device: device["layers"] + (" +out" if device["output_layer"] else "")),
+    ]
+    rows = [[label] + [cell(device) for device in doc["devices"]] for label, cell in fields]
+    title = f"device-fit (llama.cpp): {os.path.basename(doc['model'])} — "
+    title += "unfittable" if doc["verdict"] == "unfittable" else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s"
+    ledger = Table(title, [""] + [device["name"] for device in doc["devices"]], rows,
+                   right_align=tuple(range(1, len(doc["devices"]) + 1)))
+    alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [
+        [("* " if alt["context"] == doc["context"] and doc["verdict"] != "unfittable" else "  ") + str(alt["context"]),
+         "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",
+         len(alt["cpu_expert_layers"]), gib(alt["gpu_bytes"]), f"{alt['tok_s']:.2f}"]
+        for alt in doc["alternatives"]], right_align=(2, 4, 5, 6))
+    return [ledger, alternatives]
+
+
+def repo_tables(text, listing, rows):
+    gib = format_size
+    body = []
+    for row in rows:
+        if row["verdict"] == "unreadable":
+            body.append([row["set"], "-", gib(row["file_bytes"]), "-", "-", "unreadable", "-", "-", "-"])
+            continue
+        if row["verdict"] == "unfittable":
+            experts = "-"
+        elif row["cpu_moe_layers"] and row["verdict"] == "native":
+            experts = f"{row['slots']} slots; upstream: {row['cpu_moe_layers']} CPU-expert layers"
+        else:
+            experts = f"{row['slots']} of {row['total_slots']} slots"
+        body.append([row["set"], row["file_type"] or "-", gib(row["file_bytes"]), gib(row["resident_bytes"]),
+                     gib(row["expert_bytes"]), row["verdict"], row["context"] if row["verdict"] != "unfittable" else "-",
+                     experts, f"{row['tok_s']:.2f}" if row["verdict"] != "unfittable" else "-"])
+    table = Table(f"device-fit: every GGUF set in {text} (commit {listing.commit[:12]})",
+                  ["set", "type", "size", "resident", "experts", "verdict", "context", "hot-expert slots / CPU experts", "tok/s"],
+                  body, right_align=(2, 3, 4, 6, 8))
+    table.caption = (f"headers read: {gib(sum(row.get('fetched_bytes', 0) for row in rows))} in "
+                     f"{sum(row.get('requests', 0) for row in rows)} requests")
+    return [table]

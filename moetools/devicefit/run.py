@@ -1,0 +1,484 @@
+"""device-fit's orchestration: from the parsed option records to a plan, for one model (fork or upstream
+llama.cpp, with drafts) or every GGUF set of a repo; rendering through devicefit/render.py."""
+
+import os
+import re
+import shlex
+
+import click
+
+from moetools.devicefit import core, devices, upstream
+from moetools.devicefit import draft as draftmod
+import moetools.devicefit.launch as launchmod
+from moetools.devicefit.speed import SpeedSettings
+from moetools.devicefit.upstream import UpstreamOptions
+from moetools.devicefit.kv import BORROWED_KV_ARCHES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
+from moetools.errors import GGUFError, RemoteError, UsageError
+from moetools.gguf.locator import is_repo
+from moetools.devicefit.render import emit_doc, emit_text, llama_tables, pool_notes, repo_tables, tables
+from moetools.output import print_json, render, warn
+from moetools.sizes import format_size, parse_size
+
+_FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
+
+
+def parse_rate(text):
+    """`25GB/s` (decimal), `25G` (GiB), raw bytes per second -> bytes/s (> 0; a bare number under
+    1 MiB/s is a missing unit)."""
+    return float(devices.parse_rate(text, "--h2d"))
+
+
+def parse_floor(text):
+    """`10ms`, `0.01s`, `10` (milliseconds) -> seconds (>= 0)."""
+    match = _FLOOR_RE.match(str(text))
+    if not match:
+        raise UsageError(f"cannot parse time {text!r} (examples: 10ms, 0.01s, 10)")
+    number, unit = float(match[1]), (match[2] or "ms").lower()
+    return number * {"ms": 1e-3, "s": 1.0, "us": 1e-6}[unit]
+
+
+def _size_option(name, text):
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except UsageError as err:
+        raise UsageError(f"{name}: {err}") from None
+
+
+def decimal_vram_notes(vram):
+    """A note per --vram part given in a decimal unit (`32GB`): its GiB value, since GPU memory is
+    sold and reported in GiB and `32GB` is 2.2 GiB less than `32G`."""
+    from moetools.sizes import DECIMAL_UNIT, describe_size
+
+    if vram is None or vram.strip().lower() == "auto":
+        return []
+    notes = []
+    for part in (piece.strip() for piece in vram.split(",")):
+        if DECIMAL_UNIT.search(part):
+            notes.append(f"--vram {describe_size(part, parse_size(part))}: {part} is decimal (10^9 bytes per GB); "
+                         f"{part[:-1]} would mean {format_size(parse_size(part[:-1]))}")
+    return notes
+
+
+def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
+    """(local GPUs, RPC devices) from the device options."""
+    names = devices.parse_gpu_list(gpu_text) if gpu_text else None
+    bandwidths = devices.parse_rate_list(vram_bw, "--vram-bw") if vram_bw else None
+    detected = sizes = None
+    if vram is not None and vram.strip().lower() == "auto":
+        detected = devices.detect_gpus()
+    elif vram is not None:
+        sizes = devices.parse_size_list(vram, "--vram")
+    gpus = devices.build_gpus(sizes, names, bandwidths, detected)
+    rpcs = devices.build_rpc(list(rpc_specs), devices.parse_rate_list(rpc_bw, "--rpc-bw") if rpc_bw else None)
+    return gpus, rpcs
+
+
+def _refuse_a_tier(model_path, metadata):
+    """A resident-only tier holds no routed experts: planning it as a dense model would be wrong."""
+    from moetools.formats.tier_gguf import tier_identity
+
+    tier = tier_identity(metadata)
+    if tier:
+        raise UsageError(f"{model_path}: a resident-only tier ({tier['tier']}) of {tier['source_model']} written by "
+                         f"moetools quantize, not a model to plan: plan {tier['source_model']} (device-fit finds its "
+                         f"tiers beside it, or give --tiers {os.path.dirname(os.path.abspath(model_path))})")
+
+
+def _ram_option(text):
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        found = devices.host_ram_bytes()
+        if not found:
+            raise UsageError("--ram auto: this machine's RAM cannot be read; give --ram SIZE")
+        return found
+    from moetools.sizes import parse_capacity
+
+    return parse_capacity(text, "--ram")
+
+
+def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
+    """--runtime llama's speed settings from its options (the defaults when none are given)."""
+    speed = SpeedSettings()
+    if ram_bw is not None and ram_bw.strip().lower() == "auto":
+        speed.ram_bw = devices.measure_copy_bandwidth()
+        speed.ram_bw_source = "measured copy bandwidth of this host (--ram-bw auto)"
+    elif ram_bw is not None:
+        speed.ram_bw = devices.parse_rate(ram_bw, "--ram-bw")
+        speed.ram_bw_source = "--ram-bw"
+    speed.disk_bw = devices.parse_rate(disk_bw, "--disk-bw")
+    if floor_text is not None:
+        speed.floor_s = parse_floor(floor_text)
+    if threads is not None and threads < 1:
+        raise UsageError("--threads must be at least 1")
+    speed.threads = threads or os.cpu_count() or 1
+    return speed
+
+
+def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
+                   threads, os_reserve):
+    speed = _llama_speed(floor_text, ram_bw, disk_bw, threads)
+    ts = None
+    if ts_text is not None:
+        try:
+            ts = [float(part) for part in ts_text.split(",")]
+        except ValueError:
+            raise UsageError(f"-ts {ts_text!r}: expected comma-separated numbers such as 3,1") from None
+    if ngl is not None and ngl < 0:
+        raise UsageError("-ngl must be 0 or more")
+    if n_cpu_moe is not None and n_cpu_moe < 0:
+        raise UsageError("--n-cpu-moe must be 0 or more")
+    if depth is not None and depth < 0:
+        raise UsageError("--depth must be 0 or more")
+    return UpstreamOptions(ctx=ctx, kv=settings, speed=speed, depth=depth, os_reserve=_size_option("--os-reserve", os_reserve),
+                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, reserve=_size_option("--reserve", reserve),
+                           margin=0 if reserve is not None else _size_option("--margin", margin))
+
+
+def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=(), warnings=()):
+    """--runtime llama: plan, print, exit 1 when a device does not fit. `notes` and `warnings` join the
+    document's."""
+    if emit == "env":
+        raise UsageError("--emit env is the fork's launch; use --emit llama with --runtime llama")
+    if facts.layers is None:
+        raise UsageError("this model's per-layer bytes are unknown")
+    cpu = devices.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
+    result = upstream.plan(facts, offload, cpu, options)
+    doc = upstream.result_doc(result, facts, model_path, launchmod.kv_flags(options.kv))
+    # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
+    # reserve (margin 0), not the modelled buffer
+    doc["reserve_source"] = "compute+margin" if options.reserve is None else "--reserve"
+    doc["notes"] = list(notes) + doc["notes"]
+    doc["warnings"] = list(warnings) + doc["warnings"]
+    if ram_bytes is None:
+        doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
+    for message in doc["warnings"]:
+        warn(message)
+    if emit and json_flag:
+        command = ["llama-server"] + list(doc["launch"]["llama"]["args"]) if result.chosen is not None else []
+        print_json({"command": command, "note": "" if command else "unfittable: " + result.unfittable["summary"]})
+    elif emit:
+        if result.chosen is None:
+            click.echo("# unfittable: " + result.unfittable["summary"])
+        else:
+            click.echo("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))
+    else:
+        launch_line = ["llama-server " + shlex.join(doc["launch"]["llama"]["args"])] if doc.get("launch") else []
+        # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
+        render(doc, lambda: llama_tables(doc), json_flag, notes=launch_line + doc["notes"])
+    if result.chosen is None:
+        click.get_current_context().exit(1)
+
+
+def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
+    """Numbers for a card no division fits: the shortfall, the smallest VRAM that fits, and what
+    upstream llama.cpp (CPU experts, no streaming) would do on the same card."""
+    shortfall = core.Fit.shortfall_bytes.fget(core.fit(facts, tiers, options, coverage))
+    answer = {"shortfall_bytes": {gpus[0].name: shortfall}, "smallest_vram_bytes": core.smallest_vram(facts, tiers, options, coverage)}
+    parts = [f"{gpus[0].name} short by {shortfall / 1024**3:.2f} GiB"]
+    if answer["smallest_vram_bytes"]:
+        parts.append(f"the fork fits from {answer['smallest_vram_bytes'] / 1024**3:.2f} GiB of VRAM")
+    if not tiers:
+        parts.append("a smaller resident tier (quantize --resident-only, --tiers) would lower the resident weights")
+    speed = _llama_speed()  # --runtime llama's defaults
+    cpu = devices.cpu_device(ram_bytes or 0, speed.ram_bw, speed.ram_bw_source)
+    try:
+        # the card's own --margin / --reserve, as --runtime llama would hold them back
+        held = (dict(reserve=options.reserve, margin=0) if options.reserve is not None else dict(margin=options.margin))
+        fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv, ctx=options.ctx, speed=speed,
+                                                                   os_reserve=options.os_reserve, **held))
+    except UsageError:
+        fallback = None
+    if fallback is not None and fallback.chosen is not None:
+        chosen = fallback.chosen
+        answer["upstream_tok_s"] = round(chosen.tok_s, 4)
+        answer["upstream_args"] = upstream.server_args(facts.path, fallback, launchmod.kv_flags(options.kv))
+        experts_on_cpu = any(device == upstream.CPU for parts in chosen.placement.expert_device.values()
+                             for device in parts.values())
+        parts.append(f"upstream llama.cpp fits this card{' with CPU experts' if experts_on_cpu else ''} (-ngl {chosen.placement.ngl}"
+                     + (f" --n-cpu-moe {chosen.placement.n_cpu_moe}" if chosen.placement.n_cpu_moe else "")
+                     + f", context {chosen.context}): {chosen.tok_s:.2f} tok/s with --runtime llama"
+                     + ("" if ram_bytes else " (give --ram: RAM was not checked)"))
+    answer["summary"] = "unfittable: " + "; ".join(parts)
+    return answer
+
+
+class FitInputs:
+    """What every model of one device-fit run is fitted with (the options and the inputs read once)."""
+
+    def __init__(self, options, tiers_dir, curve, coverage_policy, coverage_label, observations, plan_path="",
+                 capture_path="", storage_root=None, model_id=None, gpus=(), ram_bytes=None, fork_notes=(), warnings=()):
+        self.options = options
+        self.tiers_dir = tiers_dir
+        self.curve = curve
+        self.coverage_policy = coverage_policy
+        self.coverage_label = coverage_label
+        self.observations = observations
+        self.plan_path = plan_path
+        self.capture_path = capture_path
+        self.storage_root = storage_root
+        self.model_id = model_id
+        self.gpus = list(gpus)
+        self.ram_bytes = ram_bytes
+        self.fork_notes = list(fork_notes)
+        self.warnings = list(warnings)  # found while reading the inputs (e.g. the curve's default policy)
+
+
+def fit_model(facts, fetch_stats, model_path, inputs):
+    """The fork's division of one model (its facts): (doc, result, launch). The one path both a single
+    MODEL and each set of a repo go through; `fetch_stats` (None for a local file) joins the doc.
+    A URL or hf:// name maps to no existing local folder: its tiers come from --tiers or the daemon's
+    storage."""
+    warnings = []
+    from moetools.devicefit.discovery import discover_tiers
+    from moetools.formats.storage import device_fit_dir
+
+    storage_dir = device_fit_dir(inputs.model_id or core.model_stem(model_path), inputs.storage_root)
+    tiers, tier_warnings = discover_tiers(model_path, facts, inputs.tiers_dir, storage_dir)
+    warnings += tier_warnings
+    warnings += inputs.warnings
+    coverage, coverage_warnings = core.coverage_model(inputs.curve, inputs.coverage_policy, facts, inputs.coverage_label)
+    warnings += coverage_warnings
+    result, context_rows = core.fit_trade_off(facts, tiers, inputs.options, coverage, inputs.observations)
+    launch = {"llama": launchmod.llama_launch(result), "env": launchmod.env_launch(result, inputs.plan_path, inputs.capture_path)}
+    doc = core.to_doc(result, launch)
+    doc["runtime"] = "fork"
+    doc["contexts"] = context_rows
+    doc["devices"] = core.fork_ledger(result, inputs.gpus[0].name)
+    doc["warnings"] = warnings + doc["warnings"]
+    doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache"))
+    if result.chosen is None:
+        doc["unfittable"] = _fork_unfittable(facts, tiers, inputs.options, coverage, inputs.gpus, inputs.ram_bytes)
+        doc["notes"].append(doc["unfittable"]["summary"])
+    if fetch_stats is not None:
+        doc.update(fetch_stats)
+    return doc, result, launch
+
+
+def repo_row(gguf_set, model, doc):
+    """One row of a repo plan: the set and what its fit says."""
+    return {
+        "set": gguf_set.name,
+        "model": doc["model"],
+        "file_type": doc_file_type(model),
+        "shards": len(gguf_set.paths),
+        "file_bytes": sum(header.file_size for header in model.headers),
+        "resident_bytes": model.resident_bytes,
+        "expert_bytes": model.expert_bytes,
+        "verdict": doc["verdict"],
+        "context": doc["context"],
+        "slots": doc["slots"],
+        "total_slots": doc["total_slots"],
+        "cpu_moe_layers": doc["launch"]["llama"].get("cpu_moe_layers"),
+        "tok_s": doc["tok_s"],
+        "fetched_bytes": doc.get("fetched_bytes", 0),
+        "requests": doc.get("requests", 0),
+        "error": "",
+    }
+
+
+def doc_file_type(model):
+    from moetools.gguf.constants import file_type_name
+
+    return file_type_name(model.summary.file_type)
+
+
+def fit_repo(text, fetch, inputs, json_flag):
+    """device-fit for every GGUF set of hf://ORG/REPO: one row per set (JSON: a list)."""
+    from moetools.gguf import hub
+
+    listing, sets = hub.repo_sets(text, fetch)
+    rows = []
+    for gguf_set in sets:
+        try:
+            with hub.open_set(listing, gguf_set, fetch) as model:
+                doc, _, _ = fit_model(core.model_facts(model), model.fetch_stats, model.path, inputs)
+                rows.append(repo_row(gguf_set, model, doc))
+        except RemoteError:
+            raise
+        except GGUFError as err:  # e.g. a vision projector beside the quants: reported, not fatal
+            rows.append({"set": gguf_set.name, "verdict": "unreadable", "error": str(err), "shards": len(gguf_set.paths),
+                         "file_bytes": gguf_set.total_bytes})
+            warn(str(err))
+    render(rows, lambda: repo_tables(text, listing, rows), json_flag)
+    if not any(row["verdict"] not in ("unfittable", "unreadable") for row in rows):
+        click.get_current_context().exit(1)
+
+
+def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
+    """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
+    rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
+    coverage_policy = fork.coverage_policy
+    flash_attn = context.flash_attn
+    n_outputs = drafting.n_outputs
+    if coverage_policy is not None and not fork.coverage_path:
+        raise UsageError(f"--coverage-policy {coverage_policy} needs --coverage FILE (a curve from trace-tail --curve)")
+    if fork.coverage_path == "-" and fork.observations_path == "-":
+        raise UsageError("--coverage and --observations cannot both read stdin")
+    if context.fa_text is not None:
+        flash_attn = context.fa_text != "off"
+    if context.min_ctx < 1:
+        raise UsageError("--min-ctx must be at least 1 token")
+    h2d_bytes_per_s = parse_rate(fork.h2d)  # refused on either runtime, though only the fork's streaming uses it
+    if n_outputs is not None and n_outputs < 0:
+        raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
+    if n_outputs is None:  # the target context's rows as the server sets them: llama-server's rule, which
+        # the fork's server applies too (CambrianTech/llama.cpp tools/server/server-context.cpp load_model)
+        speculative = bool(drafting.draft_path) or drafting.spec_type == "draft-mtp"
+        n_outputs = server_outputs(context.batch, context.parallel, max(0, drafting.draft_n_max) if speculative else 0)
+    settings = KVSettings(ctk=context.ctk, ctv=context.ctv, ubatch=context.ubatch, batch=context.batch, n_seq=context.parallel, unified=context.kv_unified,
+                          swa_full=context.swa_full, flash_attn=flash_attn, outputs=n_outputs)
+    gpus, rpcs = _offload_devices(devices.vram, devices.gpu_text, devices.vram_bw, devices.rpc_specs, devices.rpc_bw)
+    ram_bytes = _ram_option(machine.ram)
+    from moetools.gguf import open_model
+
+    repo = is_repo(model_path)
+    if drafting.draft_path and devices.runtime != "llama":
+        raise UsageError("--draft is planned with --runtime llama (the fork's division of one GPU has no draft model)")
+    if drafting.draft_ngl is not None and drafting.draft_ngl < 0:
+        raise UsageError("--draft-ngl must be 0 or more")
+    mtp = drafting.spec_type == "draft-mtp"
+    if drafting.draft_n_max < 0:
+        raise UsageError("--spec-draft-n-max must be 0 or more")
+    if mtp and drafting.draft_path:
+        with open_model(drafting.draft_path, fetch) as model:
+            borrowing = model.architecture in BORROWED_KV_ARCHES
+        if not borrowing:
+            raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
+                             "(a separate MTP head GGUF as --draft is not planned; a gemma4-assistant is)")
+        mtp = False  # a Gemma 4 assistant: a second model (its -md context is llama.cpp's MTP type)
+    if drafting.spec_type == "draft-simple" and not drafting.draft_path:
+        raise UsageError("--spec-type draft-simple needs a draft model: give --draft MODEL")
+    if mtp and devices.runtime != "llama":
+        raise UsageError("--spec-type draft-mtp is planned with --runtime llama")
+    if mtp and (drafting.draft_ngl is not None or drafting.draft_device is not None):
+        raise UsageError("--draft-ngl/--device-draft place a separate draft model; the MTP context runs on the "
+                         "target's own layers and devices")
+    if drafting.draft_device is not None and not drafting.draft_path:
+        raise UsageError("--device-draft places a draft model: give --draft MODEL")
+    facts = fetch_stats = target_vocab = forced = None
+    if not repo:
+        with open_model(model_path, fetch) as model:
+            _refuse_a_tier(model_path, model.metadata)
+            facts = core.model_facts(model, load_mtp=mtp)
+            if facts.shape.borrowed:
+                raise UsageError(f"{model_path}: a {facts.architecture} holds no KV and runs only as a gemma4 "
+                                 "model's draft (its layers read the target context's cache): give it as --draft "
+                                 "of a gemma4 model")
+            fetch_stats = model.fetch_stats
+            forced = force_flash_attn_off(facts.architecture, settings)
+            if forced:
+                facts.warnings.append(forced)
+            if drafting.draft_path:
+                target_vocab = draftmod.vocab_of(model, decode=True)
+    if devices.runtime == "llama":
+        if repo:
+            raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
+        if mtp and facts.architecture in RS_ROLLBACK_ARCHES:
+            # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
+            settings.rs_seq = drafting.draft_n_max
+        options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
+                                 main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
+                                 threads=machine.threads, os_reserve=machine.os_reserve)
+        if mtp:
+            draftmod.check_mtp(model_path, facts)
+            options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
+                                           spec_type="draft-mtp", n_max=drafting.draft_n_max)
+        if drafting.draft_path:
+            with open_model(drafting.draft_path, fetch) as model:
+                draftmod.check_compatible(model_path, target_vocab, drafting.draft_path, draftmod.vocab_of(model, decode=True))
+                draft_facts = core.model_facts(model)
+                if draft_facts.shape.borrowed and facts.architecture != "gemma4":
+                    raise UsageError(f"--draft {drafting.draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
+                                     f"(create_memory shares its layers with the target's last ones), not a "
+                                     f"{facts.architecture}'s")
+                placed_on = None if drafting.draft_device is None else draftmod.draft_devices(drafting.draft_device, rpcs + gpus)
+                options.draft = draftmod.Draft(draft_facts, drafting.draft_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
+                                               ngl=drafting.draft_ngl, devices=placed_on, n_max=drafting.draft_n_max)
+                draftmod.plan_block_draft(options.draft, model, facts, settings)
+            block_draft = draftmod.block_draft_warning(drafting.draft_path, draft_facts, facts)
+            if block_draft:
+                forced = [forced, block_draft] if forced else [block_draft]
+        if options.draft is not None:
+            draftmod.check_draft_cache(options.draft)
+        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
+                   (forced if isinstance(forced, list) else [forced]) if forced else [])
+        return
+    if rpcs:
+        raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
+    if not gpus:
+        raise UsageError("--runtime fork needs the GPU it streams to: give --vram SIZE (or --gpu NAME)")
+    fork_notes = decimal_vram_notes(devices.vram)
+    if len(gpus) > 1:
+        fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
+                          f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
+                          f"the other {len(gpus) - 1} GPU(s) hold only what llama.cpp's layer split gives them. "
+                          "Use --runtime llama to plan every GPU")
+    options = core.FitOptions(
+        vram=gpus[0].capacity_bytes,
+        reserve=_size_option("--reserve", devices.reserve),
+        margin=_size_option("--margin", devices.margin),
+        ctx=context.ctx,
+        min_ctx=context.min_ctx,
+        kv=settings,
+        h2d_bytes_per_s=h2d_bytes_per_s,
+        floor_s=parse_floor(machine.floor_text or "10ms"),
+        ram=ram_bytes,
+        os_reserve=_size_option("--os-reserve", machine.os_reserve),
+        container=outputs.container or "",
+    )
+    input_warnings = []
+    curve = None
+    if fork.coverage_path:
+        from moetools.formats.curve import read_curve
+
+        curve = read_curve(fork.coverage_path)
+        if coverage_policy is None:
+            from moetools.formats.curve import default_coverage_policy
+
+            coverage_policy, note = default_coverage_policy(curve, fork.coverage_path)
+            if note:
+                input_warnings.append(note)
+    observations = []
+    if fork.observations_path:
+        from moetools.formats.jsonio import display_name, read_text
+
+        observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
+    inputs = FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
+                       outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings)
+    if repo:
+        if outputs.plan_path or outputs.emit:
+            raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
+        return fit_repo(model_path, fetch, inputs, outputs.json_flag)
+    doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
+    first_vram = devices.vram.split(",")[0].strip() if devices.vram else ""
+    if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
+        doc["vram_asked"] = first_vram
+    for message in doc["warnings"]:
+        warn(message)
+    if outputs.plan_path:
+        if result.chosen is None:
+            warn(f"unfittable: no plan written to {outputs.plan_path}")
+        else:
+            from moetools.formats.plan import update_plan_locked
+
+            host, device, tier = launchmod.plan_budget(result)
+            if not result.host:
+                warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
+            # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
+            # other key are kept. A new plan starts with an empty pin list. Under the plan folder's
+            # lock: trace-tail --follow may be rewriting the pins at this moment.
+            update_plan_locked(outputs.plan_path, "device-fit", on_wait=warn,
+                               changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
+                                        "cache_device": launchmod.plan_cache_device(result)})
+            doc["plan"] = os.path.abspath(outputs.plan_path)
+    if outputs.emit and outputs.json_flag:
+        print_json(emit_doc(outputs.emit, doc, launch, options.kv))
+    elif outputs.emit:
+        click.echo(emit_text(outputs.emit, doc, launch, options.kv), nl=False)
+    else:
+        render(doc, lambda: tables(doc), outputs.json_flag, notes=doc["notes"])
+    if result.chosen is None:
+        click.get_current_context().exit(1)
