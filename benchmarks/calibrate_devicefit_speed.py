@@ -25,7 +25,7 @@ GIB = 1024**3
 
 def gpt_oss_bf16():
     """gpt-oss-120b as ggml-org ships it: MXFP4 experts, everything else 16-bit."""
-    return synth.gpt_oss(synth.Types(expert=synth.MXFP4, resident=synth.F16, embed=synth.F16, output=synth.F16),
+    return synth.BUILDERS["gpt-oss"](synth.Types(expert=synth.MXFP4, resident=synth.F16, embed=synth.F16, output=synth.F16),
                          name="gpt-oss-120b", n_layer=36, n_embd=2880, n_head=64, n_head_kv=8, head=64, n_ff_exp=2880,
                          n_expert=128, top_k=4, swa=128, vocab=201088, ctx=131072)
 

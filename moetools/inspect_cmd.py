@@ -15,7 +15,7 @@ from moetools import helptext
 from moetools.gguf import open_model
 from moetools.gguf.constants import GGUF_VALUE_TYPES, VALUE_ARRAY, file_type_name
 from moetools.gguf.header import LazyArray
-from moetools.gguf.sources import is_repo
+from moetools.gguf.locator import is_repo
 from moetools.output import Table, render, warn
 from moetools.formats.tier_gguf import tier_identity
 from moetools.sizes import format_size

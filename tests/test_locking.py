@@ -177,7 +177,7 @@ def test_two_encodes_of_different_models_never_mix(tiny_models, tmp_path):
     assert codes == [0, 2], results
     winner = models[[code for code, _ in results].index(0)]
     loser_error = [err for code, err in results if code == 2][0]
-    assert "in use by pid" in loser_error or "another model" in loser_error
+    assert "in use" in loser_error or "another model" in loser_error  # by pid, or the lock file caught mid-write
     verify = moetools("container-verify", out, "--model", winner)
     assert verify.returncode == 0, verify.stdout + verify.stderr
 

@@ -173,7 +173,7 @@ def quantize_command(model_path, mix, outputs, running):
     """
     model_id = outputs.model_id
     from moetools.gguf import open_model
-    from moetools.gguf.sources import refuse_remote
+    from moetools.gguf.locator import refuse_remote
     from moetools.progress import progress
     from moetools.quantize import core, staged
 
