@@ -1,16 +1,18 @@
-"""The shared graph helpers of src/llama-graph.cpp: attention, the MoE FFN, the dense FFN.
+"""The shared graph helpers of src/llama-graph.cpp, under llama.cpp's names: attention, the MoE FFN,
+the dense FFN.
 
-_mha is build_attn_mha, _store the KV cache's cpy_k/cpy_v (llama-kv-cache.cpp), _gqa_layer the usual
-build_attn layer body (q/k/v projections, rope, build_attn, output projection), _moe build_moe_ffn,
-_ffn build_ffn, _state_copy/_state_views build_rs (recurrent state gathers), _ResidualStack kimi-k3's
-attention residual stack, _backend_top_k build_sampling's backend top-k chain.
+build_attn_mha (llm_graph_context::build_attn_mha), _store the KV cache's cpy_k/cpy_v
+(llama-kv-cache.cpp), build_attn the usual attention layer body around it (q/k/v projections, rope,
+build_attn, output projection), build_moe_ffn, build_ffn, build_rs with _state_copy (the recurrent
+state gathers), _ResidualStack kimi-k3's attention residual stack, _backend_top_k build_sampling's
+backend top-k chain. build_attn_inp (the attention inputs) is in graph/context.py.
 """
 
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.ggml.allocator import I32_BYTES
 
 
-def _mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=0, mask=None):
+def build_attn_mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v_mla_rows=0, mask=None):
     """build_attn_mha: returns the attention output, n_head x v width x tokens (f32), contiguous.
     mask: the KQ mask it reads (None: the layer kind's input mask)."""
     g, T = b.g, b.T
@@ -52,7 +54,7 @@ def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
     g.expand(g.write(b.cache, g.view(v_cur), b.v_idxs[kind]))
 
 
-def _gqa_layer(b, il, x, layer, mask=None, rope=None):
+def build_attn(b, il, x, layer, mask=None, rope=None):
     """rope: whether this layer ropes its q and k (None: the graph's rope)."""
     g, T = b.g, b.T
     kv = b.kv
@@ -95,7 +97,7 @@ def _gqa_layer(b, il, x, layer, mask=None, rope=None):
     for tensor in ((q, k, v) if "swa" in b.cells or b.iswa else (q, v, k)):
         g.expand(tensor)
     _store(b, kind, k, v, layer.fused_qkv and v_rot is None, b.f32(hkv * v_width, T))
-    cur = _mha(b, il, q, k_width, kind, n_head, k_width, v_width, mask=mask)
+    cur = build_attn_mha(b, il, q, k_width, kind, n_head, k_width, v_width, mask=mask)
     if v_rot is not None:
         cur = g.view(g.op(b.f32(n_head * v_width, T), v_rot, g.view(cur)))
     if layer.gated_q:  # the gate half of Qcur_full (alive until here), contiguous, sigmoid, times the output
@@ -119,7 +121,7 @@ def _state_copy(b):
     return b.s_copy
 
 
-def _state_views(b):
+def build_rs(b):
     """build_rs_inp's two views of s_copy, s_copy_main (the rows the ubatch's sequences gather) and
     s_copy_extra (the states copied along: none when reserving), made once per graph and read by every
     recurrent layer: split across devices, each backend holds one copy of each view for the whole graph
@@ -130,7 +132,7 @@ def _state_views(b):
     return b.s_views
 
 
-def _moe(b, il, x, layer, logits=None, shared=None):
+def build_moe_ffn(b, il, x, layer, logits=None, shared=None):
     """build_moe_ffn (and the shared expert of build_ffn beside it). logits / shared: the router
     logits and the shared expert's output when the caller built them first (nemotron-h-moe's MTP head)."""
     g, T = b.g, b.T
@@ -201,7 +203,7 @@ def _moe(b, il, x, layer, logits=None, shared=None):
     if out_width != n_embd:
         out = b.mm(n_embd, b.norm(out, out_width))
     if layer.n_ff_shexp:
-        shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated) if shared is None else shared
+        shared = build_ffn(b, x, layer.n_ff_shexp, layer.shexp_gated) if shared is None else shared
         if layer.shexp_gate:  # qwen2moe / qwen3next / qwen35moe: times sigmoid of a one-row projection
             shared_gate = b.mm(1, x)
             shared = g.op(shared.nbytes, shared, b.unary(shared_gate, shared_gate.nbytes), inplace=(0, 1))
@@ -260,7 +262,7 @@ def _ungated(b, up):
     return b.unary(act, act.nbytes) if b.shape.relu_sqr else act
 
 
-def _ffn(b, x, n_ff, gated=True):
+def build_ffn(b, x, n_ff, gated=True):
     g = b.g
     up = b.mm(n_ff, x)
     if not gated:

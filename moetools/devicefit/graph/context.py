@@ -33,7 +33,7 @@ class _Build:
         self.k_rot = self.v_rot = None
         self.rot_swa = (None, None)  # the sliding-window cache's own k/v rotation inputs (gemma3n reads them)
         self.s_copy = None
-        self.s_views = None  # (s_copy_main, s_copy_extra): _state_views
+        self.s_views = None  # (s_copy_main, s_copy_extra): build_rs
         self.msa = None  # minimax-m3's MSA inputs (_msa_inputs) when its sparse attention runs
         self.iswa = False  # the attention reads llama_kv_cache_iswa's inputs (even with no sliding-window layer)
 
@@ -162,7 +162,7 @@ class _Slots:
             tensor.device = homes.layer_device[key]
 
 
-def _attention_inputs(b, kinds):
+def build_attn_inp(b, kinds):
     g, T = b.g, b.T
     mask_type = F16_BYTES if b.fa else F32_BYTES
     v_trans = not b.fa

@@ -9,8 +9,8 @@ from moetools.devicefit.ggml.allocator import HOST, I32_BYTES
 from moetools.devicefit.ggml.scheduler import peaks, schedule
 from moetools.devicefit.graph.archsets import (MTP_BLOCK_NEEDS, MTP_ISWA_ARCHES, MTP_ROWS_AFTER_ATTENTION,
     MTP_ROWS_BEFORE_HEAD_NORM)
-from moetools.devicefit.graph.common import _ffn, _gqa_layer, _moe
-from moetools.devicefit.graph.context import _Build, _attention_inputs
+from moetools.devicefit.graph.common import build_ffn, build_attn, build_moe_ffn
+from moetools.devicefit.graph.context import _Build, build_attn_inp
 from moetools.devicefit.graph.mixers.mla import _mla_layer
 from moetools.devicefit.graph.models.cohere2moe import _build_mtp_cohere2moe
 from moetools.devicefit.graph.models.deepseek4 import _build_mtp_dsv4
@@ -53,7 +53,7 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     hidden = g.input(b.f32(n_embd, T))  # mtp_h_input: the target's last hidden state
     b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
     out_ids = g.input(I32_BYTES * n_out)
-    _attention_inputs(b, [kind for kind in ("full", "swa") if kind in b.cells] if b.iswa else ["full"])
+    build_attn_inp(b, [kind for kind in ("full", "swa") if kind in b.cells] if b.iswa else ["full"])
     if homes is not None:
         b.move(homes.layer_device[il], il)
     h_norm = b.norm(hidden, n_embd)
@@ -62,7 +62,7 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     cur = b.mm(n_embd, concat)  # eh_proj
     residual = cur
     x = b.norm(cur, n_embd)
-    mixed = _mla_layer(b, il, x, layer) if layer.mixer == "mla" else _gqa_layer(b, il, x, layer)
+    mixed = _mla_layer(b, il, x, layer) if layer.mixer == "mla" else build_attn(b, il, x, layer)
     nemotron = graph_shape.architecture == "nemotron_h_moe"
     rows_dropped = graph_shape.architecture in MTP_ROWS_AFTER_ATTENTION
     if rows_dropped:
@@ -80,10 +80,10 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     x = b.norm(cur, n_embd)
     if nemotron:  # router logits, then the (ungated, relu^2) shared expert, then the routed experts
         logits = b.mm(layer.n_expert, x)
-        shared = _ffn(b, x, layer.n_ff_shexp, layer.shexp_gated)
-        out = _moe(b, il, x, layer, logits=logits, shared=shared)
+        shared = build_ffn(b, x, layer.n_ff_shexp, layer.shexp_gated)
+        out = build_moe_ffn(b, il, x, layer, logits=logits, shared=shared)
     else:
-        out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff)
+        out = build_moe_ffn(b, il, x, layer) if layer.ffn == "moe" else build_ffn(b, x, layer.n_ff)
     cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
     if nemotron:  # shared_head_norm is a LayerNorm (GGML_OP_NORM: a new tensor), then its weight in place
         cur = g.op(b.f32(n_embd, T), cur)

@@ -4,7 +4,7 @@ norm and the output head.
 """
 
 from moetools.devicefit.ggml.allocator import HOST, I32_BYTES
-from moetools.devicefit.graph.context import _attention_inputs
+from moetools.devicefit.graph.context import build_attn_inp
 
 
 def _mtp_head_norm(b, layer, cur):
@@ -31,7 +31,7 @@ def _mtp_prologue(b, graph_shape, il, n_out, kinds):
     hidden = g.input(b.f32(n_embd, T))
     b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
     out_ids = g.input(I32_BYTES * n_out)
-    _attention_inputs(b, kinds)
+    build_attn_inp(b, kinds)
     if b.homes is not None:
         b.move(b.homes.layer_device[il], il)
     h_norm = b.norm(hidden, n_embd)

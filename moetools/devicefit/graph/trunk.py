@@ -7,8 +7,8 @@ follow it live in graph/models/.
 from moetools.devicefit.ggml.allocator import HOST, I32_BYTES
 from moetools.devicefit.graph.archsets import (EVERY_ROW_ARCHES, NEXTN_RAW_STATE, NEXTN_TAIL, NORMED_RESIDUAL_ARCHES,
     NORM_FIRST_ARCHES, PARALLEL_FFN_ARCHES, PARALLEL_SSM_ARCHES, POST_NORM_ARCHES)
-from moetools.devicefit.graph.common import _ResidualStack, _backend_top_k, _ffn, _gqa_layer, _moe
-from moetools.devicefit.graph.context import _Build, _Slots, _attention_inputs
+from moetools.devicefit.graph.common import _ResidualStack, _backend_top_k, build_ffn, build_attn, build_moe_ffn
+from moetools.devicefit.graph.context import _Build, _Slots, build_attn_inp
 from moetools.devicefit.graph.mixers.gdn import _gdn_layer
 from moetools.devicefit.graph.mixers.kda import _bailing_kda_layer, _kda_layer
 from moetools.devicefit.graph.mixers.lightning import _lightning_layer
@@ -33,7 +33,7 @@ STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning", "bkda")
 # graph/mixers/). Two cases stay in _build: an indexed attention layer of an MSA model, and falcon-h1's
 # attention beside Mamba-2 (which reads the un-normed layer input too). A mixer not listed builds nothing.
 MIXERS = {
-    "attention": _gqa_layer,
+    "attention": build_attn,
     "mla": _mla_layer,
     "kda": _kda_layer,
     "bkda": _bailing_kda_layer,
@@ -119,7 +119,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
     if graph_shape.dsv4:
         return _build_dsv4(b, graph_shape, layer_set, output, g.input(I32_BYTES * n_out), n_out, lookup)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
-    _attention_inputs(b, kinds)
+    build_attn_inp(b, kinds)
     if graph_shape.indexer_heads and "indexer" in b.cells:
         if graph_shape.indexer_block:
             _msa_inputs(b)
@@ -177,7 +177,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         if layer.mixer == "attention" and b.msa is not None and kvshape.indexer_layers[il]:
             mixed = _msa_layer(b, il, x, layer)
         elif layer.mixer == "attention+mamba2":  # falcon-h1.cpp: a second norm of the input feeds the SSM
-            attn = _gqa_layer(b, il, x, layer)
+            attn = build_attn(b, il, x, layer)
             ssm = _mamba2_layer(b, il, b.norm(cur, n_embd), layer)
             mixed = g.op(b.f32(n_embd, T), attn, ssm, inplace=(0, 1))
         else:
@@ -209,14 +209,14 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         if layer.ffn == "moe" and graph_shape.architecture == "arctic":
             # arctic.cpp: a dense n_embd-wide FFN of the normed ffn_inp, added to it; the experts read the
             # layer input (inpSA, alive until then) normed by ffn_norm_exps, and add to that sum
-            dense = _ffn(b, b.norm(cur, n_embd), n_embd)
+            dense = build_ffn(b, b.norm(cur, n_embd), n_embd)
             ffn_out = g.op(b.f32(n_embd, T), dense, cur, inplace=(0, 1))
-            out = _moe(b, il, b.norm(residual, n_embd), layer)
+            out = build_moe_ffn(b, il, b.norm(residual, n_embd), layer)
             cur = g.op(b.f32(n_embd, T), out, ffn_out, inplace=(0, 1))
         elif layer.ffn != "none":
             ffn_in = cur
             x = cur if post_norm else b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
-            out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
+            out = build_moe_ffn(b, il, x, layer) if layer.ffn == "moe" else build_ffn(b, x, layer.n_ff, layer.ffn_gated)
             if normed_residual:  # the FFN's residual is its normed input, scaled after the experts ran
                 ffn_in = g.op(x.nbytes, x, inplace=(0,))
             if post_norm:  # ffn_post_norm, built with il = -1 (never pinned to the layer's device)

@@ -2,7 +2,7 @@
 """
 
 from moetools.devicefit import kv as kvmod
-from moetools.devicefit.graph.common import _state_views
+from moetools.devicefit.graph.common import build_rs
 
 
 def _gdn_layer(b, il, x, layer):
@@ -38,7 +38,7 @@ def _gdn_layer(b, il, x, layer):
         beta = b.unary(g.view(b.mm(heads, x)), b.f32(heads, T))  # sigmoid of a reshape: a new tensor
         alpha = g.op(b.f32(heads, T), g.view(b.mm(heads, x)), b.weights, inplace=(0,))
     gate = g.op(alpha.nbytes, b.unary(alpha, alpha.nbytes), b.weights, inplace=(0,))  # softplus, * A
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # build_rs
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))  # its extra states (none reserving)
     conv_in = g.op(b.f32(channels, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(mixed))  # concat

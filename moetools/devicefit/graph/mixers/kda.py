@@ -3,7 +3,7 @@
 """
 
 from moetools.devicefit import kv as kvmod
-from moetools.devicefit.graph.common import _state_views
+from moetools.devicefit.graph.common import build_rs
 
 
 def _kda_conv_windows(b, x, d_inner, copies):
@@ -11,7 +11,7 @@ def _kda_conv_windows(b, x, d_inner, copies):
     with its state and `copies` copies of the window back to the cache: the three concats."""
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_states = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     conv_ins = []
@@ -36,7 +36,7 @@ def _kda_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     d_inner = layer.q_rows
     snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture in ("kimi-k3", "glm5-next") else 1)
     gate = g.op(b.f32(d_inner, T), b.weights, b.mm(layer.ssm_dt_rank or d_inner, x))  # f_b(f_a x)
     gate = b.unary(g.op(gate.nbytes, gate, b.weights, inplace=(0,)), gate.nbytes)  # + dt bias, softplus
@@ -76,7 +76,7 @@ def _bailing_kda_layer(b, il, x, layer):
     n_head = b.shape.n_head[il] or 1
     t = T // n_seq
     snapshots = 1 + b.settings.rs_seq
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_ins = _kda_conv_windows(b, x, d_inner, min(t, snapshots))
     state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))

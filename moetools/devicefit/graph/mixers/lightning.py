@@ -1,7 +1,7 @@
 """Lightning attention (src/models/minimax-01.cpp): linear attention over a recurrent state.
 """
 
-from moetools.devicefit.graph.common import _state_views
+from moetools.devicefit.graph.common import build_rs
 
 
 def _lightning_inputs(b):
@@ -30,7 +30,7 @@ def _lightning_layer(b, il, x, layer):
     head = layer.q_rows // (3 * heads)
     t = T // n_seq
     slopes, q_decay_in, k_decay_in, diag_decay_in = _lightning_inputs(b)
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # conv state (0 wide)
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     slope_rate = g.op(b.f32(heads), slopes, inplace=(0,))

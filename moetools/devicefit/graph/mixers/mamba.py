@@ -2,7 +2,7 @@
 build_mamba2_layer; src/models/mamba.cpp, jamba.cpp, nemotron-h.cpp, falcon-h1.cpp, granite-hybrid.cpp).
 """
 
-from moetools.devicefit.graph.common import _state_views
+from moetools.devicefit.graph.common import build_rs
 
 
 def _mamba_layer(b, il, x, layer):
@@ -14,7 +14,7 @@ def _mamba_layer(b, il, x, layer):
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
     inner, rank, state = layer.ssm_inner, layer.ssm_dt_rank, layer.ssm_state
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     xz = b.mm(layer.ssm_in_rows, g.view(x))
@@ -53,7 +53,7 @@ def _mamba2_layer(b, il, x, layer):
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
     channels, inner = layer.ssm_conv_channels, layer.ssm_inner
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # get_rows
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))  # the extra states: none when reserving
     zxbcdt = b.mm(layer.ssm_in_rows, x)

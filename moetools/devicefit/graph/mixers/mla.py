@@ -4,7 +4,7 @@ rebuilt KQ mask).
 """
 
 from moetools.devicefit.ggml.allocator import F16_BYTES, I32_BYTES, I64_BYTES, _Tensor
-from moetools.devicefit.graph.common import _mha
+from moetools.devicefit.graph.common import build_attn_mha
 
 
 def _mla_layer(b, il, x, layer):
@@ -44,7 +44,7 @@ def _mla_layer(b, il, x, layer):
     g.expand(kv_c3)
     g.expand(k_cur)
     g.expand(g.write(b.cache, g.view(k_cur), b.k_idxs[kind]))
-    cur = _mha(b, il, q_cur, kv_lora + rope, kind, n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
+    cur = build_attn_mha(b, il, q_cur, kv_lora + rope, kind, n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
     if layer.gate_rows and shape.architecture == "bailingmoe3":
         # bailingmoe3.cpp: one sigmoid gate per head (of a reshape: a new tensor), the output reshaped
         # (a view: the mul is a new tensor) and made contiguous before the projection

@@ -2,7 +2,7 @@
 llm_build_rwkv6_base / llm_build_rwkv7_base): token shift, time mix, channel mix.
 """
 
-from moetools.devicefit.graph.common import _ffn, _state_views
+from moetools.devicefit.graph.common import build_ffn, build_rs
 
 
 def _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out):
@@ -15,7 +15,7 @@ def _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out):
     if il == last:
         ffn_inp = g.op(b.f32(n_embd, n_out), ffn_inp, out_ids)
         b.T = n_out
-    out = _ffn(b, b.norm(ffn_inp, n_embd), layer.n_ff, True)
+    out = build_ffn(b, b.norm(ffn_inp, n_embd), layer.n_ff, True)
     return g.op(b.f32(n_embd, b.T), out, ffn_inp, inplace=(0, 1))
 
 
@@ -40,7 +40,7 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     g, T, n_embd = b.g, b.T, b.shape.n_embd
     n_seq = max(1, b.settings.n_seq)
     f = lambda rows=n_embd, cols=None: b.f32(rows, cols or b.T)  # noqa: E731
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     inp = g.view(cur)
@@ -125,7 +125,7 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     qrwkv = layer.mixer == "rwkv6qwen2"
     n_seq = max(1, b.settings.n_seq)
     f = lambda rows=n_embd: b.f32(rows, b.T)  # noqa: E731
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     inp = g.view(cur)

@@ -1,7 +1,7 @@
 """The short-convolution mixer (src/models/lfm2.cpp).
 """
 
-from moetools.devicefit.graph.common import _state_views
+from moetools.devicefit.graph.common import build_rs
 
 
 def _shortconv_layer(b, il, x, layer):
@@ -10,7 +10,7 @@ def _shortconv_layer(b, il, x, layer):
     concatenated, written back, the conv, c*conv in place of the conv and out_proj."""
     g, T, n_embd = b.g, b.T, b.shape.n_embd
     n_seq = max(1, b.settings.n_seq)
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     bcx = b.mm(3 * n_embd, g.view(x))

@@ -2,7 +2,7 @@
 and its MTP graph (graph_mtp).
 """
 
-from moetools.devicefit.graph.common import _ffn, _gqa_layer, _moe
+from moetools.devicefit.graph.common import build_ffn, build_attn, build_moe_ffn
 from moetools.devicefit.graph.nextn import _mtp_head, _mtp_head_norm, _mtp_prologue
 
 
@@ -13,13 +13,13 @@ def _cohere2moe_block(b, il, cur, layer, rope):
     output are added to it."""
     g, T, n_embd = b.g, b.T, b.shape.n_embd
     x = b.norm(cur, n_embd)
-    attn = _gqa_layer(b, il, x, layer, rope=rope)
+    attn = build_attn(b, il, x, layer, rope=rope)
     if layer.ffn == "moe":
-        out = _moe(b, il, x, layer)  # + the shared expert (build_ffn of the same norm)
+        out = build_moe_ffn(b, il, x, layer)  # + the shared expert (build_ffn of the same norm)
         if layer.n_ff_shexp:
             out = g.op(out.nbytes, out, inplace=(0,))  # ggml_scale 0.5
     else:
-        out = _ffn(b, x, layer.n_ff, layer.ffn_gated)
+        out = build_ffn(b, x, layer.n_ff, layer.ffn_gated)
     out = g.op(b.f32(n_embd, T), out, cur, inplace=(0, 1))
     return g.op(b.f32(n_embd, T), out, attn, inplace=(0, 1))
 

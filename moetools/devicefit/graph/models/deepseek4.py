@@ -4,8 +4,8 @@ streams, compressed attention (CSA/HCA) and its compressor state, and its MTP dr
 
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.ggml.allocator import F16_BYTES, F32_BYTES, HOST, I32_BYTES, I64_BYTES, _Tensor
-from moetools.devicefit.graph.common import _ffn, _moe
-from moetools.devicefit.graph.context import _attention_inputs
+from moetools.devicefit.graph.common import build_ffn, build_moe_ffn
+from moetools.devicefit.graph.context import build_attn_inp
 from moetools.devicefit.graph.mixers.kda import _kda_layer
 from moetools.devicefit.graph.mixers.mla import _dsa_inputs, _mla_layer
 from moetools.devicefit.graph.models.glm5_next import _glm5_dsa_layer, _glm5_inputs
@@ -288,7 +288,7 @@ def _build_dsv4(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
     ihc = graph_shape.architecture == "hy_v4"
     glm5 = graph_shape.architecture == "glm5-next"
     if ihc:
-        _attention_inputs(b, ["full"])
+        build_attn_inp(b, ["full"])
         if graph_shape.indexer_heads:
             _dsa_inputs(b)
     elif glm5:
@@ -323,7 +323,7 @@ def _build_dsv4(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
                 for tensor in (residual, post, comb):
                     g.expand(tensor)
         x = b.norm(cur, n_embd)
-        out = _moe(b, il, x, layer) if layer.ffn == "moe" else _ffn(b, x, layer.n_ff, layer.ffn_gated)
+        out = build_moe_ffn(b, il, x, layer) if layer.ffn == "moe" else build_ffn(b, x, layer.n_ff, layer.ffn_gated)
         if ihc:
             stream = _ihc_post(b, out, residual, post)
         else:
@@ -398,7 +398,7 @@ def _build_mtp_dsv4(b, n_out):
     hidden = g.input(b.f32(hc * n_embd, T))
     b.pos = g.input(I32_BYTES * T)
     out_ids = g.input(I32_BYTES * n_out)
-    _attention_inputs(b, ["swa"])
+    build_attn_inp(b, ["swa"])
     if b.homes is not None:
         b.move(b.homes.layer_device[il], il)
     h_norm = b.norm(g.view(hidden), hc * n_embd)  # of the input's reshape (a view: a new tensor)
@@ -412,7 +412,7 @@ def _build_mtp_dsv4(b, n_out):
     stream = g.op(b.f32(n_embd, hc, T), cur, residual, post, comb)  # GGML_OP_DSV4_HC_POST
     residual = stream
     cur, post, comb = _dsv4_hc_pre(b, stream)
-    out = _moe(b, il, b.norm(cur, n_embd), layer)
+    out = build_moe_ffn(b, il, b.norm(cur, n_embd), layer)
     stream = g.op(b.f32(n_embd, hc, T), out, residual, post, comb)
     rows = g.op(b.f32(n_embd * hc, n_out), g.view(stream), out_ids)  # h_nextn
     rows.is_output = True

@@ -3,7 +3,7 @@ the gaussian top-k sparsity of its first layers.
 """
 
 from moetools.devicefit.ggml.allocator import I32_BYTES
-from moetools.devicefit.graph.common import _mha, _store
+from moetools.devicefit.graph.common import build_attn_mha, _store
 
 
 # --- gemma3n (src/models/gemma3n.cpp) --------------------------------------------------------
@@ -63,7 +63,7 @@ def _g3n_attention(b, il, x, layer):
             g.expand(tensor)
     if k is not None:
         _store(b, kind, k, v, False, v_bytes)
-    cur = _mha(b, il, q, width, kind, n_head, width, v_width)
+    cur = build_attn_mha(b, il, q, width, kind, n_head, width, v_width)
     if v_rot is not None:
         cur = g.view(g.op(b.f32(n_head * v_width, T), v_rot, g.view(cur)))
     return b.mm(b.shape.n_embd, cur)

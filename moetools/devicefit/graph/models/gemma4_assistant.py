@@ -2,8 +2,8 @@
 """
 
 from moetools.devicefit.ggml.allocator import HOST, I32_BYTES
-from moetools.devicefit.graph.common import _ffn, _mha
-from moetools.devicefit.graph.context import _attention_inputs
+from moetools.devicefit.graph.common import build_ffn, build_attn_mha
+from moetools.devicefit.graph.context import build_attn_inp
 
 
 def _build_assistant(b, layers, output, n_out):
@@ -28,7 +28,7 @@ def _build_assistant(b, layers, output, n_out):
         b.move(b.homes.layer_device[0], 0)  # pre_projection is the first block's tensor
     cur = b.mm(n_embd, xh)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
-    _attention_inputs(b, kinds)
+    build_attn_inp(b, kinds)
     b.pos = g.input(I32_BYTES * T * shape.pos_per_token)
     out_ids = g.input(I32_BYTES * n_out)
     last = len(shape.layers) - 1
@@ -47,7 +47,7 @@ def _build_assistant(b, layers, output, n_out):
         if b.k_rot is not None:
             q = g.view(g.op(q.nbytes, b.k_rot, g.view(q)))
         g.expand(q)
-        out = _mha(b, il, q, width, kind, n_head, width, kv.v_width[il])
+        out = build_attn_mha(b, il, q, width, kind, n_head, width, kv.v_width[il])
         if b.v_rot is not None:
             out = g.view(g.op(b.f32(n_head * kv.v_width[il], T), b.v_rot, g.view(out)))
         out = b.mm(n_embd, out)
@@ -57,7 +57,7 @@ def _build_assistant(b, layers, output, n_out):
             T = b.T = n_out
         out = b.norm(out, n_embd)  # attn_post_norm
         attn_out = g.op(b.f32(n_embd, T), out, residual, inplace=(0, 1))
-        ffn = _ffn(b, b.norm(attn_out, n_embd), layer.n_ff)
+        ffn = build_ffn(b, b.norm(attn_out, n_embd), layer.n_ff)
         il_saved, b.il = b.il, -1  # ffn_post_norm is built with il = -1
         ffn = b.norm(ffn, n_embd)
         b.il = il_saved

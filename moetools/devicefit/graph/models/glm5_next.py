@@ -2,8 +2,8 @@
 """
 
 from moetools.devicefit.ggml.allocator import F16_BYTES, F32_BYTES, I32_BYTES, I64_BYTES, _Tensor
-from moetools.devicefit.graph.common import _mha
-from moetools.devicefit.graph.context import _attention_inputs
+from moetools.devicefit.graph.common import build_attn_mha
+from moetools.devicefit.graph.context import build_attn_inp
 
 
 # --- GLM5-Next (src/models/glm5-next.cpp, llama_memory_hybrid_idx) -------------------------------
@@ -17,7 +17,7 @@ def _glm5_inputs(b):
     the new pools' members and rows. At reserve every pool is new: (cells per stream / kpool) x n_seq of
     them (llama_memory_hybrid_idx_context's full context), padded by kpool_pad to 64 past one more."""
     g, T, d = b.g, b.T, b.shape.dsv4
-    _attention_inputs(b, ["full"])
+    build_attn_inp(b, ["full"])
     kpool = d["kpool"]
     n_new = b.cells["full"] // kpool * max(1, b.settings.n_seq)
     n_pool = max(64, -(-(n_new + 1) // 64) * 64)
@@ -115,5 +115,5 @@ def _glm5_dsa_layer(b, il, x, layer):
         kqv = g.op(b.f32(v_head, n_head, T), b.weights, g.op(b.f32(kv_lora, n_head, T), v_t, kq))
         out = g.op(kqv.nbytes, g.view(kqv))
     else:
-        out = _mha(b, il, g.view(q_abs), kv_lora, "full", n_head, kv_lora, kv_lora, v_mla_rows=v_head, mask=g.view(sel))
+        out = build_attn_mha(b, il, g.view(q_abs), kv_lora, "full", n_head, kv_lora, kv_lora, v_mla_rows=v_head, mask=g.view(sel))
     return b.mm(shape.n_embd, out)

@@ -1,7 +1,7 @@
 """MiMo-V2's MTP draft graph (src/models/mimo2.cpp, graph_mtp).
 """
 
-from moetools.devicefit.graph.common import _ffn, _gqa_layer
+from moetools.devicefit.graph.common import build_ffn, build_attn
 from moetools.devicefit.graph.nextn import _mtp_head, _mtp_head_norm, _mtp_prologue
 
 
@@ -14,12 +14,12 @@ def _build_mtp_mimo2(b, graph_shape, n_out):
     layer = graph_shape.mtp_layers[il]
     cur, out_ids = _mtp_prologue(b, graph_shape, il, n_out, [k for k in ("full", "swa") if k in b.cells])
     residual = cur
-    mixed = _gqa_layer(b, il, b.norm(cur, n_embd), layer)
+    mixed = build_attn(b, il, b.norm(cur, n_embd), layer)
     # ggml_scale by the value scale (only with attention.value_scale != 1; in place, so no bytes either way)
     mixed = g.op(mixed.nbytes, mixed, inplace=(0,))
     cur = g.op(b.f32(n_embd, T), mixed, residual, inplace=(0, 1))
     ffn_in = cur
-    out = _ffn(b, b.norm(cur, n_embd), layer.n_ff, layer.ffn_gated)
+    out = build_ffn(b, b.norm(cur, n_embd), layer.n_ff, layer.ffn_gated)
     cur = g.op(b.f32(n_embd, T), out, ffn_in, inplace=(0, 1))
     cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
     cur.is_output = True  # t_h_nextn

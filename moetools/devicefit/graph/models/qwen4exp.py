@@ -3,8 +3,8 @@ mixes, QSA attention, per-layer embeddings.
 """
 
 from moetools.devicefit.ggml.allocator import F32_BYTES, I32_BYTES, I64_BYTES, _Tensor
-from moetools.devicefit.graph.common import _gqa_layer, _moe, _state_views
-from moetools.devicefit.graph.context import _attention_inputs
+from moetools.devicefit.graph.common import build_attn, build_moe_ffn, build_rs
+from moetools.devicefit.graph.context import build_attn_inp
 from moetools.devicefit.graph.mixers.gdn import _gdn_layer
 
 
@@ -135,7 +135,7 @@ def _q4_ple(b, emb, stream):
     gated = g.op(streams, g.op(streams, g.view(value)), gate, inplace=(0,))  # repeat_4d, mul
     normed = g.op(streams, g.view(gated))  # rms_norm
     normed = g.op(streams, normed, b.weights, inplace=(0,))
-    s_main, s_extra = _state_views(b)
+    s_main, s_extra = build_rs(b)
     # build_rs expands the history's gather (and its 0-row extra states' copy) first; the first tail's
     # copy then walks the whole module, the previous layer's end reached only through the query's norm
     history = g.expand(g.op(b.f32(b.kv.ple_state, n_seq), g.view(b.cache), s_main))
@@ -161,7 +161,7 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
     layer has a compression ratio), the output rows of the last layer, the combine; again around the
     MoE with its gated shared expert; the head's mix is the output norm."""
     g, n_embd, hc = b.g, graph_shape.n_embd, graph_shape.dsv4["hc"]
-    _attention_inputs(b, ["full"])
+    build_attn_inp(b, ["full"])
     if graph_shape.indexer_heads and any(graph_shape.dsv4["ratios"]):
         _q4_qsa_inputs(b)
     else:
@@ -185,7 +185,7 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
         else:
             ratio = graph_shape.dsv4["ratios"][il]
             mask = _q4_qsa_mask(b, cur, ratio) if ratio in b.qsa else None
-            cur = _gqa_layer(b, il, cur, layer, mask=mask)
+            cur = build_attn(b, il, cur, layer, mask=mask)
         inject = b.mm(hc, g.view(xn))
         if il == last:
             cur = g.op(b.f32(n_embd, n_out), cur, out_ids)
@@ -194,7 +194,7 @@ def _build_qwen4exp(b, graph_shape, layer_set, output, out_ids, n_out, lookup):
             b.T = n_out
         stream = _q4_combine(b, stream, cur, inject)
         cur, xn = _q4_hc_mix(b, stream)
-        out = _moe(b, il, cur, layer)
+        out = build_moe_ffn(b, il, cur, layer)
         stream = _q4_combine(b, stream, out, b.mm(hc, g.view(xn)))
         if il + 1 != ple or il + 1 not in layer_set:  # (qwen4exp.cpp expands nothing at a layer's end:
             g.expand(stream)  # the PLE module's tail copies reach this layer's shared expert and combine)
