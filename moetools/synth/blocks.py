@@ -1,17 +1,19 @@
 """Block builders shared by the families: metadata prologue, embeddings, attention, MoE and dense FFN
 tensors, in llama.cpp's tensor names."""
 
+from gguf.constants import Keys
+
 from moetools.synth.spec import F32, ModelSpec, TensorSpec
 
 
 def _common(spec, p):
-    spec.meta("general.name", p.get("name", f"synthetic {spec.architecture}"), "str")
-    spec.meta("{arch}.block_count", p["n_layer"])
-    spec.meta("{arch}.context_length", p["ctx"])
-    spec.meta("{arch}.embedding_length", p["n_embd"])
-    spec.meta("{arch}.attention.layer_norm_rms_epsilon", 1e-6, "f32")
-    spec.meta("{arch}.rope.freq_base", p.get("rope_base", 10000.0), "f32")
-    spec.meta("general.file_type", p.get("file_type", 7))
+    spec.meta(Keys.General.NAME, p.get("name", f"synthetic {spec.architecture}"), "str")
+    spec.meta(Keys.LLM.BLOCK_COUNT, p["n_layer"])
+    spec.meta(Keys.LLM.CONTEXT_LENGTH, p["ctx"])
+    spec.meta(Keys.LLM.EMBEDDING_LENGTH, p["n_embd"])
+    spec.meta(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6, "f32")
+    spec.meta(Keys.Rope.FREQ_BASE, p.get("rope_base", 10000.0), "f32")
+    spec.meta(Keys.General.FILE_TYPE, p.get("file_type", 7))
     spec.vocab_size = p["vocab"]
     spec.merges = p.get("merges", 64)  # llama.cpp's BPE loader refuses a vocabulary without merges
 
@@ -43,15 +45,15 @@ def _embeddings(spec, p, t):
 
 def _gqa_keys(spec, p, n_ff, head=None):
     """Keys of a grouped-query attention MoE model; `head` writes explicit key/value widths."""
-    spec.meta("{arch}.feed_forward_length", n_ff)
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, n_ff)
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, p["n_head_kv"])
     if p.get("n_expert"):
-        spec.meta("{arch}.expert_count", p["n_expert"])
-        spec.meta("{arch}.expert_used_count", p["top_k"])
+        spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+        spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
     if head:
-        spec.meta("{arch}.attention.key_length", head)
-        spec.meta("{arch}.attention.value_length", head)
+        spec.meta(Keys.Attention.KEY_LENGTH, head)
+        spec.meta(Keys.Attention.VALUE_LENGTH, head)
 
 
 def _gqa_attention(spec, il, p, head, t, bias=False):
@@ -107,10 +109,10 @@ def _shared_experts_moe(arch, t, p, weights_scale, probs_bias, qk_norm=False, ex
     spec = ModelSpec(arch, [])
     _common(spec, p)
     _gqa_keys(spec, p, p["n_ff"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_count", p["n_shared"])
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_weights_scale", weights_scale, "f32")
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_COUNT, p["n_shared"])
+    spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_SCALE, weights_scale, "f32")
     for key, value, kind in extra:
         spec.meta("{arch}." + key, value, kind)
     _dense_lead_moe_blocks(spec, p | {"n_ff_shexp": p["n_ff_exp"] * p["n_shared"]}, t, p["n_embd"] // p["n_head"],
@@ -159,44 +161,44 @@ def _mla_attention(spec, il, p, t):
 
 def _mla_keys(spec, p):
     if p.get("q_lora"):
-        spec.meta("{arch}.attention.q_lora_rank", p["q_lora"])
-    spec.meta("{arch}.attention.kv_lora_rank", p["kv_lora"])
-    spec.meta("{arch}.attention.key_length", p["kv_lora"] + p["rope"])
-    spec.meta("{arch}.attention.value_length", p["kv_lora"])
-    spec.meta("{arch}.attention.key_length_mla", p["qk_nope"] + p["rope"])
-    spec.meta("{arch}.attention.value_length_mla", p["v_head"])
-    spec.meta("{arch}.rope.dimension_count", p["rope"])
+        spec.meta(Keys.Attention.Q_LORA_RANK, p["q_lora"])
+    spec.meta(Keys.Attention.KV_LORA_RANK, p["kv_lora"])
+    spec.meta(Keys.Attention.KEY_LENGTH, p["kv_lora"] + p["rope"])
+    spec.meta(Keys.Attention.VALUE_LENGTH, p["kv_lora"])
+    spec.meta(Keys.Attention.KEY_LENGTH_MLA, p["qk_nope"] + p["rope"])
+    spec.meta(Keys.Attention.VALUE_LENGTH_MLA, p["v_head"])
+    spec.meta(Keys.Rope.DIMENSION_COUNT, p["rope"])
 
 
 def _router_groups(spec, p):
     """llama.cpp's converter writes the router's expert groups when config.json has them (`n_group`,
     `topk_group`; conversion/base.py, nemotron.py): grouped top-k in build_moe_ffn when more than one."""
     if p.get("expert_groups") is not None:
-        spec.meta("{arch}.expert_group_count", p["expert_groups"])
+        spec.meta(Keys.LLM.EXPERT_GROUP_COUNT, p["expert_groups"])
     if p.get("expert_groups_used") is not None:
-        spec.meta("{arch}.expert_group_used_count", p["expert_groups_used"])
+        spec.meta(Keys.LLM.EXPERT_GROUP_USED_COUNT, p["expert_groups_used"])
 
 
 def _kimi_keys(spec, p, is_mla, k3):
     """The keys kimi-k3 and kimi-linear share (KV heads only in the MLA layers); K3 also writes
     vocab_size and expert_weights_norm (kimi-linear.cpp normalises the weights whatever the key says)."""
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [1 if mla else 0 for mla in is_mla], "u32[]")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, [1 if mla else 0 for mla in is_mla], "u32[]")
     if k3:
-        spec.meta("{arch}.vocab_size", p["vocab"])
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.kda.head_dim", p["kda_head"])
+        spec.meta(Keys.LLM.VOCAB_SIZE, p["vocab"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.KDA.HEAD_DIM, p["kda_head"])
     _mla_keys(spec, p)
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_shared_count", p["n_shared"])
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_COUNT, p["n_shared"])
+    spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_SCALE, 2.5, "f32")
     if k3:
-        spec.meta("{arch}.expert_weights_norm", True, "bool")
-    spec.meta("{arch}.expert_gating_func", 2)
+        spec.meta(Keys.LLM.EXPERT_WEIGHTS_NORM, True, "bool")
+    spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
 
 
 def _kda_block(spec, il, p, t, factored_gate):
@@ -223,12 +225,12 @@ def _kda_block(spec, il, p, t, factored_gate):
 def _gdn_keys(spec, p):
     """The gated delta net keys of the Qwen hybrids; returns (key_dim, value_dim)."""
     key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", value_dim)
-    spec.meta("{arch}.ssm.state_size", p["state"])
-    spec.meta("{arch}.ssm.time_step_rank", p["v_heads"])
-    spec.meta("{arch}.ssm.group_count", p["k_heads"])
-    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.SSM.INNER_SIZE, value_dim)
+    spec.meta(Keys.SSM.STATE_SIZE, p["state"])
+    spec.meta(Keys.SSM.TIME_STEP_RANK, p["v_heads"])
+    spec.meta(Keys.SSM.GROUP_COUNT, p["k_heads"])
+    spec.meta(Keys.LLM.FULL_ATTENTION_INTERVAL, p["full_every"])
     return key_dim, value_dim
 
 
@@ -306,10 +308,10 @@ def _rwkv_block_norms(spec, il, n_embd, t):
 
 
 def _rwkv6_keys(spec, p, token_shift_count):
-    spec.meta("{arch}.wkv.head_size", p["head_size"])
-    spec.meta("{arch}.time_mix_extra_dim", p["mix_extra"])
-    spec.meta("{arch}.time_decay_extra_dim", p["decay_extra"])
-    spec.meta("{arch}.token_shift_count", token_shift_count)
+    spec.meta(Keys.WKV.HEAD_SIZE, p["head_size"])
+    spec.meta(Keys.LLM.TIME_MIX_EXTRA_DIM, p["mix_extra"])
+    spec.meta(Keys.LLM.TIME_DECAY_EXTRA_DIM, p["decay_extra"])
+    spec.meta(Keys.LLM.TOKEN_SHIFT_COUNT, token_shift_count)
 
 
 def _rwkv6_lerp_and_decay(spec, il, p, t, first=False):
@@ -342,18 +344,18 @@ def _mamba2_block(spec, il, p, t):
 
 
 def _ssm_keys(spec, p):
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", p["ssm_heads"] * p["ssm_head"])
-    spec.meta("{arch}.ssm.state_size", p["state"])
-    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
-    spec.meta("{arch}.ssm.group_count", p["groups"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.SSM.INNER_SIZE, p["ssm_heads"] * p["ssm_head"])
+    spec.meta(Keys.SSM.STATE_SIZE, p["state"])
+    spec.meta(Keys.SSM.TIME_STEP_RANK, p["ssm_heads"])
+    spec.meta(Keys.SSM.GROUP_COUNT, p["groups"])
 
 
 def _hybrid_widths(spec, p, pattern):
     """The FFN width and head counts of a hybrid layout: KV heads only in its attention (`*`) blocks."""
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, [p["n_head_kv"] if c == "*" else 0 for c in pattern], "u32[]")
 
 
 def _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, d_conv, t, norms):
@@ -377,25 +379,25 @@ def _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, d_conv, t, norms)
 
 
 def _nemotron_moe_keys(spec, p):
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
-    spec.meta("{arch}.expert_shared_count", 1)
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
-    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
-    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_COUNT, 1)
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_NORM, True, "bool")
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_SCALE, 2.5, "f32")
+    spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
     _router_groups(spec, p)
 
 
 def _gemma4_window_keys(spec, p, is_full):
     """gemma4's (and its assistant's) head widths of the full and sliding-window layers, the window, the
     per-layer pattern and the rope widths."""
-    spec.meta("{arch}.attention.key_length", p["head"])
-    spec.meta("{arch}.attention.value_length", p["head"])
-    spec.meta("{arch}.attention.key_length_swa", p["head_swa"])
-    spec.meta("{arch}.attention.value_length_swa", p["head_swa"])
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.attention.sliding_window_pattern", [not full for full in is_full], "bool[]")
-    spec.meta("{arch}.rope.dimension_count", p["head"])
-    spec.meta("{arch}.rope.dimension_count_swa", p["head_swa"])
+    spec.meta(Keys.Attention.KEY_LENGTH, p["head"])
+    spec.meta(Keys.Attention.VALUE_LENGTH, p["head"])
+    spec.meta(Keys.Attention.KEY_LENGTH_SWA, p["head_swa"])
+    spec.meta(Keys.Attention.VALUE_LENGTH_SWA, p["head_swa"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [not full for full in is_full], "bool[]")
+    spec.meta(Keys.Rope.DIMENSION_COUNT, p["head"])
+    spec.meta(Keys.Rope.DIMENSION_COUNT_SWA, p["head_swa"])

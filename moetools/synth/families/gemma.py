@@ -3,6 +3,8 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
 from moetools.synth.blocks import _common, _dense_ffn, _experts, _gemma4_window_keys, _gqa_keys, _normed_gqa_attention
 from moetools.synth.spec import ModelSpec, Types
 
@@ -18,7 +20,7 @@ def gemma3n(t=Types(), **p):
     _common(spec, p)
     n_embd, head, n_layer = p["n_embd"], p["head"], p["n_layer"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("altup_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
     spec.add("altup_unembd_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
@@ -59,16 +61,16 @@ def gemma4(t=Types(), **p):
     _common(spec, p)
     n_embd, n_layer = p["n_embd"], p["n_layer"]
     is_full = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if full else p["n_head_kv_swa"] for full in is_full], "u32[]")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, [p["n_head_kv"] if full else p["n_head_kv_swa"] for full in is_full], "u32[]")
     _gemma4_window_keys(spec, p, is_full)
-    spec.meta("{arch}.attention.shared_kv_layers", p["shared_kv"])
-    spec.meta("{arch}.embedding_length_per_layer_input", 0)
-    spec.meta("{arch}.final_logit_softcapping", 30.0, "f32")
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta(Keys.Attention.SHARED_KV_LAYERS, p["shared_kv"])
+    spec.meta(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, 0)
+    spec.meta(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, 30.0, "f32")
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("output_norm.weight", (n_embd,), t.norm)
     spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
@@ -109,11 +111,11 @@ def gemma4_assistant(t=Types(), **p):
     _common(spec, p)
     n_embd, n_layer, n_bb = p["n_embd"], p["n_layer"], p["n_embd_target"]
     is_full = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
-    spec.meta("{arch}.nextn_predict_layers", n_layer)
-    spec.meta("{arch}.embedding_length_out", n_bb)
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", 1)
+    spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, n_layer)
+    spec.meta(Keys.LLM.EMBEDDING_LENGTH_OUT, n_bb)
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, 1)
     _gemma4_window_keys(spec, p, is_full)
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("output_norm.weight", (n_embd,), t.norm)

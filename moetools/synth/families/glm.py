@@ -3,6 +3,9 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
+import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _kda_block, _mla_attention, _mla_keys, _nextn_block, _router_groups
 from moetools.synth.families.deepseek import deepseek32
 from moetools.synth.spec import ModelSpec, TensorSpec, Types
@@ -18,7 +21,7 @@ def glm_dsa(t=Types(), **p):
     spec = deepseek32(t, **(p | {"n_layer": len(types)}))
     spec.architecture = "glm-dsa"
     spec.metadata = [(key.replace("deepseek32.", "glm-dsa.", 1), value, kind) for key, value, kind in spec.metadata]
-    spec.meta("{arch}.attention.indexer.types", types, "u32[]")
+    spec.meta(keys.ATTENTION_INDEXER_TYPES, types, "u32[]")
     shared = {il for il, full in enumerate(types) if not full}
     spec.tensors = [tensor for tensor in spec.tensors
                     if not (".indexer." in tensor.name and int(tensor.name.split(".")[1]) in shared)]
@@ -41,32 +44,32 @@ def glm5_next(t=Types(), **p):
     spec = ModelSpec("glm5-next", [])
     _common(spec, p | {"n_layer": n_block})
     n_embd, n_head, hc = p["n_embd"], p["n_head"], p["hc"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", n_head)
-    spec.meta("{arch}.attention.head_count_kv", [0 if kind == "K" else 1 for kind in kinds], "u32[]")
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_gating_func", 2)
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_count", p["n_shared"])
-    spec.meta("{arch}.expert_weights_scale", 2.5, "f32")
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, n_head)
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, [0 if kind == "K" else 1 for kind in kinds], "u32[]")
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
+    spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_COUNT, p["n_shared"])
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_SCALE, 2.5, "f32")
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_NORM, True, "bool")
     _mla_keys(spec, p | {"rope": 0})
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.kda.head_dim", p["kda_head"])
-    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
-    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
-    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
-    spec.meta("{arch}.attention.indexer.kpool", p["kpool"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.KDA.HEAD_DIM, p["kda_head"])
+    spec.meta(keys.ATTENTION_INDEXER_HEAD_COUNT, p["idx_heads"])
+    spec.meta(keys.ATTENTION_INDEXER_KEY_LENGTH, p["idx_head"])
+    spec.meta(keys.ATTENTION_INDEXER_TOP_K, p["idx_top_k"])
+    spec.meta(keys.ATTENTION_INDEXER_KPOOL, p["kpool"])
     idx_types = [int(c) for c in p.get("idx_types", "1" * trunk)]
     if "idx_types" in p:
-        spec.meta("{arch}.attention.indexer.types", idx_types, "u32[]")
-    spec.meta("{arch}.hyper_connection.count", hc)
-    spec.meta("{arch}.hyper_connection.sinkhorn_iterations", 20)
-    spec.meta("{arch}.hyper_connection.epsilon", 1e-6, "f32")
+        spec.meta(keys.ATTENTION_INDEXER_TYPES, idx_types, "u32[]")
+    spec.meta(keys.HYPER_CONNECTION_COUNT, hc)
+    spec.meta(keys.HYPER_CONNECTION_SINKHORN_ITERATIONS, 20)
+    spec.meta(keys.HYPER_CONNECTION_EPSILON, 1e-6, "f32")
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     hc_mix = (2 + hc) * hc
     idx = p["idx_head"]
@@ -116,16 +119,16 @@ def glm4moe(t=Types(), **p):
     _common(spec, p | {"n_layer": n_all})
     head, n_embd = p["head"], p["n_embd"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.rope.dimension_count", head // 2)
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_count", p["n_shared"])
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-    spec.meta("{arch}.expert_gating_func", 2)
-    spec.meta("{arch}.expert_weights_scale", 1.0, "f32")
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head // 2)
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_COUNT, p["n_shared"])
+    spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
+    spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0, "f32")
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_NORM, True, "bool")
     _router_groups(spec, p)
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il in range(n_all):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)

@@ -3,6 +3,9 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
+import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _kda_block, _kimi_keys, _mla_attention
 from moetools.synth.spec import ModelSpec, Types
 
@@ -19,10 +22,10 @@ def kimi_k3(t=Types(), **p):
     # KimiLinearConfig: full-attention layers are 1-indexed multiples of `full_every`; the rest are KDA.
     is_mla = [(il + 1) % p["full_every"] == 0 for il in range(n_layer)]
     _kimi_keys(spec, p, is_mla, k3=True)
-    spec.meta("{arch}.expert_latent_length", p["latent"])
-    spec.meta("{arch}.activation.situ_beta", 1.0, "f32")
-    spec.meta("{arch}.activation.situ_linear_beta", 0.5, "f32")
-    spec.meta("{arch}.attn_res.block_size", 8)
+    spec.meta(keys.EXPERT_LATENT_LENGTH, p["latent"])
+    spec.meta(keys.ACTIVATION_SITU_BETA, 1.0, "f32")
+    spec.meta(keys.ACTIVATION_SITU_LINEAR_BETA, 0.5, "f32")
+    spec.meta(keys.ATTN_RES_BLOCK_SIZE, 8)
     _embeddings(spec, p, t)
     spec.add("output_res_score.weight", (n_embd,), t.norm)
     for il in range(n_layer):
@@ -94,10 +97,10 @@ def bailingmoe3(t=Types(), **p):
     d_inner = n_head * head
     is_mla = [(il + 1) % p["full_every"] == 0 or il >= trunk for il in range(n_all)]
     _kimi_keys(spec, p, is_mla, k3=False)
-    spec.meta("{arch}.kda.gate_lower_bound", -5.0, "f32")  # bailingmoe3.cpp requires it (and asserts < 0)
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
+    spec.meta(keys.KDA_GATE_LOWER_BOUND, -5.0, "f32")  # bailingmoe3.cpp requires it (and asserts < 0)
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_NORM, True, "bool")
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il in range(n_all):
         blk = f"blk.{il}."

@@ -3,6 +3,9 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
+import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _normed_gqa_attention, _renamed
 from moetools.synth.spec import F32, ModelSpec, TensorSpec, Types
 
@@ -15,8 +18,8 @@ def llama_moe(t=Types(), **p):
     _common(spec, p)
     head = p["n_embd"] // p["n_head"]
     _gqa_keys(spec, p, p["n_ff"])
-    spec.meta("{arch}.rope.dimension_count", head)
-    spec.meta("{arch}.vocab_size", p["vocab"])
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
+    spec.meta(Keys.LLM.VOCAB_SIZE, p["vocab"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
@@ -56,8 +59,8 @@ def dbrx(t=Types(), **p):
     _common(spec, p)
     n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
     _gqa_keys(spec, p, p["n_ff"])
-    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
-    spec.meta("{arch}.attention.clamp_kqv", 8.0, "f32")
+    spec.meta(Keys.Attention.LAYERNORM_EPS, 1e-5, "f32")
+    spec.meta(Keys.Attention.CLAMP_KQV, 8.0, "f32")
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
@@ -80,7 +83,7 @@ def grok(t=Types(), **p):
     n_embd, head = p["n_embd"], p["n_embd"] // p["n_head"]
     _gqa_keys(spec, p, p["n_ff"])
     n_ff_exp = p["n_ff_exp"] if p["dense"] else p["n_ff"]
-    spec.meta("{arch}.expert_feed_forward_length", n_ff_exp)
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff_exp)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
@@ -150,7 +153,7 @@ def granite_moe_shexp(t=Types(), **p):
     shared expert `n_ff_shexp` wide (llama.cpp src/models/granite.cpp)."""
     p = {"n_ff_shexp": 256} | p
     spec = _renamed(granitemoe(t, **p), "granite")
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     n_embd = spec.tensors[0].shape[0]
     for il in range(p.get("n_layer", 4)):
         _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
@@ -162,8 +165,8 @@ def granite_swa(t=Types(), **p):
     layers by `pattern` (S/F) and attention sinks in every layer (llama.cpp src/models/granite-swa.cpp)."""
     p = {"pattern": "SSSF", "swa": 128} | p
     spec = _renamed(granite_moe_shexp(t, **(p | {"n_layer": len(p["pattern"])})), "granite_swa")
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [c == "S" for c in p["pattern"]], "bool[]")
     n_head = p.get("n_head", 4)
     # the shared expert's gate and up fused in ffn_up_shexp (2 x n_ff_shexp rows, LLM_FFN_SWIGLU)
     spec.tensors = [TensorSpec(x.name, (x.shape[0], 2 * x.shape[1]), x.type_id) if x.name.endswith("ffn_up_shexp.weight")
@@ -190,8 +193,8 @@ def dflash(t=Types(), **p):
     _common(spec, p)
     n_embd, head = p["n_embd"], p["head"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.target_layers", list(p["target_layers"]), "i32[]")
-    spec.meta("{arch}.block_size", p["block_size"])
+    spec.meta(keys.TARGET_LAYERS, list(p["target_layers"]), "i32[]")
+    spec.meta(keys.BLOCK_SIZE, p["block_size"])
     _embeddings(spec, p, t)
     spec.add("enc.output_norm.weight", (n_embd,), t.norm)
     spec.add("fc.weight", (len(p["target_layers"]) * n_embd, n_embd), t.resident)
@@ -213,9 +216,9 @@ def llama4(t=Types(), **p):
     _common(spec, p)
     head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
     _gqa_keys(spec, p, p["n_ff"])
-    spec.meta("{arch}.rope.dimension_count", head)
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.interleave_moe_layer_step", p["moe_every"])
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, p["moe_every"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)

@@ -3,6 +3,8 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
 from moetools.synth.blocks import _common, _embeddings, _experts, _gqa_attention, _gqa_keys, _shared_experts_moe
 from moetools.synth.spec import ModelSpec, Types
 
@@ -18,9 +20,9 @@ def minimax_01(t=Types(), **p):
     _common(spec, p)
     n_embd, head, heads = p["n_embd"], p["head"], p["n_head"] * p["head"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.rope.dimension_count", head // 2)
-    spec.meta("{arch}.residual_scale", 3.5565588200778455, "f32")
-    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head // 2)
+    spec.meta(Keys.LLM.RESIDUAL_SCALE, 3.5565588200778455, "f32")
+    spec.meta(Keys.LLM.FULL_ATTENTION_INTERVAL, p["full_every"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
@@ -47,9 +49,9 @@ def minimax_m2(t=Types(), **p):
     _common(spec, p)
     head, n_embd = p["head"], p["n_embd"]
     _gqa_keys(spec, p, p["n_ff_exp"], head)
-    spec.meta("{arch}.rope.dimension_count", p["rope"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, p["rope"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)

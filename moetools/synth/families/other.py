@@ -3,6 +3,9 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
+import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _dense_lead_moe_blocks, _embeddings, _experts, _fuse_qkv, _gqa_attention, _gqa_keys, _nextn_block, _renamed, _shared_experts_moe
 from moetools.synth.families.llama import llama_moe
 from moetools.synth.families.qwen import qwen3moe
@@ -19,10 +22,10 @@ def ernie4_5_moe(t=Types(), **p):
     _common(spec, p)
     head, n_embd = p["n_embd"] // p["n_head"], p["n_embd"]
     _gqa_keys(spec, p, p["n_ff"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
-    spec.meta("{arch}.interleave_moe_layer_step", 1)
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
+    spec.meta(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, 1)
+    spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
     _dense_lead_moe_blocks(spec, p, t, head, probs_bias=True)
     return spec
 
@@ -35,7 +38,7 @@ def bailingmoe2(t=Types(), **p):
     spec = _shared_experts_moe("bailingmoe2", t, p, 2.5, probs_bias=True, qk_norm=True,
                                extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32")))
     head = spec.tensors[0].shape[0] // p.get("n_head", 4)
-    spec.meta("{arch}.rope.dimension_count", head // 2)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head // 2)
     return _fuse_qkv(spec)
 
 
@@ -55,20 +58,20 @@ def step35(t=Types(), **p):
     _common(spec, p)
     n_embd, head = p["n_embd"], p["head"]
     heads = [p["heads_full"] if c == "F" else p["heads_swa"] for c in p["pattern"]]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", heads, "u32[]")
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
-    spec.meta("{arch}.rope.dimension_count", head)
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
-    spec.meta("{arch}.expert_weights_norm", True, "bool")
-    spec.meta("{arch}.expert_weights_scale", 3.0, "f32")
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, heads, "u32[]")
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, p["n_head_kv"])
+    spec.meta(Keys.Attention.KEY_LENGTH, head)
+    spec.meta(Keys.Attention.VALUE_LENGTH, head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_NORM, True, "bool")
+    spec.meta(Keys.LLM.EXPERT_WEIGHTS_SCALE, 3.0, "f32")
+    spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [c == "S" for c in p["pattern"]], "bool[]")
     _embeddings(spec, p, t)
     for il, n_head in enumerate(heads):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
@@ -88,7 +91,7 @@ def step35(t=Types(), **p):
             _nextn_block(spec, il, n_embd, t)
             spec.add(f"blk.{il}.nextn.shared_head_head.weight", (n_embd, p["vocab"]), t.output)
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     return spec
 
 
@@ -108,20 +111,20 @@ def mimo2(t=Types(), **p):
     _common(spec, p | {"n_layer": len(pattern)})
     n_embd, k_head, v_head, n_head = p["n_embd"], p["k_head"], p["v_head"], p["n_head"]
     kv_heads = [p["kv_full"] if c == "F" else p["kv_swa"] for c in pattern]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", n_head)
-    spec.meta("{arch}.attention.head_count_kv", kv_heads, "u32[]")
-    spec.meta("{arch}.attention.key_length", k_head)
-    spec.meta("{arch}.attention.value_length", v_head)
-    spec.meta("{arch}.rope.dimension_count", k_head // 2)
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in pattern], "bool[]")
-    spec.meta("{arch}.attention.value_scale", 0.707, "f32")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, n_head)
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, kv_heads, "u32[]")
+    spec.meta(Keys.Attention.KEY_LENGTH, k_head)
+    spec.meta(Keys.Attention.VALUE_LENGTH, v_head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, k_head // 2)
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [c == "S" for c in pattern], "bool[]")
+    spec.meta(keys.ATTENTION_VALUE_SCALE, 0.707, "f32")
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il, n_kv in enumerate(kv_heads):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
@@ -178,10 +181,10 @@ def smallthinker(t=Types(), **p):
     to one full one, the full ones without rope (llama.cpp src/models/smallthinker.cpp)."""
     p = {"swa": 4096, "n_ff_exp": 128} | p
     spec = llama_moe(t, **(p | {"arch": "smallthinker", "n_ff": p["n_ff_exp"]}))
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_gating_func", 2)
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
     if p["swa"]:
-        spec.meta("{arch}.attention.sliding_window", p["swa"])
+        spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
     return spec
 
 
@@ -206,7 +209,7 @@ def cohere2moe(t=Types(), **p):
                              ("expert_shared_count", p["n_shared"], "u32"), ("expert_weights_norm", True, "bool")):
         spec.meta("{arch}." + key, value, kind)
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il in range(n_all):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
@@ -245,9 +248,9 @@ def exaone4(t=Types(), **p):
     _common(spec, p)
     n_embd, head = p["n_embd"], p["head"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
     if p["swa"]:
-        spec.meta("{arch}.attention.sliding_window", p["swa"])
+        spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
@@ -265,9 +268,9 @@ def grovemoe(t=Types(), **p):
     `experts_per_group` routed experts, `n_ff_chexp` wide (llama.cpp src/models/grovemoe.cpp)."""
     p = {"n_ff_chexp": 64, "per_group": 2} | p
     spec = _renamed(qwen3moe(t, **p), "grovemoe")
-    spec.meta("{arch}.expert_chunk_feed_forward_length", p["n_ff_chexp"])
-    spec.meta("{arch}.expert_group_scale", 0.05, "f32")
-    spec.meta("{arch}.experts_per_group", p["per_group"])
+    spec.meta(Keys.LLM.EXPERT_CHUNK_FEED_FORWARD_LENGTH, p["n_ff_chexp"])
+    spec.meta(Keys.LLM.EXPERT_GROUP_SCALE, 0.05, "f32")
+    spec.meta(Keys.LLM.EXPERTS_PER_GROUP, p["per_group"])
     n_embd = spec.tensors[0].shape[0]
     n_chunk = p.get("n_expert", 16) // p["per_group"]
     tensors = []
@@ -288,7 +291,7 @@ def bailingmoe(t=Types(), **p):
     (llama.cpp src/models/bailingmoe.cpp)."""
     p = {"n_head_kv": 2, "n_dense": 0} | p
     spec = _shared_experts_moe("bailingmoe", t, p, 1.0, probs_bias=False, extra=(("expert_weights_norm", True, "bool"),))
-    spec.meta("{arch}.rope.dimension_count", spec.tensors[0].shape[0] // p.get("n_head", 4))
+    spec.meta(Keys.Rope.DIMENSION_COUNT, spec.tensors[0].shape[0] // p.get("n_head", 4))
     return spec
 
 
@@ -298,7 +301,7 @@ def laguna(t=Types(), **p):
     a selection bias beside a shared expert) under its own loader (llama.cpp src/models/laguna.cpp)."""
     p = {"n_dense": 1} | p
     spec = _renamed(step35(t, **p), "laguna")
-    spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
+    spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
     return spec
 
 
@@ -310,8 +313,8 @@ def gpt_oss(t=Types(), **p):
     _common(spec, p)
     head = p["head"]
     _gqa_keys(spec, p, p["n_ff_exp"], head)
-    spec.meta("{arch}.attention.sliding_window", p["swa"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         n_embd = p["n_embd"]

@@ -3,6 +3,9 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
+import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gated_attention, _gdn_block, _gdn_keys, _gqa_attention, _gqa_keys, _nextn_block, _renamed
 from moetools.synth.spec import ModelSpec, Types
 
@@ -14,7 +17,7 @@ def qwen3moe(t=Types(), **p):
     _common(spec, p)
     head = p["head"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
@@ -31,7 +34,7 @@ def qwen3vlmoe(t=Types(), **p):
     """Qwen3-VL MoE's text model (`qwen3vlmoe`): the qwen3moe layout with M-RoPE (`rope.dimension_sections`,
     four positions per token; llama.cpp src/models/qwen3vlmoe.cpp)."""
     spec = _renamed(qwen3moe(t, **p), "qwen3vlmoe")
-    spec.meta("{arch}.rope.dimension_sections", [12, 10, 10, 0], "i32[]")
+    spec.meta(Keys.Rope.DIMENSION_SECTIONS, [12, 10, 10, 0], "i32[]")
     return spec
 
 
@@ -44,8 +47,8 @@ def qwen2moe(t=Types(), **p):
     _common(spec, p)
     head = p["n_embd"] // p["n_head"]
     _gqa_keys(spec, p, p["n_ff"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
@@ -67,10 +70,10 @@ def qwen3moe_swa(arch):
     def build(t=Types(), **p):
         p = {"swa": 128, "pattern": "SSSF"} | p
         spec = _renamed(qwen3moe(t, **(p | {"n_layer": len(p["pattern"])})), arch)
-        spec.meta("{arch}.attention.sliding_window", p["swa"])
+        spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
         if arch == "maple":
-            spec.meta("{arch}.attention.sliding_window_pattern", [c == "S" for c in p["pattern"]], "bool[]")
-            spec.meta("{arch}.swiglu_clamp_exp", 7.0, "f32")
+            spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [c == "S" for c in p["pattern"]], "bool[]")
+            spec.meta(Keys.LLM.SWIGLU_CLAMP_EXP, 7.0, "f32")
         return spec
     return build
 
@@ -88,28 +91,28 @@ def qwen35moe(t=Types(), **p):
     trunk, n_all = p["n_layer"], p["n_layer"] + p["nextn"]
     _common(spec, p | {"n_layer": n_all})
     if p["nextn"]:  # the MTP head: full-attention blocks after the trunk (never recurrent)
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     n_embd, head = p["n_embd"], p["head"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"] if dense else p["n_ff_exp"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
-    spec.meta("{arch}.rope.dimension_count", p["rope"])
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"] if dense else p["n_ff_exp"])
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, p["n_head_kv"])
+    spec.meta(Keys.Attention.KEY_LENGTH, head)
+    spec.meta(Keys.Attention.VALUE_LENGTH, head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, p["rope"])
     if p["arch"] in ("qwen35moe", "qwen35"):
-        spec.meta("{arch}.rope.dimension_sections", [11, 11, 10, 0], "i32[]")
+        spec.meta(Keys.Rope.DIMENSION_SECTIONS, [11, 11, 10, 0], "i32[]")
     if not dense:
-        spec.meta("{arch}.expert_count", p["n_expert"])
-        spec.meta("{arch}.expert_used_count", p["top_k"])
-        spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-        spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+        spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+        spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+        spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+        spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", value_dim)
-    spec.meta("{arch}.ssm.state_size", p["state"])
-    spec.meta("{arch}.ssm.time_step_rank", p["v_heads"])
-    spec.meta("{arch}.ssm.group_count", p["k_heads"])
-    spec.meta("{arch}.full_attention_interval", p["full_every"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.SSM.INNER_SIZE, value_dim)
+    spec.meta(Keys.SSM.STATE_SIZE, p["state"])
+    spec.meta(Keys.SSM.TIME_STEP_RANK, p["v_heads"])
+    spec.meta(Keys.SSM.GROUP_COUNT, p["k_heads"])
+    spec.meta(Keys.LLM.FULL_ATTENTION_INTERVAL, p["full_every"])
     _embeddings(spec, p, t)
     for il in range(n_all):
         spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
@@ -169,37 +172,37 @@ def qwen4exp(t=Types(), **p):
     n_layer = p["n_layer"]
     _common(spec, p)
     n_embd, head, hc, rank = p["n_embd"], p["head"], p["hc"], p["hc_rank"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
-    spec.meta("{arch}.rope.dimension_count", p["rope"])
-    spec.meta("{arch}.rope.dimension_sections", [p["rope"] // 8, p["rope"] // 8, p["rope"] // 4, 0], "i32[]")
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, p["n_head_kv"])
+    spec.meta(Keys.Attention.KEY_LENGTH, head)
+    spec.meta(Keys.Attention.VALUE_LENGTH, head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, p["rope"])
+    spec.meta(Keys.Rope.DIMENSION_SECTIONS, [p["rope"] // 8, p["rope"] // 8, p["rope"] // 4, 0], "i32[]")
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     key_dim, value_dim = _gdn_keys(spec, p)
-    spec.meta("{arch}.hyper_connection.count", hc)
-    spec.meta("{arch}.hyper_connection.low_rank", rank)
-    spec.meta("{arch}.attention.indexer.head_count", p["idx_heads"])
-    spec.meta("{arch}.attention.indexer.key_length", p["idx_head"])
-    spec.meta("{arch}.attention.indexer.top_k", p["idx_top_k"])
+    spec.meta(keys.HYPER_CONNECTION_COUNT, hc)
+    spec.meta(keys.HYPER_CONNECTION_LOW_RANK, rank)
+    spec.meta(keys.ATTENTION_INDEXER_HEAD_COUNT, p["idx_heads"])
+    spec.meta(keys.ATTENTION_INDEXER_KEY_LENGTH, p["idx_head"])
+    spec.meta(keys.ATTENTION_INDEXER_TOP_K, p["idx_top_k"])
     if p["ratio"]:  # one ratio for every layer, or a list per layer
         ratios = list(p["ratio"]) if isinstance(p["ratio"], (list, tuple)) else [p["ratio"]] * n_layer
-        spec.meta("{arch}.attention.compress_ratios", ratios, "u32[]")
+        spec.meta(keys.ATTENTION_COMPRESS_RATIOS, ratios, "u32[]")
     if p["ple"] is not None:
         n_heads = (p["ple_ngram"] - 1) * p["ple_heads"]
-        spec.meta("{arch}.ple.layers", [p["ple"]], "u32[]")
-        spec.meta("{arch}.ple.ngram_size", p["ple_ngram"])
-        spec.meta("{arch}.ple.heads_per_ngram", p["ple_heads"])
-        spec.meta("{arch}.ple.conv_kernel", p["ple_kernel"])
-        spec.meta("{arch}.ple.eos_token_id", 2)
-        spec.meta("{arch}.embedding_length_per_layer_input", n_embd // n_heads)
-        spec.meta("{arch}.ple.layer_multipliers", [1000003 + 2 * i for i in range(p["ple_ngram"])], "u64[]")
-        spec.meta("{arch}.ple.head_offsets", [h * p["ple_vocab"] for h in range(n_heads)], "u64[]")
-        spec.meta("{arch}.ple.head_vocab_sizes", [p["ple_vocab"]] * n_heads, "u64[]")
+        spec.meta(keys.PLE_LAYERS, [p["ple"]], "u32[]")
+        spec.meta(keys.PLE_NGRAM_SIZE, p["ple_ngram"])
+        spec.meta(keys.PLE_HEADS_PER_NGRAM, p["ple_heads"])
+        spec.meta(keys.PLE_CONV_KERNEL, p["ple_kernel"])
+        spec.meta(keys.PLE_EOS_TOKEN_ID, 2)
+        spec.meta(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP, n_embd // n_heads)
+        spec.meta(keys.PLE_LAYER_MULTIPLIERS, [1000003 + 2 * i for i in range(p["ple_ngram"])], "u64[]")
+        spec.meta(keys.PLE_HEAD_OFFSETS, [h * p["ple_vocab"] for h in range(n_heads)], "u64[]")
+        spec.meta(keys.PLE_HEAD_VOCAB_SIZES, [p["ple_vocab"]] * n_heads, "u64[]")
         spec.add("per_layer_token_embd.weight", (n_embd // n_heads, n_heads * p["ple_vocab"]), t.embed)
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("output.weight", (n_embd, p["vocab"]), t.output)

@@ -3,6 +3,8 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _rwkv6_keys, _rwkv6_lerp_and_decay, _rwkv7_time_mix, _rwkv_block_norms, _rwkv_norms
 from moetools.synth.spec import ModelSpec, Types
 
@@ -16,8 +18,8 @@ def rwkv6(t=Types(), **p):
     spec = ModelSpec("rwkv6", [])
     _common(spec, p)
     n_embd, n_ff = p["n_embd"], p["n_ff"]
-    spec.meta("{arch}.feed_forward_length", n_ff)
-    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, n_ff)
+    spec.meta(Keys.Attention.LAYERNORM_EPS, 1e-5, "f32")
     _rwkv6_keys(spec, p, 2)
     _rwkv_norms(spec, p, t)
     for il in range(p["n_layer"]):
@@ -46,9 +48,9 @@ def rwkv6qwen2(t=Types(), **p):
     _common(spec, p)
     n_embd, head = p["n_embd"], p["head_size"]
     kv_width = n_embd if p["n_head_kv"] in (0, n_embd // head) else p["n_head_kv"] * head
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.head_count", n_embd // head)
-    spec.meta("{arch}.attention.head_count_kv", p["n_head_kv"])
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.HEAD_COUNT, n_embd // head)
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, p["n_head_kv"])
     _rwkv6_keys(spec, p, 1)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
@@ -74,13 +76,13 @@ def rwkv7(t=Types(), **p):
     spec = ModelSpec("rwkv7", [])
     _common(spec, p)
     n_embd = p["n_embd"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
-    spec.meta("{arch}.wkv.head_size", p["head_size"])
-    spec.meta("{arch}.attention.decay_lora_rank", p["lora_decay"])
-    spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
-    spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
-    spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.Attention.LAYERNORM_EPS, 1e-5, "f32")
+    spec.meta(Keys.WKV.HEAD_SIZE, p["head_size"])
+    spec.meta(Keys.Attention.DECAY_LORA_RANK, p["lora_decay"])
+    spec.meta(Keys.Attention.ICLR_LORA_RANK, p["lora_iclr"])
+    spec.meta(Keys.Attention.VALUE_RESIDUAL_MIX_LORA_RANK, p["lora_value"])
+    spec.meta(Keys.Attention.GATE_LORA_RANK, p["lora_gate"])
     _rwkv_norms(spec, p, t)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."
@@ -101,13 +103,13 @@ def arwkv7(t=Types(), **p):
     spec = ModelSpec("arwkv7", [])
     _common(spec, p)
     n_embd = p["n_embd"]
-    spec.meta("{arch}.feed_forward_length", p["n_ff"])
-    spec.meta("{arch}.wkv.head_size", p["head_size"])
-    spec.meta("{arch}.token_shift_count", 1)
-    spec.meta("{arch}.attention.decay_lora_rank", p["lora_decay"])
-    spec.meta("{arch}.attention.iclr_lora_rank", p["lora_iclr"])
-    spec.meta("{arch}.attention.value_residual_mix_lora_rank", p["lora_value"])
-    spec.meta("{arch}.attention.gate_lora_rank", p["lora_gate"])
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, p["n_ff"])
+    spec.meta(Keys.WKV.HEAD_SIZE, p["head_size"])
+    spec.meta(Keys.LLM.TOKEN_SHIFT_COUNT, 1)
+    spec.meta(Keys.Attention.DECAY_LORA_RANK, p["lora_decay"])
+    spec.meta(Keys.Attention.ICLR_LORA_RANK, p["lora_iclr"])
+    spec.meta(Keys.Attention.VALUE_RESIDUAL_MIX_LORA_RANK, p["lora_value"])
+    spec.meta(Keys.Attention.GATE_LORA_RANK, p["lora_gate"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         blk = f"blk.{il}."

@@ -3,6 +3,8 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
+from gguf.constants import Keys
+
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _hybrid_widths, _mamba1_block, _mamba2_block, _nemotron_moe_keys, _nextn_block, _ssm_keys
 from moetools.synth.spec import ModelSpec, Types
 
@@ -34,10 +36,10 @@ def granitehybrid(t=Types(), **p):
     n_embd = p["n_embd"]
     head = n_embd // p["n_head"]
     _hybrid_widths(spec, p, pattern)
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.expert_shared_feed_forward_length", p["n_ff_shexp"])
-    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
@@ -60,10 +62,10 @@ def mamba(t=Types(), **p):
     spec = ModelSpec("mamba", [])
     _common(spec, p)
     n_embd, d_inner = p["n_embd"], 2 * p["n_embd"]
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", d_inner)
-    spec.meta("{arch}.ssm.state_size", p["state"])
-    spec.meta("{arch}.ssm.time_step_rank", p["dt_rank"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.SSM.INNER_SIZE, d_inner)
+    spec.meta(Keys.SSM.STATE_SIZE, p["state"])
+    spec.meta(Keys.SSM.TIME_STEP_RANK, p["dt_rank"])
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("output_norm.weight", (n_embd,), t.norm)
     for il in range(p["n_layer"]):
@@ -84,12 +86,12 @@ def jamba(t=Types(), **p):
     n_embd, d_inner, d_state, dt_rank = p["n_embd"], 2 * p["n_embd"], p["state"], p["dt_rank"]
     head = n_embd // p["n_head"]
     _hybrid_widths(spec, p, pattern)
-    spec.meta("{arch}.expert_count", p["n_expert"])
-    spec.meta("{arch}.expert_used_count", p["top_k"])
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", d_inner)
-    spec.meta("{arch}.ssm.state_size", d_state)
-    spec.meta("{arch}.ssm.time_step_rank", dt_rank)
+    spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+    spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.SSM.INNER_SIZE, d_inner)
+    spec.meta(Keys.SSM.STATE_SIZE, d_state)
+    spec.meta(Keys.SSM.TIME_STEP_RANK, dt_rank)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
         blk = f"blk.{il}."
@@ -122,15 +124,15 @@ def lfm2(t=Types(), **p):
     n_embd = p["n_embd"]
     head = n_embd // p["n_head"]
     _hybrid_widths(spec, p, pattern)
-    spec.meta("{arch}.shortconv.l_cache", p["l_cache"])
+    spec.meta(Keys.ShortConv.L_CACHE, p["l_cache"])
     if p["swa"]:
-        spec.meta("{arch}.attention.sliding_window", p["swa"])
+        spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
     if moe:
-        spec.meta("{arch}.expert_count", p["n_expert"])
-        spec.meta("{arch}.expert_used_count", p["top_k"])
-        spec.meta("{arch}.expert_feed_forward_length", p["n_ff_exp"])
-        spec.meta("{arch}.leading_dense_block_count", p["n_dense"])
-        spec.meta("{arch}.expert_gating_func", 2)
+        spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
+        spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
+        spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
+        spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
+        spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
     spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
     spec.add("token_embd_norm.weight", (n_embd,), t.norm)  # llama.cpp's LFM2 output norm name
     spec.add("output.weight", (n_embd, p["vocab"]), t.output)
@@ -165,7 +167,7 @@ def falcon_h1(t=Types(), **p):
     _common(spec, p)
     n_embd, head = p["n_embd"], p["head"]
     _gqa_keys(spec, p, p["n_ff"], head)
-    spec.meta("{arch}.rope.dimension_count", head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
@@ -191,14 +193,14 @@ def plamo2(t=Types(), **p):
     n_embd, head, d_inner, d_state = p["n_embd"], p["head"], p["d_inner"], p["state"]
     dt_dim = max(64, n_embd // 16)
     _hybrid_widths(spec, p, pattern)
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
-    spec.meta("{arch}.rope.dimension_count", head)
-    spec.meta("{arch}.ssm.conv_kernel", p["conv"])
-    spec.meta("{arch}.ssm.inner_size", d_inner)
-    spec.meta("{arch}.ssm.state_size", d_state)
-    spec.meta("{arch}.ssm.time_step_rank", p["ssm_heads"])
-    spec.meta("{arch}.ssm.group_count", 0)
+    spec.meta(Keys.Attention.KEY_LENGTH, head)
+    spec.meta(Keys.Attention.VALUE_LENGTH, head)
+    spec.meta(Keys.Rope.DIMENSION_COUNT, head)
+    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
+    spec.meta(Keys.SSM.INNER_SIZE, d_inner)
+    spec.meta(Keys.SSM.STATE_SIZE, d_state)
+    spec.meta(Keys.SSM.TIME_STEP_RANK, p["ssm_heads"])
+    spec.meta(Keys.SSM.GROUP_COUNT, 0)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
         blk = f"blk.{il}."
@@ -245,15 +247,15 @@ def nemotron_h_moe(t=Types(), **p):
     spec = ModelSpec("nemotron_h_moe" if p["moe"] else "nemotron_h", [])
     _common(spec, p | {"n_layer": n_layer})
     if p["nextn"]:
-        spec.meta("{arch}.nextn_predict_layers", p["nextn"])
+        spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     n_embd, head = p["n_embd"], p["head"]
-    spec.meta("{arch}.attention.layer_norm_epsilon", 1e-5, "f32")
-    spec.meta("{arch}.attention.head_count", p["n_head"])
-    spec.meta("{arch}.attention.head_count_kv", [p["n_head_kv"] if c in "*N" else 0 for c in pattern], "u32[]")
-    spec.meta("{arch}.feed_forward_length", [{"E": p["n_ff_exp"], "N": p["n_ff_exp"], "-": p["n_ff"]}.get(c, 0)
+    spec.meta(Keys.Attention.LAYERNORM_EPS, 1e-5, "f32")
+    spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
+    spec.meta(Keys.Attention.HEAD_COUNT_KV, [p["n_head_kv"] if c in "*N" else 0 for c in pattern], "u32[]")
+    spec.meta(Keys.LLM.FEED_FORWARD_LENGTH, [{"E": p["n_ff_exp"], "N": p["n_ff_exp"], "-": p["n_ff"]}.get(c, 0)
                                              for c in pattern], "u32[]")
-    spec.meta("{arch}.attention.key_length", head)
-    spec.meta("{arch}.attention.value_length", head)
+    spec.meta(Keys.Attention.KEY_LENGTH, head)
+    spec.meta(Keys.Attention.VALUE_LENGTH, head)
     if p["moe"]:
         _nemotron_moe_keys(spec, p)
     _ssm_keys(spec, p)
