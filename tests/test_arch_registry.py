@@ -24,8 +24,37 @@ from moetools.devicefit import kv
 from moetools.devicefit.graph import archsets, mtp
 from moetools.devicefit.graph.models import deepseek4, gemma3n, gemma4_assistant, qwen4exp
 
-# the graph code's legacy tables and builders, where the move into devicefit/graph put them
-compute = types.SimpleNamespace(**{**vars(archsets), **vars(mtp), "_build_mtp_dsv4": deepseek4._build_mtp_dsv4,
+# the graph code's legacy tables as they stood at a9f6c85 (frozen here: devicefit/graph/archsets.py now
+# derives them from the registry), and its builders where the move into devicefit/graph put them
+GRAPH_TABLES = {
+    '_SIGMOID_DEFAULT': ('deepseek2', 'kimi-k3', 'kimi-linear', 'glm4moe', 'minimax-m2', 'dots1', 'deepseek32', 'glm-dsa'),
+    '_SOFTMAX_WEIGHT': ('gpt-oss',),
+    '_NORM_W_DEFAULT': ('qwen3moe', 'qwen3next', 'qwen35moe', 'minimax-m2', 'glm4moe'),
+    '_NORM_W_NEVER': ('gpt-oss', 'jamba'),
+    '_NORM_W_ALWAYS': ('lfm2moe', 'ernie4_5-moe', 'kimi-linear', 'minimax-01', 'qwen4exp'),
+    'NO_ROPE_ARCHES': ('nemotron_h', 'nemotron_h_moe', 'jamba', 'kimi-k3', 'kimi-linear'),
+    'PARALLEL_SSM_ARCHES': ('falcon-h1',),
+    'RESIDUAL_FIRST_ARCHES': ('jamba', 'lfm2', 'lfm2moe', 'kimi-k3'),
+    'RELU_SQR_ARCHES': ('nemotron_h', 'nemotron_h_moe'),
+    'NEXTN_RAW_STATE': ('gpt-oss', 'step35'),
+    'NORM_FIRST_ARCHES': ('qwen3next', 'qwen35', 'qwen35moe', 'kimi-linear'),
+    'NORMED_RESIDUAL_ARCHES': ('minimax-01',),
+    'EVERY_ROW_ARCHES': ('dflash',),
+    'POST_NORM_ARCHES': ('exaone4',),
+    'GATED_Q_ARCHES': ('qwen3next', 'qwen35', 'qwen35moe', 'qwen4exp'),
+    'MROPE_ARCHES': ('qwen2vl', 'paddleocr', 'qwen3vl', 'qwen3vlmoe', 'qwen35', 'qwen35moe', 'qwen4exp', 'qwen3tts'),
+    'MROPE_IF_SECTIONS': ('glm4', 'glm4moe', 'bailingmoe3', 'hunyuan_vl'),
+    'NEXTN_TAIL': ('bailingmoe3', 'cohere2moe', 'gemma4', 'hy_v3', 'nemotron_h', 'nemotron_h_moe', 'gpt-oss', 'qwen35', 'qwen35moe', 'qwen3next', 'step35'),
+    'ATTN_RES_ARCHES': ('kimi-k3',),
+    'MTP_GRAPH_ARCHES': ('bailingmoe3', 'cohere2moe', 'deepseek2', 'deepseek32', 'deepseek4', 'glm-dsa', 'glm4moe', 'hy_v3', 'mimo2', 'nemotron_h_moe', 'qwen35', 'qwen35moe', 'qwen3next', 'step35'),
+    'LLAMA_MTP_ARCHES': ('bailingmoe3', 'cohere2moe', 'deepseek2', 'deepseek32', 'deepseek4', 'glm-dsa', 'glm4moe', 'glm5-next', 'hy_v3', 'mimo2', 'nemotron_h_moe', 'qwen35', 'qwen35moe', 'qwen3next', 'step35'),
+    'MTP_ROWS_AFTER_ATTENTION': ('qwen3next',),
+    'MTP_ROWS_BEFORE_HEAD_NORM': ('step35',),
+    'MTP_ISWA_ARCHES': ('step35',),
+    'MTP_HEAD_NORM_FALLBACK': {'cohere2moe': ('nextn.shared_head_norm',), 'mimo2': ('nextn.shared_head_norm', 'layer_output_norm'), 'qwen35': ('nextn.shared_head_norm',), 'qwen35moe': ('nextn.shared_head_norm',)},
+    'PARALLEL_FFN_ARCHES': ('cohere2moe',),
+}
+compute = types.SimpleNamespace(**{**vars(mtp), **GRAPH_TABLES, "MTP_BLOCK_NEEDS": archsets.MTP_BLOCK_NEEDS, "_build_mtp_dsv4": deepseek4._build_mtp_dsv4,
                                    "_build_dsv4": deepseek4._build_dsv4, "_build_gemma3n": gemma3n._build_gemma3n,
                                    "_build_assistant": gemma4_assistant._build_assistant,
                                    "_build_qwen4exp": qwen4exp._build_qwen4exp})
