@@ -1,10 +1,10 @@
 """moetools.arch: the registry equals every architecture table it replaces, and every architecture with
 facts of its own has a synth builder and a measured case.
 
-The first half pins the registry against the legacy tuples, sets and dicts: those still in their modules
-are imported from there (devicefit compute.py and kv.py, until their moves land); those already replaced
-by registry queries (draft.py, layers.py, quantize/rules.py) are kept below as they stood at main
-a9f6c85. Each test names the field or query that replaces the table.
+The first half pins the registry against the legacy tuples, sets and dicts: those still literal in their
+modules are imported from there (devicefit/memory/archsets.py through kv.py); those now derived from the
+registry (draft.py, layers.py, quantize/rules.py, devicefit/graph/archsets.py) are kept below as they
+stood at main a9f6c85. Each test names the field or query that replaces the table.
 """
 
 import glob

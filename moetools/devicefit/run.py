@@ -7,15 +7,16 @@ import shlex
 
 import click
 
-from moetools.devicefit import core, devices, upstream
+from moetools.devicefit import core, upstream
+from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import BORROWED_KV_ARCHES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
-from moetools.gguf.locator import is_repo
 from moetools.devicefit.render import emit_doc, emit_text, llama_tables, pool_notes, repo_tables, tables
+from moetools.gguf.locator import is_repo
 from moetools.output import print_json, render, warn
 from moetools.sizes import format_size, parse_size
 
@@ -25,7 +26,7 @@ _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
 def parse_rate(text):
     """`25GB/s` (decimal), `25G` (GiB), raw bytes per second -> bytes/s (> 0; a bare number under
     1 MiB/s is a missing unit)."""
-    return float(devices.parse_rate(text, "--h2d"))
+    return float(devicesmod.parse_rate(text, "--h2d"))
 
 
 def parse_floor(text):
@@ -63,15 +64,15 @@ def decimal_vram_notes(vram):
 
 def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
     """(local GPUs, RPC devices) from the device options."""
-    names = devices.parse_gpu_list(gpu_text) if gpu_text else None
-    bandwidths = devices.parse_rate_list(vram_bw, "--vram-bw") if vram_bw else None
+    names = devicesmod.parse_gpu_list(gpu_text) if gpu_text else None
+    bandwidths = devicesmod.parse_rate_list(vram_bw, "--vram-bw") if vram_bw else None
     detected = sizes = None
     if vram is not None and vram.strip().lower() == "auto":
-        detected = devices.detect_gpus()
+        detected = devicesmod.detect_gpus()
     elif vram is not None:
-        sizes = devices.parse_size_list(vram, "--vram")
-    gpus = devices.build_gpus(sizes, names, bandwidths, detected)
-    rpcs = devices.build_rpc(list(rpc_specs), devices.parse_rate_list(rpc_bw, "--rpc-bw") if rpc_bw else None)
+        sizes = devicesmod.parse_size_list(vram, "--vram")
+    gpus = devicesmod.build_gpus(sizes, names, bandwidths, detected)
+    rpcs = devicesmod.build_rpc(list(rpc_specs), devicesmod.parse_rate_list(rpc_bw, "--rpc-bw") if rpc_bw else None)
     return gpus, rpcs
 
 
@@ -90,7 +91,7 @@ def _ram_option(text):
     if text is None:
         return None
     if text.strip().lower() == "auto":
-        found = devices.host_ram_bytes()
+        found = devicesmod.host_ram_bytes()
         if not found:
             raise UsageError("--ram auto: this machine's RAM cannot be read; give --ram SIZE")
         return found
@@ -103,12 +104,12 @@ def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
     """--runtime llama's speed settings from its options (the defaults when none are given)."""
     speed = SpeedSettings()
     if ram_bw is not None and ram_bw.strip().lower() == "auto":
-        speed.ram_bw = devices.measure_copy_bandwidth()
+        speed.ram_bw = devicesmod.measure_copy_bandwidth()
         speed.ram_bw_source = "measured copy bandwidth of this host (--ram-bw auto)"
     elif ram_bw is not None:
-        speed.ram_bw = devices.parse_rate(ram_bw, "--ram-bw")
+        speed.ram_bw = devicesmod.parse_rate(ram_bw, "--ram-bw")
         speed.ram_bw_source = "--ram-bw"
-    speed.disk_bw = devices.parse_rate(disk_bw, "--disk-bw")
+    speed.disk_bw = devicesmod.parse_rate(disk_bw, "--disk-bw")
     if floor_text is not None:
         speed.floor_s = parse_floor(floor_text)
     if threads is not None and threads < 1:
@@ -144,7 +145,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         raise UsageError("--emit env is the fork's launch; use --emit llama with --runtime llama")
     if facts.layers is None:
         raise UsageError("this model's per-layer bytes are unknown")
-    cpu = devices.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
+    cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     result = upstream.plan(facts, offload, cpu, options)
     doc = upstream.result_doc(result, facts, model_path, launchmod.kv_flags(options.kv))
     # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
@@ -183,7 +184,7 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
     if not tiers:
         parts.append("a smaller resident tier (quantize --resident-only, --tiers) would lower the resident weights")
     speed = _llama_speed()  # --runtime llama's defaults
-    cpu = devices.cpu_device(ram_bytes or 0, speed.ram_bw, speed.ram_bw_source)
+    cpu = devicesmod.cpu_device(ram_bytes or 0, speed.ram_bw, speed.ram_bw_source)
     try:
         # the card's own --margin / --reserve, as --runtime llama would hold them back
         held = (dict(reserve=options.reserve, margin=0) if options.reserve is not None else dict(margin=options.margin))
