@@ -1,10 +1,9 @@
 """moetools.arch: the registry equals every architecture table it replaces, and every architecture with
 facts of its own has a synth builder and a measured case.
 
-The first half pins the registry against the legacy tuples, sets and dicts: those still literal in their
-modules are imported from there (devicefit/memory/archsets.py through kv.py); those now derived from the
-registry (draft.py, layers.py, quantize/rules.py, devicefit/graph/archsets.py) are kept below as they
-stood at main a9f6c85. Each test names the field or query that replaces the table.
+The first half pins the registry against the legacy tuples, sets and dicts as they stood at main a9f6c85:
+the memory tables in tests/arch_memory_tables.py (devicefit/memory/archsets.py, removed), the others
+(draft.py, layers.py, quantize/rules.py, devicefit/graph/archsets.py) below. Each test names the field or query that replaces the table.
 """
 
 import glob
@@ -20,9 +19,9 @@ from moetools.arch import registry
 from moetools.arch.profile import MTP_FFN_KEPT, MTP_LEVELS, ArchProfile
 import types
 
-from moetools.devicefit import kv
-from moetools.devicefit.graph import archsets, mtp
-from moetools.devicefit.graph.models import deepseek4, gemma3n, gemma4_assistant, qwen4exp
+from tests import arch_memory_tables as kv
+from moetools.devicefit.graph import mtp
+from moetools.devicefit.graph.models import cohere2moe, deepseek4, gemma3n, gemma4_assistant, mimo2, qwen4exp
 
 # the graph code's legacy tables as they stood at a9f6c85 (frozen here: devicefit/graph/archsets.py now
 # derives them from the registry), and its builders where the move into devicefit/graph put them
@@ -54,7 +53,11 @@ GRAPH_TABLES = {
     'MTP_HEAD_NORM_FALLBACK': {'cohere2moe': ('nextn.shared_head_norm',), 'mimo2': ('nextn.shared_head_norm', 'layer_output_norm'), 'qwen35': ('nextn.shared_head_norm',), 'qwen35moe': ('nextn.shared_head_norm',)},
     'PARALLEL_FFN_ARCHES': ('cohere2moe',),
 }
-compute = types.SimpleNamespace(**{**vars(mtp), **GRAPH_TABLES, "MTP_BLOCK_NEEDS": archsets.MTP_BLOCK_NEEDS, "_build_mtp_dsv4": deepseek4._build_mtp_dsv4,
+# mtp.py's MTP_BUILDERS and graph/archsets.py's MTP_BLOCK_NEEDS as they stood (now the profiles' mtp_builder, and
+# MTP_NEEDS in the module each names)
+MTP_TABLES = {"MTP_BUILDERS": {"cohere2moe": cohere2moe._build_mtp_cohere2moe, "mimo2": mimo2._build_mtp_mimo2},
+              "MTP_BLOCK_NEEDS": {"mimo2": mimo2.MTP_NEEDS, "cohere2moe": cohere2moe.MTP_NEEDS}}
+compute = types.SimpleNamespace(**{**vars(mtp), **GRAPH_TABLES, **MTP_TABLES, "_build_mtp_dsv4": deepseek4._build_mtp_dsv4,
                                    "_build_dsv4": deepseek4._build_dsv4, "_build_gemma3n": gemma3n._build_gemma3n,
                                    "_build_assistant": gemma4_assistant._build_assistant,
                                    "_build_qwen4exp": qwen4exp._build_qwen4exp})
@@ -167,8 +170,7 @@ def test_compute_mtp():
     assert registry.mtp_names("llama") == compute.LLAMA_MTP_ARCHES
     assert set(compute.MTP_GRAPH_ARCHES) <= set(compute.LLAMA_MTP_ARCHES) <= set(LEGACY["layers.MTP_SKIP_ARCHES"])
     assert mapping("mtp_head_norm") == compute.MTP_HEAD_NORM_FALLBACK
-    # MTP_BUILDERS, plus deepseek4's `graph_shape.architecture == "deepseek4"` in _build_mtp (whose builder
-    # takes (b, n_out), not (b, graph_shape, n_out))
+    # MTP_BUILDERS, plus deepseek4's `graph_shape.architecture == "deepseek4"` in _build_mtp
     builders = {name: _resolve(path) for name, path in mapping("mtp_builder").items()}
     assert builders == {**compute.MTP_BUILDERS, "deepseek4": compute._build_mtp_dsv4}
 
@@ -189,7 +191,7 @@ def _resolve(path):
     assert set(compute.MTP_BLOCK_NEEDS) <= set(registry.mtp_names("graph"))
 
 
-# --- kv.py (to become devicefit/memory/archsets.py) -------------------------------------------------
+# --- the memory tables (kv.py, then devicefit/memory/archsets.py) -------------------------------------------------
 
 KV_FLAGS = {"BORROWED_KV_ARCHES": "borrowed_kv", "FLASH_ATTN_FORCED_OFF": "flash_attn_off",
             "RS_ROLLBACK_ARCHES": "rs_rollback"}
@@ -232,6 +234,22 @@ INLINE = {  # field: {architecture: value}, with where the test stands today
     "kv_layers_from_start": {"gemma4": "key", "gemma3n": kv.GEMMA3N_KV_LAYERS},  # kv._layer_filters
     "swa_skips_recurrent": {"lfm2": True},  # kv.kv_shape: is_swa of lfm2
     "assistant_target": {"gemma4": True},  # command.py: a borrowed-KV draft's target
+    # inline tests that stood in kv.py, graph/shape.py, trunk.py, mtp.py and the mixers until 0.2.0's last move
+    "kv_trunk_only": {"glm5-next": True},  # kv._layer_filters
+    "swa_width_required": {"gemma4": True},  # kv.kv_shape: swa_required
+    "dsv4_cache": {"deepseek4": True},  # kv.kv_shape, mtp.mtp_kv_shape
+    "indexer_rule": {"deepseek32": "trunk", "glm-dsa": "glm_dsa", "glm5-next": "types_kv", "hy_v4": "types_layer0",
+                     "dots3note": "types_required"},  # kv._indexer_layers
+    "indexer_optional": {"hy_v4": True},  # kv.kv_shape: hy_v4 without indexer.top_k
+    "indexer_kpool": {"glm5-next": True},  # kv.kv_shape, shape.graph_shape: the k-pool row
+    "qsa_indexer": {"qwen4exp": True},  # kv.kv_shape: the QSA cache and PLE
+    "mla_swa": {"dots3note": True},  # shape.graph_shape
+    "indexer_no_rotate": {"hy_v4": True},  # mixers/mla._dsa_inputs
+    "mtp_crop_before_ffn": {"nemotron_h_moe": True},  # mtp._build_mtp
+    "shape_reader": {"gemma3n": "moetools.devicefit.graph.models.gemma3n:read_gemma3n_shape",
+                     "glm5-next": "moetools.devicefit.graph.models.deepseek4:read_glm5_next_shape",
+                     "hy_v4": "moetools.devicefit.graph.models.deepseek4:read_hy_v4_shape",
+                     "qwen4exp": "moetools.devicefit.graph.models.qwen4exp:read_qwen4exp_shape"},  # shape.graph_shape
 }
 
 
@@ -245,6 +263,17 @@ def test_inline_tests_answered_by_existing_fields():
     assert names("block_draft") == {"dflash"}  # compute.graph_shape / kv.kv_shape: arch == "dflash"
     assert set(registry.names_where(lambda e: e.swa and e.swa[0] == "64 blocks")) == {"exaone4"}  # kv: exaone4 note
     assert names("borrowed_kv") == {"gemma4-assistant"}
+    assert names("recurrent_mixer", "gdn") == set(kv.GDN_ARCHES)  # shape._layer_shape: kvshape.recurrent_kind "gdn"
+    assert set(registry.names_where(lambda e: e.mixer_name in ("rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"))) == {
+        "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"}  # shape._layer_shape's RWKV mixer choice
+
+
+def test_every_named_function_exists():
+    """Each "module:function" field names a function that imports (graph_builder, shape_reader, …)."""
+    for entry in registry.profiles().values():
+        for field in ("graph_builder", "shape_reader", "mtp_builder", "synth_builder"):
+            if getattr(entry, field):
+                assert callable(registry.resolve(getattr(entry, field))), (entry.name, field)
 
 
 # --- the registry itself ----------------------------------------------------------------------------

@@ -6,13 +6,14 @@ from moetools.arch.profile import ArchProfile as P
 
 PROFILES = (
     P("chatglm", llama_cpp="src/models/chatglm.cpp"),
-    P("glm-dsa", llama_cpp="src/models/glm-dsa.cpp", synth_builder="moetools.synth.families.glm:glm_dsa", sparse_kv="dsa",
+    P("glm-dsa", indexer_rule="glm_dsa", llama_cpp="src/models/glm-dsa.cpp", synth_builder="moetools.synth.families.glm:glm_dsa", sparse_kv="dsa",
       gating="sigmoid", mtp="graph", mtp_kept=(".exp_probs_b.bias",),
       mtp_single_block="GLM_DSA MTP currently only supports a single MTP block"),
     P("glm4", llama_cpp="src/models/glm4.cpp", mrope="if_sections"),
     P("glm4moe", llama_cpp="src/models/glm4-moe.cpp", synth_builder="moetools.synth.families.glm:glm4moe", gating="sigmoid",
       norm_w="default_true", mrope="if_sections", mtp="graph"),
-    P("glm5-next", llama_cpp="src/models/glm5-next.cpp", synth_builder="moetools.synth.families.glm:glm5_next",
+    P("glm5-next", kv_trunk_only=True, indexer_rule="types_kv", indexer_kpool=True,
+      shape_reader="moetools.devicefit.graph.models.deepseek4:read_glm5_next_shape", llama_cpp="src/models/glm5-next.cpp", synth_builder="moetools.synth.families.glm:glm5_next",
       graph_builder="moetools.devicefit.graph.models.deepseek4:_build_dsv4", sparse_kv="dsa", rs_rollback=True, mtp="llama",
       mtp_fails="GLM5-Next NextN graph not implemented yet",
       quant_keep=("hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",

@@ -48,6 +48,17 @@ class ArchProfile:
     borrowed_kv: bool = False  # every layer reads the target context's KV (a draft)
     flash_attn_off: bool = False  # llama_init_from_model forces flash attention off
     rs_rollback: bool = False  # llm_arch_supports_rs_rollback: keeps n_rs_seq recurrent snapshots
+    kv_trunk_only: bool = False  # create_memory's attention filter keeps the trunk only (no NextN KV)
+    swa_width_required: bool = False  # the sliding-window head widths are required keys (gemma4.cpp)
+    dsv4_cache: bool = False  # llama_kv_cache_dsv4: a window cache of every block plus compressed caches
+    # which blocks carry the DSA indexer cache (sparse_kv "dsa"): "trunk" (every trunk block), "glm_dsa"
+    # (indexer.types, default by the trained context), "types_kv" (indexer.types over the attention
+    # blocks, default all), "types_layer0" (indexer.types, default none; layer 0 must index),
+    # "types_required" (indexer.types required)
+    indexer_rule: str = None
+    indexer_optional: bool = False  # without indexer.top_k the checkpoint is all full attention (no indexer)
+    indexer_kpool: bool = False  # the indexer cache row is key, gate and pooled key (indexer.kpool)
+    qsa_indexer: bool = False  # llama_memory_hybrid_idx: a QSA key head per attention block, and the PLE state
 
     # --- the graph (devicefit/compute.py) ---
     gating: str = "softmax"  # expert gating without expert_gating_func: "softmax", "sigmoid", "softmax_weight"
@@ -77,6 +88,9 @@ class ArchProfile:
     kv_layers_from_start: object = None  # later layers reuse a cache: "key" (shared_kv_layers) or a count
     swa_skips_recurrent: bool = False  # llama_memory_hybrid_iswa: the recurrent layers do not slide
     assistant_target: bool = False  # the target whose KV a borrowed-KV draft reads (gemma4-assistant)
+    mla_swa: bool = False  # the sliding-window layers have MLA widths of their own (dots3note.cpp)
+    indexer_no_rotate: bool = False  # the DSA indexer without the Hadamard rotation of its keys (hy-v4.cpp)
+    shape_reader: str = ""  # "module:function" reading a bespoke graph's widths into the GraphShape
 
     # --- MTP drafting (one level replaces layers' MTP_SKIP_ARCHES, compute's LLAMA_MTP_ARCHES and
     # MTP_GRAPH_ARCHES; see MTP_LEVELS) ---
@@ -88,6 +102,8 @@ class ArchProfile:
     mtp_builder: str = ""  # "module:function" of a bespoke MTP graph
     mtp_fails: str = ""  # what llama.cpp's MTP branch throws (no drafting)
     mtp_single_block: str = ""  # graph_mtp's GGML_ASSERT text when it allows one NextN block only
+    mtp_crop_before_ffn: bool = False  # graph_mtp crops to the output rows before the FFN, routes, then the
+    # ungated shared expert, and ends in a LayerNorm shared head norm (nemotron-h-moe.cpp)
     mtp_compressed_assert: bool = False  # graph_mtp asserts the NextN block is uncompressed (deepseek4.cpp)
 
     # --- drafting (devicefit/draft.py) ---

@@ -25,7 +25,8 @@ PROFILES = (
     P("qwen3tts", llama_cpp="src/models/qwen3tts.cpp", mrope="always"),
     P("qwen3vl", llama_cpp="src/models/qwen3vl.cpp", mrope="always"),
     P("qwen3vlmoe", llama_cpp="src/models/qwen3vlmoe.cpp", synth_builder="moetools.synth.families.qwen:qwen3vlmoe", mrope="always"),
-    P("qwen4exp", llama_cpp="src/models/qwen4exp.cpp", synth_builder="moetools.synth.families.qwen:qwen4exp",
+    P("qwen4exp", qsa_indexer=True, shape_reader="moetools.devicefit.graph.models.qwen4exp:read_qwen4exp_shape",
+      llama_cpp="src/models/qwen4exp.cpp", synth_builder="moetools.synth.families.qwen:qwen4exp",
       graph_builder="moetools.devicefit.graph.models.qwen4exp:_build_qwen4exp", recurrent_mixer="gdn", rs_rollback=True,
       norm_w="always", mrope="always", gated_q=True, layer_input="hc_streams", gating_fixed=True),
 )

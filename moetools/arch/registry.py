@@ -61,3 +61,12 @@ def mtp_names(level):
     if key not in _QUERIES:
         _QUERIES[key] = names_where(lambda entry: entry.mtp_at_least(level))
     return _QUERIES[key]
+
+
+def resolve(path):
+    """The function a profile's "module:function" field names (graph_builder, shape_reader, …), imported
+    on first use; None for ""."""
+    if not path:
+        return None
+    module, function = path.split(":")
+    return getattr(importlib.import_module(module), function)

@@ -15,7 +15,8 @@ The rules, in short:
   LFM2 short convolutions n_embd x (l_cache - 1); Kimi KDA 3 x (d_conv - 1) x n_head x kda_head_dim and
   kda_head_dim^2 x n_head; Mamba/Mamba-2 and gated delta nets (d_conv - 1) x (d_inner + 2 n_group
   d_state) and d_state x d_inner. Which layers are recurrent and which attend comes from each hybrid's
-  loader and llama_model::create_memory's layer filters (RECURRENT_RULES in memory/archsets.py).
+  loader and llama_model::create_memory's layer filters (each architecture's `recurrent` rule in
+  moetools/arch/).
 - layers past `n_layer_kv_from_start` (gemma3n, gemma4 `shared_kv_layers`) reuse an earlier layer's
   cache and hold none; NextN/MTP blocks hold none in the main context (except where a hybrid's filter
   keeps them).
@@ -37,17 +38,13 @@ from moetools.devicefit.memory.dsv4 import (  # noqa: F401  (re-exported)
     _dsv4_ratios, _dsv4_row, _dsv4_state_layers, _dsv4_state_tensor, _dsv4_trunk,
 )
 from moetools.devicefit.memory.recurrent import _gdn_layers, _recurrent_layers, _recurrent_state, _state_rows  # noqa: F401
-from moetools.devicefit.memory.archsets import (  # noqa: F401  (re-exported: compute.py, command.py and tests import them from kv)
-    SWA_RULES, BORROWED_KV_ARCHES, FIXED_SWA, KDA_ARCHES, LIGHTNING_ARCHES, GDN_ARCHES, RECURRENT_RULES, HYBRID_ARCHES,
-    DSA_ARCHES, MSA_ARCHES, UNSUPPORTED, NO_MEMORY, KNOWN_ARCHES, FLASH_ATTN_FORCED_OFF, RS_ROLLBACK_ARCHES,
-)
+from moetools.arch.registry import profile
 
 
 INDEXER_TOP_K = "{arch}.attention.indexer.top_k"
 INDEXER_KEY_LENGTH = "{arch}.attention.indexer.key_length"
 INDEXER_TYPES = "{arch}.attention.indexer.types"
 SHARED_KV_LAYERS = "{arch}.attention.shared_kv_layers"
-GEMMA3N_KV_LAYERS = 20  # llama_model_gemma3n: n_layer_kv_from_start
 # glm-dsa's built-in indexer pattern for GLM-5.2 checkpoints (n_ctx_train >= 1M) without indexer.types:
 # the first two layers, then every fourth from layer 2, for 78 layers (src/models/glm-dsa.cpp).
 GLM_DSA_DEFAULT_LAYERS = 78
@@ -82,7 +79,7 @@ class KVShape(Record):
         # lightning indexer, 128 HCA); [] for every other architecture
         ("compress_ratios", list),
         ("indexer_v_width", 0),  # MSA: values per cell of the indexer cache's V (0: K only, DSA)
-        ("borrowed", False),  # every layer attends to the target context's KV (BORROWED_KV_ARCHES): no bytes
+        ("borrowed", False),  # every layer attends to the target context's KV (the profile's borrowed_kv): no bytes
         ("notes", list),
     )
 
@@ -90,7 +87,8 @@ class KVShape(Record):
 def _swa_layers(model, arch, trunk, n_layer):
     """(is_swa per layer, n_swa, swa type) as the architecture's llama.cpp loader sets them."""
     none = ([False] * n_layer, 0, "none")
-    rule = SWA_RULES.get(arch)
+    entry = profile(arch)
+    rule = entry.swa
     window_key = model.key(Keys.SLIDING_WINDOW)
     pattern_key = model.key(Keys.SLIDING_WINDOW_PATTERN)
     window = model.get_int(Keys.SLIDING_WINDOW, None)
@@ -103,8 +101,8 @@ def _swa_layers(model, arch, trunk, n_layer):
         return none
     if when == "64 blocks" and trunk != 64:
         return none
-    if arch in FIXED_SWA:
-        window = FIXED_SWA[arch]
+    if entry.fixed_swa is not None:
+        window = entry.fixed_swa
     elif window is None:
         window = default_window
     if window is None:
@@ -159,31 +157,32 @@ def _int_array(model, template, n_layer, default):
 
 def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
     """(recurrent kind, is_recurrent per block, has_kv per block) from the loader and create_memory."""
+    entry = profile(arch)
     no_kv_from = n_layer  # llama_hparams::n_layer_kv_from_start: later layers reuse an earlier cache
-    if arch == "gemma4":
+    if entry.kv_layers_from_start == "key":
         shared = model.get_int(SHARED_KV_LAYERS, 0)
         no_kv_from = n_layer - shared
         if shared and no_kv_from < 2:
             raise GGUFError(model.path, f"{shared} shared KV layers leave fewer than 2 layers with a cache "
                                         "(llama.cpp asserts at least 2)", key=model.key(SHARED_KV_LAYERS))
-    elif arch == "gemma3n":
-        no_kv_from = GEMMA3N_KV_LAYERS
+    elif entry.kv_layers_from_start is not None:
+        no_kv_from = entry.kv_layers_from_start
     kind, is_recurrent = "", [False] * n_layer
-    if arch == "glm5-next":
+    if entry.kv_trunk_only:
         # llama_model create_memory's filters: KDA (head_count_kv 0) and attention layers of the trunk only
         is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
         return "kda", is_recurrent, [il < trunk and not is_recurrent[il] for il in range(n_layer)]
-    if arch in KDA_ARCHES:
+    if entry.recurrent_mixer == "kda":
         kind = "kda"
         is_recurrent = [il < trunk and head_count_kv[il] == 0 for il in range(n_layer)]
         # the hybrid's default attention filter ("not recurrent") keeps the NextN blocks
         return kind, is_recurrent, [not r for r in is_recurrent]
-    if arch in GDN_ARCHES or arch in LIGHTNING_ARCHES:
-        lightning = arch in LIGHTNING_ARCHES
+    if entry.recurrent_mixer in ("gdn", "lightning"):
+        lightning = entry.recurrent_mixer == "lightning"
         is_recurrent = _gdn_layers(model, trunk, n_layer, 8 if lightning else 4)
         # create_memory's filters for the Qwen hybrids and minimax-01: trunk layers only
         return ("lightning" if lightning else "gdn"), is_recurrent, [il < trunk and not is_recurrent[il] for il in range(n_layer)]
-    rule = RECURRENT_RULES.get(arch)
+    rule = entry.recurrent
     if rule is None:
         # a plain KV cache: with NextN layers the filter keeps the trunk only
         return kind, is_recurrent, [il < trunk and il < no_kv_from for il in range(n_layer)]
@@ -214,19 +213,20 @@ def _layer_filters(model, arch, trunk, n_layer, head_count_kv):
 
 def _indexer_layers(model, arch, trunk, n_layer):
     """Which blocks carry a DSA indexer cache: the trunk (glm-dsa: the layers indexer.types marks full)."""
-    if arch == "deepseek32":
+    rule = profile(arch).indexer_rule
+    if rule == "trunk":
         return [il < trunk for il in range(n_layer)]
-    if arch == "glm5-next":  # get_key_or_arr over the trunk, default every layer; KDA layers have none
+    if rule == "types_kv":  # get_key_or_arr over the trunk, default every layer; KDA layers have none
         full = _int_array(model, INDEXER_TYPES, trunk, [1] * trunk)
         n_kv = model.layer_values(Keys.HEAD_COUNT_KV, None)
         return [il < trunk and bool(full[il]) and n_kv[il] != 0 for il in range(n_layer)]
-    if arch == "hy_v4":  # get_key_or_arr, default none; llama_model_hy_v4 needs layer 0 to index
+    if rule == "types_layer0":  # get_key_or_arr, default none; llama_model_hy_v4 needs layer 0 to index
         full = _int_array(model, INDEXER_TYPES, trunk, [0] * trunk)
         if not full[0]:
-            raise GGUFError(model.path, "hy_v4's layer 0 has no indexer (llama.cpp refuses it: nothing precedes it to "
+            raise GGUFError(model.path, f"{arch}'s layer 0 has no indexer (llama.cpp refuses it: nothing precedes it to "
                                         "share a top-k)", key=model.key(INDEXER_TYPES))
         return [il < trunk and bool(full[il]) for il in range(n_layer)]
-    if arch == "dots3note":  # the loader requires the array (get_arr)
+    if rule == "types_required":  # the loader requires the array (get_arr)
         key = model.key(INDEXER_TYPES)
         if model.metadata.get(key) is None:
             raise GGUFError(model.path, "missing metadata key needed for the DSA indexer cache (which layers index)", key=key)
@@ -245,22 +245,23 @@ def _indexer_layers(model, arch, trunk, n_layer):
 def kv_shape(model):
     """The KVShape of an open moetools.gguf.Model. Raises GGUFError naming a missing key."""
     arch = model.architecture
-    if arch not in KNOWN_ARCHES:
+    entry = profile(arch)
+    if not entry.known:
         raise GGUFError(model.path, f"architecture {arch!r} is not one llama.cpp knows (src/llama-arch.cpp at 0c1e570): "
                                     "device-fit cannot size its memory", key=Keys.ARCHITECTURE)
-    if arch in NO_MEMORY:
+    if entry.memory == "none":
         raise GGUFError(model.path, f"device-fit cannot size architecture {arch!r}: llama.cpp gives it no KV cache "
                                     "(an encoder or diffusion model), and device-fit plans autoregressive serving",
                         key=Keys.ARCHITECTURE)
-    if arch in UNSUPPORTED:
+    if entry.memory == "unsupported":
         raise GGUFError(model.path, f"device-fit cannot size architecture {arch!r}: it has no model of "
-                                    f"{UNSUPPORTED[arch]}", key=Keys.ARCHITECTURE)
+                                    f"{entry.unsupported}", key=Keys.ARCHITECTURE)
     n_layer = model.block_count
     if n_layer == 0:
         raise GGUFError(model.path, "block count is 0", key=model.key(Keys.BLOCK_COUNT))
     context_train = model.get_int(Keys.CONTEXT_LENGTH, None, required_for="the default context")
     n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for="the attention head width")
-    head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0, required_for=None if arch in RECURRENT_RULES and RECURRENT_RULES[arch][2] == "none" else "the KV cache")]
+    head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0, required_for=None if entry.recurrent and entry.recurrent[2] == "none" else "the KV cache")]
     head_count_kv = model.layer_values(Keys.HEAD_COUNT_KV, None)
     # llama.cpp: head_count_kv defaults to head_count, and a head width to n_embd / head_count(0).
     head_count_kv = [head_count[il] if value is None else value for il, value in enumerate(head_count_kv)]
@@ -269,14 +270,14 @@ def kv_shape(model):
         raise GGUFError(model.path, f"nextn_predict_layers {nextn} is more than the {n_layer} blocks "
                                     "(llama.cpp refuses it)", key=model.key(Keys.NEXTN_PREDICT_LAYERS))
     trunk = n_layer - nextn if 0 < nextn < n_layer else n_layer
-    if arch == "deepseek4":
+    if entry.dsv4_cache:
         trunk = _dsv4_trunk(model, n_layer, nextn)
     notes = []
 
     k_key_length_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
     v_key_length_mla = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
     mla = bool(k_key_length_mla and v_key_length_mla)
-    if arch in DSA_ARCHES and not mla:
+    if entry.sparse_kv == "dsa" and not mla:
         raise GGUFError(model.path, f"{arch} needs MLA (llama.cpp refuses it without key_length_mla/value_length_mla)",
                         key=model.key(Keys.KEY_LENGTH_MLA))
     if head_count[0] > 0:
@@ -290,33 +291,33 @@ def kv_shape(model):
         k_full = v_full = 0
     if mla:
         kv_lora = model.get_int(Keys.KV_LORA_RANK, None, required_for="the MLA cache")
-        if arch in KDA_ARCHES:
+        if entry.recurrent_mixer == "kda":
             v_full = kv_lora  # the kimi loaders set the V head width to the latent rank
-    swa_required = "the sliding-window head width of gemma4" if arch == "gemma4" else None
+    swa_required = f"the sliding-window head width of {arch}" if entry.swa_width_required else None
     k_swa = model.get_int(Keys.KEY_LENGTH_SWA, k_full, required_for=swa_required)
     v_swa = model.get_int(Keys.VALUE_LENGTH_SWA, v_full, required_for=swa_required)
     is_swa, n_swa, swa_type = _swa_layers(model, arch, trunk, n_layer)
     compress_ratios = []
-    if arch == "deepseek4":
+    if entry.dsv4_cache:
         # every block slides (set_swa_pattern(0), the NextN ones too), one K-only head per cell
         mla, is_swa, swa_type = True, [True] * n_layer, "standard"
         n_swa = model.get_int(Keys.SLIDING_WINDOW, None, required_for="DeepSeek-V4's sliding-window cache")
         compress_ratios = _dsv4_ratios(model, n_layer)
-    elif swa_type == "none" and arch not in SWA_RULES and model.get_int(Keys.SLIDING_WINDOW, None):
+    elif swa_type == "none" and entry.swa is None and model.get_int(Keys.SLIDING_WINDOW, None):
         notes.append(f"{arch}: llama.cpp's loader ignores attention.sliding_window; every layer sized as full attention")
-    elif swa_type == "none" and arch == "exaone4" and model.get_int(Keys.SLIDING_WINDOW, None):
-        notes.append(f"exaone4: llama.cpp's loader gives only a 64-block model sliding-window layers; these "
+    elif swa_type == "none" and entry.swa and entry.swa[0] == "64 blocks" and model.get_int(Keys.SLIDING_WINDOW, None):
+        notes.append(f"{arch}: llama.cpp's loader gives only a 64-block model sliding-window layers; these "
                      f"{trunk} are sized as full attention")
     recurrent_kind, is_recurrent, has_kv = _layer_filters(model, arch, trunk, n_layer, head_count_kv)
     _refuse_keyless_attention(model, head_count_kv, is_recurrent)
-    if arch == "lfm2" and swa_type != "none":  # llama_memory_hybrid_iswa: the short convolutions do not slide
+    if entry.swa_skips_recurrent and swa_type != "none":  # llama_memory_hybrid_iswa: the short convolutions do not slide
         is_swa = [flag and not is_recurrent[il] for il, flag in enumerate(is_swa)]
     if compress_ratios:
         # the raw window cache holds every block (llama_kv_cache_dsv4 clears n_layer_nextn for its caches)
         has_kv = [True] * n_layer
     if trunk < n_layer and not any(has_kv[trunk:]):
         notes.append(f"{n_layer - trunk} NextN/MTP layer(s) hold no KV in the main context")
-    if arch in ("gemma3n", "gemma4") and not all(has_kv[:trunk]):
+    if entry.kv_layers_from_start is not None and not all(has_kv[:trunk]):
         notes.append(f"{arch}: {trunk - sum(has_kv[:trunk])} layer(s) reuse an earlier layer's KV cache and hold none")
     state_r = state_s = ple_state = 0
     ple_layers = []
@@ -328,16 +329,16 @@ def kv_shape(model):
         raise GGUFError(model.path, "device-fit cannot size a DSpark DFlash draft (DeepSeek-V4 stages, "
                                     "hyper_connection.count > 0): it has no model of its window cache and graph",
                         key=model.key("{arch}.hyper_connection.count"))
-    if arch in BORROWED_KV_ARCHES:
+    if entry.borrowed_kv:
         notes.append(f"{arch}: its layers read the target gemma4 context's KV (the last sliding-window and full "
                      "layers), so it holds none; llama.cpp runs it only as that model's draft (-md with "
                      "--spec-type draft-mtp)")
     indexer_width, indexer_layers, indexer_v_width = 0, [], 0
-    if arch in DSA_ARCHES and not (arch == "hy_v4" and not model.get_int(INDEXER_TOP_K, 0)):
+    if entry.sparse_kv == "dsa" and not (entry.indexer_optional and not model.get_int(INDEXER_TOP_K, 0)):
         # (a hy_v4 checkpoint without indexer.top_k is all full attention: a plain MLA cache)
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the DSA indexer cache")
         indexer_layers = _indexer_layers(model, arch, trunk, n_layer)
-        if arch == "glm5-next":
+        if entry.indexer_kpool:
             # llama_memory_hybrid_idx caches key, gate and pooled key per token (indexer.kpool > 1 asserted)
             kpool = model.get_int("{arch}.attention.indexer.kpool", None, required_for="GLM5-Next's k-pool indexer cache")
             if kpool < 2:
@@ -346,12 +347,12 @@ def kv_shape(model):
             indexer_width *= 3
     elif compress_ratios:
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="DeepSeek-V4's lightning-indexer cache")
-    elif arch == "qwen4exp":
+    elif entry.qsa_indexer:
         # llama_memory_hybrid_idx: one key head per cell for the QSA, in the trunk's attention layers
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the QSA indexer cache")
         indexer_layers = [il < trunk and not is_recurrent[il] for il in range(n_layer)]
         ple_state, ple_layers = _ple_module(model, n_layer, is_recurrent)
-    elif arch in MSA_ARCHES:
+    elif entry.sparse_kv == "msa":
         indexer_width = model.get_int(INDEXER_KEY_LENGTH, None, required_for="the MSA indexer cache")
         dense_lead = model.get_int("{arch}.leading_dense_block_count", 0)
         indexer_layers = [il >= dense_lead for il in range(n_layer)]
@@ -386,7 +387,7 @@ def kv_shape(model):
         indexer_layers=indexer_layers,
         compress_ratios=compress_ratios,
         indexer_v_width=indexer_v_width,
-        borrowed=arch in BORROWED_KV_ARCHES,
+        borrowed=entry.borrowed_kv,
         notes=notes,
     )
 
@@ -394,7 +395,7 @@ def kv_shape(model):
 def force_flash_attn_off(architecture, settings):
     """Turn flash attention off in `settings` where llama.cpp forces it off for this architecture;
     returns the warning to show, or None."""
-    if architecture not in FLASH_ATTN_FORCED_OFF or not settings.flash_attn:
+    if not profile(architecture).flash_attn_off or not settings.flash_attn:
         return None
     settings.flash_attn = False
     return (f"llama.cpp runs {architecture} without flash attention whatever -fa says (it forces it off): "

@@ -7,13 +7,14 @@ import shlex
 
 import click
 
+from moetools.arch.registry import profile
 from moetools.devicefit import core, upstream
 from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
-from moetools.devicefit.kv import BORROWED_KV_ARCHES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
+from moetools.devicefit.kv import KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.devicefit.render import emit_doc, emit_text, llama_tables, pool_notes, repo_tables, tables
 from moetools.gguf.locator import is_repo
@@ -345,7 +346,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         raise UsageError("--spec-draft-n-max must be 0 or more")
     if mtp and drafting.draft_path:
         with open_model(drafting.draft_path, fetch) as model:
-            borrowing = model.architecture in BORROWED_KV_ARCHES
+            borrowing = profile(model.architecture).borrowed_kv
         if not borrowing:
             raise UsageError("--spec-type draft-mtp drafts with the model's own NextN/MTP blocks: give no --draft "
                              "(a separate MTP head GGUF as --draft is not planned; a gemma4-assistant is)")
@@ -377,7 +378,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     if devices.runtime == "llama":
         if repo:
             raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
-        if mtp and facts.architecture in RS_ROLLBACK_ARCHES:
+        if mtp and profile(facts.architecture).rs_rollback:
             # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
             settings.rs_seq = drafting.draft_n_max
         options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
@@ -391,7 +392,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             with open_model(drafting.draft_path, fetch) as model:
                 draftmod.check_compatible(model_path, target_vocab, drafting.draft_path, draftmod.vocab_of(model, decode=True))
                 draft_facts = core.model_facts(model)
-                if draft_facts.shape.borrowed and facts.architecture != "gemma4":
+                if draft_facts.shape.borrowed and not profile(facts.architecture).assistant_target:
                     raise UsageError(f"--draft {drafting.draft_path}: a {draft_facts.architecture} reads a gemma4 target's KV "
                                      f"(create_memory shares its layers with the target's last ones), not a "
                                      f"{facts.architecture}'s")

@@ -73,17 +73,4 @@ MTP_ISWA_ARCHES = names_with("mtp_iswa")
 MTP_HEAD_NORM_FALLBACK = {name: entry.mtp_head_norm for name, entry in profiles().items() if entry.mtp_head_norm}
 
 
-# What a loader needs of its NextN blocks beyond eh_proj for MTP drafting: {architecture: ((LayerShape
-# test, what is missing, what llama.cpp 0c1e57098 does without it), ...)} — mimo2.cpp's graph_mtp
-# asserts (GGML_ASSERT: the process aborts), cohere2moe.cpp's load_block_mtp requires the experts.
-MTP_BLOCK_NEEDS = {
-    "mimo2": ((lambda layer: layer.fused_qkv, "a fused attn_qkv",
-               'aborts building the MTP graph: GGML_ASSERT "MIMO2 MTP requires fused attn_qkv"'),
-              (lambda layer: layer.ffn == "dense" and layer.ffn_gated, "a dense gated FFN (ffn_gate/up/down)",
-               'aborts building the MTP graph: GGML_ASSERT "MIMO2 MTP requires dense FFN tensors"')),
-    "cohere2moe": ((lambda layer: layer.ffn == "moe", "routed experts (ffn_gate_inp, *_exps)",
-                    "fails to load the model for MTP: tensor 'blk.{il}.ffn_gate_inp.weight' not found"),),
-}
-
-
 PARALLEL_FFN_ARCHES = names_with("parallel_ffn")  # attention and FFN side by side from one norm, both added to the input

@@ -2,40 +2,37 @@
 llama_context's MTP context) and its compute buffer.
 """
 
+import importlib
+
+from moetools.arch.registry import profile, resolve
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.buffers import (ALIGNMENT, PIPELINE_COPIES, _MEMO_MAX, _placement_key, homes_of, output_rows,
     pipeline_parallel, reserve_tokens)
 from moetools.devicefit.ggml.allocator import HOST, I32_BYTES
 from moetools.devicefit.ggml.scheduler import peaks, schedule
-from moetools.devicefit.graph.archsets import (MTP_BLOCK_NEEDS, MTP_ISWA_ARCHES, MTP_ROWS_AFTER_ATTENTION,
-    MTP_ROWS_BEFORE_HEAD_NORM)
+from moetools.devicefit.graph.archsets import MTP_ISWA_ARCHES, MTP_ROWS_AFTER_ATTENTION, MTP_ROWS_BEFORE_HEAD_NORM
 from moetools.devicefit.graph.common import build_ffn, build_attn, build_moe_ffn
 from moetools.devicefit.graph.context import _Build, build_attn_inp
 from moetools.devicefit.graph.mixers.mla import _mla_layer
-from moetools.devicefit.graph.models.cohere2moe import _build_mtp_cohere2moe
-from moetools.devicefit.graph.models.deepseek4 import _build_mtp_dsv4
-from moetools.devicefit.graph.models.mimo2 import _build_mtp_mimo2
 from moetools.devicefit.graph.nextn import _mtp_head_norm
 
 
 def mtp_block_missing(architecture, layers):
-    """(the first NextN block lacking something, what it lacks, what llama.cpp then does), or None."""
-    for test, need, effect in MTP_BLOCK_NEEDS.get(architecture, ()):
+    """(the first NextN block lacking something, what it lacks, what llama.cpp then does), or None. What a
+    loader needs is declared as MTP_NEEDS by the module of the architecture's bespoke MTP graph."""
+    builder = profile(architecture).mtp_builder
+    needs = getattr(importlib.import_module(builder.split(":")[0]), "MTP_NEEDS", ()) if builder else ()
+    for test, need, effect in needs:
         for il, layer in sorted(layers.items()):
             if not test(layer):
                 return il, need, effect.format(il=il)
     return None
 
 
-MTP_BUILDERS = {"cohere2moe": _build_mtp_cohere2moe, "mimo2": _build_mtp_mimo2}
-
-
 def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=None, outputs=None):
     """The MTP context's worst-case graph (graph_mtp at nextn_layer_offset 0: its first NextN block)."""
     b = _Build(graph_shape, kvshape, caches, settings, tokens, streams, homes)
-    if graph_shape.architecture == "deepseek4":
-        return _build_mtp_dsv4(b, min(outputs, tokens) if outputs else tokens)
-    builder = MTP_BUILDERS.get(graph_shape.architecture)
+    builder = resolve(profile(graph_shape.architecture).mtp_builder)  # deepseek4, cohere2moe, mimo2
     if builder is not None:
         return builder(b, graph_shape, min(outputs, tokens) if outputs else tokens)
     g, T, n_embd = b.g, tokens, graph_shape.n_embd
@@ -63,7 +60,7 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
     residual = cur
     x = b.norm(cur, n_embd)
     mixed = _mla_layer(b, il, x, layer) if layer.mixer == "mla" else build_attn(b, il, x, layer)
-    nemotron = graph_shape.architecture == "nemotron_h_moe"
+    nemotron = profile(arch).mtp_crop_before_ffn  # nemotron-h-moe.cpp's NextN block
     rows_dropped = graph_shape.architecture in MTP_ROWS_AFTER_ATTENTION
     if rows_dropped:
         mixed = g.op(mixed.nbytes // T * n_out, mixed, out_ids)
@@ -116,7 +113,7 @@ def mtp_kv_shape(kvshape, blocks):
     n = kvshape.block_count
     values.update(has_kv=[il in blocks and bool(kvshape.head_count_kv[il]) for il in range(n)],
                   indexer_layers=[False] * n, is_recurrent=[False] * n)
-    if kvshape.architecture == "deepseek4":  # llama_kv_cache_iswa of the NextN block (sliding-window): no
+    if profile(kvshape.architecture).dsv4_cache:  # llama_kv_cache_iswa of the NextN block (sliding-window): no
         values.update(compress_ratios=[], mla=False)  # compressed caches, K and V (no MLA widths in its hparams)
     return type(kvshape)(**values)
 

@@ -5,14 +5,17 @@ src/llama-hparams.h): which mixer and FFN each layer has, head counts, widths, g
 normalisation of the experts, the NextN/MTP blocks.
 """
 
+from moetools.arch.registry import profile, resolve
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit.graph.archsets import (ATTN_RES_ARCHES, GATED_Q_ARCHES, MROPE_ARCHES, MROPE_IF_SECTIONS,
     MTP_GRAPH_ARCHES, MTP_HEAD_NORM_FALLBACK, NO_ROPE_ARCHES, PARALLEL_SSM_ARCHES, RELU_SQR_ARCHES,
     RESIDUAL_FIRST_ARCHES, _NORM_W_ALWAYS, _NORM_W_DEFAULT, _NORM_W_NEVER, _SIGMOID_DEFAULT, _SOFTMAX_WEIGHT)
+from moetools.devicefit.graph.mixers.mamba import MAMBA1, MAMBA2
+from moetools.devicefit.graph.mixers.rwkv import RWKV6, RWKV6_MIXERS, RWKV7_MIXERS
 from moetools.devicefit.graph.models.deepseek4 import _dsv4_shape
 from moetools.devicefit.record import REQUIRED, Record
 from moetools.errors import GGUFError
-from moetools.gguf.constants import Keys, tensor_nbytes
+from moetools.gguf.constants import Keys
 
 
 # --- what the graph depends on ----------------------------------------------------------------
@@ -118,25 +121,22 @@ def _has(model, name):
 def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=False):
     blk = f"blk.{il}."
     mixer = "none"
-    if kvshape.is_recurrent[il] and kvshape.architecture in kvmod.GDN_ARCHES:
+    own_mixer = profile(kvshape.architecture).mixer_name
+    if kvshape.is_recurrent[il] and kvshape.recurrent_kind == "gdn":
         mixer = "gdn"
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "lightning":
         mixer = "lightning"
     elif kvshape.is_recurrent[il] and kvshape.recurrent_kind == "kda":
-        mixer = "bkda" if kvshape.architecture == "bailingmoe3" else "kda"
-    elif kvshape.architecture in ("rwkv7", "arwkv7") and _has(model, blk + "time_mix_lerp_fused.weight"):
-        mixer = kvshape.architecture
-    elif kvshape.architecture == "rwkv6" and _has(model, blk + "time_mix_lerp_fused.weight") \
-            and _has(model, blk + "time_mix_first.weight"):
-        mixer = "rwkv6"
-    elif kvshape.architecture == "rwkv6qwen2" and _has(model, blk + "time_mix_lerp_fused.weight"):
-        mixer = "rwkv6qwen2"  # without time_mix_first: the gated-linear-attention variant (is_qrwkv)
+        mixer = own_mixer or "kda"  # bailingmoe3's KDA is "bkda"
+    elif own_mixer in RWKV6_MIXERS + RWKV7_MIXERS and _has(model, blk + "time_mix_lerp_fused.weight") \
+            and (own_mixer != RWKV6 or _has(model, blk + "time_mix_first.weight")):
+        mixer = own_mixer  # rwkv6qwen2 has no time_mix_first: the gated-linear-attention variant (is_qrwkv)
     elif _has(model, blk + "shortconv.in_proj.weight"):
         mixer = "shortconv"  # LFM2
     elif _has(model, blk + "ssm_x.weight"):
-        mixer = "mamba"  # Mamba-1 (jamba, mamba): dt/B/C from an x projection
+        mixer = MAMBA1  # dt/B/C from an x projection (jamba)
     elif _has(model, blk + "ssm_conv1d.weight") or _has(model, blk + "ssm_in.weight"):
-        mixer = "mamba2"
+        mixer = MAMBA2
     elif kvshape.compress_ratios:
         mixer = "dsv4"  # one K-only head, compressors by the layer's ratio (_dsv4_attention)
     elif kvshape.head_count_kv[il] and kvshape.mla:
@@ -146,15 +146,15 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         mixer = "mla"
     elif kvshape.head_count_kv[il]:
         mixer = "attention"
-    if mixer == "mamba2" and kvshape.architecture in PARALLEL_SSM_ARCHES and kvshape.head_count_kv[il]:
+    if mixer == MAMBA2 and kvshape.architecture in PARALLEL_SSM_ARCHES and kvshape.head_count_kv[il]:
         mixer = "attention+mamba2"
     shape = LayerShape(mixer)
-    if mixer in ("rwkv6", "rwkv6qwen2"):  # lora: the data-dependent lerp's and the decay's low-rank widths
+    if mixer in RWKV6_MIXERS:  # lora: the data-dependent lerp's and the decay's low-rank widths
         shape.lora = (_rows(model, blk + "time_mix_w1.weight"), _rows(model, blk + "time_mix_decay_w1.weight"))
         shape.n_ff = _rows(model, blk + "channel_mix_key.weight") or _rows(model, blk + "ffn_up.weight")
         shape.k_rows = _rows(model, blk + "time_mix_key.weight")  # n_head_kv x head_size (rwkv6qwen2's GQA)
         return shape
-    if mixer in ("rwkv7", "arwkv7"):
+    if mixer in RWKV7_MIXERS:
         shape.lora = tuple(_rows(model, f"{blk}time_mix_{name}1.weight") for name in ("w", "a", "v", "g"))
         shape.n_ff = _rows(model, blk + "channel_mix_key.weight") or _rows(model, blk + "ffn_up.weight")
         shape.ssm_norm = _has(model, blk + "time_mix_ln.weight") and _has(model, blk + "time_mix_ln.bias")
@@ -190,7 +190,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.ssm_groups = model.get_int(Keys.SSM_GROUP_COUNT, 0) or shape.ssm_heads
         conv = model.tensor_by_name.get(blk + "ssm_conv1d.weight")
         shape.ssm_conv_channels = conv.shape[-1] if conv is not None else shape.ssm_in_rows
-    elif mixer == "mamba":
+    elif mixer == MAMBA1:
         shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
         shape.ssm_conv_channels = shape.ssm_inner
@@ -198,7 +198,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.ssm_dt_rank = _rows(model, blk + "ssm_dt.weight", 0)
         shape.ssm_state = (shape.ssm_x_rows - shape.ssm_dt_rank) // 2
         shape.ssm_norm = _has(model, blk + "ssm_dt_norm.weight") and _has(model, blk + "ssm_b_norm.weight")
-    if mixer in ("mamba2", "attention+mamba2"):
+    if mixer in (MAMBA2, "attention+mamba2"):
         shape.ssm_in_rows = _rows(model, blk + "ssm_in.weight")
         shape.ssm_inner = _rows(model, blk + "ssm_out.weight", 0)
         conv = model.tensor_by_name.get(blk + "ssm_conv1d.weight")
@@ -235,6 +235,7 @@ def graph_shape(model, kvshape=None):
     """The GraphShape of an open moetools.gguf.Model. Raises GGUFError naming what is missing."""
     kvshape = kvshape or kvmod.kv_shape(model)
     arch = model.architecture
+    entry = profile(arch)
     n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for="the compute buffer")
     n_vocab = _rows(model, "output.weight") or _rows(model, "token_embd.weight")
     if not n_vocab:
@@ -253,7 +254,7 @@ def graph_shape(model, kvshape=None):
         2 if arch in _SIGMOID_DEFAULT else 3 if arch in _SOFTMAX_WEIGHT else 1)
     if arch in _SOFTMAX_WEIGHT:
         gating = 3
-    if arch == "qwen4exp":  # qwen4exp.cpp passes softmax whatever expert_gating_func says
+    if entry.gating_fixed:  # (qwen4exp.cpp) the loader passes softmax whatever expert_gating_func says
         gating = 1
     norm_w = (bool(model.get("{arch}.expert_weights_norm", arch in _NORM_W_DEFAULT)) and arch not in _NORM_W_NEVER
               or arch in _NORM_W_ALWAYS)
@@ -263,8 +264,6 @@ def graph_shape(model, kvshape=None):
               for il in range(kvshape.trunk_layers)]
     head_count = [value or 0 for value in model.layer_values(Keys.HEAD_COUNT, 0)]
     shape = GraphShape(architecture=arch, n_embd=n_embd, n_vocab=n_vocab, layers=layers, n_head=head_count)
-    if arch == "gemma3n":
-        _gemma3n_widths(model, shape)
     if arch in NO_ROPE_ARCHES:
         shape.rope = False
     if arch in RELU_SQR_ARCHES:
@@ -281,7 +280,7 @@ def graph_shape(model, kvshape=None):
         k_mla = model.get_int(Keys.KEY_LENGTH_MLA, 0)
         shape.mla_nope = k_mla - shape.mla_rope
         shape.mla_v_head = model.get_int(Keys.VALUE_LENGTH_MLA, 0)
-        if arch == "dots3note":
+        if entry.mla_swa:
             need = "the sliding-window layers' MLA compute"
             shape.mla_swa = (model.get_int("{arch}.attention.kv_lora_rank_swa", None, required_for=need),
                              model.get_int("{arch}.attention.key_length_mla_swa", None, required_for=need) - shape.mla_rope,
@@ -300,36 +299,11 @@ def graph_shape(model, kvshape=None):
         shape.pos_per_token = 4  # GGML_MROPE_SECTIONS
     if kvshape.compress_ratios:
         _dsv4_shape(model, shape)
-    elif arch == "glm5-next":  # mHC streams around KDA and NoPE MLA with the k-pool indexer
-        need = "GLM5-Next's compute"
-        shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
-                      "kpool": model.get_int("{arch}.attention.indexer.kpool", None, required_for=need),
-                      "select_tail": bool(model.get("{arch}.attention.indexer.kpool_select_tail", False))}
-    elif arch == "qwen4exp":  # low-rank hyper-connections, QSA over the attention layers
-        need = "Qwen4-Exp's compute"
-        ratios = model.layer_values("{arch}.attention.compress_ratios", 0)
-        # per block: its attention layer's QSA block size (0: a recurrent layer, or dense attention)
-        ratios = tuple(0 if il >= kvshape.trunk_layers or kvshape.is_recurrent[il] else ratios[il] or 0
-                       for il in range(kvshape.block_count))
-        shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
-                      "rank": model.get_int("{arch}.hyper_connection.low_rank", None, required_for=need),
-                      "ratios": ratios}
-        if any(kvshape.ple_layers):  # the PLE module (kv._ple_module checked its layer and kernel)
-            ple = kvshape.ple_layers.index(True)
-            ngram = model.get_int("{arch}.ple.ngram_size", None, required_for=need)
-            heads = (ngram - 1) * model.get_int("{arch}.ple.heads_per_ngram", None, required_for=need)
-            conv = model.tensor_by_name.get(f"blk.{ple}.ple_conv1d.weight")
-            conv_type = 0 if conv is None else conv.type_id  # (kv._ple_module refused block types)
-            shape.dsv4.update(ple=ple, ple_heads=heads, ple_ngram=ngram,
-                              ple_width=heads * model.get_int("{arch}.embedding_length_per_layer_input", None, required_for=need),
-                              ple_kernel=model.get_int("{arch}.ple.conv_kernel", None, required_for=need),
-                              ple_conv_f32=conv_type == 0,
-                              ple_column_bytes=tensor_nbytes(conv_type, (1, shape.dsv4["hc"] * shape.n_embd)))
-    elif arch == "hy_v4":  # iHC streams around MLA
-        shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for="Hunyuan-V4's compute")}
+    elif entry.shape_reader:  # a bespoke graph's own widths, read by its module (graph/models/)
+        resolve(entry.shape_reader)(model, kvshape, shape)
     if kvshape.borrowed:
         shape.n_embd_target = model.get_int("{arch}.embedding_length_out", None, required_for="the assistant's input")
-    if kvshape.indexer_width and arch in kvmod.MSA_ARCHES:
+    if kvshape.indexer_width and entry.sparse_kv == "msa":
         shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
                                             required_for="the MSA indexer's compute")
         shape.indexer_head = kvshape.indexer_width
@@ -339,27 +313,15 @@ def graph_shape(model, kvshape=None):
         if shape.indexer_block < 1:
             raise GGUFError(model.path, "MSA indexer block size 0 (llama.cpp asserts it is positive)",
                             key=model.key("{arch}.attention.indexer.block_size"))
-    if kvshape.indexer_width and arch not in kvmod.MSA_ARCHES:
+    if kvshape.indexer_width and entry.sparse_kv != "msa":
         shape.indexer_heads = model.get_int("{arch}.attention.indexer.head_count", None,
                                             required_for="the DSA lightning indexer's compute")
         shape.indexer_head = kvshape.indexer_width
-        if arch == "glm5-next":  # (its cache row is key, gate and pooled key)
+        if entry.indexer_kpool:  # (its cache row is key, gate and pooled key)
             shape.indexer_head = model.get_int(kvmod.INDEXER_KEY_LENGTH, None, required_for="the DSA lightning indexer's compute")
         shape.indexer_top_k = model.get_int("{arch}.attention.indexer.top_k", None,
                                             required_for="the DSA lightning indexer's compute")
     return shape
-
-
-def _gemma3n_widths(model, shape):
-    """gemma3n's AltUp stream count, per-layer input width and LAuReL rank, from the tensors the loader
-    sizes with them (llama_hparams defaults 4, 256 and 64, not keys). Raises GGUFError."""
-    altup = model.tensor_by_name.get("altup_proj.weight")
-    norm = model.tensor_by_name.get("per_layer_proj_norm.weight")
-    laurel = _rows(model, "blk.0.laurel_l.weight")
-    if altup is None or len(altup.shape) < 3 or norm is None or not laurel:
-        raise GGUFError(model.path, "gemma3n needs altup_proj.weight, per_layer_proj_norm.weight and "
-                                    "blk.0.laurel_l.weight to size its compute buffer")
-    shape.altup, shape.altup_width, shape.laurel_rank = altup.shape[2] + 1, norm.shape[0], laurel
 
 
 def _mtp_layer_shapes(model, kvshape, top_k, n_expert, gating, norm_w, w_scale=False):

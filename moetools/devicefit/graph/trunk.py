@@ -4,6 +4,7 @@ norm and logits), with the layer's mixer chosen from graph_shape. Whole-model gr
 follow it live in graph/models/.
 """
 
+from moetools.arch.registry import profile, resolve
 from moetools.devicefit.ggml.allocator import HOST, I32_BYTES
 from moetools.devicefit.graph.archsets import (EVERY_ROW_ARCHES, NEXTN_RAW_STATE, NEXTN_TAIL, NORMED_RESIDUAL_ARCHES,
     NORM_FIRST_ARCHES, PARALLEL_FFN_ARCHES, PARALLEL_SSM_ARCHES, POST_NORM_ARCHES)
@@ -12,21 +13,19 @@ from moetools.devicefit.graph.context import _Build, _Slots, build_attn_inp
 from moetools.devicefit.graph.mixers.gdn import _gdn_layer
 from moetools.devicefit.graph.mixers.kda import _bailing_kda_layer, _kda_layer
 from moetools.devicefit.graph.mixers.lightning import _lightning_layer
-from moetools.devicefit.graph.mixers.mamba import _mamba2_layer, _mamba_layer
+from moetools.devicefit.graph.mixers.mamba import MAMBA1, MAMBA2, _mamba2_layer, _mamba_layer
 from moetools.devicefit.graph.mixers.mla import _dsa_inputs, _mla_layer
 from moetools.devicefit.graph.mixers.msa import _msa_inputs, _msa_layer
-from moetools.devicefit.graph.mixers.rwkv import _rwkv6_block, _rwkv7_block
+from moetools.devicefit.graph.mixers.rwkv import RWKV6, RWKV6_MIXERS, RWKV7, RWKV_MIXERS, _rwkv6_block, _rwkv7_block
 from moetools.devicefit.graph.mixers.shortconv import _shortconv_layer
 from moetools.devicefit.graph.models.cohere2moe import _cohere2moe_block
-from moetools.devicefit.graph.models.deepseek4 import _build_dsv4
 from moetools.devicefit.graph.models.gemma3n import _build_gemma3n
 from moetools.devicefit.graph.models.gemma4_assistant import _build_assistant
-from moetools.devicefit.graph.models.qwen4exp import _build_qwen4exp
 
 
 # mixers whose builder first expands a gather of the cached state (build_rs), which does not depend
 # on the layer input: the loaders expand nothing at a layer's end, so it runs before the previous tail
-STATE_FIRST_MIXERS = ("mamba", "mamba2", "shortconv", "lightning", "bkda")
+STATE_FIRST_MIXERS = (MAMBA1, MAMBA2, "shortconv", "lightning", "bkda")
 
 
 # LayerShape.mixer -> its builder (b, il, x, layer) -> the mixer's output (models.h's layer families,
@@ -39,8 +38,8 @@ MIXERS = {
     "bkda": _bailing_kda_layer,
     "gdn": _gdn_layer,
     "lightning": _lightning_layer,
-    "mamba2": _mamba2_layer,
-    "mamba": _mamba_layer,
+    MAMBA2: _mamba2_layer,
+    MAMBA1: _mamba_layer,
     "shortconv": _shortconv_layer,
 }
 
@@ -114,10 +113,9 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         g.expand(embd_in)
     cur = lookup
     b.pos = g.input(I32_BYTES * T * graph_shape.pos_per_token)
-    if graph_shape.architecture == "qwen4exp":
-        return _build_qwen4exp(b, graph_shape, layer_set, output, g.input(I32_BYTES * n_out), n_out, lookup)
-    if graph_shape.dsv4:
-        return _build_dsv4(b, graph_shape, layer_set, output, g.input(I32_BYTES * n_out), n_out, lookup)
+    if graph_shape.dsv4:  # a hyper-connection graph: deepseek4.cpp's (also glm5-next, hy_v4) or qwen4exp.cpp's
+        builder = resolve(profile(graph_shape.architecture).graph_builder)
+        return builder(b, graph_shape, layer_set, output, g.input(I32_BYTES * n_out), n_out, lookup)
     kinds = [kind for kind in ("full", "swa") if kind in b.cells]
     build_attn_inp(b, kinds)
     if graph_shape.indexer_heads and "indexer" in b.cells:
@@ -130,18 +128,19 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
         return _build_gemma3n(b, graph_shape, layer_set, output, out_ids, n_out, lookup,
                               homes.layer_device[0] if homes is not None else None)
     last = len(graph_shape.layers) - 1
+    dense_residual = profile(graph_shape.architecture).ffn_dense_residual  # arctic.cpp
     stack = _ResidualStack(b) if graph_shape.attn_res_block else None
     rwkv = {}  # RWKV-7: the first layer's v, mixed into every later layer
     for il, layer in enumerate(graph_shape.layers):
         if il not in layer_set or il in skipped:
             continue
-        if layer.mixer in ("rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"):
+        if layer.mixer in RWKV_MIXERS:
             if homes is not None:
                 b.move(homes.layer_device[il], il)
-            if il == 0 and layer.mixer in ("rwkv6", "rwkv7"):  # rwkv6/7.cpp norm the token embedding (layer norm, bias)
+            if il == 0 and layer.mixer in (RWKV6, RWKV7):  # rwkv6/7.cpp norm the token embedding (layer norm, bias)
                 cur = g.op(b.f32(n_embd, T), cur)
                 cur = g.op(cur.nbytes, g.op(cur.nbytes, cur, b.weights, inplace=(0,)), b.weights, inplace=(0,))
-            if layer.mixer in ("rwkv6", "rwkv6qwen2"):
+            if layer.mixer in RWKV6_MIXERS:
                 cur = _rwkv6_block(b, il, cur, layer, last, out_ids, n_out)
             else:
                 cur = _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, rwkv)
@@ -206,7 +205,7 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
         else:
             cur = residual
-        if layer.ffn == "moe" and graph_shape.architecture == "arctic":
+        if layer.ffn == "moe" and dense_residual:
             # arctic.cpp: a dense n_embd-wide FFN of the normed ffn_inp, added to it; the experts read the
             # layer input (inpSA, alive until then) normed by ffn_norm_exps, and add to that sum
             dense = build_ffn(b, b.norm(cur, n_embd), n_embd)

@@ -4,6 +4,7 @@ r/s state widths of RWKV, short-convolution, KDA, lightning, Mamba and gated-del
 state rows per layer. Moved whole out of kv.py (issue 28).
 """
 
+from moetools.arch.registry import profile
 from moetools.errors import GGUFError
 from moetools.gguf.constants import Keys
 from moetools.gguf.header import LazyArray
@@ -44,8 +45,8 @@ def _recurrent_state(model, kind, n_embd, head_count, k_width=0):
     d_conv = model.get_int(Keys.SSM_CONV_KERNEL, required_for=f"the {what} conv state")
     d_inner = model.get_int(Keys.SSM_INNER_SIZE, required_for=f"the {what} state")
     d_state = model.get_int(Keys.SSM_STATE_SIZE, required_for=f"the {what} state")
-    # Mamba-1 (mamba, jamba) has no groups; the others' loaders require the key
-    group_required = None if model.architecture in ("mamba", "jamba") else f"the {what} conv state"
+    # Mamba-1 has no groups (the profile's ssm_groups_optional); the others' loaders require the key
+    group_required = None if profile(model.architecture).ssm_groups_optional else f"the {what} conv state"
     n_group = model.get_int(Keys.SSM_GROUP_COUNT, 0, required_for=group_required)
     return (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 

@@ -1,7 +1,7 @@
 """The gated delta net (src/models/qwen3next.cpp / qwen35*.cpp, models.h's delta-net base).
 """
 
-from moetools.devicefit import kv as kvmod
+from moetools.arch.registry import profile
 from moetools.devicefit.graph.common import build_rs
 
 
@@ -18,7 +18,7 @@ def _gdn_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     channels, inner, heads = layer.ssm_conv_channels, layer.ssm_inner, layer.ssm_heads
     key = (channels - inner) // 2
-    snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
+    snapshots = 1 + b.settings.rs_seq if profile(b.kv.architecture).rs_rollback else 1
     if layer.ssm_legacy:  # build_qkvz's legacy path: one projection split by contiguous copies and concats
         qkvz = b.mm(layer.ssm_in_rows, x)
         z = g.op(b.f32(inner, T), g.view(qkvz))
@@ -48,7 +48,7 @@ def _gdn_layer(b, il, x, layer):
     conv = b.unary(g.op(b.f32(channels, T), conv_in, b.weights), b.f32(channels, T))  # ssm_conv, silu
     q = b.unary(g.op(b.f32(key, T), g.view(conv), inplace=(0,)), b.f32(key, T))  # l2 norm: rms_norm, scale
     k = b.unary(g.op(b.f32(key, T), g.view(conv), inplace=(0,)), b.f32(key, T))
-    if layer.ssm_groups != heads and b.kv.architecture == "qwen3next":  # repeat to the value heads
+    if layer.ssm_groups != heads and profile(b.kv.architecture).gdn_repeat_groups:  # repeat to the value heads
         q = g.view(g.op(b.f32(key // layer.ssm_groups * heads, T), g.view(q)))
         k = g.view(g.op(b.f32(key // layer.ssm_groups * heads, T), g.view(k)))
     out = g.op(b.f32(inner, T) + snapshots * b.f32(b.kv.state_s, n_seq), q, k, g.view(conv), g.view(gate),

@@ -2,7 +2,7 @@
 (src/models/bailingmoe3.cpp): projections, short convolutions, the chunked scan's outputs.
 """
 
-from moetools.devicefit import kv as kvmod
+from moetools.arch.registry import profile
 from moetools.devicefit.graph.common import build_rs
 
 
@@ -35,9 +35,10 @@ def _kda_layer(b, il, x, layer):
     g, T = b.g, b.T
     n_seq = max(1, b.settings.n_seq)
     d_inner = layer.q_rows
-    snapshots = 1 + b.settings.rs_seq if b.kv.architecture in kvmod.RS_ROLLBACK_ARCHES else 1
+    entry = profile(b.kv.architecture)
+    snapshots = 1 + b.settings.rs_seq if entry.rs_rollback else 1
     s_main, s_extra = build_rs(b)
-    conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if b.kv.architecture in ("kimi-k3", "glm5-next") else 1)
+    conv_ins = _kda_conv_windows(b, x, d_inner, snapshots if entry.kda_conv_snapshots else 1)
     gate = g.op(b.f32(d_inner, T), b.weights, b.mm(layer.ssm_dt_rank or d_inner, x))  # f_b(f_a x)
     gate = b.unary(g.op(gate.nbytes, gate, b.weights, inplace=(0,)), gate.nbytes)  # + dt bias, softplus
     gate = g.op(gate.nbytes, g.view(gate), b.weights, inplace=(0,))  # * A (of a reshape: a new tensor)

@@ -4,6 +4,10 @@ build_mamba2_layer; src/models/mamba.cpp, jamba.cpp, nemotron-h.cpp, falcon-h1.c
 
 from moetools.devicefit.graph.common import build_rs
 
+# LayerShape.mixer of the two Mamba layer kinds (graph/shape.py picks them from the layer's tensors)
+MAMBA1 = "mamba"
+MAMBA2 = "mamba2"
+
 
 def _mamba_layer(b, il, x, layer):
     """llm_build_mamba_base::build_mamba_layer (Mamba-1, jamba): conv states gathered, x/z projection,

@@ -3,6 +3,7 @@ src/models/deepseek32.cpp / glm-dsa: llm_build_deepseek2's MLA body, the indexer
 rebuilt KQ mask).
 """
 
+from moetools.arch.registry import profile
 from moetools.devicefit.ggml.allocator import F16_BYTES, I32_BYTES, I64_BYTES, _Tensor
 from moetools.devicefit.graph.common import build_attn_mha
 
@@ -69,7 +70,7 @@ def _dsa_inputs(b):
     b.k_idxs["indexer"] = g.input(I64_BYTES * T)
     b.masks["indexer"] = g.input(F16_BYTES * b.cells["indexer"] * T)
     b.indexer_rot = None
-    if b.shape.architecture != "hy_v4":  # hy-v4.cpp skips the rotation (it only helps FP8 kernels)
+    if not profile(b.shape.architecture).indexer_no_rotate:  # hy-v4.cpp skips it (it only helps FP8 kernels)
         nrot = 64
         while b.shape.indexer_head % (nrot * 2) == 0:
             nrot *= 2

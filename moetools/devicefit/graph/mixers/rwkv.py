@@ -4,6 +4,12 @@ llm_build_rwkv6_base / llm_build_rwkv7_base): token shift, time mix, channel mix
 
 from moetools.devicefit.graph.common import build_ffn, build_rs
 
+# LayerShape.mixer of the RWKV blocks: an RWKV architecture's profile names its own (mixer_name)
+RWKV6, RWKV6_QWEN2, RWKV7, ARWKV7 = "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"
+RWKV6_MIXERS = (RWKV6, RWKV6_QWEN2)
+RWKV7_MIXERS = (RWKV7, ARWKV7)
+RWKV_MIXERS = RWKV6_MIXERS + RWKV7_MIXERS
+
 
 def _rwkv_qwen2_tail(b, il, out, inp, att, layer, last, out_ids, n_out):
     """The end of an RWKV block on a Qwen2 body (arwkv7.cpp, rwkv6qwen2.cpp): the token shift stored
@@ -44,7 +50,7 @@ def _rwkv7_block(b, il, cur, layer, last, out_ids, n_out, state):
     shift = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     inp = g.view(cur)
-    arwkv = layer.mixer == "arwkv7"
+    arwkv = layer.mixer == ARWKV7
 
     layer_norm = lambda x: _rwkv_norm(b, x, rms=arwkv)  # noqa: E731  arwkv7: RMS norm, no bias
 
@@ -122,7 +128,7 @@ def _rwkv6_block(b, il, cur, layer, last, out_ids, n_out):
     n_head_kv heads (new tensors), k * (1 - w), the gated linear attention scan, no group norm, the shift stored from the
     attention norm, then a Qwen2 SwiGLU FFN. The r/k/v biases are added in place (no memory)."""
     g, n_embd = b.g, b.shape.n_embd
-    qrwkv = layer.mixer == "rwkv6qwen2"
+    qrwkv = layer.mixer == RWKV6_QWEN2
     n_seq = max(1, b.settings.n_seq)
     f = lambda rows=n_embd: b.f32(rows, b.T)  # noqa: E731
     s_main, s_extra = build_rs(b)

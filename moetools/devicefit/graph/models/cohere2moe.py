@@ -24,6 +24,12 @@ def _cohere2moe_block(b, il, cur, layer, rope):
     return g.op(b.f32(n_embd, T), out, attn, inplace=(0, 1))
 
 
+# What the MTP load needs of the NextN block beyond eh_proj (see mimo2.MTP_NEEDS): cohere2moe.cpp's
+# load_block_mtp requires the experts.
+MTP_NEEDS = ((lambda layer: layer.ffn == "moe", "routed experts (ffn_gate_inp, *_exps)",
+              "fails to load the model for MTP: tensor 'blk.{il}.ffn_gate_inp.weight' not found"),)
+
+
 def _build_mtp_cohere2moe(b, graph_shape, n_out):
     """cohere2moe.cpp graph_mtp: after the fusion one norm feeds both the (always roped) attention and
     the MoE beside its shared expert (their sum halved); the block's input and the attention output are

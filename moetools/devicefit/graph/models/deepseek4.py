@@ -12,6 +12,20 @@ from moetools.devicefit.graph.models.glm5_next import _glm5_dsa_layer, _glm5_inp
 from moetools.gguf.constants import Keys
 
 
+def read_glm5_next_shape(model, kvshape, shape):
+    """glm5-next.cpp's widths (the profile's shape_reader): mHC streams around KDA and NoPE MLA with the
+    k-pool indexer."""
+    need = "GLM5-Next's compute"
+    shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
+                  "kpool": model.get_int("{arch}.attention.indexer.kpool", None, required_for=need),
+                  "select_tail": bool(model.get("{arch}.attention.indexer.kpool_select_tail", False))}
+
+
+def read_hy_v4_shape(model, kvshape, shape):
+    """hy-v4.cpp's widths (the profile's shape_reader): iHC streams around MLA."""
+    shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for="Hunyuan-V4's compute")}
+
+
 # --- DeepSeek-V4 (src/models/deepseek4.cpp, llama_kv_cache_dsv4) ----------------------------------
 
 DSV4_STATE_ROWS = {4: 8, 128: 128}  # compressor state rows per ratio (CSA overlaps two blocks of 4)
@@ -379,7 +393,7 @@ def _dsv4_head(b, rows, n_out, ihc=False):
     g.expand(logits)
 
 
-def _build_mtp_dsv4(b, n_out):
+def _build_mtp_dsv4(b, graph_shape, n_out):
     """llama_model_deepseek4::graph_mtp: the token embedding (CPU) normed and repeated into the hc
     streams, concatenated with the normed streams of the trunk's hidden state (mtp_h_input, hc x n_embd
     wide), eh_proj, then the NextN block as a trunk

@@ -4,6 +4,21 @@ the gaussian top-k sparsity of its first layers.
 
 from moetools.devicefit.ggml.allocator import I32_BYTES
 from moetools.devicefit.graph.common import build_attn_mha, _store
+from moetools.errors import GGUFError
+
+
+def read_gemma3n_shape(model, kvshape, shape):
+    """gemma3n's AltUp stream count, per-layer input width and LAuReL rank (the profile's shape_reader),
+    from the tensors the loader sizes with them (llama_hparams defaults 4, 256 and 64, not keys).
+    Raises GGUFError."""
+    altup = model.tensor_by_name.get("altup_proj.weight")
+    norm = model.tensor_by_name.get("per_layer_proj_norm.weight")
+    laurel = model.tensor_by_name.get("blk.0.laurel_l.weight")
+    laurel = laurel.shape[1] if laurel is not None and len(laurel.shape) > 1 else 0
+    if altup is None or len(altup.shape) < 3 or norm is None or not laurel:
+        raise GGUFError(model.path, "gemma3n needs altup_proj.weight, per_layer_proj_norm.weight and "
+                                    "blk.0.laurel_l.weight to size its compute buffer")
+    shape.altup, shape.altup_width, shape.laurel_rank = altup.shape[2] + 1, norm.shape[0], laurel
 
 
 # --- gemma3n (src/models/gemma3n.cpp) --------------------------------------------------------

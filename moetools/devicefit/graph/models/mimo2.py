@@ -5,6 +5,14 @@ from moetools.devicefit.graph.common import build_ffn, build_attn
 from moetools.devicefit.graph.nextn import _mtp_head, _mtp_head_norm, _mtp_prologue
 
 
+# What graph_mtp needs of the NextN block beyond eh_proj: ((LayerShape test, what is missing, what llama.cpp
+# 0c1e57098 does without it), ...): mimo2.cpp's graph_mtp asserts (GGML_ASSERT: the process aborts).
+MTP_NEEDS = ((lambda layer: layer.fused_qkv, "a fused attn_qkv",
+              'aborts building the MTP graph: GGML_ASSERT "MIMO2 MTP requires fused attn_qkv"'),
+             (lambda layer: layer.ffn == "dense" and layer.ffn_gated, "a dense gated FFN (ffn_gate/up/down)",
+              'aborts building the MTP graph: GGML_ASSERT "MIMO2 MTP requires dense FFN tensors"'))
+
+
 def _build_mtp_mimo2(b, graph_shape, n_out):
     """mimo2.cpp graph_mtp: after the fusion a sliding-window (or full) attention block from one fused
     qkv projection with sinks, its output scaled by the value scale, a dense FFN; the output rows are

@@ -6,6 +6,31 @@ from moetools.devicefit.ggml.allocator import F32_BYTES, I32_BYTES, I64_BYTES, _
 from moetools.devicefit.graph.common import build_attn, build_moe_ffn, build_rs
 from moetools.devicefit.graph.context import build_attn_inp
 from moetools.devicefit.graph.mixers.gdn import _gdn_layer
+from moetools.gguf.constants import tensor_nbytes
+
+
+def read_qwen4exp_shape(model, kvshape, shape):
+    """qwen4exp.cpp's widths (the profile's shape_reader): low-rank hyper-connections, QSA over the
+    attention layers, and the PLE module."""
+    need = "Qwen4-Exp's compute"
+    ratios = model.layer_values("{arch}.attention.compress_ratios", 0)
+    # per block: its attention layer's QSA block size (0: a recurrent layer, or dense attention)
+    ratios = tuple(0 if il >= kvshape.trunk_layers or kvshape.is_recurrent[il] else ratios[il] or 0
+                   for il in range(kvshape.block_count))
+    shape.dsv4 = {"hc": model.get_int("{arch}.hyper_connection.count", None, required_for=need),
+                  "rank": model.get_int("{arch}.hyper_connection.low_rank", None, required_for=need),
+                  "ratios": ratios}
+    if any(kvshape.ple_layers):  # the PLE module (kv._ple_module checked its layer and kernel)
+        ple = kvshape.ple_layers.index(True)
+        ngram = model.get_int("{arch}.ple.ngram_size", None, required_for=need)
+        heads = (ngram - 1) * model.get_int("{arch}.ple.heads_per_ngram", None, required_for=need)
+        conv = model.tensor_by_name.get(f"blk.{ple}.ple_conv1d.weight")
+        conv_type = 0 if conv is None else conv.type_id  # (kv._ple_module refused block types)
+        shape.dsv4.update(ple=ple, ple_heads=heads, ple_ngram=ngram,
+                          ple_width=heads * model.get_int("{arch}.embedding_length_per_layer_input", None, required_for=need),
+                          ple_kernel=model.get_int("{arch}.ple.conv_kernel", None, required_for=need),
+                          ple_conv_f32=conv_type == 0,
+                          ple_column_bytes=tensor_nbytes(conv_type, (1, shape.dsv4["hc"] * shape.n_embd)))
 
 
 # --- Qwen4-Exp (src/models/qwen4exp.cpp, llama_memory_hybrid_idx) --------------------------------

@@ -1,10 +1,7 @@
-"""The architecture-name tables of device-fit's memory model, moved whole out of kv.py (issue 28):
-which architectures llama.cpp gives a sliding-window cache, recurrent state, a DSA/MSA indexer cache,
-no memory at all, or refuses. Each table names the llama.cpp file it was read from.
-
-One module on purpose: the per-architecture registry (moetools/arch/) is to replace these tuples, and
-kv.py (and moetools.devicefit.memory's modules) read them only from here.
-"""
+"""device-fit's memory tables of architecture names as they stood at main a9f6c85 (moetools/devicefit/memory/
+archsets.py, removed in issue 28): the registry (moetools/arch/) now holds these facts, and
+tests/test_arch_registry.py checks it against them name by name. Frozen test data: never edit to follow
+the registry."""
 
 # Architectures whose loader sets a sliding window (src/models/*.cpp, load_arch_hparams):
 # arch -> (when, built-in period, dense_first, n_swa default or None if the key is required, type).
@@ -123,3 +120,5 @@ FLASH_ATTN_FORCED_OFF = ("grok",)
 # llm_arch_supports_rs_rollback (src/llama-arch.cpp): llama_context clamps n_rs_seq to 0 for the others
 RS_ROLLBACK_ARCHES = ("kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
                       "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3")
+
+GEMMA3N_KV_LAYERS = 20  # llama_model_gemma3n: n_layer_kv_from_start
