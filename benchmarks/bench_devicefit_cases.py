@@ -3,7 +3,7 @@ process, this tree against a baseline commit in the same script run (figures as 
 
 Cases: the header-only presets (`python -m moetools.synth PRESET`) with the fork runtime and with
 `--runtime llama` on one GPU, a multi-device llama plan (2 GPUs + 2 RPC servers + CPU), the Kimi-K2-class
-8-shard header, the Kimi-K3-class 14-shard header (`make run`'s fork plan with its coverage curve, and the
+8-shard header, the Kimi-K3-class 14-shard header (`make run`'s plan with its coverage curve, auto and fork alone, and the
 llama plan), `--draft MODEL` plans and `--spec-type draft-mtp` plans; `inspect` on the same files.
 Target: every case at most 0.4 s of CPU (user + system of the whole process) at a low load.
 
@@ -37,6 +37,7 @@ PRESETS = ("deepseek-v3", "deepseek-v3.2", "gemma-4-26b-a4b", "glm-4.5-air", "gp
 LLAMA_ONE = ["--runtime", "llama", "--vram", "32G", "--ram", "1T"]
 LLAMA_FOUR = ["--runtime", "llama", "--vram", "24G,24G", "--rpc", "10.0.0.2:50052=24G", "--rpc", "10.0.0.3:50052=24G",
               "--ram", "512G"]
+FORK = ["--runtime", "fork"]  # the default is auto (llama.cpp, with the fork beside it where it applies) since 0.3
 MTP_PRESETS = ("deepseek-v3.2", "glm-4.5-air", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b")
 DRAFTS = (("qwen3-235b", "qwen3-30b-a3b"), ("qwen3-next-80b-a3b", "qwen3-30b-a3b"), ("kimi-k3", "kimi-k2"))
 
@@ -56,13 +57,14 @@ def cases(paths):
     out = []
     for name in ("kimi-k2", "kimi-k3", *PRESETS):
         out.append((f"inspect {name}", ["inspect", paths[name], "--json"]))
-    out.append(("fork kimi-k2 (8 shards)", ["device-fit", paths["kimi-k2"], "--vram", "32G", "--json"]))
+    out.append(("fork kimi-k2 (8 shards)", ["device-fit", paths["kimi-k2"], *FORK, "--vram", "32G", "--json"]))
     out.append(("llama 4-device kimi-k2", ["device-fit", paths["kimi-k2"], *LLAMA_FOUR, "--json"]))
-    out.append(("fork kimi-k3 + coverage (make run)", ["device-fit", paths["kimi-k3"], "--vram", "32G", "--coverage", coverage, "--json"]))
+    out.append(("fork kimi-k3 + coverage", ["device-fit", paths["kimi-k3"], *FORK, "--vram", "32G", "--coverage", coverage, "--json"]))
+    out.append(("auto kimi-k3 + coverage (make run)", ["device-fit", paths["kimi-k3"], "--vram", "32G", "--coverage", coverage, "--json"]))
     out.append(("llama kimi-k3", ["device-fit", paths["kimi-k3"], "--runtime", "llama", "--vram", "32G", "--ram", "1T", "--json"]))
     out.append(("llama 4-device kimi-k3", ["device-fit", paths["kimi-k3"], *LLAMA_FOUR, "--json"]))
     for name in PRESETS:
-        out.append((f"fork {name}", ["device-fit", paths[name], "--vram", "32G", "--json"]))
+        out.append((f"fork {name}", ["device-fit", paths[name], *FORK, "--vram", "32G", "--json"]))
         out.append((f"llama {name}", ["device-fit", paths[name], *LLAMA_ONE, "--json"]))
     for name in ("deepseek-v3", "qwen3-235b", "gpt-oss-120b", "qwen3.5-35b-a3b"):
         out.append((f"llama 4-device {name}", ["device-fit", paths[name], *LLAMA_FOUR, "--json"]))

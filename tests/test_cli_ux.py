@@ -169,7 +169,7 @@ def test_real_qwen_trace_runs_on_its_models_preset(tmp_path):
     curve = json.loads(result.output)
     assert curve["slots"][-1] == 3059  # the trace's distinct (layer, expert) pairs
     (tmp_path / "curve.json").write_text(result.output)
-    result = CliRunner().invoke(cli, ["device-fit", str(model), "--vram", "16G", "--coverage",
+    result = CliRunner().invoke(cli, ["device-fit", str(model), "--vram", "16G", "--runtime", "fork", "--coverage",
                                       str(tmp_path / "curve.json"), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["verdict"] == "native"
@@ -305,11 +305,11 @@ def test_device_fit_messages_give_sizes_not_raw_byte_counts(tmp_path):
     from tests import factory
 
     k2 = factory.write_preset(tmp_path, "kimi-k2")
-    unfittable = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "8G", "--json"])
+    unfittable = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "8G", "--runtime", "fork", "--json"])
     assert unfittable.exit_code == 1, unfittable.output
     notes = " ".join(json.loads(unfittable.stdout)["notes"])
     assert "short for the smallest division" in notes and not re.search(RAW_BYTES, notes), notes
-    below = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "1G", "--reserve", "2G", "--json"])
+    below = CliRunner().invoke(cli, ["device-fit", str(k2), "--vram", "1G", "--reserve", "2G", "--runtime", "fork", "--json"])
     assert below.exit_code == 2
     assert "--reserve 2.00 GiB leaves nothing of VRAM 1.00 GiB" in below.output and not re.search(RAW_BYTES, below.output), below.output
 
@@ -317,8 +317,8 @@ def test_device_fit_messages_give_sizes_not_raw_byte_counts(tmp_path):
 def test_min_ctx_note_does_not_claim_the_user_asked(tiny_models):
     import json
 
-    result = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "4G", "--json"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "4G", "--runtime", "fork",
+                                      "--json"], catch_exceptions=False)
     notes = json.loads(result.stdout)["notes"]
     assert "context 2048 (the model's training context) is below --min-ctx 4096" in notes, notes
     assert not any("as asked" in note for note in notes)

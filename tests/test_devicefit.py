@@ -28,7 +28,9 @@ K3_STATE = 70 * (3 * 3 * 32 * 128 + 128 * 128 * 32) * 4
 
 
 def run(*args, input=None):
-    return CliRunner().invoke(cli, ["device-fit", *map(str, args)], input=input, catch_exceptions=False)
+    """device-fit with the fork runtime (this file's subject) unless the test names one."""
+    runtime = [] if "--runtime" in args else ["--runtime", "fork"]
+    return CliRunner().invoke(cli, ["device-fit", *map(str, args), *runtime], input=input, catch_exceptions=False)
 
 
 def run_json(*args, input=None, code=0):
@@ -651,15 +653,16 @@ def test_header_path_imports_no_heavy_modules(tiny_models, tmp_path):
     import sys
 
     code = ("import sys\nimport moetools.gguf, click\nbefore = set(sys.modules)\n"
-            "sys.argv = ['moetools', 'device-fit', %r, '--vram', '8G', '--json']\n"
+            "sys.argv = ['moetools', 'device-fit', %r, '--vram', '8G', '--json', '--runtime', '%s']\n"
             "from moetools.cli import cli\n"
             "try:\n    cli()\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('numpy', 'gguf', 'rich') if m in sys.modules]\n"
             "heavy += [m for m in ('dataclasses',) if m in set(sys.modules) - before]\n"
-            "sys.stderr.write('HEAVY=' + ','.join(heavy))") % str(tiny_models["kimi-k3"])
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.stderr.endswith("HEAVY="), proc.stderr
-    assert json.loads(proc.stdout)["verdict"] == "native"
+            "sys.stderr.write('HEAVY=' + ','.join(heavy))")
+    for runtime, verdict in (("fork", "native"), ("auto", "fits"), ("llama", "fits")):
+        proc = subprocess.run([sys.executable, "-c", code % (str(tiny_models["kimi-k3"]), runtime)], capture_output=True, text=True)
+        assert proc.stderr.endswith("HEAVY="), (runtime, proc.stderr)
+        assert json.loads(proc.stdout)["verdict"] == verdict
 
 
 def test_record_fields():

@@ -75,7 +75,7 @@ def test_a_draft_with_another_vocabulary_is_refused(models):
 
 
 def test_draft_needs_the_llama_runtime(models):
-    result = run(models["target"], "--vram", "24G", "--draft", models["draft"])
+    result = run(models["target"], "--vram", "24G", "--draft", models["draft"], "--runtime", "fork")
     assert result.exit_code == 2 and "--runtime llama" in result.output
 
 

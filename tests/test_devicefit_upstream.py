@@ -393,15 +393,24 @@ def test_bad_input_exits_2(tiny_models, args, message):
 
 
 def test_fork_with_two_gpus_says_what_the_fork_supports(preset_model):
-    doc = run_json(preset_model("kimi-k3"), "--vram", "32G,24G", "--ctx", 8192)
+    doc = run_json(preset_model("kimi-k3"), "--vram", "32G,24G", "--ctx", 8192, "--runtime", "fork")
     assert doc["runtime"] == "fork" and doc["devices"][0]["name"] == "CUDA0"
     assert doc["devices"][0]["capacity_bytes"] == 32 * GIB
     assert any("one expert cache" in note for note in doc["notes"])
 
 
 def test_fork_rejects_rpc(tiny_models):
-    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--rpc", "h:1=2G")
+    result = run(tiny_models["qwen3moe"], "--vram", "8G", "--rpc", "h:1=2G", "--runtime", "fork")
     assert result.exit_code == 2 and "--runtime llama" in result.output
+
+
+def test_two_gpus_by_default_plan_both_with_llama_cpp(preset_model):
+    """The default runtime plans upstream llama.cpp on every GPU given (the fork planned one and dropped
+    the second without a word)."""
+    doc = run_json(preset_model("qwen3-235b"), "--vram", "24G,24G", "--ram", "256G", "--ctx", 8192)
+    assert doc["runtime"] == "llama" and [d["name"] for d in doc["devices"]][:2] == ["CUDA0", "CUDA1"]
+    assert all(d["resident_bytes"] > 0 for d in doc["devices"][:2])
+    assert doc["launch"]["llama"]["args"][0] == "-m"
 
 
 def test_llama_table(preset_model):

@@ -46,7 +46,7 @@ def k3(preset_model):
 
 
 def run(*args):
-    return CliRunner().invoke(cli, ["device-fit", *map(str, args)], catch_exceptions=False)
+    return CliRunner().invoke(cli, ["device-fit", "--runtime", "fork", *map(str, args)], catch_exceptions=False)
 
 
 def test_one_cache_in_host_ram_when_it_holds_more_experts(k3, tmp_path):
@@ -83,7 +83,7 @@ def test_a_budget_the_pools_cannot_use_is_explained(preset_model):
 
     from moetools.cli import cli
 
-    doc = json.loads(CliRunner().invoke(cli, ["device-fit", str(preset_model("kimi-k3")), "--vram", "32G", "--ctx",
+    doc = json.loads(CliRunner().invoke(cli, ["device-fit", "--runtime", "fork", str(preset_model("kimi-k3")), "--vram", "32G", "--ctx",
                                               "32768", "--json"]).stdout)
     cache = doc["fork_cache"]
     assert len(cache["pools"]) == 2 and cache["pooled_bytes"] < 0.5 * cache["budget_bytes"]

@@ -97,7 +97,7 @@ def test_plan_of_another_kind_is_never_overwritten(tmp_path, body, words):
 def test_device_fit_and_trace_tail_refuse_a_foreign_plan_with_exit_2(k3, tmp_path):
     path = tmp_path / "plan.json"
     path.write_text('{"version": 2}')
-    result = invoke("device-fit", k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", path, "--json")
+    result = invoke("device-fit", "--runtime", "fork", k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", path, "--json")
     assert result.exit_code == 2 and "refusing to overwrite" in result.stderr
     trace = tmp_path / "t.trace"
     trace.write_bytes(trace_format.encode_records(*tokens_to_records(skewed_tokens(5), ["decode"] * 5)))
@@ -110,7 +110,7 @@ def test_round_trip_device_fit_trace_tail_device_fit_keeps_every_key(k3, tmp_pat
     """The reported failure: trace-tail --plan after device-fit --plan dropped device_budget_bytes
     and resident_tier and replaced the 403 GB budget by its own. Now each tool changes its keys only."""
     plan = tmp_path / "plan.json"
-    fit = json.loads(invoke("device-fit", k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", plan, "--json").stdout)
+    fit = json.loads(invoke("device-fit", "--runtime", "fork", k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", plan, "--json").stdout)
     first = read_doc(plan)
     assert first["device_budget_bytes"] == fit["expert_budget_bytes"] and first["resident_tier"] == "native"
     doc = read_doc(plan)
@@ -125,7 +125,7 @@ def test_round_trip_device_fit_trace_tail_device_fit_keeps_every_key(k3, tmp_pat
     assert second["pin_list"], "trace-tail wrote no pins"
     for key in ("budget_bytes", "device_budget_bytes", "resident_tier", "window_k", "operator_note"):
         assert second[key] == doc[key], key
-    invoke("device-fit", k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", plan, "--json")
+    invoke("device-fit", "--runtime", "fork", k3, "--vram", "32G", "--ctx", 32768, "--ram", "1T", "--plan", plan, "--json")
     third = read_doc(plan)
     assert third["pin_list"] == second["pin_list"] and third["operator_note"] == {"keep": True}
     assert {key: third[key] for key in first} == {**first, "pin_list": second["pin_list"]}
@@ -171,7 +171,7 @@ def test_device_fit_waits_for_the_plan_folder_lock_trace_tail_holds(k3, tmp_path
     plan = tmp_path / "plan.json"
     holder = hold(tmp_path)
     try:
-        fit = subprocess.Popen([sys.executable, "-m", "moetools", "device-fit", str(k3), "--vram", "32G", "--ctx", "32768",
+        fit = subprocess.Popen([sys.executable, "-m", "moetools", "device-fit", "--runtime", "fork", str(k3), "--vram", "32G", "--ctx", "32768",
                                 "--ram", "1T", "--plan", str(plan), "--json"], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         assert f"in use by pid {holder.pid}" in fit.stderr.readline()

@@ -61,12 +61,12 @@ def test_install_resident_bytes_prices_the_gguf_the_daemon_loads(installed):
 
 def test_device_fit_discovers_installed_tiers_in_the_storage_root(installed):
     root, source, doc = installed
-    result = invoke("device-fit", source, "--vram", "8G", "--storage-root", root, "--model-id", MODEL_ID, "--json")
+    result = invoke("device-fit", "--runtime", "fork", source, "--vram", "8G", "--storage-root", root, "--model-id", MODEL_ID, "--json")
     assert result.exit_code == 0, result.output
     labels = {division["tier"] for division in json.loads(result.stdout)["divisions"]}
     assert {"q8_0", "q4_0"} <= labels
     # without the model id the daemon's folder is another one: the tiers are not there
-    result = invoke("device-fit", source, "--vram", "8G", "--storage-root", root, "--json")
+    result = invoke("device-fit", "--runtime", "fork", source, "--vram", "8G", "--storage-root", root, "--json")
     assert {division["tier"] for division in json.loads(result.stdout)["divisions"]} == {"native"}
 
 
@@ -120,7 +120,7 @@ def test_old_stem_tier_manifests_and_manifests_beside_the_model_are_still_read(i
     beside.pop("gguf")
     os.link(tier["gguf"], tmp_path / "qwen3moe-x.gguf")
     (tmp_path / "qwen3moe-x.gguf.resident.json").write_text(json.dumps(beside))  # GGUF found by dropping the suffix
-    result = invoke("device-fit", tmp_path / "qwen3moe.gguf", "--vram", "8G", "--json")
+    result = invoke("device-fit", "--runtime", "fork", tmp_path / "qwen3moe.gguf", "--vram", "8G", "--json")
     labels = {division["tier"] for division in json.loads(result.stdout)["divisions"]}
     assert {"q8_0", "q4_0-beside"} <= labels
 
@@ -131,10 +131,10 @@ def test_a_resident_bytes_file_that_disagrees_is_a_warning(installed, tmp_path):
     good = (folder / "resident-bytes").read_text()
     try:
         (folder / "resident-bytes").write_text("12345\n")
-        result = invoke("device-fit", source, "--vram", "8G", "--storage-root", root, "--model-id", MODEL_ID, "--json")
+        result = invoke("device-fit", "--runtime", "fork", source, "--vram", "8G", "--storage-root", root, "--model-id", MODEL_ID, "--json")
         assert "resident-bytes says 12345" in result.stderr
         (folder / "resident-bytes").write_text("lots")
-        result = invoke("device-fit", source, "--vram", "8G", "--storage-root", root, "--model-id", MODEL_ID, "--json")
+        result = invoke("device-fit", "--runtime", "fork", source, "--vram", "8G", "--storage-root", root, "--model-id", MODEL_ID, "--json")
         assert "not a whole number" in result.stderr and result.exit_code == 0
     finally:
         (folder / "resident-bytes").write_text(good)

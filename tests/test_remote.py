@@ -4,6 +4,7 @@ routes. Remote and local answers must be identical apart from paths; bytes serve
 header plus one chunk per shard; every bad input is one line, exit 2, with nothing cached."""
 
 import json
+import shlex
 import os
 import subprocess
 import sys
@@ -289,6 +290,13 @@ def hub_files(preset_model, tmp_path_factory):
     return k2, q8, q4, readme
 
 
+
+def _damaged_gguf(folder):
+    """A GGUF whose header lies: its tensor count is past what the file holds."""
+    path = folder / "broken-Q2_K.gguf"
+    path.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (10**6).to_bytes(8, "little") + (0).to_bytes(8, "little"))
+    return path
+
 @pytest.fixture
 def hub(hub_files, monkeypatch):
     """A Hub emulation with repo org/kimi: a 3-shard K2-class set in a folder, two single-file quants
@@ -301,7 +309,8 @@ def hub(hub_files, monkeypatch):
     files.update({"tiny-Q8_0.gguf": q8, "tiny-Q4_0.gguf": q4, "README.md": readme})
     repos = {"org/kimi": Repo({k: str(v) for k, v in files.items()}, commit=COMMIT),
              "org/empty": Repo({"README.md": str(readme)}),
-             "org/gated": Repo({"tiny-Q8_0.gguf": str(q8)}, gated=True)}
+             "org/gated": Repo({"tiny-Q8_0.gguf": str(q8)}, gated=True),
+             "org/damaged": Repo({"tiny-Q8_0.gguf": str(q8), "broken-Q2_K.gguf": str(_damaged_gguf(q8.parent))})}
     with Server(repos=repos) as server:
         monkeypatch.setattr(constants, "ENDPOINT", server.hub_endpoint)
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -337,17 +346,81 @@ def test_hf_repo_inspect_lists_every_set(hub):
 
 
 def test_hf_repo_device_fit_is_one_row_per_set_equal_to_single_plans(hub):
-    rows = run_json("device-fit", "hf://org/kimi@main", "--vram", "32G")
+    rows = run_json("device-fit", "hf://org/kimi@main", "--vram", "32G", "--runtime", "fork")
     assert isinstance(rows, list) and [row["set"] for row in rows] == ["UD-Q2/kimi-k2", "tiny-Q4_0", "tiny-Q8_0"]
     for row, local_path in zip(rows, (hub.k2, hub.q4, hub.q8)):
-        local = run_json("device-fit", local_path, "--vram", "32G")
+        local = run_json("device-fit", local_path, "--vram", "32G", "--runtime", "fork")
         assert (row["verdict"], row["context"], row["slots"], row["tok_s"]) == (
             local["verdict"], local["context"], local["slots"], local["tok_s"])
         inspected = run_json("inspect", local_path)
         assert (row["resident_bytes"], row["expert_bytes"], row["file_type"]) == (
             inspected["resident_bytes"], inspected["expert_bytes"], inspected["file_type"])
-    table = invoke("device-fit", "hf://org/kimi", "--vram", "32G").stdout
+    table = invoke("device-fit", "hf://org/kimi", "--vram", "32G", "--runtime", "fork").stdout
     assert "UD-Q2/kimi-k2" in table and "tiny-Q4_0" in table
+
+
+@pytest.mark.parametrize("runtime", [[], ["--runtime", "llama"]])
+def test_hf_repo_with_upstream_llama_is_one_row_per_quant_fastest_first(hub, runtime):
+    """Which quant of a repo fits, for upstream llama.cpp (the default runtime too): every GGUF set
+    planned on the devices given, equal to its single plan, sorted by speed among those that fit, each
+    with its launch arguments; the table's launch line is the fastest set's."""
+    devices = ["--vram", "4G", "--ram", "64G"]
+    rows = run_json("device-fit", "hf://org/kimi@main", *devices, *runtime)
+    assert sorted(row["set"] for row in rows) == ["UD-Q2/kimi-k2", "tiny-Q4_0", "tiny-Q8_0"]
+    for row in rows:
+        path = {"UD-Q2/kimi-k2": hub.k2, "tiny-Q4_0": hub.q4, "tiny-Q8_0": hub.q8}[row["set"]]
+        local = run_json("device-fit", path, *devices, "--runtime", "llama")
+        assert (row["verdict"], row["context"], row["tok_s"]) == (local["verdict"], local["context"], local["tok_s"])
+        placement = local["placement"] or {}
+        assert (row["ngl"], row["n_cpu_moe"]) == (placement.get("ngl"), placement.get("n_cpu_moe"))
+        if row["verdict"] == "fits":
+            assert row["args"][0] == "-hf" and "-ngl" in row["args"]
+    fitting = [row for row in rows if row["verdict"] == "fits"]
+    assert fitting and rows[:len(fitting)] == fitting
+    assert [row["tok_s"] for row in fitting] == sorted((row["tok_s"] for row in fitting), reverse=True)
+    assert fitting[0].get("chosen") and not any(row.get("chosen") for row in rows[1:])
+    if sys.platform != "win32":  # the table view, on a terminal (a pty: POSIX only)
+        screen = _on_a_terminal(["device-fit", "hf://org/kimi", *devices, *runtime], HF_ENDPOINT=hub.hub_endpoint)
+        assert "UD-Q2/kimi-k2" in screen and "tiny-Q8_0" in screen, screen
+        command = " ".join(line.rstrip("\\ ") for line in screen[screen.index("llama-server"):].splitlines()
+                           if line.strip()).split(" the fastest")[0]
+        assert shlex.split(command)[1:len(fitting[0]["args"]) + 1] == fitting[0]["args"], screen
+
+
+def _on_a_terminal(args, **env):
+    """What `moetools ARGS` prints on an 200-column terminal (stdout and stderr on one pty)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "moetools", *map(str, args)], cwd=ROOT, stdout=follower,
+                               stderr=follower, stdin=subprocess.DEVNULL, env=dict(os.environ, COLUMNS="200", **env))
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    process.wait(timeout=120)
+    os.close(leader)
+    return seen.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_hf_repo_llama_listing_with_a_damaged_set_still_plans_the_others(hub):
+    """A set whose header does not parse is a row saying why; the others are planned (exit 0)."""
+    result = invoke("device-fit", "hf://org/damaged", "--vram", "4G", "--ram", "64G", "--runtime", "llama", "--json")
+    rows = {row["set"]: row for row in json.loads(result.stdout)}
+    assert rows["tiny-Q8_0"]["verdict"] == "fits"
+    assert rows["broken-Q2_K"]["verdict"] == "unreadable" and rows["broken-Q2_K"]["error"]
+    assert "broken-Q2_K" in result.stderr
+
+
+def test_hf_repo_without_a_gguf_set_is_exit_2_for_upstream_too(hub):
+    result = invoke("device-fit", "hf://org/empty", "--vram", "4G", "--runtime", "llama", code=2)
+    assert len(result.stderr.strip().splitlines()) == 1, result.output
 
 
 def test_hf_second_plan_needs_only_the_listing_and_offline_needs_nothing(hub):

@@ -451,7 +451,7 @@ def test_device_fit_predicts_from_the_best_policy_of_a_partial_curve(tmp_path, t
     assert curve.demand_policies() == ["lru", "lfu"]
     best = max(("lru", "lfu"), key=lambda name: sum(doc["hit"][name]))
     assert default_coverage_policy(curve, str(curve_path)) == (best, None)
-    fit = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--vram", "8G", "--coverage", str(curve_path),
+    fit = CliRunner().invoke(cli, ["device-fit", "--runtime", "fork", str(tiny_models["qwen3moe"]), "--vram", "8G", "--coverage", str(curve_path),
                                    "--json"], catch_exceptions=False)
     assert fit.exit_code == 0, fit.output
     fitted = json.loads(fit.stdout)

@@ -1,5 +1,6 @@
-"""`moetools device-fit MODEL --vram 32G`: how one GPU's memory divides between compute reserve,
-resident weights, KV cache and the hot-expert cache, how fast it will decode, and how to launch it.
+"""`moetools device-fit MODEL --vram 32G`: which layers and experts go to each device under upstream
+llama.cpp, how one GPU's memory divides for the streaming fork, how fast each decodes, and how to
+launch it.
 
     moetools device-fit k3-00001-of-00014.gguf --vram 32G
     moetools device-fit k3.gguf --vram 32G --tiers device-fit/k3 --coverage curve.json --plan k3.plan.json
@@ -45,13 +46,14 @@ def _collector_paused(command):
 @source_options
 @_collector_paused
 def device_fit_command(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
-    """Plan a model on these devices: the fork's division of one GPU, or upstream llama.cpp's layers and
-    experts on every GPU, RPC server and the CPU — with the speed of each.
+    """Plan a model on these devices: upstream llama.cpp's layers and experts on every GPU, RPC server and
+    the CPU, with the streaming fork's division of one GPU beside it where the fork applies — with the
+    speed of each.
 
     MODEL is a .gguf file or any shard of a split model, an http(s) URL of one, or
     hf://ORG/REPO[@REVISION]/PATH.gguf (headers only, read with range requests). hf://ORG/REPO[@REVISION]
-    alone plans every GGUF set in the repo with the fork runtime, one row per quant (--include GLOB to
-    narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
+    alone plans every GGUF set in the repo, one row per quant, the fastest that fits first
+    (--include GLOB to narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
     shortfall is reported), 2 for bad input.
     """
     from moetools.devicefit.run import device_fit  # lazily: --help stays cheap

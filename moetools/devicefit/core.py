@@ -319,6 +319,7 @@ class FitOptions(Record):
         ("ram", None),
         ("os_reserve", 4 * GIB),
         ("container", ""),
+        ("disk_bytes_per_s", 3e9),  # the drive's read rate, for the experts the page cache cannot hold
     )
 
 
@@ -420,9 +421,46 @@ def fit_context(shape, settings, wanted, floor, room, compute_bytes=0):
     return None, kvmod.kv_caches(shape, floor, settings)
 
 
-def speed(facts, coverage, options):
-    """tok/s = 1 / ((1 - coverage) x experts_per_token x expert_bytes / h2d + floor)."""
-    return fork_tok_s(coverage, facts.experts_per_token, facts.expert_bytes, options.h2d_bytes_per_s, options.floor_s)
+def speed(facts, coverage, options, cache_on_host=False):
+    """The fork's tok/s with its misses read from RAM, or from the drive for the share of the experts the
+    page cache cannot hold (speed.fork_tok_s)."""
+    return fork_tok_s(coverage, facts.experts_per_token, facts.expert_bytes, options.h2d_bytes_per_s, options.floor_s,
+                      drive_share(facts, options), options.disk_bytes_per_s, cache_on_host)
+
+
+def drive_share(facts, options):
+    """The share of the expert bytes a cache miss reads from the drive rather than RAM: the fork reads
+    misses through llama.cpp's mmap, so the page cache holds what RAM has room for after the OS reserve
+    and the model's other mapped bytes; a container is read with O_DIRECT, past the page cache, so all
+    of its misses are drive reads. 0 when --ram is not given (then said in speed_assumes)."""
+    experts = sum(facts.layer_expert_bytes.values())
+    if options.ram is None or not experts:
+        return 0.0
+    if options.container:
+        return 1.0
+    room = options.ram - options.os_reserve - (facts.file_bytes - experts)
+    return min(1.0, max(0.0, 1.0 - room / experts))
+
+
+def speed_assumes(result):
+    """What the fork's tok/s rests on, in words: where its cache is, where its misses come from."""
+    facts, options, chosen = result.facts, result.options, result.chosen
+    if chosen is None or facts.dense:
+        return ""
+    cache = chosen_fork_cache(result)
+    where = "a host-RAM cache whose hits still cross PCIe" if cache is not None and cache.device == "host" else "a VRAM cache"
+    share = drive_share(facts, options)
+    h2d = f"{options.h2d_bytes_per_s / 1e9:g} GB/s (--h2d)"
+    if options.ram is None:
+        misses = f"misses from RAM over PCIe at {h2d}, assuming the page cache holds every expert (no --ram)"
+    elif options.container:
+        misses = f"misses read from the container on the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw), then PCIe at {h2d}"
+    elif share > 0:
+        misses = (f"misses over PCIe at {h2d}; the page cache holds {1 - share:.0%} of the experts, the other "
+                  f"{share:.0%} are read from the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw)")
+    else:
+        misses = f"misses from RAM (the page cache holds every expert) over PCIe at {h2d}"
+    return f"{where}; {misses}"
 
 
 def divide(facts, tier, options, coverage, usable, wanted, floor, compute=None):
@@ -577,6 +615,12 @@ def fit(facts, tiers, options, coverage=None, observations=()):
             notes.append("coverage is the uniform floor (slots / total slots); give --coverage for a measured curve")
     if options.ram is not None:
         result.host = host_budget(facts, chosen, options, warnings)
+        cache = chosen_fork_cache(result)
+        if cache is not None and cache.device == "host" and not chosen.observations:
+            # the emitted settings put the one cache in host RAM: its slots, and its hits cross PCIe
+            slots = min(cache.expert_slots, facts.total_slots)
+            chosen.coverage = coverage.at(slots)
+            chosen.tok_s_predicted = chosen.tok_s = speed(facts, chosen.coverage, options, cache_on_host=True)
     return result
 
 
@@ -710,6 +754,7 @@ def to_doc(result, launch=None):
         "expert_bytes": facts.expert_bytes,
         "experts_per_token": facts.experts_per_token,
         "coverage": round(picked.coverage, 6),
+        "speed_assumes": speed_assumes(result),
         "coverage_source": result.coverage.label,
         "tok_s": round(picked.tok_s, 4),
         "tok_s_predicted": round(picked.tok_s_predicted, 4),

@@ -41,8 +41,10 @@ def devices_options(command):
     @click.option("--vram-bw", metavar="RATE[,RATE...]", help="GPU memory bandwidth (1008GB/s), one for all or one per GPU.")
     @click.option("--rpc", "rpc_specs", multiple=True, metavar="HOST:PORT=SIZE", help="A llama.cpp RPC server and the memory it offers (repeatable).")
     @click.option("--rpc-bw", metavar="RATE[,RATE...]", help="Memory bandwidth of the RPC servers' devices.")
-    @click.option("--runtime", type=click.Choice(["fork", "llama"]), default="fork", show_default=True,
-                  help="fork: the streaming fork's division of one GPU; llama: upstream llama.cpp on every device.")
+    @click.option("--runtime", type=click.Choice(["auto", "llama", "fork"]), default="auto", show_default=True,
+                  help="auto: upstream llama.cpp on every device, with the streaming fork's division of the first GPU "
+                       "beside it where the fork applies (its tiers, container or curve are given or found, or the "
+                       "experts do not fit in RAM); llama or fork: that runtime only.")
     @click.option("--reserve", metavar="SIZE", help="Compute reserve per GPU as a whole, instead of the modelled compute buffer + --margin.")
     @click.option("--margin", default="1G", show_default=True, metavar="SIZE",
                   help="Added to the modelled compute buffer: CUDA context, cuBLAS workspace, fragmentation.")
@@ -149,7 +151,8 @@ def machine_options(command):
     @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 2ms).")
     @click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
     @click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
-    @click.option("--disk-bw", default="3GB/s", show_default=True, help="llama: drive read rate for page-cache misses of mapped CPU experts.")
+    @click.option("--disk-bw", default="3GB/s", show_default=True,
+                  help="Drive read rate for the experts the page cache cannot hold (llama: mapped CPU experts; fork: its misses).")
     @click.option("--threads", "-t", type=int, help="llama: CPU threads for the CPU experts (default: this machine's cores).")
     @click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS.")
     @functools.wraps(command)

@@ -70,7 +70,7 @@ def tables(doc):
                    ["", "bytes", "detail"], rows, right_align=(1,))
     if doc["verdict"] != "unfittable":
         ledger.caption = (f"coverage {doc['coverage']:.3f} ({doc['coverage_source']}), {doc['experts_per_token']} experts/token "
-                          f"-> {doc['tok_s']:.2f} tok/s")
+                          f"-> {doc['tok_s']:.2f} tok/s" + (f"; assumes {doc['speed_assumes']}" if doc.get("speed_assumes") else ""))
     division_rows = []
     for division in doc["divisions"]:
         chosen = division["tier"] == doc["resident_source"] and doc["verdict"] != "unfittable"
@@ -189,6 +189,35 @@ def repo_tables(text, listing, rows):
     table = Table(f"device-fit: every GGUF set in {text} (commit {listing.commit[:12]})",
                   ["set", "type", "size", "resident", "experts", "verdict", "context", "hot-expert slots / CPU experts", "tok/s"],
                   body, right_align=(2, 3, 4, 6, 8))
+    table.caption = (f"headers read: {gib(sum(row.get('fetched_bytes', 0) for row in rows))} in "
+                     f"{sum(row.get('requests', 0) for row in rows)} requests")
+    return [table]
+
+
+def runtimes_table(rows):
+    """auto: one line per runtime for the same model and card, the faster marked *."""
+    body = [[("* " if row["best"] else "  ") + row["runtime"], "yes" if row["fits"] else "no",
+             row["context"] if row["fits"] else "-", f"{row['tok_s']:.2f}" if row["fits"] else "-", row["why"]]
+            for row in rows]
+    return Table("Runtimes (* = faster here; --runtime llama|fork plans one)", ["runtime", "fits", "context", "tok/s", "why"],
+                 body, right_align=(2, 3))
+
+
+def llama_repo_tables(text, listing, rows):
+    """Every GGUF set of a repo planned with upstream llama.cpp: one row per quant, the fastest that fits
+    first."""
+    gib = format_size
+    body = []
+    for row in rows:
+        if row["verdict"] == "unreadable":
+            body.append([row["set"], "-", gib(row["file_bytes"]), "unreadable", "-", "-", "-"])
+            continue
+        fits = row["verdict"] == "fits"
+        placement = "-" if not fits else f"-ngl {row['ngl']}" + (f" --n-cpu-moe {row['n_cpu_moe']}" if row["n_cpu_moe"] else "")
+        body.append([row["set"], row["file_type"] or "-", gib(row["file_bytes"]), row["verdict"],
+                     row["context"] if fits else "-", placement, f"{row['tok_s']:.2f}" if fits else "-"])
+    table = Table(f"device-fit (llama.cpp): every GGUF set in {text} (commit {listing.commit[:12]})",
+                  ["set", "type", "size", "verdict", "context", "placement", "tok/s"], body, right_align=(2, 4, 6))
     table.caption = (f"headers read: {gib(sum(row.get('fetched_bytes', 0) for row in rows))} in "
                      f"{sum(row.get('requests', 0) for row in rows)} requests")
     return [table]

@@ -16,7 +16,8 @@ from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
-from moetools.devicefit.render import emit_doc, emit_text, llama_tables, pool_notes, repo_tables, tables
+from moetools.devicefit.render import (emit_doc, emit_text, llama_repo_tables, llama_tables, pool_notes, repo_tables,
+    runtimes_table, tables)
 from moetools.gguf.locator import is_repo
 from moetools.output import print_json, render, warn
 from moetools.sizes import format_size, parse_size
@@ -139,10 +140,11 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
                            margin=0 if reserve is not None else _size_option("--margin", margin))
 
 
-def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=(), warnings=()):
-    """--runtime llama: plan, print, exit 1 when a device does not fit. `notes` and `warnings` join the
-    document's."""
-    if emit == "env":
+def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=(), warnings=(), beside=None,
+               fetch_stats=None):
+    """--runtime llama (and auto): plan, print, exit 1 when no runtime fits. `notes` and `warnings` join
+    the document's. `beside`: the fork's (doc, result, launch) for the same model, shown beside (auto)."""
+    if emit == "env" and beside is None:
         raise UsageError("--emit env is the fork's launch; use --emit llama with --runtime llama")
     if facts.layers is None:
         raise UsageError("this model's per-layer bytes are unknown")
@@ -156,9 +158,20 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
+    if beside is not None:
+        doc["runtimes"] = runtime_rows(doc, beside[0])
+        doc["fork"] = beside[0]
+    if fetch_stats is not None:  # a remote model: what reading its headers cost
+        doc.update(fetch_stats)
     for message in doc["warnings"]:
         warn(message)
-    if emit and json_flag:
+    if emit == "env":  # auto with the fork beside: its exports
+        fork_doc, _, launch = beside
+        if json_flag:
+            print_json(emit_doc("env", fork_doc, launch, options.kv))
+        else:
+            click.echo(emit_text("env", fork_doc, launch, options.kv), nl=False)
+    elif emit and json_flag:
         command = ["llama-server"] + list(doc["launch"]["llama"]["args"]) if result.chosen is not None else []
         print_json({"command": command, "note": "" if command else "unfittable: " + result.unfittable["summary"]})
     elif emit:
@@ -169,9 +182,35 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     else:
         launch_line = ["llama-server " + shlex.join(doc["launch"]["llama"]["args"])] if doc.get("launch") else []
         # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
-        render(doc, lambda: llama_tables(doc), json_flag, notes=launch_line + doc["notes"])
-    if result.chosen is None:
+        screen = (lambda: [runtimes_table(doc["runtimes"])] + llama_tables(doc)) if beside is not None else (lambda: llama_tables(doc))
+        render(doc, screen, json_flag, notes=launch_line + doc["notes"])
+    fork_fits = beside is not None and beside[1].chosen is not None
+    if result.chosen is None and not fork_fits:
         click.get_current_context().exit(1)
+
+
+def runtime_rows(llama_doc, fork_doc):
+    """One row per runtime for the same model and card (auto): what each fits, its speed, and why."""
+    placement = llama_doc.get("placement") or {}
+    llama_why = "does not fit these devices" if llama_doc["verdict"] == "unfittable" else (
+        f"-ngl {placement['ngl']}" + (f", experts of {len(placement['cpu_expert_layers'])} layers read from RAM "
+                                      f"on the CPU" if placement["cpu_expert_layers"] else ", every expert in VRAM"))
+    if fork_doc["verdict"] == "unfittable":
+        fork_why = "no division of " + fork_doc["devices"][0]["name"] + " holds it"
+    elif fork_doc["experts_per_token"]:
+        fork_why = (f"{fork_doc['resident_source']} resident, {fork_doc['slots']} of {fork_doc['total_slots']} experts "
+                    f"cached in VRAM (coverage {fork_doc['coverage']:.2f}), misses streamed over PCIe")
+    else:
+        fork_why = "dense model: no experts to stream"
+    rows = [{"runtime": "llama", "fits": llama_doc["verdict"] != "unfittable", "context": llama_doc["context"],
+             "tok_s": llama_doc["tok_s"], "why": llama_why},
+            {"runtime": "fork", "fits": fork_doc["verdict"] != "unfittable", "context": fork_doc["context"],
+             "tok_s": fork_doc["tok_s"] if fork_doc["verdict"] != "unfittable" else 0.0, "why": fork_why}]
+    fitting = [row for row in rows if row["fits"]]
+    best = max(fitting, key=lambda row: row["tok_s"]) if fitting else None
+    for row in rows:
+        row["best"] = row is best
+    return rows
 
 
 def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
@@ -309,6 +348,176 @@ def fit_repo(text, fetch, inputs, json_flag):
         click.get_current_context().exit(1)
 
 
+def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_bytes, h2d_bytes_per_s):
+    """The fork's FitInputs from the option records: its options, the curve and observations read once."""
+    coverage_policy = fork.coverage_policy
+    fork_notes = decimal_vram_notes(devices.vram)
+    if len(gpus) > 1:
+        fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
+                          f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
+                          f"the other {len(gpus) - 1} GPU(s) hold only what llama.cpp's layer split gives them. "
+                          "Use --runtime llama to plan every GPU")
+    options = core.FitOptions(
+        vram=gpus[0].capacity_bytes,
+        reserve=_size_option("--reserve", devices.reserve),
+        margin=_size_option("--margin", devices.margin),
+        ctx=context.ctx,
+        min_ctx=context.min_ctx,
+        kv=settings,
+        h2d_bytes_per_s=h2d_bytes_per_s,
+        floor_s=parse_floor(machine.floor_text or "10ms"),
+        ram=ram_bytes,
+        os_reserve=_size_option("--os-reserve", machine.os_reserve),
+        container=outputs.container or "",
+        disk_bytes_per_s=devicesmod.parse_rate(machine.disk_bw, "--disk-bw"),
+    )
+    input_warnings = []
+    curve = None
+    if fork.coverage_path:
+        from moetools.formats.curve import read_curve
+
+        curve = read_curve(fork.coverage_path)
+        if coverage_policy is None:
+            from moetools.formats.curve import default_coverage_policy
+
+            coverage_policy, note = default_coverage_policy(curve, fork.coverage_path)
+            if note:
+                input_warnings.append(note)
+    observations = []
+    if fork.observations_path:
+        from moetools.formats.jsonio import display_name, read_text
+
+        observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
+    return FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
+                     outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings)
+
+
+def write_fork_plan(plan_path, result, doc):
+    """The fork's plan file for its chosen division (GGML_MOE_PLAN_FILE); none when unfittable."""
+    if result.chosen is None:
+        warn(f"unfittable: no plan written to {plan_path}")
+        return
+    from moetools.formats.plan import update_plan_locked
+
+    host, device, tier = launchmod.plan_budget(result)
+    if not result.host:
+        warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
+    # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any other key are
+    # kept. A new plan starts with an empty pin list. Under the plan folder's lock: trace-tail --follow may
+    # be rewriting the pins at this moment.
+    update_plan_locked(plan_path, "device-fit", on_wait=warn,
+                       changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
+                                "cache_device": launchmod.plan_cache_device(result)})
+    doc["plan"] = os.path.abspath(plan_path)
+
+
+def copy_settings(settings):
+    """An independent KVSettings: a plan may set fields of its own (rs_seq) on the one it is given."""
+    return KVSettings(**{name: getattr(settings, name) for name, _ in settings.FIELDS})
+
+
+# the flags of one runtime that the other has no use for: (record field, flag as the user types it)
+LLAMA_ONLY = (("ngl", "-ngl"), ("ts_text", "-ts"), ("n_cpu_moe", "--n-cpu-moe"), ("main_gpu", "-mg"), ("depth", "--depth"))
+LLAMA_ONLY_SPEED = (("ram_bw", "--ram-bw"), ("threads", "--threads"))
+FORK_ONLY = (("tiers_dir", "--tiers"), ("coverage_path", "--coverage"), ("coverage_policy", "--coverage-policy"),
+             ("observations_path", "--observations"), ("capture_path", "--capture"), ("model_id", "--model-id"),
+             ("storage_root", "--storage-root"))
+FORK_ONLY_OUTPUTS = (("container", "--container"), ("plan_path", "--plan"))
+
+
+def other_runtime_flags(runtime, placement, fork, outputs, machine):
+    """Flags of the runtime not planned: upstream placement flags under the fork are refused (the fork
+    would silently run its own division), the fork's inputs under llama and llama's speed inputs under
+    the fork change nothing and get a warning each. Returns the warnings."""
+    if runtime == "fork":
+        for field, flag in LLAMA_ONLY:
+            if getattr(placement, field) is not None:
+                raise UsageError(f"{flag} is upstream llama.cpp's placement (--runtime llama): the fork chooses its own "
+                                 f"division of one GPU and streams the experts; drop {flag} or use --runtime llama or auto")
+        return [f"{flag} is upstream llama.cpp's (its CPU experts' speed) and changes nothing under --runtime fork"
+                for field, flag in LLAMA_ONLY_SPEED if getattr(machine, field) is not None]
+    if runtime == "llama":
+        given = [flag for field, flag in FORK_ONLY if getattr(fork, field) is not None]
+        given += [flag for field, flag in FORK_ONLY_OUTPUTS if getattr(outputs, field)]
+        return [f"{flag} is the streaming fork's and changes nothing under --runtime llama (use --runtime fork or auto)"
+                for flag in given]
+    return []
+
+
+def fork_reason(facts, model_path, fork, outputs, gpus, rpcs, ram_bytes, os_reserve, speculative=False):
+    """Why the streaming fork applies to this model beside upstream llama.cpp (auto), or "" when it does
+    not: its inputs are given, resident tiers are found, or the experts do not fit in RAM (upstream
+    would then read them from the drive on every token). The fork streams into one local GPU: none with
+    RPC devices, a draft, or a dense model."""
+    if facts.dense or not gpus or rpcs or speculative:
+        return ""
+    given = [flag for field, flag in FORK_ONLY if getattr(fork, field) is not None]
+    given += [flag for field, flag in FORK_ONLY_OUTPUTS if getattr(outputs, field)]
+    if outputs.emit == "env":
+        given.append("--emit env")
+    if given:
+        return "the fork's inputs are given (" + ", ".join(given) + ")"
+    from moetools.devicefit.discovery import discover_tiers
+    from moetools.formats.storage import device_fit_dir
+
+    try:
+        tiers, _ = discover_tiers(model_path, facts, None, device_fit_dir(core.model_stem(model_path), None))
+    except (UsageError, GGUFError, OSError):
+        tiers = []
+    if tiers:
+        return "resident tiers were found (" + ", ".join(tier.label for tier in tiers) + ")"
+    experts = sum(facts.layer_expert_bytes.values())
+    ram, source = (ram_bytes, "--ram") if ram_bytes else (devicesmod.host_ram_bytes(), "this machine's RAM")
+    if ram and experts > ram - (os_reserve or 0):
+        return (f"its experts ({format_size(experts)}) do not fit in {source} ({format_size(ram)} less the OS reserve): "
+                "upstream llama.cpp would read them from the drive")
+    return ""
+
+
+def fit_repo_llama(text, fetch, make_options, offload, ram_bytes, json_flag):
+    """Every GGUF set of hf://ORG/REPO planned with upstream llama.cpp on the devices given: one row per
+    quant with its size, fit, placement, context and tok/s, the fastest that fits first, and that set's
+    launch line (headers only, as the fork's listing)."""
+    from moetools.gguf import hub
+
+    listing, sets = hub.repo_sets(text, fetch)
+    rows = []
+    for gguf_set in sets:
+        try:
+            with hub.open_set(listing, gguf_set, fetch) as model:
+                facts = core.model_facts(model)
+                options = make_options()
+                forced = force_flash_attn_off(facts.architecture, options.kv)
+                cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
+                result = upstream.plan(facts, offload, cpu, options)
+                doc = upstream.result_doc(result, facts, model.path, launchmod.kv_flags(options.kv))
+                placement = doc["placement"] or {}
+                rows.append({"set": gguf_set.name, "model": model.path, "file_type": doc_file_type(model),
+                             "shards": len(gguf_set.paths), "file_bytes": sum(header.file_size for header in model.headers),
+                             "verdict": doc["verdict"], "context": doc["context"], "tok_s": doc["tok_s"],
+                             "ngl": placement.get("ngl"), "n_cpu_moe": placement.get("n_cpu_moe"),
+                             "args": doc["launch"]["llama"]["args"] if "launch" in doc else [],
+                             "notes": ([forced] if forced else []) + doc["notes"],
+                             "fetched_bytes": model.fetch_stats.get("fetched_bytes", 0) if model.fetch_stats else 0,
+                             "requests": model.fetch_stats.get("requests", 0) if model.fetch_stats else 0, "error": ""})
+        except RemoteError:
+            raise
+        except (GGUFError, UsageError) as err:  # a damaged set, a projector beside the quants: its row says why
+            rows.append({"set": gguf_set.name, "verdict": "unreadable", "error": str(err), "shards": len(gguf_set.paths),
+                         "file_bytes": gguf_set.total_bytes})
+            warn(f"{gguf_set.name}: {err}")
+    order = {"fits": 0, "unfittable": 1, "unreadable": 2}
+    rows.sort(key=lambda row: (order[row["verdict"]], -row.get("tok_s", 0.0), row["set"]))
+    best = rows[0] if rows and rows[0]["verdict"] == "fits" else None
+    if best is not None:
+        best["chosen"] = True
+    launch = ["llama-server " + shlex.join(best["args"])] if best is not None else []
+    render(rows, lambda: llama_repo_tables(text, listing, rows), json_flag,
+           notes=launch + ["the fastest set that fits, as launched: " + best["set"]] if best is not None else [])
+    if best is None:
+        click.get_current_context().exit(1)
+
+
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
     rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
@@ -337,7 +546,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     from moetools.gguf import open_model
 
     repo = is_repo(model_path)
-    if drafting.draft_path and devices.runtime != "llama":
+    runtime = devices.runtime
+    if drafting.draft_path and runtime == "fork":
         raise UsageError("--draft is planned with --runtime llama (the fork's division of one GPU has no draft model)")
     if drafting.draft_ngl is not None and drafting.draft_ngl < 0:
         raise UsageError("--draft-ngl must be 0 or more")
@@ -353,13 +563,14 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         mtp = False  # a Gemma 4 assistant: a second model (its -md context is llama.cpp's MTP type)
     if drafting.spec_type == "draft-simple" and not drafting.draft_path:
         raise UsageError("--spec-type draft-simple needs a draft model: give --draft MODEL")
-    if mtp and devices.runtime != "llama":
+    if mtp and runtime == "fork":
         raise UsageError("--spec-type draft-mtp is planned with --runtime llama")
     if mtp and (drafting.draft_ngl is not None or drafting.draft_device is not None):
         raise UsageError("--draft-ngl/--device-draft place a separate draft model; the MTP context runs on the "
                          "target's own layers and devices")
     if drafting.draft_device is not None and not drafting.draft_path:
         raise UsageError("--device-draft places a draft model: give --draft MODEL")
+    flag_warnings = other_runtime_flags(runtime, placement, fork, outputs, machine)
     facts = fetch_stats = target_vocab = forced = None
     if not repo:
         with open_model(model_path, fetch) as model:
@@ -375,9 +586,18 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 facts.warnings.append(forced)
             if drafting.draft_path:
                 target_vocab = draftmod.vocab_of(model, decode=True)
-    if devices.runtime == "llama":
+    if runtime in ("llama", "auto"):
         if repo:
-            raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
+            if outputs.plan_path or outputs.emit:
+                raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
+            for message in flag_warnings:
+                warn(message)
+            llama_options = lambda: _llama_options(  # noqa: E731  (one per set: a plan keeps state in its options)
+                copy_settings(settings), ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl,
+                ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe, main_gpu=placement.main_gpu, depth=placement.depth,
+                floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw, threads=machine.threads,
+                os_reserve=machine.os_reserve)
+            return fit_repo_llama(model_path, fetch, llama_options, rpcs + gpus, ram_bytes, outputs.json_flag)
         if mtp and profile(facts.architecture).rs_rollback:
             # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
             settings.rs_seq = drafting.draft_n_max
@@ -405,51 +625,31 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 forced = [forced, block_draft] if forced else [block_draft]
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
+        beside = None
+        if runtime == "auto":
+            reason = fork_reason(facts, model_path, fork, outputs, gpus, rpcs, ram_bytes, options.os_reserve,
+                                 speculative=bool(drafting.draft_path) or mtp)
+            if reason:
+                inputs = fork_inputs(devices, context, fork, machine, outputs, copy_settings(settings), gpus, ram_bytes,
+                                     h2d_bytes_per_s)
+                fork_doc, fork_result, fork_launch = fit_model(facts, None, model_path, inputs)
+                fork_doc["applies_because"] = reason
+                if outputs.plan_path:
+                    write_fork_plan(outputs.plan_path, fork_result, fork_doc)
+                beside = (fork_doc, fork_result, fork_launch)
+            elif outputs.emit == "env":
+                raise UsageError("--emit env is the streaming fork's launch, and the fork cannot run this plan (it "
+                                 "streams into one local GPU: no RPC devices, no draft, not a dense model)")
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
-                   (forced if isinstance(forced, list) else [forced]) if forced else [])
+                   flag_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []), beside=beside,
+                   fetch_stats=fetch_stats)
         return
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
     if not gpus:
         raise UsageError("--runtime fork needs the GPU it streams to: give --vram SIZE (or --gpu NAME)")
-    fork_notes = decimal_vram_notes(devices.vram)
-    if len(gpus) > 1:
-        fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
-                          f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
-                          f"the other {len(gpus) - 1} GPU(s) hold only what llama.cpp's layer split gives them. "
-                          "Use --runtime llama to plan every GPU")
-    options = core.FitOptions(
-        vram=gpus[0].capacity_bytes,
-        reserve=_size_option("--reserve", devices.reserve),
-        margin=_size_option("--margin", devices.margin),
-        ctx=context.ctx,
-        min_ctx=context.min_ctx,
-        kv=settings,
-        h2d_bytes_per_s=h2d_bytes_per_s,
-        floor_s=parse_floor(machine.floor_text or "10ms"),
-        ram=ram_bytes,
-        os_reserve=_size_option("--os-reserve", machine.os_reserve),
-        container=outputs.container or "",
-    )
-    input_warnings = []
-    curve = None
-    if fork.coverage_path:
-        from moetools.formats.curve import read_curve
-
-        curve = read_curve(fork.coverage_path)
-        if coverage_policy is None:
-            from moetools.formats.curve import default_coverage_policy
-
-            coverage_policy, note = default_coverage_policy(curve, fork.coverage_path)
-            if note:
-                input_warnings.append(note)
-    observations = []
-    if fork.observations_path:
-        from moetools.formats.jsonio import display_name, read_text
-
-        observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
-    inputs = FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
-                       outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings)
+    inputs = fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_bytes, h2d_bytes_per_s)
+    options = inputs.options
     if repo:
         if outputs.plan_path or outputs.emit:
             raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
@@ -458,24 +658,10 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     first_vram = devices.vram.split(",")[0].strip() if devices.vram else ""
     if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
         doc["vram_asked"] = first_vram
-    for message in doc["warnings"]:
+    for message in flag_warnings + doc["warnings"]:
         warn(message)
     if outputs.plan_path:
-        if result.chosen is None:
-            warn(f"unfittable: no plan written to {outputs.plan_path}")
-        else:
-            from moetools.formats.plan import update_plan_locked
-
-            host, device, tier = launchmod.plan_budget(result)
-            if not result.host:
-                warn("no --ram: the plan's host budget_bytes is 0 (no pins)")
-            # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
-            # other key are kept. A new plan starts with an empty pin list. Under the plan folder's
-            # lock: trace-tail --follow may be rewriting the pins at this moment.
-            update_plan_locked(outputs.plan_path, "device-fit", on_wait=warn,
-                               changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
-                                        "cache_device": launchmod.plan_cache_device(result)})
-            doc["plan"] = os.path.abspath(outputs.plan_path)
+        write_fork_plan(outputs.plan_path, result, doc)
     if outputs.emit and outputs.json_flag:
         print_json(emit_doc(outputs.emit, doc, launch, options.kv))
     elif outputs.emit:

@@ -534,7 +534,8 @@ def result_doc(result, facts, model_path, kv_flags):
         "warnings": list(result.warnings),
     }
     if chosen:
-        doc["launch"] = {"llama": {"args": server_args(model_path, result, kv_flags)}}
+        # the first shard, whichever the user named (as the fork's launch line): llama.cpp finds the others
+        doc["launch"] = {"llama": {"args": server_args(facts.path or model_path, result, kv_flags)}}
     if result.draft is not None:
         draft = result.draft
         shares = (chosen or result.alternatives[0]).draft_shares or {}
