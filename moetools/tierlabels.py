@@ -99,3 +99,30 @@ def describe_unknown(label):
     """Why `label` is not a tier label, in one line (for exit-2 messages)."""
     return (f"{label!r} is not a tier: give a ladder index (0 = sharpest), a ggml type (q8_0, q6_K, q4_K, ...) "
             "or a llama-quantize mix (Q4_K_M, ...)")
+
+
+def tier_option(text, option, ladder=None):
+    """The ladder index a `--pin-tier`/`--default-tier` value names: a whole number is the index
+    itself (what the daemon's moe-pager-driver takes, `--pin-tier N`), checked against `ladder` (the
+    container's tier labels) when there is one; a label is matched in the ladder (same_tier), so it
+    needs one. Raises UsageError (exit 2) in one line."""
+    from moetools.errors import UsageError
+
+    text = text.strip()
+    shown = f" ({', '.join(f'{index} {label}' for index, label in enumerate(ladder))})" if ladder is not None else ""
+    if text.isdigit():
+        index = int(text)
+        if ladder is not None and index >= len(ladder):
+            raise UsageError(f"{option} {text}: outside the container's ladder{shown}")
+        return index
+    if not known_label(text) and not (ladder is not None and matching_tiers(text, ladder)):
+        raise UsageError(f"{option}: {describe_unknown(text)}")
+    if ladder is None:
+        raise UsageError(f"{option} {text}: a tier name needs --container DIR (the plan holds the tier's index in "
+                         "the container's ladder); or give the index")
+    found = matching_tiers(text, ladder)
+    if not found:
+        raise UsageError(f"{option} {text}: not in the container's ladder{shown}")
+    if len(found) > 1:
+        raise UsageError(f"{option} {text}: matches tiers {found} of the container's ladder{shown}; give the index")
+    return found[0]

@@ -319,6 +319,7 @@ class FitOptions(Record):
         ("ram", None),
         ("os_reserve", 4 * GIB),
         ("container", ""),
+        ("tiers", None),  # devicefit.tiers.TierCosts: pins and the rest priced at the plan's container tiers
     )
 
 
@@ -340,6 +341,7 @@ class Division(Record):
         ("observations", 0),
         ("shortfall_bytes", 0),
         ("note", ""),
+        ("pinned", 0),  # experts held at the pin tier (only with container tiers)
     )
 
     @property
@@ -421,8 +423,21 @@ def fit_context(shape, settings, wanted, floor, room, compute_bytes=0):
 
 
 def speed(facts, coverage, options):
-    """tok/s = 1 / ((1 - coverage) x experts_per_token x expert_bytes / h2d + floor)."""
-    return fork_tok_s(coverage, facts.experts_per_token, facts.expert_bytes, options.h2d_bytes_per_s, options.floor_s)
+    """tok/s = 1 / ((1 - coverage) x experts_per_token x expert_bytes / h2d + floor); with container
+    tiers a miss reads a default-tier record (devicefit/tiers.py)."""
+    expert_bytes = options.tiers.default_bytes if options.tiers is not None else facts.expert_bytes
+    return fork_tok_s(coverage, facts.experts_per_token, expert_bytes, options.h2d_bytes_per_s, options.floor_s)
+
+
+def cache_slots(facts, budget_bytes, options):
+    """(slots, pinned) of the hot-expert cache for `budget_bytes`: the fork's pools (fork_slots), or
+    with container tiers the pins at the pin tier's record size and the rest at the default tier's."""
+    if options.tiers is None:
+        return min(fork_slots(facts, budget_bytes), facts.total_slots), 0
+    from moetools.devicefit.tiers import tiered_slots
+    from moetools.formats.plan import pin_ceiling
+
+    return tiered_slots(budget_bytes, options.tiers, facts.total_slots, pin_ceiling(budget_bytes, facts.expert_bytes))
 
 
 def divide(facts, tier, options, coverage, usable, wanted, floor, compute=None):
@@ -451,7 +466,7 @@ def divide(facts, tier, options, coverage, usable, wanted, floor, compute=None):
         division.coverage = 1.0
     else:
         division.expert_budget_bytes = division.free_bytes
-        division.slots = min(fork_slots(facts, division.free_bytes), facts.total_slots)
+        division.slots, division.pinned = cache_slots(facts, division.free_bytes, options)
         division.coverage = coverage.at(division.slots)
     division.tok_s_predicted = division.tok_s = speed(facts, division.coverage, options)
     return division
@@ -496,11 +511,28 @@ ERROR_ORDER = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_K", "q5_1", "q5_0", "iq
 
 
 def tier_error_rank(tier):
-    """Position of a tier's type in ERROR_ORDER; the native weights rank first (they need no override),
-    unknown types last."""
+    """Position of a tier's type in ERROR_ORDER (the type its label stands for: `Q4_K_M` ranks as
+    `q4_K`, moetools.tierlabels); the native weights rank first (they need no override), unknown
+    types last."""
+    from moetools.tierlabels import tier_type
+
     if tier.label == NATIVE:
         return -1
-    return ERROR_ORDER.index(tier.label) if tier.label in ERROR_ORDER else len(ERROR_ORDER)
+    kind = tier_type(tier.label)
+    return ERROR_ORDER.index(kind) if kind in ERROR_ORDER else len(ERROR_ORDER)
+
+
+def match_observations(observations, labels):
+    """Observations with each tier label replaced by the division label it names (moetools.tierlabels:
+    an observation of `q4_K` is one of the tier `Q4_K_M`); a label naming none, or several, is kept
+    as it is (and refine() reports it)."""
+    from moetools.tierlabels import find_tier
+
+    matched = []
+    for tier, tok_s, tokens in observations:
+        index = find_tier(tier, labels)
+        matched.append((labels[index] if index is not None else tier, tok_s, tokens))
+    return matched
 
 
 def fit(facts, tiers, options, coverage=None, observations=()):
@@ -538,6 +570,7 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     divisions = [divide(facts, tier, options, coverage, usable, wanted, floor, compute) for tier in [native, *tiers]]
     feasible = [division for division in divisions if division.feasible]
     infeasible = {d.tier.label for d in divisions if not d.feasible}
+    observations = match_observations(observations, [d.tier.label for d in divisions])
     estimate, runs, ignored = refine({d.tier.label: d.tok_s_predicted for d in feasible},
                                      [o for o in observations if o[0] not in infeasible])
     warnings += ignored

@@ -155,6 +155,8 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
+    if tier_settings is not None:
+        _tier_doc(doc, tier_settings, result.chosen)
     for message in doc["warnings"]:
         warn(message)
     if emit and json_flag:
@@ -308,6 +310,26 @@ def fit_repo(text, fetch, inputs, json_flag):
         click.get_current_context().exit(1)
 
 
+class PlanTierSettingsNone:
+    """No tier inputs: nothing of the plan's tiers is changed or checked."""
+
+    labels = pin_tier = default_tier = None
+
+
+def _tier_doc(doc, settings, chosen):
+    """device-fit's JSON `tiers` entry and, when priced, a note saying what the tiers cost."""
+    from moetools.devicefit.tiers import tiers_doc
+
+    entry = tiers_doc(settings, chosen)
+    if entry is None:
+        return
+    doc["tiers"] = entry
+    costs = settings.costs
+    if costs is not None and chosen is not None and chosen.slots:
+        doc["notes"].append(f"container tiers: {chosen.pinned} pins at tier {costs.pin_tier} ({costs.pin_bytes:,} bytes a record), "
+                            f"the rest at tier {costs.default_tier} ({costs.default_bytes:,} bytes): {chosen.slots} slots")
+
+
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
     rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
@@ -375,6 +397,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             if drafting.draft_path:
                 target_vocab = draftmod.vocab_of(model, decode=True)
     if devices.runtime == "llama":
+        if fork.pin_tier is not None or fork.default_tier is not None:
+            raise UsageError("--pin-tier and --default-tier are the streaming fork's container tiers (--runtime fork)")
         if repo:
             raise UsageError("--runtime llama plans one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         if mtp and facts.architecture in RS_ROLLBACK_ARCHES:
@@ -417,6 +441,13 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                           f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
                           f"the other {len(gpus) - 1} GPU(s) hold only what llama.cpp's layer split gives them. "
                           "Use --runtime llama to plan every GPU")
+    tier_settings = None
+    if fork.pin_tier is not None or fork.default_tier is not None or (outputs.container and outputs.plan_path):
+        from moetools.devicefit.tiers import plan_tier_settings
+
+        # before any work: a tier outside the container's ladder, or an unknown tier name, is exit 2
+        tier_settings = plan_tier_settings(fork.pin_tier, fork.default_tier, outputs.container, outputs.plan_path)
+        fork_notes += tier_settings.notes
     options = core.FitOptions(
         vram=gpus[0].capacity_bytes,
         reserve=_size_option("--reserve", devices.reserve),
@@ -429,6 +460,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         ram=ram_bytes,
         os_reserve=_size_option("--os-reserve", machine.os_reserve),
         container=outputs.container or "",
+        tiers=tier_settings.costs if tier_settings is not None else None,
     )
     input_warnings = []
     curve = None
@@ -457,6 +489,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     first_vram = devices.vram.split(",")[0].strip() if devices.vram else ""
     if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
         doc["vram_asked"] = first_vram
+    if tier_settings is not None:
+        _tier_doc(doc, tier_settings, result.chosen)
     for message in doc["warnings"]:
         warn(message)
     if outputs.plan_path:
@@ -471,9 +505,11 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
             # other key are kept. A new plan starts with an empty pin list. Under the plan folder's
             # lock: trace-tail --follow may be rewriting the pins at this moment.
-            update_plan_locked(outputs.plan_path, "device-fit", on_wait=warn,
+            tiers = tier_settings or PlanTierSettingsNone
+            update_plan_locked(outputs.plan_path, "device-fit", on_wait=warn, ladder=tiers.labels,
                                changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
-                                        "cache_device": launchmod.plan_cache_device(result)})
+                                        "cache_device": launchmod.plan_cache_device(result),
+                                        "pin_tier": tiers.pin_tier, "default_tier": tiers.default_tier})
             doc["plan"] = os.path.abspath(outputs.plan_path)
     if outputs.emit and outputs.json_flag:
         print_json(emit_doc(outputs.emit, doc, launch, options.kv))

@@ -273,7 +273,7 @@ def update_plan(path, owner, changes, ladder=None):
     return doc
 
 
-def update_plan_locked(path, owner, changes, on_wait=None):
+def update_plan_locked(path, owner, changes, on_wait=None, ladder=None):
     """`update_plan` under the plan folder's lock (moetools.locking.folder_lock, waited for at most
     PLAN_WAIT_SECONDS): device-fit and trace-tail both read-modify-write the plan, so without it one
     tool's keys could be lost to the other's concurrent write. Removes stale plan temporaries of dead
@@ -283,7 +283,7 @@ def update_plan_locked(path, owner, changes, on_wait=None):
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     with folder_lock(folder, tool=owner, wait=True, timeout=PLAN_WAIT_SECONDS, on_wait=on_wait):
         remove_stale_temps(folder)
-        return update_plan(path, owner, changes)
+        return update_plan(path, owner, changes, ladder)
 
 
 def _advance_mtime(fd, old_mtime):
