@@ -155,8 +155,6 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
-    if tier_settings is not None:
-        _tier_doc(doc, tier_settings, result.chosen)
     for message in doc["warnings"]:
         warn(message)
     if emit and json_flag:
@@ -308,12 +306,6 @@ def fit_repo(text, fetch, inputs, json_flag):
     render(rows, lambda: repo_tables(text, listing, rows), json_flag)
     if not any(row["verdict"] not in ("unfittable", "unreadable") for row in rows):
         click.get_current_context().exit(1)
-
-
-class PlanTierSettingsNone:
-    """No tier inputs: nothing of the plan's tiers is changed or checked."""
-
-    labels = pin_tier = default_tier = None
 
 
 def _tier_doc(doc, settings, chosen):
@@ -505,7 +497,9 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any
             # other key are kept. A new plan starts with an empty pin list. Under the plan folder's
             # lock: trace-tail --follow may be rewriting the pins at this moment.
-            tiers = tier_settings or PlanTierSettingsNone
+            from moetools.devicefit.tiers import PlanTierSettings
+
+            tiers = tier_settings or PlanTierSettings()  # none given: the plan's tiers are left as they are
             update_plan_locked(outputs.plan_path, "device-fit", on_wait=warn, ladder=tiers.labels,
                                changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
                                         "cache_device": launchmod.plan_cache_device(result),
