@@ -21,33 +21,18 @@ Rules held here, as the consumers' code states them (restated in tests/fork_rule
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from moetools.cli import cli
 from moetools.devicefit import core
 from moetools.formats import trace as trace_format
 from moetools.formats.resident_manifest import read_manifest
 from moetools.tierlabels import find_tier, label_for_daemon, same_tier, tier_type
 from moetools.tracetail.importers import tokens_to_records
 from tests import fork_rules
+from tests.test_fork_plan import invoke, k3, read_doc  # noqa: F401 (k3 is a fixture)
 from tests.test_tracetail_cli import skewed_tokens
 
 MIB = 1 << 20
 LADDER = [("Q8_0", 16 * MIB), ("Q4_K", 8 * MIB), ("Q2_K", 4 * MIB)]
 SYNTH = ("--synth-layers", "4", "--experts", "16", "--expert-bytes", "1000")
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [*map(str, args)], catch_exceptions=False)
-
-
-def read_doc(path):
-    return json.loads(path.read_text())
-
-
-@pytest.fixture(scope="module")
-def k3(preset_model):
-    return preset_model("kimi-k3", 2)
 
 
 @pytest.fixture

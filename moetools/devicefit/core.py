@@ -526,6 +526,8 @@ def match_observations(observations, labels):
     """Observations with each tier label replaced by the division label it names (moetools.tierlabels:
     an observation of `q4_K` is one of the tier `Q4_K_M`); a label naming none, or several, is kept
     as it is (and refine() reports it)."""
+    if not observations:
+        return []
     from moetools.tierlabels import find_tier
 
     matched = []

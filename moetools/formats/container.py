@@ -473,6 +473,19 @@ def _fork_packed_banks(folder, n_layers, record_bytes, path, name=bank_name):
             for layer, layout in enumerate(layouts)]
 
 
+def _manifest_doc(folder_or_file):
+    """(path, JSON object, version) of a container's manifest.json; FormatError when there is none,
+    or its version is newer than this moetools reads."""
+    path = manifest_path(folder_or_file)
+    if not os.path.exists(path):
+        raise FormatError(path, "no container manifest here (is this a container folder?)")
+    doc = load_json(path, "container manifest")
+    version = _int(doc, "version", path, "container manifest", 1)
+    if version > KNOWN_VERSION:
+        raise FormatError(path, f"container version {version} is newer than this moetools reads ({KNOWN_VERSION})", key="version")
+    return path, doc, version
+
+
 Ladder = namedtuple("Ladder", "path labels record_bytes")
 
 
@@ -482,14 +495,8 @@ def read_ladder(folder_or_file):
     synthesizes it). Reads manifest.json only, checked as the daemon's `ExpertContainer::open`
     checks the ladder (version, tier id == index, record_bytes a 4096 multiple); no bank is opened,
     so device-fit's header path stays cheap. Raises FormatError (exit 2)."""
-    path = manifest_path(folder_or_file)
+    path, doc, version = _manifest_doc(folder_or_file)
     what = "container manifest"
-    if not os.path.exists(path):
-        raise FormatError(path, "no container manifest here (is this a container folder?)")
-    doc = load_json(path, what)
-    version = _int(doc, "version", path, what, 1)
-    if version > KNOWN_VERSION:
-        raise FormatError(path, f"container version {version} is newer than this moetools reads ({KNOWN_VERSION})", key="version")
     if version >= TIERED_VERSION:
         rows = _tier_docs(doc, path)
     else:
@@ -501,14 +508,8 @@ def read_ladder(folder_or_file):
 
 def read_manifest(folder_or_file):
     """Parse and validate `manifest.json` (given the container folder or the file itself)."""
-    path = manifest_path(folder_or_file)
+    path, doc, version = _manifest_doc(folder_or_file)
     what = "container manifest"
-    if not os.path.exists(path):
-        raise FormatError(path, "no container manifest here (is this a container folder?)")
-    doc = load_json(path, what)
-    version = _int(doc, "version", path, what, 1)
-    if version > KNOWN_VERSION:
-        raise FormatError(path, f"container version {version} is newer than this moetools reads ({KNOWN_VERSION})", key="version")
     tier_docs = None
     if version >= TIERED_VERSION:
         tier_docs = _tier_docs(doc, path)
