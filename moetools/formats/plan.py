@@ -171,12 +171,13 @@ def _tiered_pins(doc, path, new_pins, pin_tier, ladder):
     `pin_tier`, or the tier every old pin shared. Labels in the old plan become indices (or are
     refused) by plan_tiers. `new_pins` None: the old pins."""
     old_tiers, _, kept_pin_tier = plan_tiers(doc, path, ladder)
-    old_pins = [(int(p["layer"]), int(p["expert"])) for p in doc.get("pin_list") or [] if isinstance(p, dict)]
+    listed = doc.get("pin_list") if isinstance(doc.get("pin_list"), list) else []
+    own = {(pin["layer"], pin["expert"]): tier for pin, tier in zip(listed, old_tiers)
+           if isinstance(pin, dict) and all(isinstance(pin.get(key), int) for key in ("layer", "expert"))}
     if new_pins is None:
-        new_pins = old_pins
+        new_pins = list(own)
     if pin_tier is not None:
         return [(int(layer), int(expert), pin_tier) for layer, expert in new_pins]
-    own = dict(zip(old_pins, old_tiers))
     fallback = kept_pin_tier if kept_pin_tier is not None else uniform_pin_tier(old_tiers)
     return [(int(layer), int(expert), own.get((int(layer), int(expert)), fallback)) for layer, expert in new_pins]
 
@@ -247,9 +248,12 @@ def update_plan(path, owner, changes, ladder=None):
     old_mtime = os.stat(path).st_mtime if old is not None else None
     doc = dict(old) if old is not None else {"version": PLAN_VERSION, "budget_bytes": 0,
                                              "window_k": DEFAULT_WINDOW_K, "pin_list": []}
-    touched = changes.get("pin_list") is not None or changes.get("pin_tier") is not None
-    if touched or ladder is not None:  # each pin keeps its tier; with a ladder, labels become indices
+    named = ladder is not None and any(isinstance(pin, dict) and isinstance(pin.get("tier"), str)
+                                       for pin in doc.get("pin_list") or [])
+    if changes.get("pin_list") is not None or changes.get("pin_tier") is not None or named:
+        # each pin keeps its tier; with a ladder, tier names another writer left become indices
         doc["pin_list"] = pins_doc(_tiered_pins(doc, path, changes.get("pin_list"), changes.get("pin_tier"), ladder))
+    if ladder is not None or changes.get("pin_list") is not None or changes.get("pin_tier") is not None:
         _, default_tier, pin_tier = plan_tiers(doc, path, ladder)
         doc.update((key, value) for key, value in zip(TIER_KEYS, (default_tier, pin_tier)) if value is not None)
     for key, value in changes.items():
