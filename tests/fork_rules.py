@@ -422,6 +422,30 @@ def plan_tier_error(doc, n_tiers):
     return None
 
 
+def daemon_plan_serde_error(doc):
+    """continuum core/expert-pager-policy/src/plan_file.rs serde of `PlanFileDocument` (version u32,
+    budget_bytes u64, window_k u32, pin_list Vec<PlanPin>; PlanPin {layer u32, expert u32, tier
+    Option<u32> (serde default: absent = None)}) and its `default_tier: Option<u32>` (set by
+    controller.rs `BanditPlanController::write_tiered_plan`); unknown keys are ignored (no
+    deny_unknown_fields). Returns None when the daemon parses it, else which field fails."""
+    def is_uint(value, bits):
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << bits
+
+    for key, bits in (("version", 32), ("budget_bytes", 64), ("window_k", 32)):
+        if not is_uint(doc.get(key), bits):
+            return key
+    if not isinstance(doc.get("pin_list"), list):
+        return "pin_list"
+    for index, pin in enumerate(doc["pin_list"]):
+        if not isinstance(pin, dict) or not is_uint(pin.get("layer"), 32) or not is_uint(pin.get("expert"), 32):
+            return f"pin_list[{index}]"
+        if pin.get("tier") is not None and not is_uint(pin["tier"], 32):
+            return f"pin_list[{index}].tier"
+    if doc.get("default_tier") is not None and not is_uint(doc["default_tier"], 32):
+        return "default_tier"
+    return None
+
+
 def moec_pack_dir_tiered_manifest(model, fmt, layers, experts, top_k, tiers):
     """ggml-moe-packer.h `moec_pack_dir_tiered`'s manifest.json, as its fprintf writes it: version 2,
     numeric fmt, NO top-level record_bytes, top_k_per_layer, tiers [{id, quant (MoecQuant number),

@@ -325,38 +325,12 @@ def verify_tiered(folder, model=None, *, batch_bytes=DEFAULT_BATCH_BYTES, bar=No
 # --- plans against the ladder ------------------------------------------------------------------
 
 
-def _tier_index(value, labels):
-    """The ladder index a plan's tier names: an int index (plan_file.rs), or a label matched
-    without case; None when it is outside the ladder."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if 0 <= value < len(labels) else None
-    if isinstance(value, str):
-        lowered = [label.lower() for label in labels]
-        return lowered.index(value.lower()) if value.lower() in lowered else None
-    return None
-
-
 def check_plan_tiers(plan_path, manifest):
     """FormatError (exit 2) naming the first pin of the plan at `plan_path` whose `tier`, or its
-    `default_tier`, is outside the container's ladder (a v1 container's ladder is its one tier 0).
+    `default_tier`, is outside the container's ladder (a v1 container's ladder is its one tier 0), or
+    is not a tier at all (formats.plan.plan_tiers; a label is matched by moetools.tierlabels).
     Returns (pins with a tier, default_tier or None)."""
-    from moetools.formats.jsonio import load_json
     from moetools.formats.plan import read_plan
 
-    plan = read_plan(plan_path)  # the plan as moetools reads it (version, budget, pins)
-    doc = load_json(plan_path, "plan file")
-    labels = manifest.tier_labels
-    ladder = ", ".join(f"{index} {label}" for index, label in enumerate(labels))
-    if "default_tier" in doc and _tier_index(doc["default_tier"], labels) is None:
-        raise FormatError(plan_path, f"default_tier {doc['default_tier']!r} is outside the container's ladder ({ladder})",
-                          key="default_tier")
-    tiered = 0
-    for index, pin in enumerate(doc.get("pin_list") or []):
-        if "tier" not in pin:
-            continue
-        tiered += 1
-        if _tier_index(pin["tier"], labels) is None:
-            layer, expert = plan.pin_list[index]
-            raise FormatError(plan_path, f"pin_list[{index}] (layer {layer}, expert {expert}) has tier {pin['tier']!r}, "
-                                         f"outside the container's ladder ({ladder})", key=f"pin_list[{index}].tier")
-    return tiered, doc.get("default_tier")
+    plan = read_plan(plan_path, manifest.tier_labels)
+    return sum(tier is not None for tier in plan.pin_tiers), plan.default_tier

@@ -320,6 +320,7 @@ class FitOptions(Record):
         ("os_reserve", 4 * GIB),
         ("container", ""),
         ("disk_bytes_per_s", 3e9),  # the drive's read rate, for the experts the page cache cannot hold
+        ("tiers", None),  # devicefit.tiers.TierCosts: pins and the rest priced at the plan's container tiers
     )
 
 
@@ -341,6 +342,7 @@ class Division(Record):
         ("observations", 0),
         ("shortfall_bytes", 0),
         ("note", ""),
+        ("pinned", 0),  # experts held at the pin tier (only with container tiers)
     )
 
     @property
@@ -423,9 +425,22 @@ def fit_context(shape, settings, wanted, floor, room, compute_bytes=0):
 
 def speed(facts, coverage, options, cache_on_host=False):
     """The fork's tok/s with its misses read from RAM, or from the drive for the share of the experts the
-    page cache cannot hold (speed.fork_tok_s)."""
-    return fork_tok_s(coverage, facts.experts_per_token, facts.expert_bytes, options.h2d_bytes_per_s, options.floor_s,
+    page cache cannot hold (speed.fork_tok_s); with container tiers a miss reads a default-tier record
+    (devicefit/tiers.py)."""
+    expert_bytes = options.tiers.default_bytes if options.tiers is not None else facts.expert_bytes
+    return fork_tok_s(coverage, facts.experts_per_token, expert_bytes, options.h2d_bytes_per_s, options.floor_s,
                       drive_share(facts, options), options.disk_bytes_per_s, cache_on_host)
+
+
+def cache_slots(facts, budget_bytes, options):
+    """(slots, pinned) of the hot-expert cache for `budget_bytes`: the fork's pools (fork_slots), or
+    with container tiers the pins at the pin tier's record size and the rest at the default tier's."""
+    if options.tiers is None:
+        return min(fork_slots(facts, budget_bytes), facts.total_slots), 0
+    from moetools.devicefit.tiers import tiered_slots
+    from moetools.formats.plan import pin_ceiling
+
+    return tiered_slots(budget_bytes, options.tiers, facts.total_slots, pin_ceiling(budget_bytes, facts.expert_bytes))
 
 
 def drive_share(facts, options):
@@ -434,10 +449,12 @@ def drive_share(facts, options):
     and the model's other mapped bytes; a container is read with O_DIRECT, past the page cache, so all
     of its misses are drive reads. 0 when --ram is not given (then said in speed_assumes)."""
     experts = sum(facts.layer_expert_bytes.values())
-    if options.ram is None or not experts:
+    if not experts:
         return 0.0
     if options.container:
         return 1.0
+    if options.ram is None:
+        return 0.0
     room = options.ram - options.os_reserve - (facts.file_bytes - experts)
     return min(1.0, max(0.0, 1.0 - room / experts))
 
@@ -451,10 +468,10 @@ def speed_assumes(result):
     where = "a host-RAM cache whose hits still cross PCIe" if cache is not None and cache.device == "host" else "a VRAM cache"
     share = drive_share(facts, options)
     h2d = f"{options.h2d_bytes_per_s / 1e9:g} GB/s (--h2d)"
-    if options.ram is None:
-        misses = f"misses from RAM over PCIe at {h2d}, assuming the page cache holds every expert (no --ram)"
-    elif options.container:
+    if options.container:
         misses = f"misses read from the container on the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw), then PCIe at {h2d}"
+    elif options.ram is None:
+        misses = f"misses from RAM over PCIe at {h2d}, assuming the page cache holds every expert (no --ram)"
     elif share > 0:
         misses = (f"misses over PCIe at {h2d}; the page cache holds {1 - share:.0%} of the experts, the other "
                   f"{share:.0%} are read from the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw)")
@@ -489,7 +506,7 @@ def divide(facts, tier, options, coverage, usable, wanted, floor, compute=None):
         division.coverage = 1.0
     else:
         division.expert_budget_bytes = division.free_bytes
-        division.slots = min(fork_slots(facts, division.free_bytes), facts.total_slots)
+        division.slots, division.pinned = cache_slots(facts, division.free_bytes, options)
         division.coverage = coverage.at(division.slots)
     division.tok_s_predicted = division.tok_s = speed(facts, division.coverage, options)
     return division
@@ -534,11 +551,30 @@ ERROR_ORDER = ("f32", "f16", "bf16", "q8_0", "q6_K", "q5_K", "q5_1", "q5_0", "iq
 
 
 def tier_error_rank(tier):
-    """Position of a tier's type in ERROR_ORDER; the native weights rank first (they need no override),
-    unknown types last."""
+    """Position of a tier's type in ERROR_ORDER (the type its label stands for: `Q4_K_M` ranks as
+    `q4_K`, moetools.tierlabels); the native weights rank first (they need no override), unknown
+    types last."""
+    from moetools.tierlabels import tier_type
+
     if tier.label == NATIVE:
         return -1
-    return ERROR_ORDER.index(tier.label) if tier.label in ERROR_ORDER else len(ERROR_ORDER)
+    kind = tier_type(tier.label)
+    return ERROR_ORDER.index(kind) if kind in ERROR_ORDER else len(ERROR_ORDER)
+
+
+def match_observations(observations, labels):
+    """Observations with each tier label replaced by the division label it names (moetools.tierlabels:
+    an observation of `q4_K` is one of the tier `Q4_K_M`); a label naming none, or several, is kept
+    as it is (and refine() reports it)."""
+    if not observations:
+        return []
+    from moetools.tierlabels import find_tier
+
+    matched = []
+    for tier, tok_s, tokens in observations:
+        index = find_tier(tier, labels)
+        matched.append((labels[index] if index is not None else tier, tok_s, tokens))
+    return matched
 
 
 def fit(facts, tiers, options, coverage=None, observations=()):
@@ -576,6 +612,7 @@ def fit(facts, tiers, options, coverage=None, observations=()):
     divisions = [divide(facts, tier, options, coverage, usable, wanted, floor, compute) for tier in [native, *tiers]]
     feasible = [division for division in divisions if division.feasible]
     infeasible = {d.tier.label for d in divisions if not d.feasible}
+    observations = match_observations(observations, [d.tier.label for d in divisions])
     estimate, runs, ignored = refine({d.tier.label: d.tok_s_predicted for d in feasible},
                                      [o for o in observations if o[0] not in infeasible])
     warnings += ignored

@@ -23,8 +23,9 @@ PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instea
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
 
-ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d'])
-ForkOptions.__doc__ = "The streaming fork's artifacts and the cache's speed inputs."
+ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d',
+                                         'pin_tier', 'default_tier'])
+ForkOptions.__doc__ = "The streaming fork's artifacts, the cache's speed inputs and the plan's container tiers."
 
 MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve'])
 MachineOptions.__doc__ = 'The host: speed floor, RAM, its bandwidth, the drive, threads.'
@@ -138,6 +139,11 @@ def fork_options(command):
                        "Default: the curve's best online demand policy.")
     @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
     @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
+    @click.option("--pin-tier", metavar="TIER",
+                  help="The container ladder's tier the plan's hot pins are served from (each pin's \"tier\"): its "
+                       "index (0 = sharpest) or, with --container, its name (q8_0, Q4_K_M). Priced in tok/s with --container.")
+    @click.option("--default-tier", metavar="TIER",
+                  help="The ladder tier every unpinned expert is fetched at (the plan's \"default_tier\"): index or name.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         return command(*args, fork=ForkOptions(*(kwargs.pop(name) for name in ForkOptions._fields)), **kwargs)

@@ -250,7 +250,8 @@ class FitInputs:
     """What every model of one device-fit run is fitted with (the options and the inputs read once)."""
 
     def __init__(self, options, tiers_dir, curve, coverage_policy, coverage_label, observations, plan_path="",
-                 capture_path="", storage_root=None, model_id=None, gpus=(), ram_bytes=None, fork_notes=(), warnings=()):
+                 capture_path="", storage_root=None, model_id=None, gpus=(), ram_bytes=None, fork_notes=(), warnings=(),
+                 tier_settings=None):
         self.options = options
         self.tiers_dir = tiers_dir
         self.curve = curve
@@ -265,6 +266,7 @@ class FitInputs:
         self.ram_bytes = ram_bytes
         self.fork_notes = list(fork_notes)
         self.warnings = list(warnings)  # found while reading the inputs (e.g. the curve's default policy)
+        self.tier_settings = tier_settings  # devicefit.tiers.PlanTierSettings: --pin-tier/--default-tier, or None
 
 
 def fit_model(facts, fetch_stats, model_path, inputs):
@@ -290,6 +292,8 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     doc["devices"] = core.fork_ledger(result, inputs.gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
     doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache"))
+    if inputs.tier_settings is not None:
+        _tier_doc(doc, inputs.tier_settings, result.chosen)
     if result.chosen is None:
         doc["unfittable"] = _fork_unfittable(facts, tiers, inputs.options, coverage, inputs.gpus, inputs.ram_bytes)
         doc["notes"].append(doc["unfittable"]["summary"])
@@ -357,6 +361,13 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
                           f"when it is allocated: CambrianTech/llama.cpp batch_cache_get): this division is of {gpus[0].name}; "
                           f"the other {len(gpus) - 1} GPU(s) hold only what llama.cpp's layer split gives them. "
                           "Use --runtime llama to plan every GPU")
+    tier_settings = None
+    if fork.pin_tier is not None or fork.default_tier is not None or (outputs.container and outputs.plan_path):
+        from moetools.devicefit.tiers import plan_tier_settings
+
+        # before any work: a tier outside the container's ladder, or an unknown tier name, is exit 2
+        tier_settings = plan_tier_settings(fork.pin_tier, fork.default_tier, outputs.container, outputs.plan_path)
+        fork_notes += tier_settings.notes
     options = core.FitOptions(
         vram=gpus[0].capacity_bytes,
         reserve=_size_option("--reserve", devices.reserve),
@@ -370,6 +381,7 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
         os_reserve=_size_option("--os-reserve", machine.os_reserve),
         container=outputs.container or "",
         disk_bytes_per_s=devicesmod.parse_rate(machine.disk_bw, "--disk-bw"),
+        tiers=tier_settings.costs if tier_settings is not None else None,
     )
     input_warnings = []
     curve = None
@@ -389,11 +401,13 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
 
         observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
     return FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
-                     outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings)
+                     outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings,
+                     tier_settings)
 
 
-def write_fork_plan(plan_path, result, doc):
-    """The fork's plan file for its chosen division (GGML_MOE_PLAN_FILE); none when unfittable."""
+def write_fork_plan(plan_path, result, doc, tier_settings=None):
+    """The fork's plan file for its chosen division (GGML_MOE_PLAN_FILE); none when unfittable.
+    tier_settings: --pin-tier/--default-tier (none given: the plan's tiers are left as they are)."""
     if result.chosen is None:
         warn(f"unfittable: no plan written to {plan_path}")
         return
@@ -405,9 +419,13 @@ def write_fork_plan(plan_path, result, doc):
     # device-fit owns the budgets and the tier; an existing pin_list (trace-tail's) and any other key are
     # kept. A new plan starts with an empty pin list. Under the plan folder's lock: trace-tail --follow may
     # be rewriting the pins at this moment.
-    update_plan_locked(plan_path, "device-fit", on_wait=warn,
+    from moetools.devicefit.tiers import PlanTierSettings
+
+    tiers = tier_settings or PlanTierSettings()
+    update_plan_locked(plan_path, "device-fit", on_wait=warn, ladder=tiers.labels,
                        changes={"budget_bytes": host, "device_budget_bytes": device, "resident_tier": tier,
-                                "cache_device": launchmod.plan_cache_device(result)})
+                                "cache_device": launchmod.plan_cache_device(result),
+                                "pin_tier": tiers.pin_tier, "default_tier": tiers.default_tier})
     doc["plan"] = os.path.abspath(plan_path)
 
 
@@ -420,6 +438,7 @@ def copy_settings(settings):
 LLAMA_ONLY = (("ngl", "-ngl"), ("ts_text", "-ts"), ("n_cpu_moe", "--n-cpu-moe"), ("main_gpu", "-mg"), ("depth", "--depth"))
 LLAMA_ONLY_SPEED = (("ram_bw", "--ram-bw"), ("threads", "--threads"))
 FORK_ONLY = (("tiers_dir", "--tiers"), ("coverage_path", "--coverage"), ("coverage_policy", "--coverage-policy"),
+             ("pin_tier", "--pin-tier"), ("default_tier", "--default-tier"),
              ("observations_path", "--observations"), ("capture_path", "--capture"), ("model_id", "--model-id"),
              ("storage_root", "--storage-root"))
 FORK_ONLY_OUTPUTS = (("container", "--container"), ("plan_path", "--plan"))
@@ -518,6 +537,20 @@ def fit_repo_llama(text, fetch, make_options, offload, ram_bytes, json_flag):
         click.get_current_context().exit(1)
 
 
+def _tier_doc(doc, settings, chosen):
+    """device-fit's JSON `tiers` entry and, when priced, a note saying what the tiers cost."""
+    from moetools.devicefit.tiers import tiers_doc
+
+    entry = tiers_doc(settings, chosen)
+    if entry is None:
+        return
+    doc["tiers"] = entry
+    costs = settings.costs
+    if costs is not None and chosen is not None and chosen.slots:
+        doc["notes"].append(f"container tiers: {chosen.pinned} pins at tier {costs.pin_tier} ({costs.pin_bytes:,} bytes a record), "
+                            f"the rest at tier {costs.default_tier} ({costs.default_bytes:,} bytes): {chosen.slots} slots")
+
+
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
     rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
@@ -586,6 +619,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 facts.warnings.append(forced)
             if drafting.draft_path:
                 target_vocab = draftmod.vocab_of(model, decode=True)
+    if runtime == "llama" and (fork.pin_tier is not None or fork.default_tier is not None):
+        raise UsageError("--pin-tier and --default-tier are the streaming fork's container tiers (--runtime fork or auto)")
     if runtime in ("llama", "auto"):
         if repo:
             if outputs.plan_path or outputs.emit:
@@ -635,7 +670,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 fork_doc, fork_result, fork_launch = fit_model(facts, None, model_path, inputs)
                 fork_doc["applies_because"] = reason
                 if outputs.plan_path:
-                    write_fork_plan(outputs.plan_path, fork_result, fork_doc)
+                    write_fork_plan(outputs.plan_path, fork_result, fork_doc, inputs.tier_settings)
                 beside = (fork_doc, fork_result, fork_launch)
             elif outputs.emit == "env":
                 raise UsageError("--emit env is the streaming fork's launch, and the fork cannot run this plan (it "
@@ -661,7 +696,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     for message in flag_warnings + doc["warnings"]:
         warn(message)
     if outputs.plan_path:
-        write_fork_plan(outputs.plan_path, result, doc)
+        write_fork_plan(outputs.plan_path, result, doc, inputs.tier_settings)
     if outputs.emit and outputs.json_flag:
         print_json(emit_doc(outputs.emit, doc, launch, options.kv))
     elif outputs.emit:

@@ -35,6 +35,7 @@ record_bytes and numeric quants, and is read too. A v2 manifest read here is the
 import dataclasses
 import os
 import struct
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 from moetools import atomic
@@ -472,16 +473,43 @@ def _fork_packed_banks(folder, n_layers, record_bytes, path, name=bank_name):
             for layer, layout in enumerate(layouts)]
 
 
-def read_manifest(folder_or_file):
-    """Parse and validate `manifest.json` (given the container folder or the file itself)."""
+def _manifest_doc(folder_or_file):
+    """(path, JSON object, version) of a container's manifest.json; FormatError when there is none,
+    or its version is newer than this moetools reads."""
     path = manifest_path(folder_or_file)
-    what = "container manifest"
     if not os.path.exists(path):
         raise FormatError(path, "no container manifest here (is this a container folder?)")
-    doc = load_json(path, what)
-    version = _int(doc, "version", path, what, 1)
+    doc = load_json(path, "container manifest")
+    version = _int(doc, "version", path, "container manifest", 1)
     if version > KNOWN_VERSION:
         raise FormatError(path, f"container version {version} is newer than this moetools reads ({KNOWN_VERSION})", key="version")
+    return path, doc, version
+
+
+Ladder = namedtuple("Ladder", "path labels record_bytes")
+
+
+def read_ladder(folder_or_file):
+    """The precision ladder of a container: its tiers' labels and record sizes, tier 0 first (a v1
+    container: its one tier, `fmt` and `record_bytes`, as expert_container.rs `effective_tiers`
+    synthesizes it). Reads manifest.json only, checked as the daemon's `ExpertContainer::open`
+    checks the ladder (version, tier id == index, record_bytes a 4096 multiple); no bank is opened,
+    so device-fit's header path stays cheap. Raises FormatError (exit 2)."""
+    path, doc, version = _manifest_doc(folder_or_file)
+    what = "container manifest"
+    if version >= TIERED_VERSION:
+        rows = _tier_docs(doc, path)
+    else:
+        rows = [{"quant": doc.get("fmt"), "record_bytes": _int(doc, "record_bytes", path, what, PAGE_BYTES)}]
+    labels = [row["quant"] if isinstance(row["quant"], str) else
+              fork_fmt_name(row["quant"]) if isinstance(row["quant"], int) else "" for row in rows]
+    return Ladder(path, labels, [row["record_bytes"] for row in rows])
+
+
+def read_manifest(folder_or_file):
+    """Parse and validate `manifest.json` (given the container folder or the file itself)."""
+    path, doc, version = _manifest_doc(folder_or_file)
+    what = "container manifest"
     tier_docs = None
     if version >= TIERED_VERSION:
         tier_docs = _tier_docs(doc, path)

@@ -4,6 +4,13 @@
 `[{"layer": L, "expert": E}, ...]` sorted by (layer, expert) and at most the pin ceiling (half the
 budget in slots, the fork's rule), plus `device_budget_bytes` and `resident_tier` when known.
 
+Tiers (CambrianTech/continuum core/expert-pager-policy/src/plan_file.rs `PlanPin.tier`, the
+controller's `BanditPlanController::write_tiered_plan`, fixture `fixtures/plan-tiered.json`): a pin
+may carry `"tier": N` and the plan a top-level `"default_tier": N`, each an INDEX into the container's
+precision ladder (u32, 0 = sharpest; absent = the container default), never a quant name. The pins
+are stamped with the pin tier, the unpinned tail is fetched at the default tier. moetools also keeps
+its own `pin_tier` (the tier new pins get) so a pin_list rewrite keeps the tier the user asked for.
+
 Consumers (CambrianTech/llama.cpp `ggml/src/ggml-moe-residency.hpp`):
 - `parse_pager_plan` is a tolerant `strstr` scan, not a JSON parser: it takes the FIRST occurrence of
   `"budget_bytes"`, `"device_budget_bytes"`, `"window_k"` anywhere in the text and the pins between
@@ -32,12 +39,14 @@ PLAN_VERSION = 1
 DEFAULT_WINDOW_K = 8
 
 # Keys written first, in this order (see the module docstring: the fork's scan takes first matches).
-KNOWN_KEYS = ("version", "budget_bytes", "device_budget_bytes", "window_k", "resident_tier", "cache_device", "pin_list")
+KNOWN_KEYS = ("version", "budget_bytes", "device_budget_bytes", "window_k", "resident_tier", "cache_device", "pin_list",
+              "default_tier", "pin_tier")
+TIER_KEYS = ("default_tier", "pin_tier")
 
 # What each tool may change. Everything else in an existing plan is kept byte-for-value.
 OWNED_KEYS = {
-    "device-fit": frozenset({"budget_bytes", "device_budget_bytes", "resident_tier", "cache_device"}),
-    "trace-tail": frozenset({"pin_list", "budget_bytes", "window_k"}),
+    "device-fit": frozenset({"budget_bytes", "device_budget_bytes", "resident_tier", "cache_device", *TIER_KEYS}),
+    "trace-tail": frozenset({"pin_list", "budget_bytes", "window_k", *TIER_KEYS}),
 }
 
 
@@ -55,6 +64,9 @@ class Plan:
     window_k: int = DEFAULT_WINDOW_K
     device_budget_bytes: int = None
     resident_tier: str = None
+    default_tier: int = None
+    pin_tier: int = None
+    pin_tiers: list = field(default_factory=list)  # per pin of pin_list: its tier index or None
     extra: dict = field(default_factory=dict)  # keys moetools does not know, kept on rewrite
 
     def to_doc(self):
@@ -62,8 +74,12 @@ class Plan:
             "version": PLAN_VERSION,
             "budget_bytes": int(self.budget_bytes),
             "window_k": int(self.window_k),
-            "pin_list": pins_doc(self.pin_list),
+            "pin_list": pins_doc([(*pin, tier) for pin, tier in zip(self.pin_list, self.pin_tiers)]
+                                 if self.pin_tiers else self.pin_list),
         }
+        for key in TIER_KEYS:
+            if getattr(self, key) is not None:
+                doc[key] = int(getattr(self, key))
         if self.device_budget_bytes is not None:
             doc["device_budget_bytes"] = int(self.device_budget_bytes)
         if self.resident_tier is not None:
@@ -73,8 +89,97 @@ class Plan:
 
 
 def pins_doc(pins):
-    """[(layer, expert)] -> the wire list, sorted by (layer, expert), duplicates dropped."""
-    return [{"layer": int(layer), "expert": int(expert)} for layer, expert in sorted(set(pins))]
+    """[(layer, expert)] or [(layer, expert, tier or None)] -> the wire list, sorted by (layer,
+    expert), duplicates dropped (the first one's tier kept). A pin with a tier is written as the
+    daemon's serde writes a tiered PlanPin, `{"layer": L, "expert": E, "tier": T}`; one without,
+    byte for byte the v1 pin (plan_file.rs: serde skips a None tier)."""
+    tiers = {}
+    for pin in pins:
+        tiers.setdefault((int(pin[0]), int(pin[1])), pin[2] if len(pin) > 2 else None)
+    doc = []
+    for (layer, expert), tier in sorted(tiers.items()):
+        entry = {"layer": layer, "expert": expert}
+        if tier is not None:
+            entry["tier"] = int(tier)
+        doc.append(entry)
+    return doc
+
+
+def _ladder_text(labels):
+    return ", ".join(f"{index} {label}" for index, label in enumerate(labels))
+
+
+def tier_index(value, what, path, key, ladder=None):
+    """A plan's tier as the ladder index the daemon reads (plan_file.rs: u32). `what` names it in
+    messages (a pin, or the key itself: `default_tier`); `ladder`: the container's tier labels, when
+    one is known: an index must be inside it, and a label (another writer's) is matched to its index
+    by moetools.tierlabels. Raises FormatError (exit 2) naming `what` and `key`."""
+    from moetools.tierlabels import describe_unknown, find_tier, known_label, matching_tiers
+
+    said = f"{what} {json.dumps(value)}" if what == key else f"{what} has tier {json.dumps(value)}"
+    outside = f"{said}, outside the container's ladder ({_ladder_text(ladder)})" if ladder is not None else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise FormatError(path, f"{said}: a tier is a ladder index, 0 or more", key=key)
+        if ladder is not None and value >= len(ladder):
+            raise FormatError(path, outside.replace(", outside", " is outside", 1) if what == key else outside, key=key)
+        return value
+    if not isinstance(value, str):
+        raise FormatError(path, f"{said}: a tier is a ladder index (0 = sharpest)", key=key)
+    if not known_label(value) and (ladder is None or not matching_tiers(value, ladder)):
+        raise FormatError(path, f"{what}: {describe_unknown(value)}", key=key)
+    if ladder is None:
+        raise FormatError(path, f"{said} names a tier; the daemon reads a ladder index (plan_file.rs u32): "
+                                "give --container DIR to turn the name into its index", key=key)
+    index = find_tier(value, ladder)
+    if index is None:
+        several = matching_tiers(value, ladder)
+        if several:
+            raise FormatError(path, f"{said} matches tiers {several} of the container's ladder "
+                                    f"({_ladder_text(ladder)}): give the index", key=key)
+        raise FormatError(path, outside.replace(", outside", " is outside", 1) if what == key else outside, key=key)
+    return index
+
+
+def plan_tiers(doc, path, ladder=None):
+    """(per-pin tier index or None, default_tier or None, pin_tier or None) of a plan document, each
+    checked by tier_index (a label resolved against `ladder`). Raises FormatError (exit 2) naming the
+    first pin or key whose tier is outside the ladder, or not a tier."""
+    path = display_name(path)
+    pins = doc.get("pin_list") if isinstance(doc.get("pin_list"), list) else []
+    tiers = []
+    for index, pin in enumerate(pins):
+        if not isinstance(pin, dict) or pin.get("tier") is None:
+            tiers.append(None)
+            continue
+        what = f"pin_list[{index}] (layer {pin.get('layer')}, expert {pin.get('expert')})"
+        tiers.append(tier_index(pin["tier"], what, path, f"pin_list[{index}].tier", ladder))
+    top = [tier_index(doc[key], key, path, key, ladder) if doc.get(key) is not None else None for key in TIER_KEYS]
+    return tiers, top[0], top[1]
+
+
+def uniform_pin_tier(tiers):
+    """The tier every pin carries, when they all carry the same one (the daemon's driver stamps
+    every pin with --pin-tier); else None."""
+    found = set(tiers)
+    return found.pop() if len(found) == 1 and None not in found else None
+
+
+def _tiered_pins(doc, path, new_pins, pin_tier, ladder):
+    """The pin list to write with each pin's tier: `pin_tier` (--pin-tier) on every pin when given;
+    else a pin kept from the old list keeps its own tier (or none), and a new pin gets the plan's
+    `pin_tier`, or the tier every old pin shared. Labels in the old plan become indices (or are
+    refused) by plan_tiers. `new_pins` None: the old pins."""
+    old_tiers, _, kept_pin_tier = plan_tiers(doc, path, ladder)
+    listed = doc.get("pin_list") if isinstance(doc.get("pin_list"), list) else []
+    own = {(pin["layer"], pin["expert"]): tier for pin, tier in zip(listed, old_tiers)
+           if isinstance(pin, dict) and all(isinstance(pin.get(key), int) for key in ("layer", "expert"))}
+    if new_pins is None:
+        new_pins = list(own)
+    if pin_tier is not None:
+        return [(int(layer), int(expert), pin_tier) for layer, expert in new_pins]
+    fallback = kept_pin_tier if kept_pin_tier is not None else uniform_pin_tier(old_tiers)
+    return [(int(layer), int(expert), own.get((int(layer), int(expert)), fallback)) for layer, expert in new_pins]
 
 
 def ordered(doc):
@@ -124,13 +229,16 @@ def existing_plan_doc(path):
     return doc
 
 
-def update_plan(path, owner, changes):
+def update_plan(path, owner, changes, ladder=None):
     """Write `changes` (a dict of keys `owner` owns) into the plan at `path`; returns the document written.
 
     Reads the old plan first and keeps every key not in `changes` (unknown ones too). A new file gets
     the fields the fork's daemon requires (`version`, `budget_bytes`, `window_k`, `pin_list`).
-    `changes["pin_list"]` is a list of (layer, expert). Written atomically; the new mtime is at least
-    one whole second after the old one (the fork polls `st_mtime` in seconds)."""
+    `changes["pin_list"]` is a list of (layer, expert): each pin keeps its tier across the rewrite
+    (see _tiered_pins). `changes["pin_tier"]` / `["default_tier"]` are ladder indices; a pin tier is
+    stamped on every pin. `ladder`: the container's tier labels, to check the plan's tiers against
+    and turn labels into indices. Written atomically; the new mtime is at least one whole second
+    after the old one (the fork polls `st_mtime` in seconds)."""
     owned = OWNED_KEYS[owner]
     stray = set(changes) - owned
     if stray:
@@ -140,12 +248,18 @@ def update_plan(path, owner, changes):
     old_mtime = os.stat(path).st_mtime if old is not None else None
     doc = dict(old) if old is not None else {"version": PLAN_VERSION, "budget_bytes": 0,
                                              "window_k": DEFAULT_WINDOW_K, "pin_list": []}
+    named = ladder is not None and any(isinstance(pin, dict) and isinstance(pin.get("tier"), str)
+                                       for pin in doc.get("pin_list") or [])
+    if changes.get("pin_list") is not None or changes.get("pin_tier") is not None or named:
+        # each pin keeps its tier; with a ladder, tier names another writer left become indices
+        doc["pin_list"] = pins_doc(_tiered_pins(doc, path, changes.get("pin_list"), changes.get("pin_tier"), ladder))
+    if ladder is not None or changes.get("pin_list") is not None or changes.get("pin_tier") is not None:
+        _, default_tier, pin_tier = plan_tiers(doc, path, ladder)
+        doc.update((key, value) for key, value in zip(TIER_KEYS, (default_tier, pin_tier)) if value is not None)
     for key, value in changes.items():
-        if value is None:
+        if value is None or key == "pin_list":
             continue
-        if key == "pin_list":
-            value = pins_doc(value)
-        elif key not in ("resident_tier", "cache_device"):
+        if key not in ("resident_tier", "cache_device"):
             value = int(value)
         doc[key] = value
     doc = ordered(doc)
@@ -163,7 +277,7 @@ def update_plan(path, owner, changes):
     return doc
 
 
-def update_plan_locked(path, owner, changes, on_wait=None):
+def update_plan_locked(path, owner, changes, on_wait=None, ladder=None):
     """`update_plan` under the plan folder's lock (moetools.locking.folder_lock, waited for at most
     PLAN_WAIT_SECONDS): device-fit and trace-tail both read-modify-write the plan, so without it one
     tool's keys could be lost to the other's concurrent write. Removes stale plan temporaries of dead
@@ -173,7 +287,7 @@ def update_plan_locked(path, owner, changes, on_wait=None):
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     with folder_lock(folder, tool=owner, wait=True, timeout=PLAN_WAIT_SECONDS, on_wait=on_wait):
         remove_stale_temps(folder)
-        return update_plan(path, owner, changes)
+        return update_plan(path, owner, changes, ladder)
 
 
 def _advance_mtime(fd, old_mtime):
@@ -209,7 +323,8 @@ def active_cache_budget(doc):
     return budget if isinstance(budget, int) and not isinstance(budget, bool) else 0
 
 
-def read_plan(path):
+def read_plan(path, ladder=None):
+    """The plan at `path` (a Plan); tiers checked by plan_tiers against `ladder` when given."""
     what = "plan file"
     doc = load_json(path, what)
     name = display_name(path)
@@ -222,12 +337,16 @@ def read_plan(path):
         layer = require(entry, "layer", int, name, f"pin_list[{index}]")
         expert = require(entry, "expert", int, name, f"pin_list[{index}]")
         pins.append((layer, expert))
+    pin_tiers, default_tier, pin_tier = plan_tiers(doc, name, ladder)
     return Plan(
         budget_bytes=budget,
         pin_list=pins,
         window_k=doc.get("window_k", DEFAULT_WINDOW_K),
         device_budget_bytes=doc.get("device_budget_bytes"),
         resident_tier=doc.get("resident_tier"),
+        default_tier=default_tier,
+        pin_tier=pin_tier,
+        pin_tiers=pin_tiers if any(tier is not None for tier in pin_tiers) else [],
         extra={key: value for key, value in doc.items() if key not in KNOWN_KEYS},
     )
 

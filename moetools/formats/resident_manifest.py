@@ -76,7 +76,10 @@ def read_manifest(path):
     doc = load_json(path, what)
     if require(doc, "resident_only", int, path, what) != 1:
         raise FormatError(path, "resident_only must be 1", key="resident_only")
-    tier = require(doc, "tier_label", str, path, what)
+    # trimmed, as the daemon's parse_resident_manifest trims it: the label it publishes as resident_tier
+    tier = require(doc, "tier_label", str, path, what).strip()
+    if not tier:
+        raise FormatError(path, "tier_label is empty", key="tier_label")
     resident_bytes = require(doc, "resident_bytes", int, path, what)
     if resident_bytes <= 0:
         raise FormatError(path, "resident_bytes must be positive", key="resident_bytes")

@@ -219,15 +219,18 @@ def _curve_table(curve):
     return Table("coverage curve (hit ratio over decode requests)", ["slots"] + names, rows, right_align=tuple(range(len(names) + 1)))
 
 
-def _plan_budget(plan_path, explicit_budget_bytes):
+def _plan_budget(plan_path, explicit_budget_bytes, tiers=None):
     """(budget for the pin ceiling, bytes trace-tail writes as budget_bytes or None to keep the
-    plan's) -- read BEFORE any work, so a plan that cannot be overwritten fails first (exit 2).
+    plan's) -- read BEFORE any work, so a plan that cannot be overwritten fails first (exit 2), as
+    does one whose tiers are outside the container's ladder (`tiers`: a PlanTiers).
 
     An explicit --budget-bytes/--budget-slots is trace-tail's to write; otherwise an existing
     plan's budget (device-fit's division) is kept and sets the pin ceiling."""
-    from moetools.formats.plan import active_cache_budget, existing_plan_doc
+    from moetools.formats.plan import active_cache_budget, existing_plan_doc, plan_tiers
 
     doc = existing_plan_doc(plan_path)
+    if doc is not None:
+        plan_tiers(doc, plan_path, tiers.ladder if tiers else None)
     if explicit_budget_bytes is not None:
         return int(explicit_budget_bytes), int(explicit_budget_bytes)
     if doc is not None and active_cache_budget(doc) > 0:
@@ -302,13 +305,40 @@ class _StopSignals:
         return holding()
 
 
-def _write_plan(path, budget_bytes, pins):
-    """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run); keeps every
-    other key. Returns the new mtime in whole seconds."""
+class PlanTiers:
+    """--pin-tier / --default-tier as ladder indices (None: not given) and the container's ladder
+    labels (None without --container)."""
+
+    def __init__(self, pin_tier=None, default_tier=None, ladder=None):
+        self.pin_tier, self.default_tier, self.ladder = pin_tier, default_tier, ladder
+
+
+def _plan_tiers(curves):
+    """The PlanTiers of trace-tail's options; UsageError (exit 2) for a tier option without --plan,
+    an unknown tier label, or a tier outside the container's ladder."""
+    if not curves.plan_path and (curves.pin_tier is not None or curves.default_tier is not None or curves.container):
+        raise UsageError("--pin-tier, --default-tier and --container set a plan's tiers: give --plan FILE")
+    from moetools.tierlabels import tier_option
+
+    ladder = None
+    if curves.container:
+        from moetools.formats.container import read_ladder
+
+        ladder = read_ladder(curves.container).labels
+    return PlanTiers(*(tier_option(text, option, ladder) if text is not None else None
+                       for text, option in ((curves.pin_tier, "--pin-tier"), (curves.default_tier, "--default-tier"))),
+                     ladder=ladder)
+
+
+def _write_plan(path, budget_bytes, pins, tiers=None):
+    """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run, and the tiers
+    given); each pin keeps its tier, every other key is kept. Returns the new mtime in whole seconds."""
     from moetools.formats.plan import plan_mtime, update_plan_locked
 
+    tiers = tiers or PlanTiers()
     # a read-modify-write of a file device-fit writes too: under the folder's lock, held only for it
-    update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes})
+    update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes, "pin_tier": tiers.pin_tier,
+                                            "default_tier": tiers.default_tier}, ladder=tiers.ladder)
     return plan_mtime(path)
 
 
@@ -352,6 +382,7 @@ def trace_tail_command(trace, layers, replay, curves, policies, extras, follow, 
     options["threads"] = policies.threads
     check_pin_policy(policies.pin_policy, options["policies"] if curves.plan_path else DEMAND_POLICIES)
     options["pin_policy"] = policies.pin_policy
+    options["plan_tiers"] = _plan_tiers(curves)
     layer_map = _layer_map(layers.model, layers.synth_layers, layers.experts, layers.top_k, fetch)
     if extras.table_path:
         if layer_map is None:
@@ -387,7 +418,7 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         if not expert_bytes:
             raise UsageError("--plan needs the bytes of one expert: give --model or --expert-bytes")
         explicit = budget_bytes if budget_bytes is not None else (budget_slots * expert_bytes if budget_slots else None)
-        pin_budget, written_budget = _plan_budget(plan_path, explicit)
+        pin_budget, written_budget = _plan_budget(plan_path, explicit, options["plan_tiers"])
         if settings.budget is None and pin_budget:
             settings.budget = _budget_from_plan(pin_budget, expert_bytes, settings.moe_layers * settings.n_expert, plan_path)
     settings.curve_budgets = _parse_slots(curve) if curve is not None else None
@@ -418,7 +449,8 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
         if pin_budget is None:
             pin_budget = written_budget = summary["budget_bytes"]
         engine = result.extra["engine"]
-        _write_plan(plan_path, written_budget, plan_pins(engine, pin_budget, expert_bytes, options["pin_policy"]))
+        _write_plan(plan_path, written_budget, plan_pins(engine, pin_budget, expert_bytes, options["pin_policy"]),
+                    options["plan_tiers"])
     if curve is not None:
         if not result.curve:
             raise InputError(trace, "no decode tokens: nothing to build a curve from")
@@ -460,7 +492,7 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
     pin_budget = written_budget = None
     if plan_path:
         explicit = budget_bytes if budget_bytes is not None else (budget_slots * expert_bytes if budget_slots else None)
-        pin_budget, written_budget = _plan_budget(plan_path, explicit)
+        pin_budget, written_budget = _plan_budget(plan_path, explicit, options["plan_tiers"])
         if budget is None and pin_budget:
             budget = _budget_from_plan(pin_budget, expert_bytes, total, plan_path)
     if budget is None:
@@ -493,7 +525,7 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
                     payload["plan_written"] = due
                     if due:
                         with stops.held():
-                            last_mtime = _write_plan(plan_path, written_budget, list(pins))
+                            last_mtime = _write_plan(plan_path, written_budget, list(pins), options["plan_tiers"])
                             last_plan, pending = pins, None
                 count += 1  # before the line goes out: a signal between the two must not lose a printed token
                 output.print_json_line(payload)
@@ -501,7 +533,7 @@ def _follow(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_b
             stopped = stop.signum
         stops.holding = True  # the summary and the last plan write are not interrupted again
         if plan_path and pending is not None:
-            _write_plan(plan_path, written_budget, list(pending))
+            _write_plan(plan_path, written_budget, list(pending), options["plan_tiers"])
     if tokeniser.unknown:
         output.warn(f"{trace}: {tokeniser.unknown} of {tokeniser.records} records match no expert tensor of {layer_map.source}; skipped")
     if tokeniser.tail:

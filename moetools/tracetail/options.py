@@ -12,8 +12,8 @@ LayerOptions.__doc__ = 'How trace keys map to layers and experts (a model or the
 ReplayOptions = namedtuple('ReplayOptions', ['once', 'prefill', 'budget_slots', 'budget_bytes', 'expert_bytes', 'window'])
 ReplayOptions.__doc__ = 'How the trace is replayed: once or followed, prefill, the cache budget.'
 
-CurveOptions = namedtuple('CurveOptions', ['curve', 'plot', 'write_trace', 'plan_path'])
-CurveOptions.__doc__ = 'The curve, its plot, a re-written trace and the plan file kept current.'
+CurveOptions = namedtuple('CurveOptions', ['curve', 'plot', 'write_trace', 'plan_path', 'pin_tier', 'default_tier', 'container'])
+CurveOptions.__doc__ = "The curve, its plot, a re-written trace and the plan file kept current, with its tiers."
 
 PolicyOptions = namedtuple('PolicyOptions', ['policies_text', 'instruments', 'threads', 'pin_policy'])
 PolicyOptions.__doc__ = 'Which policies and instruments run, on how many threads, and which ranks the pins.'
@@ -67,6 +67,14 @@ def curves_options(command):
     @click.option("--plot", metavar="FILE.svg", help="Draw the curves as SVG (Belady as the ceiling). Implies --curve.")
     @click.option("--write-trace", metavar="OUT", help="Also write the input as a 12-byte trace (the fork's format).")
     @click.option("--plan", "plan_path", metavar="FILE", help="Keep a plan file's pin_list current (see README: Plan file).")
+    @click.option("--pin-tier", metavar="TIER",
+                  help="--plan: every pin's \"tier\": the container ladder's index (0 = sharpest) the hot pins are "
+                       "served from, or its name (q8_0, Q4_K_M) with --container. Without it each pin keeps its tier.")
+    @click.option("--default-tier", metavar="TIER",
+                  help="--plan: the plan's \"default_tier\", the ladder index (or name, with --container) the unpinned "
+                       "experts are fetched at.")
+    @click.option("--container", type=click.Path(file_okay=False), metavar="DIR",
+                  help="--plan: the expert container whose ladder the tiers index (names resolved, indices checked).")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         return command(*args, curves=CurveOptions(*(kwargs.pop(name) for name in CurveOptions._fields)), **kwargs)
