@@ -23,7 +23,7 @@ PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instea
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
 
-ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d'])
+ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d', 'port'])
 ForkOptions.__doc__ = "The streaming fork's artifacts and the cache's speed inputs."
 
 MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve'])
@@ -136,6 +136,9 @@ def fork_options(command):
                        "Default: the curve's best online demand policy.")
     @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
     @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
+    @click.option("--port", type=click.IntRange(1, 65535), metavar="N",
+                  help="The serving daemon's lane on port N: its files in ~/.continuum/logs (moe-capture-N.jsonl for --capture). "
+                       "Its moe-plan-N.json is never written: a --plan there goes to moetools-plan-N.json.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         return command(*args, fork=ForkOptions(*(kwargs.pop(name) for name in ForkOptions._fields)), **kwargs)

@@ -308,9 +308,34 @@ def fit_repo(text, fetch, inputs, json_flag):
         click.get_current_context().exit(1)
 
 
+def _daemon_files(fork, outputs):
+    """--port N: the daemon's files for that port (exit 2 when none is there), its capture file as
+    --capture's default; and a --plan that is the daemon's own plan goes to moetools' path instead
+    (the daemon rewrites its plan every tick without merge or lock: formats/daemon_files.py).
+    Returns (fork, outputs, PortFiles or None)."""
+    from moetools.formats import daemon_files
+
+    files = None
+    if fork.port is not None:
+        files = daemon_files.port_files(fork.port)
+        if files is None or not files.existing():
+            raise UsageError(daemon_files.missing_message(fork.port, files.folder if files else None))
+        if not fork.capture_path:
+            fork = fork._replace(capture_path=files.capture)
+    if outputs.plan_path:
+        plan_path, note = daemon_files.own_plan_instead(outputs.plan_path)
+        if note:
+            warn(note)
+            outputs = outputs._replace(plan_path=plan_path)
+    return fork, outputs, files
+
+
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
     rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
+    if fork.port is not None and devices.runtime == "llama":
+        raise UsageError("--port is the serving daemon's lane of the fork: not with --runtime llama")
+    fork, outputs, daemon = _daemon_files(fork, outputs)
     coverage_policy = fork.coverage_policy
     flash_attn = context.flash_attn
     n_outputs = drafting.n_outputs
@@ -454,6 +479,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         return fit_repo(model_path, fetch, inputs, outputs.json_flag)
     doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
+    if daemon is not None:
+        doc["daemon"] = daemon.to_doc()
     first_vram = devices.vram.split(",")[0].strip() if devices.vram else ""
     if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
         doc["vram_asked"] = first_vram
