@@ -160,3 +160,16 @@ def test_device_fit_port_reports_the_daemons_files(home, preset_model):
     logs = str(home / ".continuum" / "logs")
     assert daemon["port"] == PORT and daemon["folder"] == logs and daemon["found"] == [f"moe-trace-{PORT}.bin"]
     assert daemon["trace"] == fork_rules.moe_glass_box_paths(PORT, str(home))["trace"]
+
+
+def test_daemon_probe_takes_the_lease_from_the_daemons_plan(home):
+    """serving_daemon.rs halves the lease it publishes as budget_bytes (trace_tail.rs pin_ceiling): with
+    --port and no budget option, --daemon-probe reads it from moe-plan-N.json (read, never written)."""
+    plan = daemon_plan(home)
+    done = run(home, "trace-tail", "--port", PORT, "--once", "--synth-layers", 2, "--experts", 16, "--expert-bytes", 4096,
+               "--policies", "lru", "--daemon-probe", "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)["daemon_probe"]
+    assert got["pin_ceiling_inputs"]["budget_from"] == "daemon plan" and got["pin_ceiling_inputs"]["budget_bytes"] == 1048576
+    assert got["pin_ceiling"] == fork_rules.daemon_pin_ceiling(1048576, 4096 * 2 * 16, 2, 16)
+    assert_untouched(plan)
