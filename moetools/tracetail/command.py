@@ -222,7 +222,8 @@ def _summary_tables(doc):
     probe = doc.get("daemon_probe")
     if probe:
         for key, value in probe.items():
-            facts.append([f"daemon: {key.replace('_', ' ')}", "-" if value is None else str(value)])
+            shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in value.items()) if isinstance(value, dict) else value
+            facts.append([f"daemon: {key.replace('_', ' ')}", "-" if value is None else str(shown)])
     for key, value in doc.get("instruments", {}).items():
         facts.append([key.replace("_", " "), "-" if value is None else f"{value:.4f}"])
     for key, value in doc.get("topk_hit", {}).items():
@@ -430,7 +431,7 @@ def _daemon_probe_doc(got, layer_map, settings, expert_bytes, explicit_budget, r
     """--daemon-probe: the daemon's figures over the tokens its one drain folds, the drain's window
     and its pin ceiling (daemon_probe.py). The ceiling's lease: --budget-bytes/--budget-slots, else
     with --port the daemon's plan's budget_bytes (read, never written), else the replay's budget."""
-    from moetools.tracetail.daemon_probe import MAX_DRAIN_BYTES, daemon_pin_ceiling, daemon_probe
+    from moetools.tracetail.daemon_probe import MAX_DRAIN_BYTES, daemon_probe, pin_ceiling_doc
 
     if got.daemon_drain is not None:
         start, length, folded = got.daemon_drain
@@ -451,10 +452,7 @@ def _daemon_probe_doc(got, layer_map, settings, expert_bytes, explicit_budget, r
     blocks = (layer_map.block_count if layer_map is not None else 0) or got.n_layers
     n_expert = settings.n_expert
     total = sum(by_layer.values()) * n_expert if by_layer else int(expert_bytes or 0) * settings.moe_layers * n_expert
-    known = bool(blocks and n_expert and total)
-    doc["pin_ceiling"] = daemon_pin_ceiling(budget, total, blocks, n_expert) if known else None
-    doc["pin_ceiling_inputs"] = {"budget_bytes": int(budget), "budget_from": source, "expert_bytes_total": int(total),
-                                 "blocks": int(blocks), "experts_per_layer": int(n_expert)}
+    doc.update(pin_ceiling_doc(budget, source, total, blocks, n_expert))
     return doc
 
 

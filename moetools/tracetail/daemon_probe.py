@@ -71,6 +71,16 @@ def _top(scores, seen, budget):
     return candidates[order[:budget]]
 
 
+def pin_ceiling_doc(budget_bytes, budget_from, expert_bytes_total, blocks, experts_per_layer):
+    """{"pin_ceiling", "pin_ceiling_inputs"}: the daemon's ceiling for this lease and geometry (None
+    when the geometry is unknown: a 0 there is moetools not knowing, not the daemon's degenerate case)."""
+    known = bool(blocks and experts_per_layer and expert_bytes_total)
+    return {"pin_ceiling": daemon_pin_ceiling(budget_bytes, expert_bytes_total, blocks, experts_per_layer) if known else None,
+            "pin_ceiling_inputs": {"budget_bytes": int(budget_bytes), "budget_from": budget_from,
+                                   "expert_bytes_total": int(expert_bytes_total), "blocks": int(blocks),
+                                   "experts_per_layer": int(experts_per_layer)}}
+
+
 def daemon_probe(tokens):
     """Figures of the daemon's MoeTraceTail over `tokens` (int64 id arrays, in trace order, every
     segment the daemon would fold). Returns a dict of plain numbers."""
