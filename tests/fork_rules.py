@@ -11,6 +11,13 @@ fails here. Sources (read with the search tools):
   `device_fit_cache_dir`, `storage_root`, `first_gguf_in_dir`.
 - the fork's server context: CambrianTech/llama.cpp tools/server/server-context.cpp
   `server_output_limits`, applied in `server_context_impl::load_model` (`params_base.n_outputs_max`).
+- the daemon's per-port files: continuum core/continuum-core/src/inference/llama_server.rs
+  `moe_glass_box_paths`; its trace tail: core/continuum-core/src/capacity/trace_tail.rs
+  `MoeTraceTail::drain` (`MAX_DRAIN_BYTES`) and `pin_ceiling`, called with the block count by
+  core/continuum-core/src/modules/serving_daemon.rs `publish_moe_host_cache_lease`
+  (geometry from core/continuum-core/src/capacity/moe_serving.rs `moe_serving_context`).
+- llama-quantize's `--tensor-type-file`: CambrianTech/llama.cpp (and upstream)
+  tools/quantize/quantize.cpp `parse_tensor_type_file` / `parse_tensor_type`.
 - expert container: CambrianTech/llama.cpp ggml/src/ggml-moe-container.h, ggml-moe-wexp.h,
   ggml-moe-packer.h (`moec_pack_dir`), tools/moe-pack, ggml-moe-container-fetcher.h and
   ggml-backend.cpp (`ggml_backend_sched_compute_splits`); continuum
@@ -455,3 +462,59 @@ def moec_pack_dir_tiered_manifest(model, fmt, layers, experts, top_k, tiers):
     return ("{\n  \"version\": 2,\n  \"model\": \"%s\",\n  \"fmt\": %u,\n  \"n_layers\": %u,\n"
             "  \"experts_per_layer\": %u,\n  \"activated_per_token\": %u,\n  \"top_k_per_layer\": %u,\n"
             "  \"tiers\": [\n%s\n  ]\n}\n" % (model, fmt, layers, experts, top_k * layers, top_k, rows))
+
+
+def moe_glass_box_paths(port, home):
+    """llama_server.rs `moe_glass_box_paths(port)`: `dirs::home_dir()/.continuum/logs/` joined with
+    moe-capture-{port}.jsonl, moe-plan-{port}.json, moe-trace-{port}.bin (no storage root)."""
+    folder = os.path.join(home, ".continuum", "logs")
+    return {"capture": os.path.join(folder, f"moe-capture-{port}.jsonl"),
+            "plan": os.path.join(folder, f"moe-plan-{port}.json"),
+            "trace": os.path.join(folder, f"moe-trace-{port}.bin")}
+
+
+DAEMON_MAX_DRAIN_BYTES = 4 * 1024 * 1024  # trace_tail.rs MAX_DRAIN_BYTES
+
+
+def daemon_drain_offset(length, offset=0):
+    """trace_tail.rs `MoeTraceTail::drain`: the offset it reads from. When `len - offset` exceeds
+    MAX_DRAIN_BYTES: target = len - MAX_DRAIN_BYTES, offset = target - target % 12, and the segmenter
+    and carry restart (returned as the second value)."""
+    if length > offset and length - offset > DAEMON_MAX_DRAIN_BYTES:
+        target = length - DAEMON_MAX_DRAIN_BYTES
+        return target - (target % 12), True
+    return offset, False
+
+
+def daemon_pin_ceiling(budget_bytes, expert_bytes_total, n_layers, n_experts_per_layer):
+    """trace_tail.rs `pin_ceiling`: expert_count = n_layers * n_experts_per_layer; 0 if it or the
+    total is 0; per_expert = total / expert_count (0 -> 0); ((budget / 2) / per_expert), u64 integer
+    division throughout. serving_daemon.rs passes moe_serving.rs' n_layers, the GGUF block count."""
+    expert_count = n_layers * n_experts_per_layer
+    if expert_count == 0 or expert_bytes_total == 0:
+        return 0
+    per_expert = expert_bytes_total // expert_count
+    if per_expert == 0:
+        return 0
+    return (budget_bytes // 2) // per_expert
+
+
+def parse_tensor_type_file(text):
+    """quantize.cpp `parse_tensor_type_file`: `while (file >> arg)` -- every whitespace-separated word
+    (spaces, tabs or newlines; no comment syntax) is one `parse_tensor_type` argument: split at the
+    FIRST `=`; no `=` -> "malformed tensor type"; empty name -> "missing tensor name"; nothing after
+    `=` -> "missing quantization type"; the name lower-cased; the type a ggml type name compared
+    case-insensitively. Returns [(name, type word)] or the first failing word and its reason."""
+    pairs = []
+    for word in re.split(r"[ \t\n\v\f\r]+", text):  # isspace() in the C locale
+        if not word:
+            continue
+        sep = word.find("=")
+        if sep < 0:
+            return word, "malformed tensor type"
+        if sep == 0:
+            return word, "missing tensor name"
+        if sep == len(word) - 1:
+            return word, "missing quantization type"
+        pairs.append((word[:sep].lower(), word[sep + 1:]))
+    return pairs

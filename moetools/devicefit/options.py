@@ -24,8 +24,8 @@ DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
 
 ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d',
-                                         'pin_tier', 'default_tier'])
-ForkOptions.__doc__ = "The streaming fork's artifacts, the cache's speed inputs and the plan's container tiers."
+                                         'pin_tier', 'default_tier', 'port'])
+ForkOptions.__doc__ = "The streaming fork's artifacts, the cache's speed inputs, the plan's container tiers and the daemon's port."
 
 MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve'])
 MachineOptions.__doc__ = 'The host: speed floor, RAM, its bandwidth, the drive, threads.'
@@ -144,6 +144,9 @@ def fork_options(command):
                        "index (0 = sharpest) or, with --container, its name (q8_0, Q4_K_M). Priced in tok/s with --container.")
     @click.option("--default-tier", metavar="TIER",
                   help="The ladder tier every unpinned expert is fetched at (the plan's \"default_tier\"): index or name.")
+    @click.option("--port", type=click.IntRange(1, 65535), metavar="N",
+                  help="The serving daemon's lane on port N: its files in ~/.continuum/logs (moe-capture-N.jsonl for --capture). "
+                       "Its moe-plan-N.json is never written: a --plan there goes to moetools-plan-N.json.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         return command(*args, fork=ForkOptions(*(kwargs.pop(name) for name in ForkOptions._fields)), **kwargs)

@@ -438,7 +438,7 @@ def copy_settings(settings):
 LLAMA_ONLY = (("ngl", "-ngl"), ("ts_text", "-ts"), ("n_cpu_moe", "--n-cpu-moe"), ("main_gpu", "-mg"), ("depth", "--depth"))
 LLAMA_ONLY_SPEED = (("ram_bw", "--ram-bw"), ("threads", "--threads"))
 FORK_ONLY = (("tiers_dir", "--tiers"), ("coverage_path", "--coverage"), ("coverage_policy", "--coverage-policy"),
-             ("pin_tier", "--pin-tier"), ("default_tier", "--default-tier"),
+             ("pin_tier", "--pin-tier"), ("default_tier", "--default-tier"), ("port", "--port"),
              ("observations_path", "--observations"), ("capture_path", "--capture"), ("model_id", "--model-id"),
              ("storage_root", "--storage-root"))
 FORK_ONLY_OUTPUTS = (("container", "--container"), ("plan_path", "--plan"))
@@ -551,9 +551,34 @@ def _tier_doc(doc, settings, chosen):
                             f"the rest at tier {costs.default_tier} ({costs.default_bytes:,} bytes): {chosen.slots} slots")
 
 
+def _daemon_files(fork, outputs):
+    """--port N: the daemon's files for that port (exit 2 when none is there), its capture file as
+    --capture's default; and a --plan that is the daemon's own plan goes to moetools' path instead
+    (the daemon rewrites its plan every tick without merge or lock: formats/daemon_files.py).
+    Returns (fork, outputs, PortFiles or None)."""
+    from moetools.formats import daemon_files
+
+    files = None
+    if fork.port is not None:
+        files = daemon_files.port_files(fork.port)
+        if files is None or not files.existing():
+            raise UsageError(daemon_files.missing_message(fork.port, files.folder if files else None))
+        if not fork.capture_path:
+            fork = fork._replace(capture_path=files.capture)
+    if outputs.plan_path:
+        plan_path, note = daemon_files.own_plan_instead(outputs.plan_path)
+        if note:
+            warn(note)
+            outputs = outputs._replace(plan_path=plan_path)
+    return fork, outputs, files
+
+
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
     rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
+    if fork.port is not None and devices.runtime == "llama":
+        raise UsageError("--port is the serving daemon's lane of the fork: not with --runtime llama")
+    fork, outputs, daemon = _daemon_files(fork, outputs)
     coverage_policy = fork.coverage_policy
     flash_attn = context.flash_attn
     n_outputs = drafting.n_outputs
@@ -669,6 +694,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                                      h2d_bytes_per_s)
                 fork_doc, fork_result, fork_launch = fit_model(facts, None, model_path, inputs)
                 fork_doc["applies_because"] = reason
+                if daemon is not None:
+                    fork_doc["daemon"] = daemon.to_doc()
                 if outputs.plan_path:
                     write_fork_plan(outputs.plan_path, fork_result, fork_doc, inputs.tier_settings)
                 beside = (fork_doc, fork_result, fork_launch)
@@ -690,6 +717,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             raise UsageError("--plan and --emit take one model; give hf://ORG/REPO/PATH.gguf rather than a whole repo")
         return fit_repo(model_path, fetch, inputs, outputs.json_flag)
     doc, result, launch = fit_model(facts, fetch_stats, model_path, inputs)
+    if daemon is not None:
+        doc["daemon"] = daemon.to_doc()
     first_vram = devices.vram.split(",")[0].strip() if devices.vram else ""
     if decimal_vram_notes(first_vram):  # the first GPU's size was decimal: say so in its row
         doc["vram_asked"] = first_vram

@@ -150,6 +150,18 @@ def _install_override(folder, results):
     return {"override": chosen, "resident_bytes_file": path, "override_resident_bytes": smallest.resident_bytes}
 
 
+def _tensor_types(mix):
+    """--tensor-type's overrides and --tensor-type-file's, in the order llama-quantize appends them
+    (first match wins): the files' before --tensor-type's when a file came first on the command line."""
+    from moetools.quantize.inputs import parse_tensor_types, read_tensor_type_file
+
+    if sum(path == "-" for path in mix.tensor_type_files) > 1:
+        raise UsageError("--tensor-type-file - reads stdin once: give it one time")
+    given = parse_tensor_types(mix.tensor_types)
+    from_files = tuple(pair for path in mix.tensor_type_files for pair in read_tensor_type_file(path))
+    return from_files + given if mix.files_first else given + from_files
+
+
 @click.command("quantize", epilog=helptext.QUANTIZE)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @mix_options
@@ -188,7 +200,7 @@ def quantize_command(model_path, mix, outputs, running):
         mix.types, pure=mix.pure,
         output_type=core.parse_ggml_type(mix.output_tensor_type, "--output-tensor-type") if mix.output_tensor_type else None,
         token_embd_type=core.parse_ggml_type(mix.token_embedding_type, "--token-embedding-type") if mix.token_embedding_type else None,
-        tensor_types=core.parse_tensor_types(mix.tensor_types), has_imatrix=imatrix is not None and bool(imatrix.entries))
+        tensor_types=_tensor_types(mix), has_imatrix=imatrix is not None and bool(imatrix.entries))
     full = not outputs.resident_only
     if running.no_error and not full:
         raise UsageError("--no-error applies to --full (a resident tier's manifest records its error, which device-fit reads)")

@@ -6,6 +6,7 @@ Moved out of core.py unchanged (issue 28); core re-exports these names.
 """
 
 import os
+import re
 
 from moetools.errors import UsageError
 from moetools.formats import resident_manifest
@@ -62,23 +63,77 @@ def parse_ggml_type(text, option):
     return name
 
 
+def _tensor_type_pair(value):
+    """(pattern, ggml type) of one NAME=TYPE, split at the first `=` and the name lower-cased as
+    llama-quantize's `parse_tensor_type` (tools/quantize/quantize.cpp) does; ValueError(reason)."""
+    import re
+
+    pattern, sep, type_text = value.partition("=")
+    if not sep or not pattern:
+        raise ValueError("expected NAME=TYPE (e.g. attn_v=q8_0)")
+    if not type_text:
+        raise ValueError("missing quantization type")
+    try:
+        re.compile(pattern.lower())
+    except re.error as err:
+        raise ValueError(f"bad pattern: {err}") from None
+    ggml = rules.canonical_type(type_text)
+    if ggml is None:
+        raise ValueError(f"unsupported type {type_text.strip()!r}; supported: {', '.join(rules.TARGETS)}")
+    return pattern.lower(), ggml
+
+
 def parse_tensor_types(values):
     """--tensor-type NAME=TYPE (repeatable; NAME a regular expression searched in tensor names,
     lower-cased as llama-quantize does) -> ((pattern, ggml type), ...)."""
-    import re
-
     pairs = []
     for value in values:
-        pattern, sep, type_text = value.partition("=")
-        if not sep or not pattern:
-            raise UsageError(f"--tensor-type {value!r}: expected NAME=TYPE (e.g. attn_v=q8_0)")
-        if not type_text:
-            raise UsageError(f"--tensor-type {value!r}: missing quantization type")
         try:
-            re.compile(pattern.lower())
-        except re.error as err:
-            raise UsageError(f"--tensor-type {value!r}: bad pattern: {err}") from None
-        pairs.append((pattern.lower(), parse_ggml_type(type_text, "--tensor-type")))
+            pairs.append(_tensor_type_pair(value))
+        except ValueError as err:
+            option = "--tensor-type" if str(err).startswith("unsupported") else f"--tensor-type {value!r}"
+            raise UsageError(f"{option}: {err}") from None
+    return tuple(pairs)
+
+
+# isspace() in the C locale: what `std::ifstream >> std::string` splits words at
+_WORD_SPACE = re.compile(rb"[ \t\v\f\r]+")
+
+
+def read_tensor_type_file(path):
+    """--tensor-type-file FILE (`-` for stdin) -> ((pattern, ggml type), ...), read as llama-quantize's
+    `parse_tensor_type_file` (tools/quantize/quantize.cpp, the fork's and upstream's alike) reads it:
+    `while (file >> arg)`, so every whitespace-separated word -- several on a line, or one a line --
+    is one NAME=TYPE, blank lines are whitespace, and there is no comment syntax (a `#` word is a
+    malformed NAME=TYPE there too). A word that does not parse is an InputError naming the line."""
+    import sys
+
+    from moetools.errors import InputError
+    from moetools.formats.jsonio import display_name
+
+    name = display_name(path)
+    try:
+        if str(path) == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read()
+    except OSError as err:
+        raise InputError(name, f"cannot read the --tensor-type-file: {err.strerror or err}") from None
+    pairs = []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        for word in _WORD_SPACE.split(line):
+            if not word:
+                continue
+            try:
+                text = word.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(name, f"line {number}: not UTF-8 text") from None
+            try:
+                pairs.append(_tensor_type_pair(text))
+            except ValueError as err:
+                raise InputError(name, f"line {number}: {text!r}: {err} (llama-quantize reads whitespace-separated "
+                                       f"NAME=TYPE words, with no comments)") from None
     return tuple(pairs)
 
 

@@ -8,7 +8,8 @@ import click
 
 from moetools.quantize.rules import MIXES, MIX_ALIASES, TARGETS
 
-MixOptions = namedtuple('MixOptions', ['types', 'pure', 'imatrix_path', 'output_tensor_type', 'token_embedding_type', 'tensor_types'])
+MixOptions = namedtuple('MixOptions', ['types', 'pure', 'imatrix_path', 'output_tensor_type', 'token_embedding_type', 'tensor_types',
+                                       'tensor_type_files', 'files_first'])
 MixOptions.__doc__ = 'What each tensor becomes: the types or mixes, the importance matrix, per-tensor overrides.'
 
 OutputOptions = namedtuple('OutputOptions', ['resident_only', 'output_dir', 'install', 'storage_root', 'model_id', 'keep_split', 'force', 'dry_run'])
@@ -16,6 +17,18 @@ OutputOptions.__doc__ = 'What is written, and where.'
 
 RunOptions = namedtuple('RunOptions', ['threads', 'worst', 'json_flag', 'wait', 'no_error'])
 RunOptions.__doc__ = 'How the run goes and what it reports.'
+
+
+_FILES_FIRST = "moetools.quantize.tensor_type_files_first"
+
+
+def _files_first(ctx, param, value):
+    """llama-quantize appends --tensor-type and --tensor-type-file overrides in command-line order (first
+    match wins). click hands each option its values separately, processing given options in the order
+    each first appears: --tensor-type not yet processed here means the files came first."""
+    if value:
+        ctx.meta[_FILES_FIRST] = "tensor_types" not in ctx.params
+    return value
 
 
 def mix_options(command):
@@ -34,8 +47,12 @@ def mix_options(command):
     @click.option("--tensor-type", "tensor_types", metavar="NAME=TYPE", multiple=True,
                   help="ggml type for tensors whose name matches the regular expression NAME (repeatable; first match wins), "
                        "as llama-quantize's --tensor-type.")
+    @click.option("--tensor-type-file", "tensor_type_files", metavar="FILE", multiple=True, callback=_files_first,
+                  help="NAME=TYPE overrides read from FILE as llama-quantize's --tensor-type-file reads it: whitespace-separated "
+                       "words, one or more a line, no comments (repeatable; - for stdin).")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        kwargs["files_first"] = click.get_current_context().meta.get(_FILES_FIRST, False)
         return command(*args, mix=MixOptions(*(kwargs.pop(name) for name in MixOptions._fields)), **kwargs)
 
     return wrapper

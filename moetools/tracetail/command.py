@@ -6,8 +6,10 @@ Examples:
     moetools trace-tail run.trace --synth-layers 48 --curve --json | moetools device-fit k3.gguf --vram 32G --coverage -
     moetools trace-tail qwen.route.csv --curve --plot qwen.svg --write-trace qwen.trace
     moetools trace-tail /tmp/moe.trace --model k3.gguf --follow --plan plan.json --budget-bytes 64G
+    moetools trace-tail --port 58057 --model k3.gguf --plan k3.plan.json
 """
 
+import os
 import time
 
 import click
@@ -16,7 +18,8 @@ from moetools import helptext
 from moetools import output
 from moetools.errors import InputError, UsageError
 from moetools.sourceopts import source_options
-from moetools.tracetail.options import layers_options, replay_options, curves_options, policies_options, extras_options, follow_options
+from moetools.tracetail.options import (layers_options, replay_options, curves_options, policies_options, extras_options, follow_options,
+                                         daemon_options)
 
 POLICY_ORDER = ("belady", "predictive", "decay_bandit", "lfu", "lru", "prefill_pin")
 
@@ -49,6 +52,7 @@ class _Inputs:
         self.n_layers = self.n_expert = self.top_k = 0
         self.expert_bytes_by_layer = {}
         self.open_last = False
+        self.daemon_drain = None  # (start, length, tokens the daemon folds) of a 12-byte trace, --daemon-probe
 
 
 def _layer_map(model, synth_layers, experts, top_k, fetch=None):
@@ -78,8 +82,9 @@ def _tokenise(tok, data):
     return tokens
 
 
-def _read_inputs(trace, fmt, layer_map):
-    """Whole-file read: tokens and phases from any format."""
+def _read_inputs(trace, fmt, layer_map, daemon_drain=False):
+    """Whole-file read: tokens and phases from any format (with `daemon_drain`, also the tokens of
+    the daemon's one drain of a 12-byte trace: daemon_probe.drain_window)."""
     from moetools.tracetail import importers, reader
 
     data = reader.read_whole(trace)
@@ -106,6 +111,8 @@ def _read_inputs(trace, fmt, layer_map):
             output.warn(f"{name}: {tok.unknown} of {tok.records} records ({len(tok.unknown_keys)} keys) match no expert tensor of {layer_map.source}; skipped")
         got.tokeniser = tok
         got.tokens, got.phases = tokens, [None] * len(tokens)
+        if daemon_drain:
+            got.daemon_drain = _daemon_drain(data, layer_map, name, tokens[:-1] if got.open_last else tokens)
         got.meta = {"records": tok.records, "unknown_records": tok.unknown, "unknown_keys": len(tok.unknown_keys),
                     "torn_bytes": len(tok.tail), "fnv_basis": tok.basis}
     else:
@@ -123,6 +130,19 @@ def _read_inputs(trace, fmt, layer_map):
     if not got.tokens:
         raise InputError(name, "no tokens in the trace (every record had an unknown key?)")
     return got
+
+
+def _daemon_drain(data, layer_map, name, folded):
+    """(start, length, tokens) of the daemon's one drain of the whole file from offset 0: past 4 MiB
+    it reads only the last window, from a whole record, with a fresh segmenter (trace_tail.rs
+    `MoeTraceTail::drain`); the open last token is never folded."""
+    from moetools.tracetail import reader
+    from moetools.tracetail.daemon_probe import drain_window
+
+    start, jumped = drain_window(len(data))
+    if not jumped:
+        return start, len(data), folded
+    return start, len(data), reader.Tokeniser(layer_map, name).feed(memoryview(data)[start:])
 
 
 def _check_import_against_model(imported, layer_map, name):
@@ -202,7 +222,8 @@ def _summary_tables(doc):
     probe = doc.get("daemon_probe")
     if probe:
         for key, value in probe.items():
-            facts.append([f"daemon: {key.replace('_', ' ')}", "-" if value is None else str(value)])
+            shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in value.items()) if isinstance(value, dict) else value
+            facts.append([f"daemon: {key.replace('_', ' ')}", "-" if value is None else str(shown)])
     for key, value in doc.get("instruments", {}).items():
         facts.append([key.replace("_", " "), "-" if value is None else f"{value:.4f}"])
     for key, value in doc.get("topk_hit", {}).items():
@@ -343,7 +364,8 @@ def _write_plan(path, budget_bytes, pins, tiers=None):
 
 
 @click.command("trace-tail", epilog=helptext.TRACE_TAIL)
-@click.argument("trace")
+@click.argument("trace", required=False)
+@daemon_options
 @layers_options
 @replay_options
 @curves_options
@@ -352,8 +374,9 @@ def _write_plan(path, budget_bytes, pins, tiers=None):
 @follow_options
 @click.option("--json", "json_flag", is_flag=True, help="JSON even on a terminal.")
 @source_options
-def trace_tail_command(trace, layers, replay, curves, policies, extras, follow, json_flag, fetch):
-    """Replay or follow an expert trace (TRACE, `-` for stdin) and measure residency policies.
+def trace_tail_command(trace, daemon, layers, replay, curves, policies, extras, follow, json_flag, fetch):
+    """Replay or follow an expert trace (TRACE, `-` for stdin, or the serving daemon's with --port N)
+    and measure residency policies.
 
     Rebuilds tokens from the fork's 12-byte records (or a CSV/JSON-lines/numpy import), splits
     prefill from decode and reports, at --budget-slots, the request hit ratio of LRU, LFU, the
@@ -361,6 +384,10 @@ def trace_tail_command(trace, layers, replay, curves, policies, extras, follow, 
     ceiling), plus repeat recall, predicted-delta recall and schedulable coverage. --curve gives
     the coverage-vs-slots curve that `device-fit --coverage` reads.
     """
+    trace, once, port_files = _daemon_trace(trace, daemon.port, replay.once)
+    replay = replay._replace(once=once)
+    if curves.plan_path:
+        curves = curves._replace(plan_path=_own_plan(curves.plan_path))
     budget_bytes = replay.budget_bytes
     curve = curves.curve
     expert_bytes = replay.expert_bytes
@@ -399,8 +426,74 @@ def trace_tail_command(trace, layers, replay, curves, policies, extras, follow, 
     if follow.max_idle is not None or follow.max_tokens is not None:
         raise UsageError("--max-idle and --max-tokens apply to --follow")
     options["daemon_probe"] = extras.daemon_probe
+    options["daemon_files"] = port_files
     _once(trace, layers.fmt, layer_map, options, replay.budget_slots, budget_bytes, expert_bytes, curve, curves.plot, curves.write_trace, curves.plan_path,
           extras.output_path, json_flag)
+
+
+def _daemon_trace(trace, port, once):
+    """(TRACE, once, the daemon's PortFiles or None): with --port N the trace is the daemon's
+    moe-trace-N.bin (formats/daemon_files.py), followed unless --once; exit 2 when it is not there."""
+    if port is None:
+        if trace is None:
+            raise UsageError("give TRACE (a trace file, - for stdin) or --port N (the serving daemon's lane on port N)")
+        return trace, True if once is None else once, None
+    if trace is not None:
+        raise UsageError(f"give TRACE or --port {port}, not both (--port reads the serving daemon's trace)")
+    from moetools.formats import daemon_files
+
+    files = daemon_files.port_files(port)
+    if files is None or not os.path.isfile(files.trace):
+        raise UsageError(daemon_files.missing_message(port, files.folder if files else None, [files.trace] if files else None))
+    return files.trace, False if once is None else once, files
+
+
+def _own_plan(plan_path):
+    """--plan, unless it is the serving daemon's own plan: then moetools' plan beside it, said once."""
+    from moetools.formats.daemon_files import own_plan_instead
+
+    plan_path, note = own_plan_instead(plan_path)
+    if note:
+        output.warn(note)
+    return plan_path
+
+
+def _daemon_probe_doc(got, layer_map, settings, expert_bytes, explicit_budget, replay_budget, port_files):
+    """--daemon-probe: the daemon's figures over the tokens its one drain folds, the drain's window
+    and its pin ceiling (daemon_probe.py). The ceiling's lease: --budget-bytes/--budget-slots, else
+    with --port the daemon's plan's budget_bytes (read, never written), else the replay's budget."""
+    from moetools.tracetail.daemon_probe import MAX_DRAIN_BYTES, daemon_probe, pin_ceiling_doc
+
+    if got.daemon_drain is not None:
+        start, length, folded = got.daemon_drain
+        drain = {"drain_start": start, "drain_bytes": length - start, "drain_skipped_bytes": start}
+    else:  # an import: the daemon reads only 12-byte traces, so every token is folded
+        folded = got.tokens[:-1] if got.open_last else got.tokens
+        drain = {"drain_start": None, "drain_bytes": None, "drain_skipped_bytes": None}
+    doc = daemon_probe(folded)
+    doc.update(drain, max_drain_bytes=MAX_DRAIN_BYTES)
+    budget, source = explicit_budget, "option"
+    if budget is None and port_files is not None:
+        budget, source = _daemon_plan_budget(port_files.plan), "daemon plan"
+    if budget is None:
+        budget, source = replay_budget, "replay budget"
+    # the daemon's geometry (moe_serving.rs): the BLOCK count, experts per layer, and the expert bytes
+    # summed over the MoE layers -- from the model (or an import's preamble), else the options
+    by_layer = (layer_map.expert_bytes_by_layer if layer_map is not None else None) or got.expert_bytes_by_layer
+    blocks = (layer_map.block_count if layer_map is not None else 0) or got.n_layers
+    n_expert = settings.n_expert
+    total = sum(by_layer.values()) * n_expert if by_layer else int(expert_bytes or 0) * settings.moe_layers * n_expert
+    doc.update(pin_ceiling_doc(budget, source, total, blocks, n_expert))
+    return doc
+
+
+def _daemon_plan_budget(path):
+    """The daemon plan's budget_bytes (the lease its pin ceiling halves), None without one."""
+    from moetools.formats.plan import existing_plan_doc
+
+    doc = existing_plan_doc(path)
+    budget = doc.get("budget_bytes") if doc else None
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0 else None
 
 
 def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_bytes, curve, plot, write_trace, plan_path,
@@ -409,7 +502,7 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
     from moetools.formats.curve import Curve, write_curve
     from moetools.tracetail.core import analyse, resolve_phases
 
-    got = _read_inputs(trace, fmt, layer_map)
+    got = _read_inputs(trace, fmt, layer_map, daemon_drain=bool(options.get("daemon_probe")))
     settings = _settings(got, layer_map, options)
     expert_bytes = _expert_bytes(expert_bytes, layer_map, got)
     settings.budget = _budget(budget_slots, budget_bytes, expert_bytes)
@@ -437,12 +530,11 @@ def _once(trace, fmt, layer_map, options, budget_slots, budget_bytes, expert_byt
     result = analyse(got.tokens, got.phases, settings, progress=stage)
     summary = {"trace": trace, "format": got.fmt, "layer_map": layer_map.source if layer_map else None, **got.meta, **result.summary}
     summary["expert_bytes"] = int(expert_bytes)
-    if options.get("daemon_probe"):
-        from moetools.tracetail.daemon_probe import daemon_probe
-
-        folded = got.tokens[:-1] if got.open_last else got.tokens
-        summary["daemon_probe"] = daemon_probe(folded)
     summary["budget_bytes"] = int(budget_bytes) if budget_bytes is not None else int(settings.budget * expert_bytes)
+    if options.get("daemon_probe"):
+        explicit = budget_bytes if budget_bytes is not None else (budget_slots * expert_bytes if budget_slots else None)
+        summary["daemon_probe"] = _daemon_probe_doc(got, layer_map, settings, expert_bytes, explicit, summary["budget_bytes"],
+                                                    options.get("daemon_files"))
     if plan_path:
         from moetools.tracetail.core import plan_pins
 

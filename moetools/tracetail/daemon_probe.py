@@ -14,6 +14,17 @@ Restated (not copied) from CambrianTech/continuum:
   noisy-OR 1 - prod(1 - P(n|p)) over the fired experts (f32); the delta prediction is the top
   |token| candidates.
 
+- trace_tail.rs `MoeTraceTail::drain` reads at most `MAX_DRAIN_BYTES` (4 MiB) per tick: when more
+  is waiting past its offset it jumps to `len - 4 MiB`, rounded down to a whole record from the
+  file's start, and restarts the segmenter there (`drain_window`); the backlog before it is never
+  folded. A whole trace read once is one such drain from offset 0 (the daemon's first tick on it).
+- trace_tail.rs `pin_ceiling(budget_bytes, expert_bytes_total, n_layers, n_experts_per_layer)`:
+  (budget / 2) / (expert_bytes_total / (n_layers x n_experts_per_layer)), integer divisions, 0 for
+  degenerate geometry; the serving daemon passes n_layers = the model's BLOCK count
+  (core/continuum-core/src/capacity/moe_serving.rs `moe_serving_context`: `gguf_keys::block_count`)
+  while expert_bytes_total sums the MoE layers only, so leading dense blocks shrink its per-expert
+  bytes and raise its ceiling (`daemon_pin_ceiling`).
+
 Where the daemon leaves an order unspecified (HashMap iteration + `select_nth_unstable` on score
 ties, `sort_by` on equal confidences) moetools breaks the tie by request id ascending.
 """
@@ -22,6 +33,33 @@ import numpy as np
 
 DECAY_ARMS = (0.0, 0.3, 0.6, 0.85, 0.95, 0.99)
 REWARD_ALPHA = 0.3
+MAX_DRAIN_BYTES = 4 * 1024 * 1024  # trace_tail.rs MAX_DRAIN_BYTES: one drain's read ceiling
+RECORD_BYTES = 12  # expert_pager_policy::segment::RECORD_BYTES
+
+
+def drain_window(length, offset=0):
+    """trace_tail.rs `MoeTraceTail::drain` over a file of `length` bytes read up to `offset`:
+    (start, jumped) -- the drain reads bytes [start, length); `jumped` when the backlog was over
+    MAX_DRAIN_BYTES and the tail skipped to the recent window (segmenter restarted, carry cleared).
+    Nothing to read when length <= offset (a shorter file is a new serve: the caller resets)."""
+    if length <= offset or length - offset <= MAX_DRAIN_BYTES:
+        return offset, False
+    target = length - MAX_DRAIN_BYTES
+    return target - target % RECORD_BYTES, True
+
+
+def daemon_pin_ceiling(budget_bytes, expert_bytes_total, n_layers, n_experts_per_layer):
+    """trace_tail.rs `pin_ceiling`: how many experts the daemon pins for a lease of `budget_bytes`:
+    half the lease over one expert's bytes, where one expert = expert_bytes_total / (n_layers x
+    n_experts_per_layer) -- n_layers the BLOCK count, as moe_serving.rs passes it. 0 when the
+    geometry is degenerate, never a division by zero."""
+    count = int(n_layers) * int(n_experts_per_layer)
+    if count == 0 or expert_bytes_total == 0:
+        return 0
+    per_expert = int(expert_bytes_total) // count
+    if per_expert == 0:
+        return 0
+    return (int(budget_bytes) // 2) // per_expert
 
 
 def _top(scores, seen, budget):
@@ -31,6 +69,16 @@ def _top(scores, seen, budget):
         return candidates[:0]
     order = np.lexsort((candidates, -scores[candidates]))
     return candidates[order[:budget]]
+
+
+def pin_ceiling_doc(budget_bytes, budget_from, expert_bytes_total, blocks, experts_per_layer):
+    """{"pin_ceiling", "pin_ceiling_inputs"}: the daemon's ceiling for this lease and geometry (None
+    when the geometry is unknown: a 0 there is moetools not knowing, not the daemon's degenerate case)."""
+    known = bool(blocks and experts_per_layer and expert_bytes_total)
+    return {"pin_ceiling": daemon_pin_ceiling(budget_bytes, expert_bytes_total, blocks, experts_per_layer) if known else None,
+            "pin_ceiling_inputs": {"budget_bytes": int(budget_bytes), "budget_from": budget_from,
+                                   "expert_bytes_total": int(expert_bytes_total), "blocks": int(blocks),
+                                   "experts_per_layer": int(experts_per_layer)}}
 
 
 def daemon_probe(tokens):

@@ -24,6 +24,9 @@ ExtraOutputs.__doc__ = "The tkey table, the daemon's own figures and a copy of t
 FollowOptions = namedtuple('FollowOptions', ['poll', 'max_idle', 'max_tokens'])
 FollowOptions.__doc__ = "--follow's polling and stopping rules."
 
+DaemonOptions = namedtuple('DaemonOptions', ['port'])
+DaemonOptions.__doc__ = "The serving daemon's lane whose trace is read (its per-port files)."
+
 
 def layers_options(command):
     """How trace keys map to layers and experts (a model or their counts), and the input format: the command receives them as `layers`, a LayerOptions."""
@@ -44,7 +47,8 @@ def layers_options(command):
 def replay_options(command):
     """How the trace is replayed: once or followed, prefill, the cache budget: the command receives them as `replay`, a ReplayOptions."""
 
-    @click.option("--once/--follow", default=True, help="Stop at end of file with a summary (default), or keep reading as the file grows.")
+    @click.option("--once/--follow", default=None,
+                  help="Stop at end of file with a summary (the default), or keep reading as the file grows (the default with --port).")
     @click.option("--prefill", type=click.IntRange(min=0), metavar="N", help="The first N tokens are prefill (default: the size rule).")
     @click.option("--budget-slots", type=int, metavar="N",
                   help="Cache budget in slots (one slot = one (layer, expert)). Default: a quarter of the model's slots "
@@ -124,5 +128,18 @@ def follow_options(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         return command(*args, follow=FollowOptions(*(kwargs.pop(name) for name in FollowOptions._fields)), **kwargs)
+
+    return wrapper
+
+
+def daemon_options(command):
+    """The serving daemon's lane whose trace is read: the command receives it as `daemon`, a DaemonOptions."""
+
+    @click.option("--port", type=click.IntRange(1, 65535), metavar="N",
+                  help="Read the serving daemon's trace for its lane on port N (~/.continuum/logs/moe-trace-N.bin) instead "
+                       "of TRACE; followed unless --once. A --plan that is the daemon's moe-plan-N.json goes to moetools-plan-N.json.")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, daemon=DaemonOptions(*(kwargs.pop(name) for name in DaemonOptions._fields)), **kwargs)
 
     return wrapper
