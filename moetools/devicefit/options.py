@@ -23,7 +23,7 @@ PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instea
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
 
-ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d'])
+ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'trace_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d'])
 ForkOptions.__doc__ = "The streaming fork's artifacts and the cache's speed inputs."
 
 MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve'])
@@ -128,6 +128,10 @@ def fork_options(command):
     @click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
                   help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
     @click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
+    @click.option("--trace", "trace_path", metavar="FILE", type=click.Path(dir_okay=False),
+                  help="--emit env: GGML_MOE_TRACE_FILE, where the fork writes its 12-byte expert trace for trace-tail "
+                       "(truncated at each start). Default: beside --plan (k3.plan.json -> k3.plan.trace), else "
+                       "MODEL-STEM.trace in the current folder; always exported as an absolute path.")
     @click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
     @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
     @click.option("--coverage-policy", default=None, metavar="POLICY",

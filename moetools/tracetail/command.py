@@ -8,6 +8,7 @@ Examples:
     moetools trace-tail /tmp/moe.trace --model k3.gguf --follow --plan plan.json --budget-bytes 64G
 """
 
+import os
 import time
 
 import click
@@ -302,13 +303,22 @@ class _StopSignals:
         return holding()
 
 
+_WARNED_PLANS = set()  # plans already warned about in this process (--follow rewrites one many times)
+
+
 def _write_plan(path, budget_bytes, pins):
     """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run); keeps every
-    other key. Returns the new mtime in whole seconds."""
-    from moetools.formats.plan import plan_mtime, update_plan_locked
+    other key. Returns the new mtime in whole seconds. A plan left without a device budget (trace-tail
+    creates one when the file does not exist) says once on stderr that the fork's VRAM cache is off."""
+    from moetools.formats.plan import plan_mtime, update_plan_locked, vram_cache_off_warning
 
     # a read-modify-write of a file device-fit writes too: under the folder's lock, held only for it
-    update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes})
+    doc = update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes})
+    message = vram_cache_off_warning(path, doc)
+    key = os.path.abspath(os.fspath(path))
+    if message and key not in _WARNED_PLANS:
+        _WARNED_PLANS.add(key)
+        output.warn(message)
     return plan_mtime(path)
 
 
