@@ -128,7 +128,7 @@ def fork_options(command):
     @click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
                   help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
     @click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
-    @click.option("--trace", "trace_path", metavar="FILE", type=click.Path(dir_okay=False),
+    @click.option("--trace", "trace_path", metavar="FILE",
                   help="--emit env: GGML_MOE_TRACE_FILE, where the fork writes its 12-byte expert trace for trace-tail "
                        "(truncated at each start). Default: beside --plan (k3.plan.json -> k3.plan.trace), else "
                        "MODEL-STEM.trace in the current folder; always exported as an absolute path.")
@@ -168,7 +168,7 @@ def outputs_options(command):
 
     @click.option("--container", type=click.Path(file_okay=False), help="Expert container folder (GGML_MOE_CONTAINER) the fork streams from.")
     @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
-    @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports (with --json: the command as an argv list).")
+    @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags, or the fork's launch as a runnable block (exports, then the llama-server line that pages experts); with --json: the command as an argv list.")
     @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
