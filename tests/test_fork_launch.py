@@ -148,10 +148,14 @@ def test_the_override_is_the_daemons_cold_layer_rule(k3):
     assert launchmod.cold_expert_override((), blocks) == launchmod.FORK_EXPERT_OVERRIDE
 
 
-def test_a_dense_model_gets_no_paging_flags(tiny_models):
-    env, argv = run_block(fit(tiny_models["dense"], "--vram", "8G", "--emit", "env").stdout)
+def test_a_dense_model_gets_no_paging_flags_and_no_cache(tiny_models):
+    """Nothing to page: no -ot, no min batch, no trace, and no expert cache (it used to export
+    GGML_MOE_VRAM_CACHE_GB=0.00)."""
+    text = fit(tiny_models["dense"], "--vram", "8G", "--emit", "env").stdout
+    env, argv = run_block(text)
     assert "-ot" not in argv and "--no-repack" not in argv
-    assert "GGML_OP_OFFLOAD_MIN_BATCH" not in env and "GGML_MOE_TRACE_FILE" not in env
+    assert not {"GGML_OP_OFFLOAD_MIN_BATCH", "GGML_MOE_TRACE_FILE", "GGML_MOE_VRAM_CACHE_GB"} & set(env)
+    assert "#" not in text
 
 
 # --- every path absolute ---------------------------------------------------------------------------

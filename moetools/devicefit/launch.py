@@ -154,9 +154,10 @@ def fork_launch(result, plan_path="", capture_path="", trace_path=""):
     "command": [llama-server argv], "override_tensor": the -ot value, "notes": [why a variable is unset]}.
 
     The fork keeps ONE expert cache: GGML_MOE_VRAM_CACHE_GB when it is in VRAM, GGML_MOE_HOST_CACHE_GB
-    (and the VRAM one unset) when the --ram host budget holds more experts. Every path is absolute. A
-    model with experts gets the paging flags (see FORK_EXPERT_OVERRIDE) and GGML_MOE_TRACE_FILE, the
-    12-byte routing trace the fork writes on the paged path only (`trace-tail` reads it)."""
+    (and the VRAM one unset) when the --ram host budget holds more experts; a dense model has no cache.
+    Every path is absolute. A model with experts gets the paging flags (see FORK_EXPERT_OVERRIDE) and
+    GGML_MOE_TRACE_FILE, the 12-byte routing trace the fork writes on the paged path only (`trace-tail`
+    reads it)."""
     chosen = result.chosen
     if chosen is None:
         return {"env": {}, "command": [], "override_tensor": "", "notes": []}
@@ -167,7 +168,8 @@ def fork_launch(result, plan_path="", capture_path="", trace_path=""):
     notes = []
     env = {
         "LLAMA_RESIDENT_OVERRIDE": None if chosen.tier.label == NATIVE else absolute(chosen.tier.gguf),
-        "GGML_MOE_VRAM_CACHE_GB": None if on_host else _cache_variable("GGML_MOE_VRAM_CACHE_GB", chosen.expert_budget_bytes, notes),
+        "GGML_MOE_VRAM_CACHE_GB": (_cache_variable("GGML_MOE_VRAM_CACHE_GB", chosen.expert_budget_bytes, notes)
+                                   if experts and not on_host else None),
         "GGML_MOE_PLAN_FILE": os.path.abspath(plan_path) if plan_path else None,
         "GGML_MOE_CONTAINER": os.path.abspath(result.options.container) if result.options.container else None,
         "GGML_MOE_HOST_CACHE_GB": _cache_variable("GGML_MOE_HOST_CACHE_GB", cache.budget_bytes, notes) if on_host else None,
@@ -181,11 +183,6 @@ def fork_launch(result, plan_path="", capture_path="", trace_path=""):
     if override:
         args += ["-ot", override, "--no-repack"]
     return {"env": env, "command": ["llama-server"] + args, "override_tensor": override, "notes": notes}
-
-
-def env_launch(result, plan_path="", capture_path="", trace_path=""):
-    """The fork's variables alone ({name: value or None to unset}); see fork_launch."""
-    return fork_launch(result, plan_path, capture_path, trace_path)["env"]
 
 
 def shell_assignments(env):
