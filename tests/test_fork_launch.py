@@ -251,7 +251,7 @@ def test_trace_tail_warns_when_its_plan_leaves_the_vram_cache_off(k3, tmp_path):
                                           plan.read_text()) == json.loads(plan.read_text())["device_budget_bytes"] > 0
 
 
-@pytest.mark.parametrize("value, words", [(0, "has device_budget_bytes 0"), ("8G", 'not a whole number ("8G")'),
+@pytest.mark.parametrize("value, words", [(0, "has device_budget_bytes 0"), (-5, "has device_budget_bytes -5"), ("8G", 'not a whole number ("8G")'),
                                           (True, "not a whole number (true)")])
 def test_trace_tail_warns_on_a_zero_or_unusable_device_budget(tmp_path, value, words):
     plan = tmp_path / "plan.json"

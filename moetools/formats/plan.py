@@ -223,7 +223,7 @@ def vram_cache_off_reason(doc):
     if isinstance(budget, bool) or not isinstance(budget, int):
         return f"has a device_budget_bytes that is not a whole number ({json.dumps(budget)})"
     if budget <= 0:
-        return "has device_budget_bytes 0"
+        return f"has device_budget_bytes {budget}"
     return ""
 
 
