@@ -518,3 +518,106 @@ def parse_tensor_type_file(text):
             return word, "missing quantization type"
         pairs.append((word[:sep].lower(), word[sep + 1:]))
     return pairs
+# --- the fork's launch (device-fit --emit env) ---------------------------------------------------
+# Sources: CambrianTech/llama.cpp ggml/src/ggml-moe-residency.hpp (`MoeServingConfig::from_env`,
+# `ResidencyCache::enable_device`, `reload_plan_locked`, `enabled`), ggml/src/ggml-backend.cpp
+# (`ggml_backend_sched_compute_splits`: the paged path, the trace, the "[MOE-PAGER] ... Paging is
+# currently doing NOTHING" warning), ggml/src/ggml-cuda/ggml-cuda.cu (`get_op_batch_size`,
+# `ggml_backend_cuda_device_offload_op`, `ggml_backend_cuda_reg`); llama.cpp's `-ot`
+# (common/arg.cpp `parse_tensor_buffer_overrides`, src/llama-model.cpp: `std::regex_search` of each
+# pattern against the tensor name, first match wins); CambrianTech/continuum
+# core/continuum-core/src/inference/engine_install.rs (`EngineInstallReceipt::read`),
+# core/continuum-core/src/inference/llama_server.rs (`cold_expert_offload_ot`),
+# core/continuum-core/src/capacity/device_fit.rs (`default_compute_reserve_bytes`).
+
+GIB = 1 << 30
+_ATOF = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def fork_cache_bytes(value):
+    """`MoeServingConfig::from_env`: a `GGML_MOE_*_CACHE_GB` value is `(size_t)(atof(v) * 1024^3)`;
+    unset is 0. atof reads the longest numeric prefix (0 when there is none)."""
+    if value is None:
+        return 0
+    match = _ATOF.match(value)
+    return max(0, int(float(match.group()) * GIB)) if match else 0
+
+
+def device_cache_budget(env, plan_text=None):
+    """Bytes of the fork's VRAM expert cache: ggml_backend_sched_compute_splits calls enable_device only
+    when GGML_MOE_VRAM_CACHE_GB is non-zero; enable_device starts the budget at 0 when GGML_MOE_PLAN_FILE
+    is set (else the env bytes); reload_plan_locked then takes the plan's device_budget_bytes when it is
+    > 0. 0 = off (`enabled()` is budget_bytes > 0)."""
+    env_bytes = fork_cache_bytes(env.get("GGML_MOE_VRAM_CACHE_GB"))
+    if env_bytes == 0:
+        return 0
+    if not env.get("GGML_MOE_PLAN_FILE"):
+        return env_bytes
+    plan = parse_pager_plan(plan_text) if plan_text is not None else None
+    return plan["device_budget_bytes"] if plan and plan["device_budget_bytes"] > 0 else 0
+
+
+def offload_min_batch(env):
+    """ggml-cuda.cu `ggml_backend_cuda_reg`: atoi(GGML_OP_OFFLOAD_MIN_BATCH) when set, else 32."""
+    value = env.get("GGML_OP_OFFLOAD_MIN_BATCH")
+    if value is None:
+        return 32
+    match = re.match(r"\s*[+-]?\d+", value)
+    return int(match.group()) if match else 0
+
+
+def mul_mat_id_offloads(env, n_tokens):
+    """ggml-cuda.cu `ggml_backend_cuda_device_offload_op`: get_op_batch_size(op) >= the min batch, where
+    a MUL_MAT_ID's batch is op->ne[2], its tokens."""
+    return n_tokens >= offload_min_batch(env)
+
+
+def tensor_override(name, argv):
+    """The buffer type llama.cpp gives tensor `name` from the `-ot`/`--override-tensor` values in argv
+    (each `PATTERN=BUFT`, comma-separated; std::regex_search, first match wins), or None."""
+    for flag, value in zip(argv, argv[1:]):
+        if flag not in ("-ot", "--override-tensor"):
+            continue
+        for item in value.split(","):
+            pattern, _, buft = item.partition("=")
+            if re.search(pattern, name):
+                return buft
+    return None
+
+
+def fork_pages(name, argv, env, n_tokens=1):
+    """ggml_backend_sched_compute_splits pages an expert weight (and writes its trace records) only when
+    it is a split input in a host buffer of usage WEIGHTS consumed as src[0] of a MUL_MAT_ID on the GPU:
+    the tensor is placed on the CPU (-ot ...=CPU), its CPU buffer stays a host buffer (--no-repack: the
+    CPU_REPACK buffer is not host and its op never offloads), the layers are on the GPU (-ngl) and the
+    decode batch offloads (mul_mat_id_offloads). Each is one of the warning's three causes."""
+    if not re.match(r"blk\.\d+\.ffn_(gate|up|down|gate_up)_exps\.", name):
+        return False
+    ngl = argv[argv.index("-ngl") + 1] if "-ngl" in argv else "0"
+    return (tensor_override(name, argv) == "CPU" and ("--no-repack" in argv or "-nr" in argv)
+            and ngl not in ("0", "") and mul_mat_id_offloads(env, n_tokens))
+
+
+def daemon_launch_path_errors(env):
+    """continuum engine_install.rs `EngineInstallReceipt::read`: GGML_MOE_CAPTURE_FILE, GGML_MOE_PLAN_FILE,
+    GGML_MOE_TRACE_FILE and LLAMA_RESIDENT_OVERRIDE, when set, must be absolute (the daemon runs the
+    server from the engine's own folder, `command`)."""
+    return [f"receipted engine requires absolute {key}"
+            for key in ("GGML_MOE_CAPTURE_FILE", "GGML_MOE_PLAN_FILE", "GGML_MOE_TRACE_FILE", "LLAMA_RESIDENT_OVERRIDE")
+            if env.get(key) is not None and not os.path.isabs(env[key])]
+
+
+def cold_expert_offload_ot(hot_layers, n_layers):
+    """continuum llama_server.rs `cold_expert_offload_ot`: hot indices >= n_layers dropped; cold = the
+    other blocks; None when nothing is cold; else `blk\\.(c1|c2|...)\\.ffn.*_exps=CPU`."""
+    hot = {layer for layer in hot_layers if layer < n_layers}
+    cold = [layer for layer in range(n_layers) if layer not in hot]
+    if not cold:
+        return None
+    return "blk\\.(" + "|".join(map(str, cold)) + ")\\.ffn.*_exps=CPU"
+
+
+def daemon_default_reserve(vram_bytes):
+    """continuum device_fit.rs `default_compute_reserve_bytes`: (vram / 10).max(2 GiB), which it says
+    mirrors the fork's fit-device default."""
+    return max(vram_bytes // 10, 2 * GIB)

@@ -365,7 +365,10 @@ def test_emit_llama_and_env(k3, preset_model, tmp_path):
     assert lines[2] == f"export GGML_MOE_PLAN_FILE={plan}"
     assert lines[3] == f"export GGML_MOE_CONTAINER={tmp_path}"
     assert lines[4:6] == ["unset GGML_MOE_HOST_CACHE_GB", "unset GGML_MOE_CAPTURE_FILE"]
-    assert lines[6].startswith("# then: llama-server -m ")
+    # the trace beside the plan, the paging flags, then the server itself as a runnable line (issue 31)
+    assert lines[6:8] == [f"export GGML_MOE_TRACE_FILE={tmp_path / 'p.trace'}", "export GGML_OP_OFFLOAD_MIN_BATCH=1"]
+    assert lines[8] == (f"llama-server -m {k3} -c 32768 -ngl 999 -ctk f16 -ctv f16 -fa on -np 1 --no-kv-unified --fit off "
+                        "-ot '\\.ffn_.*_exps\\.=CPU' --no-repack")
 
 
 def test_emit_llama_when_every_expert_fits_after_a_dense_block(tiny_models):

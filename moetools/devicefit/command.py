@@ -5,7 +5,7 @@ launch it.
     moetools device-fit k3-00001-of-00014.gguf --vram 32G
     moetools device-fit k3.gguf --vram 32G --tiers device-fit/k3 --coverage curve.json --plan k3.plan.json
     moetools trace-tail run.trace --curve --json | moetools device-fit k3.gguf --vram 32G --coverage -
-    eval "$(moetools device-fit k3.gguf --vram 32G --emit env --plan k3.plan.json)"
+    moetools device-fit k3.gguf --vram 32G --emit env --plan k3.plan.json > serve.sh && sh serve.sh
 """
 
 import functools

@@ -808,6 +808,14 @@ def to_doc(result, launch=None):
     return doc
 
 
+def fork_default_reserve(vram_bytes):
+    """The compute reserve the fork's own planning holds back when nothing is measured: max(2 GiB, 10% of
+    VRAM) (CambrianTech/continuum core/continuum-core/src/capacity/device_fit.rs
+    default_compute_reserve_bytes, which states it mirrors the fork's fit-device `--reserve-gb` default).
+    Shown beside device-fit's own reserve, never used in the division."""
+    return max(2 * GIB, int(vram_bytes) // 10)
+
+
 def fork_ledger(result, name):
     """The fork's division as a one-device ledger (the same fields as --runtime llama's `devices`)."""
     chosen = result.chosen

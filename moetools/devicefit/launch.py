@@ -77,30 +77,122 @@ def llama_launch(result):
             f"upstream has no resident override: these flags realise the native division, not {result.chosen.tier.label}"}
 
 
-def env_launch(result, plan_path="", capture_path=""):
-    """The serving fork's variables for the chosen division ({name: value or None to unset}).
+# The fork pages an expert only when its weight sits in a host buffer and its MUL_MAT_ID runs on the GPU
+# (CambrianTech/llama.cpp ggml/src/ggml-backend.cpp ggml_backend_sched_compute_splits: a split input with
+# buffer usage WEIGHTS, ggml_backend_buffer_is_host, consumed as src[0] of GGML_OP_MUL_MAT_ID). So the
+# launch keeps every expert tensor on the CPU (-ot ...=CPU; the fork's own fit-device counts `_exps.`
+# names as paged, tools/moe-fit/fit-device.cpp is_expert), turns off the CPU repack that would move them
+# into a non-host buffer (--no-repack), and lets a one-token decode batch offload (ggml-cuda.cu
+# ggml_backend_cuda_device_offload_op: get_op_batch_size = ne[2] tokens for MUL_MAT_ID >= the
+# GGML_OP_OFFLOAD_MIN_BATCH read in ggml_backend_cuda_reg, default 32). The fork's "[MOE-PAGER] ...
+# Paging is currently doing NOTHING" warning names exactly these three causes.
+FORK_EXPERT_OVERRIDE = "\\.ffn_.*_exps\\.=CPU"
+FORK_MIN_BATCH = "1"
+
+
+def cold_expert_override(hot_blocks, block_count):
+    """The `-ot` value that puts the expert tensors of every block NOT in `hot_blocks` on the CPU, as the
+    daemon builds it (CambrianTech/continuum core/continuum-core/src/inference/llama_server.rs
+    cold_expert_offload_ot): hot indices outside 0..block_count are ignored, a dense block in the cold
+    list is harmless (it has no `_exps` tensor), and "" when nothing is cold (never an empty -ot).
+    With no hot block at all it is the one pattern for every layer."""
+    hot = {block for block in hot_blocks if 0 <= block < block_count}
+    cold = [block for block in range(block_count) if block not in hot]
+    if not cold:
+        return ""
+    if not hot:
+        return FORK_EXPERT_OVERRIDE
+    return "blk\\.(" + "|".join(str(block) for block in cold) + ")" + FORK_EXPERT_OVERRIDE
+
+
+def floored_gib(size):
+    """Bytes as the fork's `*_CACHE_GB` text: GiB floored to 0.01, so the cache never asks for more than
+    the budget."""
+    return f"{int(size / GIB * 100) / 100:.2f}"
+
+
+def _cache_variable(name, size, notes):
+    """The value for a `GGML_MOE_*_CACHE_GB` variable, or None (unset) with a note when the budget
+    floors to 0.00: MoeServingConfig::from_env multiplies atof(value) by 2^30, so "0.00" is a cache of
+    0 bytes, which the fork reads as off (ggml-backend.cpp enables the VRAM cache only when it is
+    non-zero; ResidencyCache::enabled is budget_bytes > 0)."""
+    text = floored_gib(size)
+    if float(text) > 0:
+        return text
+    from moetools.sizes import format_size
+
+    notes.append(f"{name} left unset: the {format_size(size)} expert budget floors to 0.00 GiB, which the fork "
+                 "reads as a cache of 0 bytes (off); every expert streams from host memory each token")
+    return None
+
+
+def absolute(path):
+    """A local path made absolute (the daemon launches the server from the engine's own folder and
+    refuses relative GGML_MOE_*_FILE / LLAMA_RESIDENT_OVERRIDE: continuum engine_install.rs
+    EngineInstallReceipt::read); a URL or hf:// name is left as it is."""
+    from moetools.gguf.locator import is_remote
+
+    if not path or path.startswith("hf://") or is_remote(path):
+        return path
+    return os.path.abspath(path)
+
+
+def default_trace_path(model_path, plan_path=""):
+    """Where --emit env points GGML_MOE_TRACE_FILE without --trace: beside the plan (`k3.plan.json` ->
+    `k3.plan.trace`), else `<model stem>.trace` in the current folder. Absolute."""
+    if plan_path:
+        plan = os.path.abspath(plan_path)
+        trace = os.path.splitext(plan)[0] + ".trace"
+        return trace if trace != plan else plan + ".trace"
+    from moetools.gguf.model import model_stem
+
+    return os.path.abspath(model_stem(model_path) + ".trace")
+
+
+def fork_launch(result, plan_path="", capture_path="", trace_path=""):
+    """The serving fork's launch for the chosen division: {"env": {name: value or None to unset},
+    "command": [llama-server argv], "override_tensor": the -ot value, "notes": [why a variable is unset]}.
 
     The fork keeps ONE expert cache: GGML_MOE_VRAM_CACHE_GB when it is in VRAM, GGML_MOE_HOST_CACHE_GB
-    (and the VRAM one unset) when the --ram host budget holds more experts. GGML_MOE_CAPTURE_FILE is
-    where the fork writes its per-token JSONL capture (`--capture`)."""
+    (and the VRAM one unset) when the --ram host budget holds more experts; a dense model has no cache.
+    Every path is absolute. A model with experts gets the paging flags (see FORK_EXPERT_OVERRIDE) and
+    GGML_MOE_TRACE_FILE, the 12-byte routing trace the fork writes on the paged path only (`trace-tail`
+    reads it)."""
     chosen = result.chosen
     if chosen is None:
-        return {}
+        return {"env": {}, "command": [], "override_tensor": "", "notes": []}
+    facts = result.facts
     cache = chosen_fork_cache(result)
     on_host = cache is not None and cache.device == "host"
-
-    def floored_gib(size):  # floored to 0.01 GiB so the cache never asks for more than the budget
-        return f"{int(size / GIB * 100) / 100:.2f}"
-
+    experts = bool(facts.moe_layers)
+    notes = []
     env = {
-        "LLAMA_RESIDENT_OVERRIDE": None if chosen.tier.label == NATIVE else chosen.tier.gguf,
-        "GGML_MOE_VRAM_CACHE_GB": None if on_host else floored_gib(chosen.expert_budget_bytes),
+        "LLAMA_RESIDENT_OVERRIDE": None if chosen.tier.label == NATIVE else absolute(chosen.tier.gguf),
+        "GGML_MOE_VRAM_CACHE_GB": (_cache_variable("GGML_MOE_VRAM_CACHE_GB", chosen.expert_budget_bytes, notes)
+                                   if experts and not on_host else None),
         "GGML_MOE_PLAN_FILE": os.path.abspath(plan_path) if plan_path else None,
         "GGML_MOE_CONTAINER": os.path.abspath(result.options.container) if result.options.container else None,
-        "GGML_MOE_HOST_CACHE_GB": floored_gib(cache.budget_bytes) if on_host else None,
+        "GGML_MOE_HOST_CACHE_GB": _cache_variable("GGML_MOE_HOST_CACHE_GB", cache.budget_bytes, notes) if on_host else None,
         "GGML_MOE_CAPTURE_FILE": os.path.abspath(capture_path) if capture_path else None,
+        "GGML_MOE_TRACE_FILE": (os.path.abspath(trace_path or default_trace_path(facts.path, plan_path))
+                                if experts else None),
+        "GGML_OP_OFFLOAD_MIN_BATCH": FORK_MIN_BATCH if experts else None,
     }
-    return env
+    override = cold_expert_override((), facts.block_count) if experts else ""
+    args = server_args(absolute(facts.path), chosen.context, result.options.kv)
+    if override:
+        args += ["-ot", override, "--no-repack"]
+    return {"env": env, "command": ["llama-server"] + args, "override_tensor": override, "notes": notes}
+
+
+def shell_assignments(env):
+    """`env -u A B=1 ...`-style words for a one-line launch: unset first, then the assignments."""
+    words = []
+    for name, value in env.items():
+        if value is None:
+            words += ["-u", name]
+    words += [f"{name}={value}" for name, value in env.items() if value is not None]
+    return words
 
 
 def plan_budget(result):

@@ -23,7 +23,7 @@ PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instea
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
 
-ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d',
+ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_path', 'trace_path', 'model_id', 'coverage_path', 'coverage_policy', 'observations_path', 'h2d',
                                          'pin_tier', 'default_tier', 'port'])
 ForkOptions.__doc__ = "The streaming fork's artifacts, the cache's speed inputs, the plan's container tiers and the daemon's port."
 
@@ -131,6 +131,10 @@ def fork_options(command):
     @click.option("--storage-root", metavar="DIR", type=click.Path(file_okay=False),
                   help="The serving daemon's storage root for tier discovery (default: $CONTINUUM_STORAGE_PATH, else ~/.continuum).")
     @click.option("--capture", "capture_path", metavar="FILE", help="--emit env: GGML_MOE_CAPTURE_FILE, where the fork writes its per-token JSONL capture.")
+    @click.option("--trace", "trace_path", metavar="FILE",
+                  help="--emit env: GGML_MOE_TRACE_FILE, where the fork writes its 12-byte expert trace for trace-tail "
+                       "(truncated at each start). Default: beside --plan (k3.plan.json -> k3.plan.trace), else "
+                       "MODEL-STEM.trace in the current folder; always exported as an absolute path.")
     @click.option("--model-id", metavar="ID", help="The model id the daemon serves this model as (default: the file name's stem).")
     @click.option("--coverage", "coverage_path", metavar="FILE", help="Coverage curve from `trace-tail --curve` (- for stdin).")
     @click.option("--coverage-policy", default=None, metavar="POLICY",
@@ -176,7 +180,7 @@ def outputs_options(command):
 
     @click.option("--container", type=click.Path(file_okay=False), help="Expert container folder (GGML_MOE_CONTAINER) the fork streams from.")
     @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Write the plan file (GGML_MOE_PLAN_FILE) here.")
-    @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags or the fork's exports (with --json: the command as an argv list).")
+    @click.option("--emit", type=click.Choice(["llama", "env"]), help="Print launch settings instead of the ledger: upstream flags, or the fork's launch as a runnable block (exports, then the llama-server line that pages experts); with --json: the command as an argv list.")
     @click.option("--json", "json_flag", is_flag=True, help="Print JSON (the default when stdout is not a terminal).")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):

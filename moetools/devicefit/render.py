@@ -117,27 +117,40 @@ def emit_text(kind, doc, launch, settings):
             lines.append("# the same placement with -ot:")
             lines.append("#   -ot " + shlex.quote(upstream["override_tensor"]))
         return "\n".join(lines) + "\n"
-    env = launch["env"]
-    if not env:
+    fork = launch["fork"]
+    if not fork["command"]:
         return "# unfittable: no division of this card holds the model\n"
-    for name, value in env.items():
+    # a runnable block (`sh`, or `eval` in the shell that should run the server): the exports, why a
+    # variable is unset, then the server itself
+    for name, value in fork["env"].items():
         lines.append(f"unset {name}" if value is None else f"export {name}={shlex.quote(str(value))}")
-    lines.append("# then: llama-server " + shlex.join(launchmod.server_args(doc["model"], doc["context"], settings)))
+    lines += [f"# {note}" for note in fork["notes"]]
+    lines.append(shlex.join(fork["command"]))
     return "\n".join(lines) + "\n"
+
+
+def fork_line(launch):
+    """The fork's launch as one runnable line for the default screen: `env -u ... A=1 ... llama-server ...`."""
+    fork = launch["fork"]
+    if not fork["command"]:
+        return ""
+    return "fork launch: env " + shlex.join(launchmod.shell_assignments(fork["env"]) + fork["command"])
 
 
 def emit_doc(kind, doc, launch, settings):
     """The launch settings as JSON (`--emit llama|env --json`): the command as an argv list, so a script can
-    run it without re-parsing shell text; `env` adds the fork's variables (null = unset)."""
+    run it without re-parsing shell text; `env` adds the fork's variables (null = unset), its -ot value
+    and the notes on any variable left unset."""
     upstream = launch["llama"]
     if kind == "llama":
         return {"command": ["llama-server"] + list(upstream["args"]) if upstream["args"] else [],
                 "override_tensor": upstream.get("override_tensor") or "", "note": upstream.get("note") or ""}
-    env = launch["env"]
-    if not env:
-        return {"env": {}, "command": [], "note": "unfittable: no division of this card holds the model"}
-    return {"env": dict(env), "command": ["llama-server"] + launchmod.server_args(doc["model"], doc["context"], settings),
-            "note": ""}
+    fork = launch["fork"]
+    if not fork["command"]:
+        return {"env": {}, "command": [], "override_tensor": "", "notes": [],
+                "note": "unfittable: no division of this card holds the model"}
+    return {"env": dict(fork["env"]), "command": list(fork["command"]), "override_tensor": fork["override_tensor"],
+            "notes": list(fork["notes"]), "note": ""}
 
 
 def llama_tables(doc):

@@ -16,8 +16,8 @@ from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
-from moetools.devicefit.render import (emit_doc, emit_text, llama_repo_tables, llama_tables, pool_notes, repo_tables,
-    runtimes_table, tables)
+from moetools.devicefit.render import (emit_doc, emit_text, fork_line, llama_repo_tables, llama_tables, pool_notes,
+    repo_tables, runtimes_table, tables)
 from moetools.gguf.locator import is_repo
 from moetools.output import print_json, render, warn
 from moetools.sizes import format_size, parse_size
@@ -181,6 +181,8 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
             click.echo("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))
     else:
         launch_line = ["llama-server " + shlex.join(doc["launch"]["llama"]["args"])] if doc.get("launch") else []
+        if beside is not None and beside[1].chosen is not None:
+            launch_line.append(fork_line(beside[2]))  # the fork's runnable line beside upstream's
         # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
         screen = (lambda: [runtimes_table(doc["runtimes"])] + llama_tables(doc)) if beside is not None else (lambda: llama_tables(doc))
         render(doc, screen, json_flag, notes=launch_line + doc["notes"])
@@ -246,12 +248,41 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
     return answer
 
 
+def _reserve_note(doc):
+    """device-fit's reserve beside the fork's own default for this card (fork_default_reserve)."""
+    mine = (f"compute buffer {format_size(doc['compute_bytes'])} + --margin {format_size(doc['margin_bytes'])}"
+            if doc["reserve_source"] == "compute+margin" else "--reserve")
+    return (f"reserve: device-fit holds back {format_size(doc['reserve_bytes'])} ({mine}); the fork's own default "
+            f"is max(2 GiB, 10% of VRAM) = {format_size(doc['fork_fit_device_reserve_bytes'])} "
+            "(continuum device_fit.rs default_compute_reserve_bytes, after the fork's fit-device --reserve-gb)")
+
+
+def _trace_option(trace_path, plan_path, capture_path):
+    """--trace checked against what the fork does with it: fopen(path, "wb") at the first compute call
+    (ggml-backend.cpp ggml_backend_sched_compute_splits), so a missing folder writes no trace and a path
+    shared with the plan or the capture would truncate that file. Returns the path ("" for the default)."""
+    if not trace_path:
+        return ""
+    path = os.path.abspath(trace_path)
+    if os.path.isdir(path):
+        raise UsageError(f"--trace {trace_path}: is a folder; give the trace FILE the fork writes")
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise UsageError(f"--trace {trace_path}: folder {folder} does not exist (the fork opens the trace with "
+                         "fopen(..., \"wb\") and writes none when that fails)")
+    for name, other in (("--plan", plan_path), ("--capture", capture_path)):
+        if other and os.path.abspath(other) == path:
+            raise UsageError(f"--trace {trace_path}: the same file as {name}; the fork truncates the trace at "
+                             "each start, which would destroy it")
+    return path
+
+
 class FitInputs:
     """What every model of one device-fit run is fitted with (the options and the inputs read once)."""
 
     def __init__(self, options, tiers_dir, curve, coverage_policy, coverage_label, observations, plan_path="",
                  capture_path="", storage_root=None, model_id=None, gpus=(), ram_bytes=None, fork_notes=(), warnings=(),
-                 tier_settings=None):
+                 tier_settings=None, trace_path=""):
         self.options = options
         self.tiers_dir = tiers_dir
         self.curve = curve
@@ -260,6 +291,7 @@ class FitInputs:
         self.observations = observations
         self.plan_path = plan_path
         self.capture_path = capture_path
+        self.trace_path = trace_path
         self.storage_root = storage_root
         self.model_id = model_id
         self.gpus = list(gpus)
@@ -285,13 +317,15 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     coverage, coverage_warnings = core.coverage_model(inputs.curve, inputs.coverage_policy, facts, inputs.coverage_label)
     warnings += coverage_warnings
     result, context_rows = core.fit_trade_off(facts, tiers, inputs.options, coverage, inputs.observations)
-    launch = {"llama": launchmod.llama_launch(result), "env": launchmod.env_launch(result, inputs.plan_path, inputs.capture_path)}
+    fork = launchmod.fork_launch(result, inputs.plan_path, inputs.capture_path, inputs.trace_path)
+    launch = {"llama": launchmod.llama_launch(result), "env": fork["env"], "fork": fork}
     doc = core.to_doc(result, launch)
     doc["runtime"] = "fork"
     doc["contexts"] = context_rows
     doc["devices"] = core.fork_ledger(result, inputs.gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
-    doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache"))
+    doc["fork_fit_device_reserve_bytes"] = core.fork_default_reserve(inputs.options.vram)
+    doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache")) + fork["notes"] + [_reserve_note(doc)]
     if inputs.tier_settings is not None:
         _tier_doc(doc, inputs.tier_settings, result.chosen)
     if result.chosen is None:
@@ -402,7 +436,7 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
         observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
     return FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
                      outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings,
-                     tier_settings)
+                     tier_settings, trace_path=_trace_option(fork.trace_path, outputs.plan_path, fork.capture_path))
 
 
 def write_fork_plan(plan_path, result, doc, tier_settings=None):
@@ -439,7 +473,8 @@ LLAMA_ONLY = (("ngl", "-ngl"), ("ts_text", "-ts"), ("n_cpu_moe", "--n-cpu-moe"),
 LLAMA_ONLY_SPEED = (("ram_bw", "--ram-bw"), ("threads", "--threads"))
 FORK_ONLY = (("tiers_dir", "--tiers"), ("coverage_path", "--coverage"), ("coverage_policy", "--coverage-policy"),
              ("pin_tier", "--pin-tier"), ("default_tier", "--default-tier"), ("port", "--port"),
-             ("observations_path", "--observations"), ("capture_path", "--capture"), ("model_id", "--model-id"),
+             ("observations_path", "--observations"), ("capture_path", "--capture"), ("trace_path", "--trace"),
+             ("model_id", "--model-id"),
              ("storage_root", "--storage-root"))
 FORK_ONLY_OUTPUTS = (("container", "--container"), ("plan_path", "--plan"))
 
@@ -731,6 +766,9 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     elif outputs.emit:
         click.echo(emit_text(outputs.emit, doc, launch, options.kv), nl=False)
     else:
-        render(doc, lambda: tables(doc), outputs.json_flag, notes=doc["notes"])
+        # the fork's launch as one runnable line, a note (one line for the terminal to wrap) as --runtime
+        # llama shows its llama-server line
+        launch_line = [fork_line(launch)] if result.chosen is not None else []
+        render(doc, lambda: tables(doc), outputs.json_flag, notes=launch_line + doc["notes"])
     if result.chosen is None:
         click.get_current_context().exit(1)

@@ -323,6 +323,35 @@ def active_cache_budget(doc):
     return budget if isinstance(budget, int) and not isinstance(budget, bool) else 0
 
 
+def vram_cache_off_reason(doc):
+    """Why the fork's VRAM expert cache stays off under the plan `doc` (a dict), or "" when it does not.
+
+    With GGML_MOE_PLAN_FILE set, the fork's device cache starts at 0 bytes and only the plan's
+    `device_budget_bytes` gives it a budget (CambrianTech/llama.cpp ggml-moe-residency.hpp
+    `ResidencyCache::enable_device`: budget = 0 when a plan path is configured; `reload_plan_locked`
+    applies `device_budget_bytes` only when it is > 0; `enabled()` is budget > 0). A plan without the
+    key (trace-tail creates one when the file does not exist), or with 0, leaves it off."""
+    budget = doc.get("device_budget_bytes")
+    if budget is None:
+        return "has no device_budget_bytes"
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        return f"has a device_budget_bytes that is not a whole number ({json.dumps(budget)})"
+    if budget <= 0:
+        return f"has device_budget_bytes {budget}"
+    return ""
+
+
+def vram_cache_off_warning(path, doc):
+    """The stderr line for a plan that leaves the fork's VRAM expert cache off, or ""."""
+    reason = vram_cache_off_reason(doc)
+    if not reason:
+        return ""
+    return (f"{display_name(path)} {reason}: the fork's VRAM expert cache will be off under this plan "
+            "(ResidencyCache::enable_device starts it at 0 bytes when GGML_MOE_PLAN_FILE is set, and only "
+            "a positive device_budget_bytes raises it); `moetools device-fit MODEL --vram SIZE --plan "
+            f"{display_name(path)}` writes it")
+
+
 def read_plan(path, ladder=None):
     """The plan at `path` (a Plan); tiers checked by plan_tiers against `ladder` when given."""
     what = "plan file"

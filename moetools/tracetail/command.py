@@ -351,15 +351,25 @@ def _plan_tiers(curves):
                      ladder=ladder)
 
 
+_WARNED_PLANS = set()  # plans already warned about in this process (--follow rewrites one many times)
+
+
 def _write_plan(path, budget_bytes, pins, tiers=None):
     """Update the plan's pin_list (and budget_bytes when trace-tail owns it this run, and the tiers
-    given); each pin keeps its tier, every other key is kept. Returns the new mtime in whole seconds."""
-    from moetools.formats.plan import plan_mtime, update_plan_locked
+    given); each pin keeps its tier, every other key is kept. Returns the new mtime in whole seconds.
+    A plan left without a device budget (trace-tail creates one when the file does not exist) says once
+    on stderr that the fork's VRAM cache is off."""
+    from moetools.formats.plan import plan_mtime, update_plan_locked, vram_cache_off_warning
 
     tiers = tiers or PlanTiers()
     # a read-modify-write of a file device-fit writes too: under the folder's lock, held only for it
-    update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes, "pin_tier": tiers.pin_tier,
-                                            "default_tier": tiers.default_tier}, ladder=tiers.ladder)
+    doc = update_plan_locked(path, "trace-tail", {"pin_list": pins, "budget_bytes": budget_bytes, "pin_tier": tiers.pin_tier,
+                                                  "default_tier": tiers.default_tier}, ladder=tiers.ladder)
+    message = vram_cache_off_warning(path, doc)
+    key = os.path.abspath(os.fspath(path))
+    if message and key not in _WARNED_PLANS:
+        _WARNED_PLANS.add(key)
+        output.warn(message)
     return plan_mtime(path)
 
 
