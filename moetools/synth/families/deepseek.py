@@ -7,7 +7,7 @@ from gguf.constants import Keys
 
 import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _mla_attention, _mla_keys, _nextn_block, _renamed, _router_groups, _shared_experts_moe
-from moetools.synth.spec import ModelSpec, TensorSpec, Types
+from moetools.synth.spec import IQ2_XS, IQ3_XXS, Q4_K, Q6_K, Q8_0, ModelSpec, TensorSpec, Types
 
 
 def hunyuan_moe(t=Types(), **p):
@@ -373,4 +373,31 @@ BUILDERS = {
     "deepseek": deepseek,
     "hunyuan-moe": hunyuan_moe,
     "dots1": dots1,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "kimi-k2": lambda: deepseek2(
+        Types(expert=IQ2_XS, expert_down=IQ3_XXS, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Kimi-K2 (synthetic)", n_layer=61, n_embd=7168, n_head=64, n_ff=18432, n_ff_exp=2048,
+        n_expert=384, top_k=8, n_dense=1, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        vocab=163840, merges=163328, ctx=131072, file_type=17),
+    "deepseek-v3": lambda: deepseek2(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="DeepSeek-V3 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
+        n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        vocab=129280, ctx=163840, file_type=15),
+    # deepseek-ai/DeepSeek-V3.2 config.json: DeepSeek-V3's widths, an indexer of 64 heads of 128 picking
+    # 2048 tokens, one NextN/MTP block (62 blocks in the GGUF). Re-read 2026-12-01 from copies of
+    # DeepseekV32ForCausalLM's config.json in public repos (a Rust test fixture `deepseek_v32_config`, a
+    # DSA_MODEL_DIMS table): as above, plus n_group 8 / topk_group 4 (grouped routing), which
+    # llama.cpp's converter writes as expert_group_count / expert_group_used_count: they were missing.
+    "deepseek-v3.2": lambda: deepseek32(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="DeepSeek-V3.2 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
+        n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        idx_heads=64, idx_head=128, idx_top_k=2048, nextn=1, expert_groups=8, expert_groups_used=4, vocab=129280,
+        ctx=163840, file_type=15),
 }

@@ -6,7 +6,7 @@ Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/m
 from gguf.constants import Keys
 
 from moetools.synth.blocks import _common, _dense_ffn, _experts, _gemma4_window_keys, _gqa_keys, _normed_gqa_attention
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, Types
 
 
 def gemma3n(t=Types(), **p):
@@ -141,4 +141,28 @@ BUILDERS = {
     "gemma4-assistant": gemma4_assistant,
     "gemma3n": gemma3n,
     "gemma4": gemma4,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # google/gemma-4-26B-A4B config.json (values as cross-checked in public GGUF readers): 30 layers,
+    # 2816 wide, 16 query heads; sliding layers 8 KV heads of 256 with a 1024 window, every 6th layer full
+    # with 2 KV heads of 512; a 2112-wide dense MLP beside 128 experts of 704 (top-8); tied embeddings.
+    # Re-read 2026-12-02 from copies of its text_config in public repos (Gemma4ForConditionalGeneration:
+    # num_global_key_value_heads 2, global_head_dim 512, attention_k_eq_v true, layer_types 5 sliding +
+    # 1 full, max_position_embeddings 262144, vocab 262144): all as above.
+    "gemma-4-26b-a4b": lambda: gemma4(
+        Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-4-26B-A4B (synthetic)",
+        n_layer=30, n_embd=2816, n_head=16, n_head_kv=2, n_head_kv_swa=8, head=512, head_swa=256, n_ff=2112,
+        n_ff_exp=704, n_expert=128, top_k=8, swa=1024, full_every=6, vocab=262144, ctx=262144, file_type=15),
+    # google/gemma-3n-E4B config.json (text_config): 35 layers, 2048 wide, 8 query / 2 KV heads of 256,
+    # a 512-token window with every 5th layer full, the last 15 layers sharing the KV of layers 18/19
+    # (num_kv_shared_layers; llama.cpp's n_layer_kv_from_start 20), a 16384-wide FFN in every layer (the
+    # first 10 with activation sparsity), AltUp 4 streams, LAuReL rank 64, 256-wide per-layer inputs;
+    # the 262144 text tokens llama.cpp's converter keeps (not MoE: the KV-sharing / AltUp layout at width).
+    "gemma-3n-e4b": lambda: gemma3n(
+        Types(resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-3n-E4B (synthetic)", n_layer=35, n_embd=2048,
+        n_head=8, n_head_kv=2, head=256, n_ff=16384, swa=512, vocab=262144, ctx=32768, file_type=7),
 }

@@ -8,7 +8,7 @@ from gguf.constants import Keys
 import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _kda_block, _mla_attention, _mla_keys, _nextn_block, _router_groups
 from moetools.synth.families.deepseek import deepseek32
-from moetools.synth.spec import ModelSpec, TensorSpec, Types
+from moetools.synth.spec import Q4_0, Q4_K, Q6_K, Q8_0, ModelSpec, TensorSpec, Types
 
 
 def glm_dsa(t=Types(), **p):
@@ -155,4 +155,22 @@ BUILDERS = {
     "glm-dsa": glm_dsa,
     "glm5-next": glm5_next,
     "glm4moe": glm4moe,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # zai-org/GLM-4.5-Air config.json: 46 layers + 1 NextN block, 4096 wide, 96 query / 8 KV heads of 128
+    # (half rotary, q/k/v biases), one dense block of 10944, 128 experts of 1408 (top-8) + 1 shared.
+    # Rows of 1408/704 values (2688 for Nemotron) do not fill Q4_K's 256-value blocks: those are Q8_0/Q4_0.
+    # Re-read 2026-12-01 from slime's scripts/models/glm4.5-106B-A12B.sh (Megatron args of the same
+    # checkpoint: 1 dense + 45 MoE layers, 96 heads / 8 query groups of 128, rotary 0.5, q/k/v biases, no
+    # q/k norm, ffn 10944, experts and shared expert 1408, top-8 of 128, vocab 151552, rope 1e6): all as
+    # above; config.json's n_group 1 / topk_group 1 are written as llama.cpp's converter does.
+    "glm-4.5-air": lambda: glm4moe(
+        Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q4_K, output=Q6_K), name="GLM-4.5-Air (synthetic)",
+        n_layer=46, nextn=1, n_embd=4096, n_head=96, n_head_kv=8, head=128, n_ff=10944, n_ff_exp=1408,
+        n_expert=128, top_k=8, n_shared=1, n_dense=1, expert_groups=1, expert_groups_used=1, vocab=151552,
+        ctx=131072, file_type=15),
 }

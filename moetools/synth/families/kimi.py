@@ -7,7 +7,7 @@ from gguf.constants import Keys
 
 import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _kda_block, _kimi_keys, _mla_attention
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.spec import IQ2_XS, IQ3_XXS, Q4_K, Q6_K, Q8_0, ModelSpec, Types
 
 
 def kimi_k3(t=Types(), **p):
@@ -140,4 +140,15 @@ BUILDERS = {
     "kimi-k3": kimi_k3,
     "kimi-linear": kimi_linear,
     "bailingmoe3": bailingmoe3,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "kimi-k3": lambda: kimi_k3(
+        Types(expert=IQ2_XS, expert_down=IQ3_XXS, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Kimi-K3 (synthetic, header-faithful)", n_layer=93, n_embd=7168, n_head=32, kda_head=128,
+        n_ff=18432, n_ff_exp=2048, latent=4096, n_expert=896, top_k=16, q_lora=1536, kv_lora=512, rope=64,
+        qk_nope=128, v_head=128, vocab=163840, merges=163328, ctx=262144, file_type=17),
 }

@@ -7,7 +7,7 @@ from gguf.constants import Keys
 
 import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _normed_gqa_attention, _renamed
-from moetools.synth.spec import F32, ModelSpec, TensorSpec, Types
+from moetools.synth.spec import F16, F32, ModelSpec, TensorSpec, Types
 
 
 def llama_moe(t=Types(), **p):
@@ -248,4 +248,13 @@ BUILDERS = {
     "olmoe": olmoe,
     "granitemoe": granitemoe,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "llama3-8b": lambda: llama_moe(
+        Types(resident=F16, embed=F16, output=F16), name="Llama-3-8B (synthetic)", n_expert=0, n_layer=32,
+        n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab=128256, ctx=8192, file_type=1),
 }

@@ -6,7 +6,7 @@ Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/m
 from gguf.constants import Keys
 
 from moetools.synth.blocks import _common, _embeddings, _experts, _gqa_attention, _gqa_keys, _shared_experts_moe
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, Types
 
 
 def minimax_01(t=Types(), **p):
@@ -95,4 +95,29 @@ BUILDERS = {
     "minimax-01": minimax_01,
     "minimax-m3": minimax_m3,
     "minimax-m2": minimax_m2,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # MiniMaxAI/MiniMax-M2 config.json: 62 layers, 3072 wide, 48 query / 8 KV heads of 128 (64 rotary),
+    # 256 experts of 1536 (top-8), no shared expert. Re-read 2026-12-01 from copies of its config.json in
+    # public repos (MiniMaxM2ForCausalLM: vocab 200064, max_position_embeddings 196608, use_qk_norm
+    # per_layer, no n_group): all as above. Its 3 MTP modules are not converted by llama.cpp
+    # (conversion/minimax.py keeps no mtp tensors for the text model), so the preset has none.
+    "minimax-m2": lambda: minimax_m2(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-M2 (synthetic)",
+        n_layer=62, n_embd=3072, n_head=48, n_head_kv=8, head=128, rope=64, n_ff_exp=1536, n_expert=256,
+        top_k=8, vocab=200064, ctx=196608, file_type=15),
+    # MiniMaxAI/MiniMax-Text-01 config.json: 80 layers, 6144 wide, 64 query / 8 KV heads of 128
+    # (rotary_dim 64), attn_type_list: seven lightning-attention layers then one softmax layer, 32 experts
+    # of 9216 (top-2), vocab 200064, 10,240,000-token context; llama.cpp's conversion writes the layernorm
+    # alphas as residual_scale. Re-read 2026-12-02 from copies of MiniMax-M1's config.json in public repos
+    # (the same 456B layout: MiniMaxM1ForCausalLM, attn_type_list [0]*7+[1] x 10, rotary_dim 64,
+    # shared_intermediate_size 0) and transformers' MiniMax-VL-01 test of the legacy Text-01 text config.
+    "minimax-text-01": lambda: minimax_01(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="MiniMax-Text-01 (synthetic)",
+        n_layer=80, n_embd=6144, n_head=64, n_head_kv=8, head=128, n_ff=9216, n_expert=32, top_k=2,
+        vocab=200064, ctx=10240000, file_type=15),
 }

@@ -9,7 +9,7 @@ import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _dense_lead_moe_blocks, _embeddings, _experts, _fuse_qkv, _gqa_attention, _gqa_keys, _nextn_block, _renamed, _shared_experts_moe
 from moetools.synth.families.llama import llama_moe
 from moetools.synth.families.qwen import qwen3moe
-from moetools.synth.spec import F32, ModelSpec, TensorSpec, Types
+from moetools.synth.spec import F32, MXFP4, Q8_0, ModelSpec, TensorSpec, Types
 
 
 def ernie4_5_moe(t=Types(), **p):
@@ -342,4 +342,14 @@ BUILDERS = {
     "bailingmoe": bailingmoe,
     "laguna": laguna,
     "ernie4_5-moe": ernie4_5_moe,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "gpt-oss-120b": lambda: gpt_oss(
+        Types(expert=MXFP4, resident=Q8_0, embed=Q8_0, output=Q8_0),
+        name="gpt-oss-120b (synthetic)", n_layer=36, n_embd=2880, n_head=64, n_head_kv=8, head=64,
+        n_ff_exp=2880, n_expert=128, top_k=4, swa=128, vocab=201088, ctx=131072, file_type=38),
 }

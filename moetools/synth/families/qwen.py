@@ -7,7 +7,7 @@ from gguf.constants import Keys
 
 import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gated_attention, _gdn_block, _gdn_keys, _gqa_attention, _gqa_keys, _nextn_block, _renamed
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, Types, more_bits_blocks
 
 
 def qwen3moe(t=Types(), **p):
@@ -247,4 +247,37 @@ BUILDERS = {
     "mellum": qwen3moe_swa("mellum"),
     "maple": qwen3moe_swa("maple"),
     "qwen2moe": qwen2moe,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "qwen3-235b": lambda: qwen3moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Qwen3-235B-A22B (synthetic)", n_layer=94, n_embd=4096, n_head=64, n_head_kv=4, head=128,
+        n_ff=12288, n_ff_exp=1536, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
+    # The model of ../shared/traces/qwen.route.csv (Qwen3-30B-A3B Q4_K_M): its preamble's expert bytes
+    # (3,059,712 with a Q6_K down, 2,654,208 with Q4_K) are this preset's, block by block.
+    "qwen3-30b-a3b": lambda: qwen3moe(
+        Types(expert=Q4_K, expert_down=Q6_K, expert_down_blocks=more_bits_blocks(48), resident=Q4_K, embed=Q4_K,
+              output=Q6_K),
+        name="Qwen3-30B-A3B (synthetic)", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head=128,
+        n_ff=6144, n_ff_exp=768, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
+    # Qwen/Qwen3.5-35B-A3B and Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 2048 wide, 16 query heads and
+    # 2 KV heads of 256 (gated queries), 16 key / 32 value linear-attention heads of 128, conv 4, a
+    # full-attention layer every 4th, 512-wide experts and shared expert, rotary 25% of the head.
+    # Plus one NextN/MTP block (re-read 2026-12-01: Qwen3.5 text configs carry mtp_num_hidden_layers 1;
+    # Qwen3-Next ships mtp.* tensors; llama.cpp's conversion/qwen.py _QwenMtpMixin exports that block and
+    # nextn_predict_layers unless --no-mtp), as a GGUF converted at 0c1e57098 has it.
+    "qwen3.5-35b-a3b": lambda: qwen35moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3.5-35B-A3B (synthetic)",
+        arch="qwen35moe", n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
+        n_ff_shexp=512, n_expert=256, top_k=8, k_heads=16, v_heads=32, state=128, nextn=1, vocab=248320,
+        ctx=262144, file_type=15),
+    "qwen3-next-80b-a3b": lambda: qwen35moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3-Next-80B-A3B (synthetic)",
+        arch="qwen3next", n_layer=48, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
+        n_ff_shexp=512, n_expert=512, top_k=10, k_heads=16, v_heads=32, state=128, nextn=1, vocab=151936,
+        ctx=262144, file_type=15),
 }

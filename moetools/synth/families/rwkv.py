@@ -126,3 +126,6 @@ BUILDERS = {
     "rwkv6": rwkv6,
     "rwkv6qwen2": rwkv6qwen2,
 }
+
+
+PRESETS = {}  # no full-size presets of this family

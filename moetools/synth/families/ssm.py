@@ -6,7 +6,7 @@ Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/m
 from gguf.constants import Keys
 
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _hybrid_widths, _mamba1_block, _mamba2_block, _nemotron_moe_keys, _nextn_block, _ssm_keys
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.spec import Q4_0, Q8_0, ModelSpec, Types
 
 
 def mamba2(t=Types(), **p):
@@ -301,4 +301,22 @@ BUILDERS = {
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
     "lfm2-swa": lambda t=Types(), **p: lfm2(t, **({"swa": 128} | p)),  # `lfm2` with a sliding window
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B (Megatron-Bridge Nemotron3NanoProvider / its config.json):
+    # 52 blocks "MEMEM*EMEMEM*...", 2688 wide, 32 query / 2 KV heads of 128, Mamba-2 64 heads of 64,
+    # state 128, 8 groups, conv 4, 128 experts of 1856 (top-6) plus a 3712-wide shared expert.
+    # Re-read 2026-12-01 from NVIDIA-NeMo Megatron-Bridge models/nemotronh/nemotron_h_provider.py
+    # (Nemotron3NanoProvider over NemotronHModelProvider: mamba_num_groups 8, mamba_head_dim 64,
+    # num_query_groups 2, moe_router_topk_scaling_factor 2.5, moe_router_num_groups 1): all as above;
+    # one router group, which llama.cpp's conversion/nemotron.py writes as expert_group_count.
+    "nemotron-3-nano-30b-a3b": lambda: nemotron_h_moe(
+        Types(expert=Q4_0, resident=Q8_0, embed=Q8_0, output=Q8_0), name="Nemotron-3-Nano-30B-A3B (synthetic)",
+        pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", n_embd=2688, n_head=32, n_head_kv=2,
+        head=128, n_ff_exp=1856, n_ff_shexp=3712, n_expert=128, top_k=6, conv=4, ssm_heads=64, ssm_head=64,
+        state=128, groups=8, expert_groups=1, vocab=131072, ctx=262144, file_type=15),
 }
