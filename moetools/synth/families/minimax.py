@@ -3,9 +3,11 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
+import moetools.synth.names as names
 from moetools.synth.blocks import _common, _embeddings, _experts, _gqa_attention, _gqa_keys, _shared_experts_moe
+from moetools.synth.names import tn
 from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, Types
 
 
@@ -25,17 +27,16 @@ def minimax_01(t=Types(), **p):
     spec.meta(Keys.LLM.FULL_ATTENTION_INTERVAL, p["full_every"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if (il + 1) % p["full_every"] == 0:
             _gqa_attention(spec, il, p, head, t)
         else:
-            spec.add(blk + "attn_norm_2.weight", (heads,), t.norm)
-            spec.add(blk + "attn_qkv.weight", (n_embd, 3 * heads), t.resident)
-            spec.add(blk + "attn_gate.weight", (n_embd, heads), t.resident)
-            spec.add(blk + "attn_output.weight", (heads, n_embd), t.resident)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_NORM_2, il), (heads,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_QKV, il), (n_embd, 3 * heads), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, heads), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (heads, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
     return spec
 
@@ -54,13 +55,13 @@ def minimax_m2(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.attn_q_norm.weight", (p["n_head"] * head,), t.norm)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (p["n_head_kv"] * head,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (p["n_head"] * head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (p["n_head_kv"] * head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
     return spec
 
@@ -83,11 +84,10 @@ def minimax_m3(t=Types(), **p):
              ("attention.indexer.local_blocks", p["idx_local"], "u32"))
     spec = _shared_experts_moe("minimax-m3", t, p, 2.5, probs_bias=True, qk_norm=True, extra=extra)
     for il in range(p["n_dense"], p["n_layer"]):
-        blk = f"blk.{il}."
-        spec.add(blk + "indexer.q_proj.weight", (p["n_embd"], p["n_head_kv"] * p["idx_head"]), t.resident)
-        spec.add(blk + "indexer.k_proj.weight", (p["n_embd"], p["idx_head"]), t.resident)
-        spec.add(blk + "indexer.q_norm.weight", (p["idx_head"],), t.norm)
-        spec.add(blk + "indexer.k_norm.weight", (p["idx_head"],), t.norm)
+        spec.add(tn(names.INDEXER_Q_PROJ, il), (p["n_embd"], p["n_head_kv"] * p["idx_head"]), t.resident)
+        spec.add(tn(names.INDEXER_K_PROJ, il), (p["n_embd"], p["idx_head"]), t.resident)
+        spec.add(tn(names.INDEXER_Q_NORM, il), (p["idx_head"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.INDEXER_K_NORM, il), (p["idx_head"],), t.norm)
     return spec
 
 
