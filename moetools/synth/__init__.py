@@ -6,8 +6,9 @@ ggml-order shapes and types llama.cpp's loader expects (src/models/*.cpp, gguf-p
 models, or header-only as sparse files of full apparent size, for K2/K3-class shapes.
 
 The package: `spec` (the records and type ids), `blocks` (block builders shared by the families),
-`families/<family>` (one module per family of architectures, each with its `BUILDERS` table), `writer`
-(write_model) and `presets` (full-size presets, `tiny`, the `python -m moetools.synth` command). This
+`families/<family>` (one module per family of architectures, each with its `BUILDERS` table of tiny
+builders and its `PRESETS` table of full-size presets), `writer` (write_model) and `presets` (the families'
+tables merged, `tiny`, `preset`, the `python -m moetools.synth` command). This
 module re-exports the public API (the records, write_model, tiny, preset, BUILDERS, PRESETS); a family's
 builders are reached through `BUILDERS[arch]` or their family module.
 """

@@ -1,8 +1,10 @@
 """Block builders shared by the families: metadata prologue, embeddings, attention, MoE and dense FFN
 tensors, in llama.cpp's tensor names."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
+import moetools.synth.names as names
+from moetools.synth.names import parse, tn
 from moetools.synth.spec import F32, ModelSpec, TensorSpec
 
 
@@ -22,25 +24,28 @@ def _experts(spec, il, n_embd, n_ff, n_expert, t, bias=False):
     down = t.expert_down if t.expert_down is not None else t.expert
     if t.expert_down_blocks is not None and il not in t.expert_down_blocks:
         down = t.expert
-    spec.add(f"blk.{il}.ffn_gate_exps.weight", (n_embd, n_ff, n_expert), t.expert)
-    spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, n_ff, n_expert), t.expert)
-    spec.add(f"blk.{il}.ffn_down_exps.weight", (n_ff, n_embd, n_expert), down)
+    spec.add(tn(MODEL_TENSOR.FFN_GATE_EXP, il), (n_embd, n_ff, n_expert), t.expert)
+    spec.add(tn(MODEL_TENSOR.FFN_UP_EXP, il), (n_embd, n_ff, n_expert), t.expert)
+    spec.add(tn(MODEL_TENSOR.FFN_DOWN_EXP, il), (n_ff, n_embd, n_expert), down)
     if bias:
-        spec.add(f"blk.{il}.ffn_gate_exps.bias", (n_ff, n_expert), F32)
-        spec.add(f"blk.{il}.ffn_up_exps.bias", (n_ff, n_expert), F32)
-        spec.add(f"blk.{il}.ffn_down_exps.bias", (n_embd, n_expert), F32)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_EXP, il, "bias"), (n_ff, n_expert), F32)
+        spec.add(tn(MODEL_TENSOR.FFN_UP_EXP, il, "bias"), (n_ff, n_expert), F32)
+        spec.add(tn(MODEL_TENSOR.FFN_DOWN_EXP, il, "bias"), (n_embd, n_expert), F32)
 
 
-def _dense_ffn(spec, il, n_embd, n_ff, t, suffix=""):
-    spec.add(f"blk.{il}.ffn_gate{suffix}.weight", (n_embd, n_ff), t.resident)
-    spec.add(f"blk.{il}.ffn_up{suffix}.weight", (n_embd, n_ff), t.resident)
-    spec.add(f"blk.{il}.ffn_down{suffix}.weight", (n_ff, n_embd), t.resident)
+def _dense_ffn(spec, il, n_embd, n_ff, t, shared=False):
+    """A SwiGLU FFN's gate, up and down (`shared`: a shared expert's, ffn_*_shexp)."""
+    gate, up, down = ((MODEL_TENSOR.FFN_GATE_SHEXP, MODEL_TENSOR.FFN_UP_SHEXP, MODEL_TENSOR.FFN_DOWN_SHEXP) if shared
+                      else (MODEL_TENSOR.FFN_GATE, MODEL_TENSOR.FFN_UP, MODEL_TENSOR.FFN_DOWN))
+    spec.add(tn(gate, il), (n_embd, n_ff), t.resident)
+    spec.add(tn(up, il), (n_embd, n_ff), t.resident)
+    spec.add(tn(down, il), (n_ff, n_embd), t.resident)
 
 
 def _embeddings(spec, p, t):
-    spec.add("token_embd.weight", (p["n_embd"], p["vocab"]), t.embed)
-    spec.add("output_norm.weight", (p["n_embd"],), t.norm)
-    spec.add("output.weight", (p["n_embd"], p["vocab"]), t.output)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (p["n_embd"], p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.OUTPUT_NORM), (p["n_embd"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.OUTPUT), (p["n_embd"], p["vocab"]), t.output)
 
 
 def _gqa_keys(spec, p, n_ff, head=None):
@@ -59,21 +64,21 @@ def _gqa_keys(spec, p, n_ff, head=None):
 def _gqa_attention(spec, il, p, head, t, bias=False):
     """attn_q/k/v/output of one block (with biases for gpt-oss)."""
     n_embd, q, kv = p["n_embd"], p["n_head"] * head, p["n_head_kv"] * head
-    for name, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-        spec.add(f"blk.{il}.{name}.weight", (n_embd, rows), t.resident)
+    for kind, rows in ((MODEL_TENSOR.ATTN_Q, q), (MODEL_TENSOR.ATTN_K, kv), (MODEL_TENSOR.ATTN_V, kv)):
+        spec.add(tn(kind, il), (n_embd, rows), t.resident)
         if bias:
-            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
-    spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
+            spec.add(tn(kind, il, "bias"), (rows,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (q, n_embd), t.resident)
     if bias:
-        spec.add(f"blk.{il}.attn_output.bias", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT, il, "bias"), (n_embd,), t.norm)
 
 
 def _normed_gqa_attention(spec, il, p, head, t):
     """attn_norm, then GQA attention with per-head q/k norms (gemma3n, dflash)."""
-    spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
     _gqa_attention(spec, il, p, head, t)
-    spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-    spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
 
 
 def _renamed(spec, arch):
@@ -86,16 +91,16 @@ def _renamed(spec, arch):
 
 def _fuse_qkv(spec):
     """attn_q/k/v of every block replaced by one attn_qkv of their rows, in the position of attn_q."""
+    qkv = (MODEL_TENSOR.ATTN_Q, MODEL_TENSOR.ATTN_K, MODEL_TENSOR.ATTN_V)
+    shapes = {tensor.name: tensor.shape for tensor in spec.tensors}
     fused = []
     for tensor in spec.tensors:
-        name = tensor.name
-        if name.endswith(("attn_k.weight", "attn_v.weight")):
+        kind, il, suffix = parse(tensor.name)
+        if kind in qkv[1:] and suffix == "weight":
             continue
-        if name.endswith("attn_q.weight"):
-            blk = name[:-len("attn_q.weight")]
-            rows = sum(next(x for x in spec.tensors if x.name == blk + part).shape[1]
-                       for part in ("attn_q.weight", "attn_k.weight", "attn_v.weight"))
-            tensor = TensorSpec(blk + "attn_qkv.weight", (tensor.shape[0], rows), tensor.type_id)
+        if kind == MODEL_TENSOR.ATTN_Q and suffix == "weight":
+            rows = sum(shapes[tn(part, il)][1] for part in qkv)
+            tensor = TensorSpec(tn(MODEL_TENSOR.ATTN_QKV, il), (tensor.shape[0], rows), tensor.type_id)
         fused.append(tensor)
     spec.tensors = fused
     return spec
@@ -126,20 +131,20 @@ def _dense_lead_moe_blocks(spec, p, t, head, probs_bias, qk_norm=False):
     n_embd = p["n_embd"]
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
         if qk_norm:
-            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         if probs_bias:
-            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
 
 
 def _mla_attention(spec, il, p, t):
@@ -147,16 +152,27 @@ def _mla_attention(spec, il, p, t):
     n_embd, n_head = p["n_embd"], p["n_head"]
     nope, rope, v_head, kv_lora = p["qk_nope"], p["rope"], p["v_head"], p["kv_lora"]
     if p.get("q_lora"):
-        spec.add(f"blk.{il}.attn_q_a.weight", (n_embd, p["q_lora"]), t.resident)
-        spec.add(f"blk.{il}.attn_q_a_norm.weight", (p["q_lora"],), t.norm)
-        spec.add(f"blk.{il}.attn_q_b.weight", (p["q_lora"], n_head * (nope + rope)), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_A, il), (n_embd, p["q_lora"]), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_A_NORM, il), (p["q_lora"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_B, il), (p["q_lora"], n_head * (nope + rope)), t.resident)
     else:
-        spec.add(f"blk.{il}.attn_q.weight", (n_embd, n_head * (nope + rope)), t.resident)
-    spec.add(f"blk.{il}.attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), t.resident)
-    spec.add(f"blk.{il}.attn_kv_a_norm.weight", (kv_lora,), t.norm)
-    spec.add(f"blk.{il}.attn_k_b.weight", (nope, kv_lora, n_head), t.resident)
-    spec.add(f"blk.{il}.attn_v_b.weight", (kv_lora, v_head, n_head), t.resident)
-    spec.add(f"blk.{il}.attn_output.weight", (n_head * v_head, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q, il), (n_embd, n_head * (nope + rope)), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_KV_A_MQA, il), (n_embd, kv_lora + rope), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_KV_A_NORM, il), (kv_lora,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_K_B, il), (nope, kv_lora, n_head), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_V_B, il), (kv_lora, v_head, n_head), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (n_head * v_head, n_embd), t.resident)
+
+
+def _dsa_indexer(spec, il, p, t):
+    """The DSA lightning indexer of one block (DeepSeek-V3.2 and its descendants): k_norm with its bias,
+    the head weights (proj), the key and the query up-projection from the q latent."""
+    n_embd, idx, idx_heads = p["n_embd"], p["idx_head"], p["idx_heads"]
+    spec.add(tn(MODEL_TENSOR.INDEXER_K_NORM, il), (idx,), t.norm)
+    spec.add(tn(MODEL_TENSOR.INDEXER_K_NORM, il, "bias"), (idx,), t.norm)
+    spec.add(tn(MODEL_TENSOR.INDEXER_PROJ, il), (n_embd, idx_heads), t.norm)
+    spec.add(tn(MODEL_TENSOR.INDEXER_ATTN_K, il), (n_embd, idx), t.resident)
+    spec.add(tn(MODEL_TENSOR.INDEXER_ATTN_Q_B, il), (p["q_lora"], idx_heads * idx), t.resident)
 
 
 def _mla_keys(spec, p):
@@ -201,27 +217,33 @@ def _kimi_keys(spec, p, is_mla, k3):
     spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
 
 
+def _kda_qkv(spec, il, p, t):
+    """A KDA block's q/k/v short convolutions and projections (kda_head x n_head wide)."""
+    d_inner = p["kda_head"] * p["n_head"]
+    for conv in (MODEL_TENSOR.SSM_CONV1D_Q, MODEL_TENSOR.SSM_CONV1D_K, MODEL_TENSOR.SSM_CONV1D_V):
+        spec.add(tn(conv, il), (p["conv"], 1, d_inner), t.norm)
+    for kind in (MODEL_TENSOR.ATTN_Q, MODEL_TENSOR.ATTN_K, MODEL_TENSOR.ATTN_V):
+        spec.add(tn(kind, il), (p["n_embd"], d_inner), t.resident)
+
+
 def _kda_block(spec, il, p, t, factored_gate):
     """One KDA block's tensors: q/k/v short convs and projections, the decay gate, beta, A, dt bias, the
     output gate (K3: ssm_g; kimi-linear: ssm_g_a / ssm_g_b, with A as {1, n_head}), its norm and output."""
     n_embd, n_head, head = p["n_embd"], p["n_head"], p["kda_head"]
     d_inner = head * n_head
-    for conv in ("q", "k", "v"):
-        spec.add(f"blk.{il}.ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
-    for name in ("attn_q", "attn_k", "attn_v"):
-        spec.add(f"blk.{il}.{name}.weight", (n_embd, d_inner), t.resident)
-    spec.add(f"blk.{il}.ssm_f_a.weight", (n_embd, head), t.resident)
-    spec.add(f"blk.{il}.ssm_f_b.weight", (head, d_inner), t.resident)
-    spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, n_head), t.norm)
-    spec.add(f"blk.{il}.ssm_a", (1, n_head) if factored_gate else (n_head,), t.norm)
-    spec.add(f"blk.{il}.ssm_dt.bias", (d_inner,), t.norm)
+    _kda_qkv(spec, il, p, t)
+    spec.add(tn(MODEL_TENSOR.SSM_F_A, il), (n_embd, head), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_F_B, il), (head, d_inner), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_BETA, il), (n_embd, n_head), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_A, il, suffix=None), (1, n_head) if factored_gate else (n_head,), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_DT, il, "bias"), (d_inner,), t.norm)
     if factored_gate:
-        spec.add(f"blk.{il}.ssm_g_a.weight", (n_embd, head), t.resident)
-        spec.add(f"blk.{il}.ssm_g_b.weight", (head, d_inner), t.resident)
+        spec.add(tn(MODEL_TENSOR.SSM_G_A, il), (n_embd, head), t.resident)
+        spec.add(tn(MODEL_TENSOR.SSM_G_B, il), (head, d_inner), t.resident)
     else:
-        spec.add(f"blk.{il}.ssm_g.weight", (n_embd, d_inner), t.resident)
-    spec.add(f"blk.{il}.ssm_norm.weight", (head,), t.norm)
-    spec.add(f"blk.{il}.attn_output.weight", (d_inner, n_embd), t.resident)
+        spec.add(tn(names.SSM_G, il), (n_embd, d_inner), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_NORM, il), (head,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (d_inner, n_embd), t.resident)
 def _gdn_keys(spec, p):
     """The gated delta net keys of the Qwen hybrids; returns (key_dim, value_dim)."""
     key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
@@ -238,12 +260,12 @@ def _gated_attention(spec, il, p, t):
     """A Qwen hybrid's full-attention block: queries with their output gate, K, V, q/k norms."""
     n_embd, head = p["n_embd"], p["head"]
     q, kv = p["n_head"] * head, p["n_head_kv"] * head
-    spec.add(f"blk.{il}.attn_q.weight", (n_embd, 2 * q), t.resident)
-    spec.add(f"blk.{il}.attn_k.weight", (n_embd, kv), t.resident)
-    spec.add(f"blk.{il}.attn_v.weight", (n_embd, kv), t.resident)
-    spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
-    spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-    spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_Q, il), (n_embd, 2 * q), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_K, il), (n_embd, kv), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_V, il), (n_embd, kv), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (q, n_embd), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
 
 
 def _gdn_block(spec, il, p, t, key_dim, value_dim, fused_ba=False):
@@ -251,60 +273,81 @@ def _gdn_block(spec, il, p, t, key_dim, value_dim, fused_ba=False):
     one ssm_ba projection), the norm and the output projection."""
     n_embd = p["n_embd"]
     conv_dim = 2 * key_dim + value_dim
-    spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, conv_dim), t.resident)
-    spec.add(f"blk.{il}.attn_gate.weight", (n_embd, value_dim), t.resident)
-    spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
-    spec.add(f"blk.{il}.ssm_dt.bias", (p["v_heads"],), t.norm)
-    spec.add(f"blk.{il}.ssm_a", (p["v_heads"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.ATTN_QKV, il), (n_embd, conv_dim), t.resident)
+    spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, value_dim), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_CONV1D, il), (p["conv"], conv_dim), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_DT, il, "bias"), (p["v_heads"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_A, il, suffix=None), (p["v_heads"],), t.norm)
     if fused_ba:
-        spec.add(f"blk.{il}.ssm_ba.weight", (n_embd, 2 * p["v_heads"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.SSM_BETA_ALPHA, il), (n_embd, 2 * p["v_heads"]), t.norm)
     else:
-        spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, p["v_heads"]), t.norm)
-        spec.add(f"blk.{il}.ssm_alpha.weight", (n_embd, p["v_heads"]), t.norm)
-    spec.add(f"blk.{il}.ssm_norm.weight", (p["state"],), t.norm)
-    spec.add(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.SSM_BETA, il), (n_embd, p["v_heads"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.SSM_ALPHA, il), (n_embd, p["v_heads"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_NORM, il), (p["state"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_OUT, il), (value_dim, n_embd), t.resident)
 
 
 def _nextn_block(spec, il, n_embd, t):
     """The NextN/MTP input-fusion tensors of a trailing predict block (DeepSeek-V3, GLM-4.5)."""
-    spec.add(f"blk.{il}.nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
-    spec.add(f"blk.{il}.nextn.enorm.weight", (n_embd,), t.norm)
-    spec.add(f"blk.{il}.nextn.hnorm.weight", (n_embd,), t.norm)
-    spec.add(f"blk.{il}.nextn.shared_head_norm.weight", (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.NEXTN_EH_PROJ, il), (2 * n_embd, n_embd), t.resident)
+    spec.add(tn(MODEL_TENSOR.NEXTN_ENORM, il), (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.NEXTN_HNORM, il), (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.NEXTN_SHARED_HEAD_NORM, il), (n_embd,), t.norm)
+
+
+def _hc_mixes(spec, il, width, n_mix, n_scale, t):
+    """A block's hyper-connection mixes before its attention and its FFN (fn, base, scale: hy_v4's
+    pre/post mixes, DeepSeek-V4's Sinkhorn ones): `width` the streams' width, `n_mix` the mix's outputs."""
+    for fn, base, scale in ((names.HC_ATTN_FN, names.HC_ATTN_BASE, names.HC_ATTN_SCALE),
+                            (names.HC_FFN_FN, names.HC_FFN_BASE, names.HC_FFN_SCALE)):
+        spec.add(tn(fn, il), (width, n_mix), t.norm)
+        spec.add(tn(base, il), (n_mix,), t.norm)
+        spec.add(tn(scale, il), (n_scale,), t.norm)
+
+
+def _hc_head(spec, hc, n_embd, t):
+    """The hyper-connection streams' merge before the output norm (hy_v4, DeepSeek-V4)."""
+    spec.add(tn(names.HC_HEAD_FN), (hc * n_embd, hc), t.norm)
+    spec.add(tn(names.HC_HEAD_BASE), (hc,), t.norm)
+    spec.add(tn(names.HC_HEAD_SCALE), (1,), t.norm)
 
 
 def _rwkv7_time_mix(spec, il, p, t):
     """An RWKV-7 time mix's tensors: the w/a/v/g low-rank paths (layer 0's v path at the iclr rank),
     the fused lerp, k_k/k_a/r_k and the four projections."""
-    blk, n_embd = f"blk.{il}.", p["n_embd"]
+    n_embd = p["n_embd"]
     lora_v = p["lora_iclr"] if il == 0 else p["lora_value"]
-    for name, rank in (("w", p["lora_decay"]), ("a", p["lora_iclr"]), ("v", lora_v)):
-        spec.add(f"{blk}time_mix_{name}0.weight", (n_embd,), t.norm)
-        spec.add(f"{blk}time_mix_{name}1.weight", (n_embd, rank), t.norm)
-        spec.add(f"{blk}time_mix_{name}2.weight", (rank, n_embd), t.norm)
-    spec.add(blk + "time_mix_g1.weight", (n_embd, p["lora_gate"]), t.norm)
-    spec.add(blk + "time_mix_g2.weight", (p["lora_gate"], n_embd), t.norm)
-    spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 6), t.norm)
-    for name in ("k_k", "k_a", "r_k"):
-        spec.add(f"{blk}time_mix_{name}.weight", (n_embd,), t.norm)
-    for name in ("key", "value", "receptance", "output"):
-        spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
+    lora_paths = ((MODEL_TENSOR.TIME_MIX_W0, MODEL_TENSOR.TIME_MIX_W1, MODEL_TENSOR.TIME_MIX_W2, p["lora_decay"]),
+                  (MODEL_TENSOR.TIME_MIX_A0, MODEL_TENSOR.TIME_MIX_A1, MODEL_TENSOR.TIME_MIX_A2, p["lora_iclr"]),
+                  (MODEL_TENSOR.TIME_MIX_V0, MODEL_TENSOR.TIME_MIX_V1, MODEL_TENSOR.TIME_MIX_V2, lora_v))
+    for x0, x1, x2, rank in lora_paths:
+        spec.add(tn(x0, il), (n_embd,), t.norm)
+        spec.add(tn(x1, il), (n_embd, rank), t.norm)
+        spec.add(tn(x2, il), (rank, n_embd), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_G1, il), (n_embd, p["lora_gate"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_G2, il), (p["lora_gate"], n_embd), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_LERP_FUSED, il), (n_embd, 1, 1, 6), t.norm)
+    for kind in (MODEL_TENSOR.TIME_MIX_K_K, MODEL_TENSOR.TIME_MIX_K_A, MODEL_TENSOR.TIME_MIX_R_K):
+        spec.add(tn(kind, il), (n_embd,), t.norm)
+    for kind in (MODEL_TENSOR.TIME_MIX_KEY, MODEL_TENSOR.TIME_MIX_VALUE, MODEL_TENSOR.TIME_MIX_RECEPTANCE,
+                 MODEL_TENSOR.TIME_MIX_OUTPUT):
+        spec.add(tn(kind, il), (n_embd, n_embd), t.resident)
 
 
 def _rwkv_norms(spec, p, t):
     """RWKV's embedding/output layer norms (with biases), embeddings and head."""
     n_embd = p["n_embd"]
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    for name in ("token_embd_norm", "output_norm"):
-        spec.add(name + ".weight", (n_embd,), t.norm)
-        spec.add(name + ".bias", (n_embd,), t.norm)
-    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    for kind in (MODEL_TENSOR.TOKEN_EMBD_NORM, MODEL_TENSOR.OUTPUT_NORM):
+        spec.add(tn(kind), (n_embd,), t.norm)
+        spec.add(tn(kind, suffix="bias"), (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.OUTPUT), (n_embd, p["vocab"]), t.output)
 
 
 def _rwkv_block_norms(spec, il, n_embd, t):
-    for name in ("attn_norm", "attn_norm_2", "time_mix_ln"):
-        spec.add(f"blk.{il}.{name}.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.{name}.bias", (n_embd,), t.norm)
+    for kind in (MODEL_TENSOR.ATTN_NORM, MODEL_TENSOR.ATTN_NORM_2, MODEL_TENSOR.TIME_MIX_LN):
+        spec.add(tn(kind, il), (n_embd,), t.norm)
+        spec.add(tn(kind, il, "bias"), (n_embd,), t.norm)
 
 
 def _rwkv6_keys(spec, p, token_shift_count):
@@ -317,30 +360,30 @@ def _rwkv6_keys(spec, p, token_shift_count):
 def _rwkv6_lerp_and_decay(spec, il, p, t, first=False):
     """An RWKV-6 time mix's data-dependent lerp (w1/w2, lerp_x, the fused five), time_mix_first (the
     wkv6 bonus; rwkv6qwen2 has none) and low-rank decay."""
-    blk, n_embd = f"blk.{il}.", p["n_embd"]
-    spec.add(blk + "time_mix_w1.weight", (n_embd, p["mix_extra"] * 5), t.norm)
-    spec.add(blk + "time_mix_w2.weight", (p["mix_extra"], n_embd, 5), t.norm)
-    spec.add(blk + "time_mix_lerp_x.weight", (n_embd, 1, 1), t.norm)
-    spec.add(blk + "time_mix_lerp_fused.weight", (n_embd, 1, 1, 5), t.norm)
+    n_embd = p["n_embd"]
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_W1, il), (n_embd, p["mix_extra"] * 5), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_W2, il), (p["mix_extra"], n_embd, 5), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_LERP_X, il), (n_embd, 1, 1), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_LERP_FUSED, il), (n_embd, 1, 1, 5), t.norm)
     if first:
-        spec.add(blk + "time_mix_first.weight", (p["head_size"], n_embd // p["head_size"]), t.norm)
-    spec.add(blk + "time_mix_decay.weight", (n_embd,), t.norm)
-    spec.add(blk + "time_mix_decay_w1.weight", (n_embd, p["decay_extra"]), t.norm)
-    spec.add(blk + "time_mix_decay_w2.weight", (p["decay_extra"], n_embd), t.norm)
+        spec.add(tn(MODEL_TENSOR.TIME_MIX_FIRST, il), (p["head_size"], n_embd // p["head_size"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_DECAY, il), (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_DECAY_W1, il), (n_embd, p["decay_extra"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.TIME_MIX_DECAY_W2, il), (p["decay_extra"], n_embd), t.norm)
 
 
 def _mamba2_block(spec, il, p, t):
     """A Mamba-2 mixer's tensors (ssm_in, conv, dt bias, A, D, grouped norm, ssm_out)."""
     n_embd, d_inner = p["n_embd"], p["ssm_heads"] * p["ssm_head"]
     conv_dim = d_inner + 2 * p["groups"] * p["state"]
-    spec.add(f"blk.{il}.ssm_in.weight", (n_embd, d_inner + conv_dim + p["ssm_heads"]), t.resident)
-    spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
-    spec.add(f"blk.{il}.ssm_conv1d.bias", (conv_dim,), t.norm)
-    spec.add(f"blk.{il}.ssm_dt.bias", (p["ssm_heads"],), t.norm)
-    spec.add(f"blk.{il}.ssm_a", (1, p["ssm_heads"]), t.norm)
-    spec.add(f"blk.{il}.ssm_d", (1, p["ssm_heads"]), t.norm)
-    spec.add(f"blk.{il}.ssm_norm.weight", (d_inner // p["groups"], p["groups"]), t.norm)
-    spec.add(f"blk.{il}.ssm_out.weight", (d_inner, n_embd), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_IN, il), (n_embd, d_inner + conv_dim + p["ssm_heads"]), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_CONV1D, il), (p["conv"], conv_dim), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_CONV1D, il, "bias"), (conv_dim,), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_DT, il, "bias"), (p["ssm_heads"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_A, il, suffix=None), (1, p["ssm_heads"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_D, il, suffix=None), (1, p["ssm_heads"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_NORM, il), (d_inner // p["groups"], p["groups"]), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_OUT, il), (d_inner, n_embd), t.resident)
 
 
 def _ssm_keys(spec, p):
@@ -361,21 +404,20 @@ def _hybrid_widths(spec, p, pattern):
 def _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, d_conv, t, norms):
     """A Mamba-1 mixer's tensors (ssm_in, conv, the x projection to dt/B/C, dt, A, D, ssm_out); norms:
     jamba's dt/B/C RMS norms."""
-    blk = f"blk.{il}."
-    spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
-    spec.add(blk + "ssm_conv1d.weight", (d_conv, d_inner), t.norm)
-    spec.add(blk + "ssm_conv1d.bias", (d_inner,), t.norm)
-    spec.add(blk + "ssm_x.weight", (d_inner, dt_rank + 2 * d_state), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_IN, il), (n_embd, 2 * d_inner), t.resident)
+    spec.add(tn(MODEL_TENSOR.SSM_CONV1D, il), (d_conv, d_inner), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_CONV1D, il, "bias"), (d_inner,), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_X, il), (d_inner, dt_rank + 2 * d_state), t.resident)
     if norms:
-        spec.add(blk + "ssm_dt_norm.weight", (dt_rank,), t.norm)
-    spec.add(blk + "ssm_dt.weight", (dt_rank, d_inner), t.norm)
-    spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
+        spec.add(tn(MODEL_TENSOR.SSM_DT_NORM, il), (dt_rank,), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_DT, il), (dt_rank, d_inner), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_DT, il, "bias"), (d_inner,), t.norm)
     if norms:
-        spec.add(blk + "ssm_b_norm.weight", (d_state,), t.norm)
-        spec.add(blk + "ssm_c_norm.weight", (d_state,), t.norm)
-    spec.add(blk + "ssm_a", (d_state, d_inner), t.norm)
-    spec.add(blk + "ssm_d", (d_inner,), t.norm)
-    spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.SSM_B_NORM, il), (d_state,), t.norm)
+        spec.add(tn(MODEL_TENSOR.SSM_C_NORM, il), (d_state,), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_A, il, suffix=None), (d_state, d_inner), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_D, il, suffix=None), (d_inner,), t.norm)
+    spec.add(tn(MODEL_TENSOR.SSM_OUT, il), (d_inner, n_embd), t.resident)
 
 
 def _nemotron_moe_keys(spec, p):

@@ -3,11 +3,13 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 import moetools.synth.keys as keys
-from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _mla_attention, _mla_keys, _nextn_block, _renamed, _router_groups, _shared_experts_moe
-from moetools.synth.spec import ModelSpec, TensorSpec, Types
+import moetools.synth.names as names
+from moetools.synth.blocks import _common, _dense_ffn, _dsa_indexer, _embeddings, _experts, _gqa_attention, _gqa_keys, _hc_head, _hc_mixes, _mla_attention, _mla_keys, _nextn_block, _renamed, _router_groups, _shared_experts_moe
+from moetools.synth.names import parse, tn
+from moetools.synth.spec import IQ2_XS, IQ3_XXS, Q4_K, Q6_K, Q8_0, ModelSpec, TensorSpec, Types
 
 
 def hunyuan_moe(t=Types(), **p):
@@ -24,14 +26,14 @@ def hunyuan_moe(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
     return spec
 
 
@@ -61,8 +63,10 @@ def hy_v3(t=Types(), **p):
     spec = _shared_experts_moe("hy_v3", t, p | {"n_layer": trunk + p["nextn"]}, 1.0, probs_bias=True, qk_norm=True,
                                extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
                                       ("expert_shared_feed_forward_length", p.get("n_ff_exp", 128), "u32")))
-    spec.tensors = [TensorSpec(x.name[:-len(".bias")], x.shape, x.type_id) if x.name.endswith("exp_probs_b.bias") else x
-                    for x in spec.tensors]
+    for i, x in enumerate(spec.tensors):  # exp_probs_b without a suffix
+        kind, il, _ = parse(x.name)
+        if kind == MODEL_TENSOR.FFN_EXP_PROBS_B:
+            spec.tensors[i] = TensorSpec(tn(kind, il, suffix=None), x.shape, x.type_id)
     if p["nextn"]:  # the converter appends the MTP blocks (full hy_v3 blocks) with their final_layernorm as
         # nextn.shared_head_norm and no embeddings or head of their own (conversion/hunyuan.py HYV3Model)
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
@@ -94,16 +98,16 @@ def deepseek2(t=Types(), **p):
     _mla_keys(spec, p)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
         _mla_attention(spec, il, p, t)
-        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (p["n_embd"],), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, p["n_embd"], p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (p["n_embd"], p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, p["n_embd"], p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        _dense_ffn(spec, il, p["n_embd"], p["n_ff_exp"] * p["n_shared"], t, shared=True)
     return spec
 
 
@@ -125,11 +129,7 @@ def deepseek32(t=Types(), **p):
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     n_embd = p["n_embd"]
     for il in range(trunk + p["nextn"]):
-        spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
-        spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
-        spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
-        spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
-        spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+        _dsa_indexer(spec, il, p, t)
         if il >= trunk:
             _nextn_block(spec, il, n_embd, t)
     return spec
@@ -182,27 +182,23 @@ def dots3note(t=Types(), **p):
     for il in range(n_block):
         is_mtp = il >= trunk
         is_swa = is_mtp or pattern[il]  # the NextN block uses the sliding-window geometry
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _mla_attention(spec, il, p | swa_geometry if is_swa else p, t)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (p["rope"],), t.norm)
-        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, p["n_head"]), t.resident)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (p["rope"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, p["n_head"]), t.resident)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if not is_mtp and not pattern[il]:
-            spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
-            spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
-            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
-            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
-            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+            _dsa_indexer(spec, il, p, t)
         if is_mtp or il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
         else:
-            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
             _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
         if is_mtp:
             _nextn_block(spec, il, n_embd, t)
-            spec.add(f"blk.{il}.nextn.embed_tokens.weight", (n_embd, p["vocab"]), t.embed)
+            spec.add(tn(MODEL_TENSOR.NEXTN_EMBED_TOKENS, il), (n_embd, p["vocab"]), t.embed)
     return spec
 
 
@@ -242,32 +238,27 @@ def hy_v4(t=Types(), **p):
         spec.meta(keys.ATTENTION_INDEXER_TOP_K, p["idx_top_k"])
         spec.meta(keys.ATTENTION_INDEXER_TYPES, types, "u32[]")
     _embeddings(spec, p, t)
-    spec.add("output_hc_fn.weight", (hc * n_embd, hc), t.norm)
-    spec.add("output_hc_base.weight", (hc,), t.norm)
-    spec.add("output_hc_scale.weight", (1,), t.norm)
+    _hc_head(spec, hc, n_embd, t)
     for il in range(n_layer):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.attn_sinks.weight", (p["n_head"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_SINKS, il), (p["n_head"],), t.norm)
         _mla_attention(spec, il, p, t)
-        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, p["n_head"] * p["v_head"]), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, p["n_head"] * p["v_head"]), t.resident)
         if p["idx_top_k"] and types[il]:
-            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
-            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, p["idx_head"]), t.resident)
-            spec.add(f"blk.{il}.indexer.k_norm.weight", (p["idx_head"],), t.norm)
-            spec.add(f"blk.{il}.indexer.k_norm.bias", (p["idx_head"],), t.norm)
-            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
-        for part in ("attn", "ffn"):
-            spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc * n_embd, 2 * hc), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_base.weight", (2 * hc,), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_scale.weight", (2,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.INDEXER_ATTN_Q_B, il), (p["q_lora"], p["idx_heads"] * p["idx_head"]), t.resident)
+            spec.add(tn(MODEL_TENSOR.INDEXER_ATTN_K, il), (n_embd, p["idx_head"]), t.resident)
+            spec.add(tn(MODEL_TENSOR.INDEXER_K_NORM, il), (p["idx_head"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.INDEXER_K_NORM, il, "bias"), (p["idx_head"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.INDEXER_PROJ, il), (n_embd, p["idx_heads"]), t.norm)
+        _hc_mixes(spec, il, hc * n_embd, 2 * hc, 2, t)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
     return spec
 
 
@@ -319,43 +310,38 @@ def deepseek4(t=Types(), **p):
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     hc_dim, hc_mix = hc * n_embd, (2 + hc) * hc
-    spec.add("output_hc_fn.weight", (hc_dim, hc), t.norm)
-    spec.add("output_hc_base.weight", (hc,), t.norm)
-    spec.add("output_hc_scale.weight", (1,), t.norm)
+    _hc_head(spec, hc, n_embd, t)
     for il, ratio in enumerate(ratios):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), t.norm)
-        spec.add(f"blk.{il}.attn_q_a.weight", (n_embd, p["q_lora"]), t.resident)
-        spec.add(f"blk.{il}.attn_q_a_norm.weight", (p["q_lora"],), t.norm)
-        spec.add(f"blk.{il}.attn_q_b.weight", (p["q_lora"], n_head * head), t.resident)
-        spec.add(f"blk.{il}.attn_kv.weight", (n_embd, head), t.resident)
-        spec.add(f"blk.{il}.attn_kv_a_norm.weight", (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_SINKS, il), (n_head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_A, il), (n_embd, p["q_lora"]), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_A_NORM, il), (p["q_lora"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_B, il), (p["q_lora"], n_head * head), t.resident)
+        spec.add(tn(names.ATTN_KV, il), (n_embd, head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_KV_A_NORM, il), (head,), t.norm)
         # the converter writes wo_a 2-D (the loader reshapes it to [heads x head / groups, o_lora, groups])
-        spec.add(f"blk.{il}.attn_output_a.weight", (n_head * head // p["o_groups"], p["o_lora"] * p["o_groups"]), t.resident)
-        spec.add(f"blk.{il}.attn_output_b.weight", (p["o_groups"] * p["o_lora"], n_embd), t.resident)
-        for part in ("attn", "ffn"):
-            spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc_dim, hc_mix), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_base.weight", (hc_mix,), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_scale.weight", (3,), t.norm)
+        spec.add(tn(names.ATTN_OUT_A, il), (n_head * head // p["o_groups"], p["o_lora"] * p["o_groups"]), t.resident)
+        spec.add(tn(names.ATTN_OUT_B, il), (p["o_groups"] * p["o_lora"], n_embd), t.resident)
+        _hc_mixes(spec, il, hc_dim, hc_mix, 3, t)
         if ratio:
             coff = 2 if ratio == 4 else 1
-            spec.add(f"blk.{il}.attn_compressor_kv.weight", (n_embd, coff * head), t.resident)
-            spec.add(f"blk.{il}.attn_compressor_gate.weight", (n_embd, coff * head), t.resident)
-            spec.add(f"blk.{il}.attn_compressor_ape.weight", (coff * head, ratio), t.norm)
-            spec.add(f"blk.{il}.attn_compressor_norm.weight", (head,), t.norm)
+            spec.add(tn(names.ATTN_COMPRESSOR_WKV, il), (n_embd, coff * head), t.resident)
+            spec.add(tn(names.ATTN_COMPRESSOR_WGATE, il), (n_embd, coff * head), t.resident)
+            spec.add(tn(names.ATTN_COMPRESSOR_APE, il), (coff * head, ratio), t.norm)
+            spec.add(tn(names.ATTN_COMPRESSOR_NORM, il), (head,), t.norm)
         if ratio == 4:
             idx = p["idx_head"]
-            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
-            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * idx), t.resident)
-            spec.add(f"blk.{il}.indexer_compressor_kv.weight", (n_embd, 2 * idx), t.resident)
-            spec.add(f"blk.{il}.indexer_compressor_gate.weight", (n_embd, 2 * idx), t.resident)
-            spec.add(f"blk.{il}.indexer_compressor_ape.weight", (2 * idx, ratio), t.norm)
-            spec.add(f"blk.{il}.indexer_compressor_norm.weight", (idx,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.INDEXER_PROJ, il), (n_embd, p["idx_heads"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.INDEXER_ATTN_Q_B, il), (p["q_lora"], p["idx_heads"] * idx), t.resident)
+            spec.add(tn(names.INDEXER_COMPRESSOR_WKV, il), (n_embd, 2 * idx), t.resident)
+            spec.add(tn(names.INDEXER_COMPRESSOR_WGATE, il), (n_embd, 2 * idx), t.resident)
+            spec.add(tn(names.INDEXER_COMPRESSOR_APE, il), (2 * idx, ratio), t.norm)
+            spec.add(tn(names.INDEXER_COMPRESSOR_NORM, il), (idx,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
         if il >= trunk:
             _nextn_block(spec, il, n_embd, t)
     return spec
@@ -373,4 +359,31 @@ BUILDERS = {
     "deepseek": deepseek,
     "hunyuan-moe": hunyuan_moe,
     "dots1": dots1,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "kimi-k2": lambda: deepseek2(
+        Types(expert=IQ2_XS, expert_down=IQ3_XXS, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Kimi-K2 (synthetic)", n_layer=61, n_embd=7168, n_head=64, n_ff=18432, n_ff_exp=2048,
+        n_expert=384, top_k=8, n_dense=1, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        vocab=163840, merges=163328, ctx=131072, file_type=17),
+    "deepseek-v3": lambda: deepseek2(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="DeepSeek-V3 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
+        n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        vocab=129280, ctx=163840, file_type=15),
+    # deepseek-ai/DeepSeek-V3.2 config.json: DeepSeek-V3's widths, an indexer of 64 heads of 128 picking
+    # 2048 tokens, one NextN/MTP block (62 blocks in the GGUF). Re-read 2026-12-01 from copies of
+    # DeepseekV32ForCausalLM's config.json in public repos (a Rust test fixture `deepseek_v32_config`, a
+    # DSA_MODEL_DIMS table): as above, plus n_group 8 / topk_group 4 (grouped routing), which
+    # llama.cpp's converter writes as expert_group_count / expert_group_used_count: they were missing.
+    "deepseek-v3.2": lambda: deepseek32(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="DeepSeek-V3.2 (synthetic)", n_layer=61, n_embd=7168, n_head=128, n_ff=18432, n_ff_exp=2048,
+        n_expert=256, top_k=8, n_dense=3, q_lora=1536, kv_lora=512, rope=64, qk_nope=128, v_head=128,
+        idx_heads=64, idx_head=128, idx_top_k=2048, nextn=1, expert_groups=8, expert_groups_used=4, vocab=129280,
+        ctx=163840, file_type=15),
 }

@@ -3,10 +3,12 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
+import moetools.synth.names as names
 from moetools.synth.blocks import _common, _dense_ffn, _experts, _gemma4_window_keys, _gqa_keys, _normed_gqa_attention
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.names import tn
+from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, Types
 
 
 def gemma3n(t=Types(), **p):
@@ -21,31 +23,30 @@ def gemma3n(t=Types(), **p):
     n_embd, head, n_layer = p["n_embd"], p["head"], p["n_layer"]
     _gqa_keys(spec, p, p["n_ff"], head)
     spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("altup_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
-    spec.add("altup_unembd_proj.weight", (n_embd, n_embd, p["altup"] - 1), t.norm)
-    spec.add("per_layer_token_embd.weight", (p["embd_altup"] * n_layer, p["vocab"]), t.embed)
-    spec.add("per_layer_model_proj.weight", (n_embd, p["embd_altup"] * n_layer), t.norm)
-    spec.add("per_layer_proj_norm.weight", (p["embd_altup"],), t.norm)
-    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.ALTUP_PROJ), (n_embd, n_embd, p["altup"] - 1), t.norm)
+    spec.add(tn(MODEL_TENSOR.ALTUP_UNEMBD_PROJ), (n_embd, n_embd, p["altup"] - 1), t.norm)
+    spec.add(tn(MODEL_TENSOR.PER_LAYER_TOKEN_EMBD), (p["embd_altup"] * n_layer, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.PER_LAYER_MODEL_PROJ), (n_embd, p["embd_altup"] * n_layer), t.norm)
+    spec.add(tn(MODEL_TENSOR.PER_LAYER_PROJ_NORM), (p["embd_altup"],), t.norm)
+    spec.add(tn(MODEL_TENSOR.OUTPUT_NORM), (n_embd,), t.norm)
     for il in range(n_layer):
-        blk = f"blk.{il}."
         _normed_gqa_attention(spec, il, p, head, t)
-        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "inp_gate.weight", (n_embd, p["embd_altup"]), t.norm)
-        spec.add(blk + "proj.weight", (p["embd_altup"], n_embd), t.norm)
-        spec.add(blk + "post_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "altup_correct_coef.weight", (p["altup"], p["altup"]), t.norm)
-        spec.add(blk + "altup_correct_scale.weight", (n_embd,), t.norm)
-        spec.add(blk + "altup_predict_coef.weight", (p["altup"], p["altup"] ** 2), t.norm)
-        spec.add(blk + "altup_router.weight", (n_embd, p["altup"]), t.norm)
-        spec.add(blk + "altup_router_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "laurel_l.weight", (n_embd, p["laurel"]), t.norm)
-        spec.add(blk + "laurel_r.weight", (p["laurel"], n_embd), t.norm)
-        spec.add(blk + "laurel_post_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.PER_LAYER_INP_GATE, il), (n_embd, p["embd_altup"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.PER_LAYER_PROJ, il), (p["embd_altup"], n_embd), t.norm)
+        spec.add(tn(MODEL_TENSOR.PER_LAYER_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ALTUP_CORRECT_COEF, il), (p["altup"], p["altup"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.ALTUP_CORRECT_SCALE, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ALTUP_PREDICT_COEF, il), (p["altup"], p["altup"] ** 2), t.norm)
+        spec.add(tn(MODEL_TENSOR.ALTUP_ROUTER, il), (n_embd, p["altup"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.ALTUP_ROUTER_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.LAUREL_L, il), (n_embd, p["laurel"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.LAUREL_R, il), (p["laurel"], n_embd), t.norm)
+        spec.add(tn(MODEL_TENSOR.LAUREL_POST_NORM, il), (n_embd,), t.norm)
     return spec
 
 
@@ -71,30 +72,30 @@ def gemma4(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_COUNT, p["n_expert"])
     spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
     spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("output_norm.weight", (n_embd,), t.norm)
-    spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.OUTPUT_NORM), (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.ROPE_FREQS), (p["head"] // 2,), t.norm)
     for il in range(n_layer):
         head = p["head"] if is_full[il] else p["head_swa"]
         hkv = p["n_head_kv"] if is_full[il] else p["n_head_kv_swa"]
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.attn_q.weight", (n_embd, p["n_head"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_k.weight", (n_embd, hkv * head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q, il), (n_embd, p["n_head"] * head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_K, il), (n_embd, hkv * head), t.resident)
         if not is_full[il]:  # the full layers use K as V (attention_k_eq_v)
-            spec.add(f"blk.{il}.attn_v.weight", (n_embd, hkv * head), t.resident)
-        spec.add(f"blk.{il}.attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
-        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.layer_output_scale.weight", (1,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_V, il), (n_embd, hkv * head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (p["n_head"] * head, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.LAYER_OUT_SCALE, il), (1,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-        spec.add(f"blk.{il}.post_ffw_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.scale", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.pre_ffw_norm_2.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.post_ffw_norm_1.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.post_ffw_norm_2.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il, "scale"), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_PRE_NORM_2, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM_1, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM_2, il), (n_embd,), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
     return spec
 
@@ -117,23 +118,22 @@ def gemma4_assistant(t=Types(), **p):
     spec.meta(Keys.Attention.HEAD_COUNT, p["n_head"])
     spec.meta(Keys.Attention.HEAD_COUNT_KV, 1)
     _gemma4_window_keys(spec, p, is_full)
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("output_norm.weight", (n_embd,), t.norm)
-    spec.add("nextn.pre_projection.weight", (2 * n_bb, n_embd), t.resident)
-    spec.add("nextn.post_projection.weight", (n_embd, n_bb), t.resident)
-    spec.add("rope_freqs.weight", (p["head"] // 2,), t.norm)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.OUTPUT_NORM), (n_embd,), t.norm)
+    spec.add(tn(names.NEXTN_PROJ_PRE), (2 * n_bb, n_embd), t.resident)
+    spec.add(tn(names.NEXTN_PROJ_POST), (n_embd, n_bb), t.resident)
+    spec.add(tn(MODEL_TENSOR.ROPE_FREQS), (p["head"] // 2,), t.norm)
     for il in range(n_layer):
         head = p["head"] if is_full[il] else p["head_swa"]
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "attn_q.weight", (n_embd, p["n_head"] * head), t.resident)
-        spec.add(blk + "attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
-        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
-        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "layer_output_scale.weight", (1,), t.norm)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q, il), (n_embd, p["n_head"] * head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (p["n_head"] * head, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.LAYER_OUT_SCALE, il), (1,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM, il), (n_embd,), t.norm)
     return spec
 
 
@@ -141,4 +141,28 @@ BUILDERS = {
     "gemma4-assistant": gemma4_assistant,
     "gemma3n": gemma3n,
     "gemma4": gemma4,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # google/gemma-4-26B-A4B config.json (values as cross-checked in public GGUF readers): 30 layers,
+    # 2816 wide, 16 query heads; sliding layers 8 KV heads of 256 with a 1024 window, every 6th layer full
+    # with 2 KV heads of 512; a 2112-wide dense MLP beside 128 experts of 704 (top-8); tied embeddings.
+    # Re-read 2026-12-02 from copies of its text_config in public repos (Gemma4ForConditionalGeneration:
+    # num_global_key_value_heads 2, global_head_dim 512, attention_k_eq_v true, layer_types 5 sliding +
+    # 1 full, max_position_embeddings 262144, vocab 262144): all as above.
+    "gemma-4-26b-a4b": lambda: gemma4(
+        Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-4-26B-A4B (synthetic)",
+        n_layer=30, n_embd=2816, n_head=16, n_head_kv=2, n_head_kv_swa=8, head=512, head_swa=256, n_ff=2112,
+        n_ff_exp=704, n_expert=128, top_k=8, swa=1024, full_every=6, vocab=262144, ctx=262144, file_type=15),
+    # google/gemma-3n-E4B config.json (text_config): 35 layers, 2048 wide, 8 query / 2 KV heads of 256,
+    # a 512-token window with every 5th layer full, the last 15 layers sharing the KV of layers 18/19
+    # (num_kv_shared_layers; llama.cpp's n_layer_kv_from_start 20), a 16384-wide FFN in every layer (the
+    # first 10 with activation sparsity), AltUp 4 streams, LAuReL rank 64, 256-wide per-layer inputs;
+    # the 262144 text tokens llama.cpp's converter keeps (not MoE: the KV-sharing / AltUp layout at width).
+    "gemma-3n-e4b": lambda: gemma3n(
+        Types(resident=Q8_0, embed=Q6_K, output=Q6_K), name="gemma-3n-E4B (synthetic)", n_layer=35, n_embd=2048,
+        n_head=8, n_head_kv=2, head=256, n_ff=16384, swa=512, vocab=262144, ctx=32768, file_type=7),
 }

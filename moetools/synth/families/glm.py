@@ -3,12 +3,14 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 import moetools.synth.keys as keys
-from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _kda_block, _mla_attention, _mla_keys, _nextn_block, _router_groups
+import moetools.synth.names as names
+from moetools.synth.blocks import _common, _dense_ffn, _dsa_indexer, _embeddings, _experts, _gqa_attention, _gqa_keys, _hc_mixes, _kda_block, _mla_attention, _mla_keys, _nextn_block, _router_groups
 from moetools.synth.families.deepseek import deepseek32
-from moetools.synth.spec import ModelSpec, TensorSpec, Types
+from moetools.synth.names import parse, tn
+from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, TensorSpec, Types
 
 
 def glm_dsa(t=Types(), **p):
@@ -23,8 +25,10 @@ def glm_dsa(t=Types(), **p):
     spec.metadata = [(key.replace("deepseek32.", "glm-dsa.", 1), value, kind) for key, value, kind in spec.metadata]
     spec.meta(keys.ATTENTION_INDEXER_TYPES, types, "u32[]")
     shared = {il for il, full in enumerate(types) if not full}
-    spec.tensors = [tensor for tensor in spec.tensors
-                    if not (".indexer." in tensor.name and int(tensor.name.split(".")[1]) in shared)]
+    indexer = (MODEL_TENSOR.INDEXER_K_NORM, MODEL_TENSOR.INDEXER_PROJ, MODEL_TENSOR.INDEXER_ATTN_K,
+               MODEL_TENSOR.INDEXER_ATTN_Q_B)
+    dropped = {(kind, il) for kind in indexer for il in shared}
+    spec.tensors = [tensor for tensor in spec.tensors if parse(tensor.name)[:2] not in dropped]
     return spec
 
 
@@ -74,34 +78,27 @@ def glm5_next(t=Types(), **p):
     hc_mix = (2 + hc) * hc
     idx = p["idx_head"]
     for il, kind in enumerate(kinds):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if il < trunk:
-            for part in ("attn", "ffn"):
-                spec.add(f"blk.{il}.hc_{part}_fn.weight", (hc * n_embd, hc_mix), t.norm)
-                spec.add(f"blk.{il}.hc_{part}_base.weight", (hc_mix,), t.norm)
-                spec.add(f"blk.{il}.hc_{part}_scale.weight", (3,), t.norm)
+            _hc_mixes(spec, il, hc * n_embd, hc_mix, 3, t)
         if kind == "K":
             _kda_block(spec, il, p, t, factored_gate=True)
-            spec.tensors = [TensorSpec(x.name, (n_head,), x.type_id) if x.name == f"blk.{il}.ssm_a" else x
+            spec.tensors = [TensorSpec(x.name, (n_head,), x.type_id) if x.name == tn(MODEL_TENSOR.SSM_A, il, suffix=None) else x
                             for x in spec.tensors]
         else:
             _mla_attention(spec, il, p | {"rope": 0}, t)
         if kind != "K" and (il >= trunk or idx_types[il]):
-            spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
-            spec.add(f"blk.{il}.indexer.k_norm.bias", (idx,), t.norm)
-            spec.add(f"blk.{il}.indexer.proj.weight", (n_embd, p["idx_heads"]), t.norm)
-            spec.add(f"blk.{il}.indexer.attn_k.weight", (n_embd, idx), t.resident)
-            spec.add(f"blk.{il}.indexer.attn_q_b.weight", (p["q_lora"], p["idx_heads"] * idx), t.resident)
-            spec.add(f"blk.{il}.indexer_compressor_gate.weight", (n_embd, idx), t.resident)
-            spec.add(f"blk.{il}.indexer_compressor_ape.weight", (idx, p["kpool"]), t.norm)
+            _dsa_indexer(spec, il, p, t)
+            spec.add(tn(names.INDEXER_KPOOL_GATE, il), (n_embd, idx), t.resident)
+            spec.add(tn(names.INDEXER_KPOOL_APE, il), (idx, p["kpool"]), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
         else:
-            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
             _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
         if il >= trunk:
             _nextn_block(spec, il, n_embd, t)
     return spec
@@ -131,21 +128,22 @@ def glm4moe(t=Types(), **p):
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il in range(n_all):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        for name, rows in (("attn_q", p["n_head"] * head), ("attn_k", p["n_head_kv"] * head), ("attn_v", p["n_head_kv"] * head)):
-            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
+        for kind, heads in ((MODEL_TENSOR.ATTN_Q, p["n_head"]), (MODEL_TENSOR.ATTN_K, p["n_head_kv"]),
+                            (MODEL_TENSOR.ATTN_V, p["n_head_kv"])):
+            spec.add(tn(kind, il, "bias"), (heads * head,), t.norm)
         if p["qk_norm"]:
-            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
         else:
-            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
             _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
         if il >= p["n_layer"]:
             _nextn_block(spec, il, n_embd, t)
     return spec
@@ -155,4 +153,22 @@ BUILDERS = {
     "glm-dsa": glm_dsa,
     "glm5-next": glm5_next,
     "glm4moe": glm4moe,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # zai-org/GLM-4.5-Air config.json: 46 layers + 1 NextN block, 4096 wide, 96 query / 8 KV heads of 128
+    # (half rotary, q/k/v biases), one dense block of 10944, 128 experts of 1408 (top-8) + 1 shared.
+    # Rows of 1408/704 values (2688 for Nemotron) do not fill Q4_K's 256-value blocks: those are Q8_0/Q4_0.
+    # Re-read 2026-12-01 from slime's scripts/models/glm4.5-106B-A12B.sh (Megatron args of the same
+    # checkpoint: 1 dense + 45 MoE layers, 96 heads / 8 query groups of 128, rotary 0.5, q/k/v biases, no
+    # q/k norm, ffn 10944, experts and shared expert 1408, top-8 of 128, vocab 151552, rope 1e6): all as
+    # above; config.json's n_group 1 / topk_group 1 are written as llama.cpp's converter does.
+    "glm-4.5-air": lambda: glm4moe(
+        Types(expert=Q4_K, expert_down=Q8_0, resident=Q8_0, embed=Q4_K, output=Q6_K), name="GLM-4.5-Air (synthetic)",
+        n_layer=46, nextn=1, n_embd=4096, n_head=96, n_head_kv=8, head=128, n_ff=10944, n_ff_exp=1408,
+        n_expert=128, top_k=8, n_shared=1, n_dense=1, expert_groups=1, expert_groups_used=1, vocab=151552,
+        ctx=131072, file_type=15),
 }

@@ -3,11 +3,13 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 import moetools.synth.keys as keys
-from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _kda_block, _kimi_keys, _mla_attention
-from moetools.synth.spec import ModelSpec, Types
+import moetools.synth.names as names
+from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _kda_block, _kda_qkv, _kimi_keys, _mla_attention
+from moetools.synth.names import tn
+from moetools.synth.spec import IQ2_XS, IQ3_XXS, Q4_K, Q6_K, Q8_0, ModelSpec, Types
 
 
 def kimi_k3(t=Types(), **p):
@@ -27,27 +29,27 @@ def kimi_k3(t=Types(), **p):
     spec.meta(keys.ACTIVATION_SITU_LINEAR_BETA, 0.5, "f32")
     spec.meta(keys.ATTN_RES_BLOCK_SIZE, 8)
     _embeddings(spec, p, t)
-    spec.add("output_res_score.weight", (n_embd,), t.norm)
+    spec.add(tn(names.OUTPUT_RES_SCORE), (n_embd,), t.norm)
     for il in range(n_layer):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.attn_res_score.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_res_score.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(names.ATTN_RES_SCORE, il), (n_embd,), t.norm)
+        spec.add(tn(names.FFN_RES_SCORE, il), (n_embd,), t.norm)
         if is_mla[il]:
             _mla_attention(spec, il, p, t)
-            spec.add(f"blk.{il}.attn_gate.weight", (n_embd, n_head * p["v_head"]), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, n_head * p["v_head"]), t.resident)
         else:
             _kda_block(spec, il, p, t, factored_gate=False)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, p["latent"], p["n_ff_exp"], p["n_expert"], t)
-        spec.add(f"blk.{il}.ffn_routed_down.weight", (n_embd, p["latent"]), t.resident)
-        spec.add(f"blk.{il}.ffn_routed_up.weight", (p["latent"], n_embd), t.resident)
-        spec.add(f"blk.{il}.ffn_routed_norm.weight", (p["latent"],), t.norm)
-        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        spec.add(tn(names.FFN_ROUTED_DOWN, il), (n_embd, p["latent"]), t.resident)
+        spec.add(tn(names.FFN_ROUTED_UP, il), (p["latent"], n_embd), t.resident)
+        spec.add(tn(names.FFN_ROUTED_NORM, il), (p["latent"],), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
     return spec
 
 
@@ -65,8 +67,8 @@ def kimi_linear(t=Types(), **p):
     _kimi_keys(spec, p, is_mla, k3=False)
     _embeddings(spec, p, t)
     for il in range(n_layer):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if is_mla[il]:
             _mla_attention(spec, il, p, t)
         else:
@@ -74,10 +76,10 @@ def kimi_linear(t=Types(), **p):
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
     return spec
 
 
@@ -103,36 +105,32 @@ def bailingmoe3(t=Types(), **p):
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il in range(n_all):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if is_mla[il]:
             _mla_attention(spec, il, p, t)
-            spec.add(blk + "attn_gate.weight", (n_embd, n_head), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, n_head), t.norm)
         else:
-            for conv in ("q", "k", "v"):
-                spec.add(f"{blk}ssm_conv1d_{conv}.weight", (p["conv"], 1, d_inner), t.norm)
-            for name in ("attn_q", "attn_k", "attn_v"):
-                spec.add(f"{blk}{name}.weight", (n_embd, d_inner), t.resident)
-            spec.add(blk + "ssm_f_a.weight", (n_embd, d_inner), t.resident)
-            spec.add(blk + "ssm_beta.weight", (n_embd, n_head), t.norm)
-            spec.add(blk + "ssm_a", (1, n_head), t.norm)
-            spec.add(blk + "ssm_dt.bias", (d_inner,), t.norm)
-            spec.add(blk + "ssm_g_a.weight", (n_embd, d_inner), t.resident)
-            spec.add(blk + "ssm_norm.weight", (head,), t.norm)
-            spec.add(blk + "attn_output.weight", (d_inner, n_embd), t.resident)
+            _kda_qkv(spec, il, p, t)
+            spec.add(tn(MODEL_TENSOR.SSM_F_A, il), (n_embd, d_inner), t.resident)
+            spec.add(tn(MODEL_TENSOR.SSM_BETA, il), (n_embd, n_head), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_A, il, suffix=None), (1, n_head), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_DT, il, "bias"), (d_inner,), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_G_A, il), (n_embd, d_inner), t.resident)
+            spec.add(tn(MODEL_TENSOR.SSM_NORM, il), (head,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (d_inner, n_embd), t.resident)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
         else:
-            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-            spec.add(blk + "exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
             _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
         if il >= trunk:
-            spec.add(blk + "nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
-            spec.add(blk + "nextn.enorm.weight", (n_embd,), t.norm)
-            spec.add(blk + "nextn.hnorm.weight", (n_embd,), t.norm)
-            spec.add(blk + "layer_output_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.NEXTN_EH_PROJ, il), (2 * n_embd, n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.NEXTN_ENORM, il), (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.NEXTN_HNORM, il), (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.LAYER_OUT_NORM, il), (n_embd,), t.norm)
     return spec
 
 
@@ -140,4 +138,15 @@ BUILDERS = {
     "kimi-k3": kimi_k3,
     "kimi-linear": kimi_linear,
     "bailingmoe3": bailingmoe3,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "kimi-k3": lambda: kimi_k3(
+        Types(expert=IQ2_XS, expert_down=IQ3_XXS, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Kimi-K3 (synthetic, header-faithful)", n_layer=93, n_embd=7168, n_head=32, kda_head=128,
+        n_ff=18432, n_ff_exp=2048, latent=4096, n_expert=896, top_k=16, q_lora=1536, kv_lora=512, rope=64,
+        qk_nope=128, v_head=128, vocab=163840, merges=163328, ctx=262144, file_type=17),
 }

@@ -3,11 +3,13 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 import moetools.synth.keys as keys
+import moetools.synth.names as names
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _normed_gqa_attention, _renamed
-from moetools.synth.spec import F32, ModelSpec, TensorSpec, Types
+from moetools.synth.names import parse, tn
+from moetools.synth.spec import F16, F32, ModelSpec, TensorSpec, Types
 
 
 def llama_moe(t=Types(), **p):
@@ -22,11 +24,11 @@ def llama_moe(t=Types(), **p):
     spec.meta(Keys.LLM.VOCAB_SIZE, p["vocab"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (p["n_embd"],), t.norm)
         if p["n_expert"]:
-            spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (p["n_embd"], p["n_expert"]), t.norm)
             _experts(spec, il, p["n_embd"], p["n_ff"], p["n_expert"], t)
         else:
             _dense_ffn(spec, il, p["n_embd"], p["n_ff"], t)
@@ -39,14 +41,14 @@ def phimoe(t=Types(), **p):
     spec = llama_moe(t, **(p | {"arch": "phimoe"}))
     n_embd = spec.tensors[0].shape[0]
     vocab = spec.tensors[0].shape[1]
-    spec.add("output_norm.bias", (n_embd,), t.norm)
-    spec.add("output.bias", (vocab,), t.norm)
+    spec.add(tn(MODEL_TENSOR.OUTPUT_NORM, suffix="bias"), (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.OUTPUT, suffix="bias"), (vocab,), t.norm)
+    biased = (MODEL_TENSOR.ATTN_NORM, MODEL_TENSOR.ATTN_Q, MODEL_TENSOR.ATTN_K, MODEL_TENSOR.ATTN_V, MODEL_TENSOR.ATTN_OUT,
+              MODEL_TENSOR.FFN_NORM)
     for tensor in list(spec.tensors):
-        name = tensor.name
-        if name.endswith(("attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                          "attn_output.weight")) and name.startswith("blk."):
-            spec.add(name[:-len("weight")] + "bias", (tensor.shape[-1] if "attn_" in name and "norm" not in name
-                                                       else n_embd,), t.norm)
+        kind, il, _ = parse(tensor.name)
+        if kind in biased:
+            spec.add(tn(kind, il, "bias"), (tensor.shape[-1],), t.norm)
     return spec
 
 
@@ -63,11 +65,11 @@ def dbrx(t=Types(), **p):
     spec.meta(Keys.Attention.CLAMP_KQV, 8.0, "f32")
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, n_embd + 2 * p["n_head_kv"] * head), t.resident)
-        spec.add(f"blk.{il}.attn_output.weight", (n_embd, n_embd), t.resident)
-        spec.add(f"blk.{il}.attn_output_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_QKV, il), (n_embd, n_embd + 2 * p["n_head_kv"] * head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (n_embd, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
     return spec
 
@@ -86,15 +88,15 @@ def grok(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, n_ff_exp)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.attn_output_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if p["dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, n_ff_exp, p["n_expert"], t)
-        spec.add(f"blk.{il}.layer_output_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.LAYER_OUT_NORM, il), (n_embd,), t.norm)
     return spec
 
 
@@ -121,12 +123,12 @@ def olmoe(t=Types(), **p):
     _gqa_keys(spec, p, p["n_ff_exp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.attn_q_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (p["n_embd"], p["n_expert"]), t.norm)
         _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
     return spec
 
@@ -138,11 +140,11 @@ def arctic(t=Types(), **p):
     n_embd = spec.tensors[0].shape[0]
     tensors = []
     for tensor in spec.tensors:
-        if tensor.name.endswith("ffn_gate_inp.weight"):
-            blk = tensor.name[:-len("ffn_gate_inp.weight")]
-            for part, shape in (("ffn_gate", (n_embd, n_embd)), ("ffn_up", (n_embd, n_embd)), ("ffn_down", (n_embd, n_embd))):
-                tensors.append(TensorSpec(blk + part + ".weight", shape, t.resident))
-            tensors.append(TensorSpec(blk + "ffn_norm_exps.weight", (n_embd,), t.norm))
+        kind, il, _ = parse(tensor.name)
+        if kind == MODEL_TENSOR.FFN_GATE_INP:
+            for part in (MODEL_TENSOR.FFN_GATE, MODEL_TENSOR.FFN_UP, MODEL_TENSOR.FFN_DOWN):
+                tensors.append(TensorSpec(tn(part, il), (n_embd, n_embd), t.resident))
+            tensors.append(TensorSpec(tn(MODEL_TENSOR.FFN_NORM_EXP, il), (n_embd,), t.norm))
         tensors.append(tensor)
     spec.tensors = tensors
     return spec
@@ -156,7 +158,7 @@ def granite_moe_shexp(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     n_embd = spec.tensors[0].shape[0]
     for il in range(p.get("n_layer", 4)):
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
     return spec
 
 
@@ -168,11 +170,16 @@ def granite_swa(t=Types(), **p):
     spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
     spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [c == "S" for c in p["pattern"]], "bool[]")
     n_head = p.get("n_head", 4)
-    # the shared expert's gate and up fused in ffn_up_shexp (2 x n_ff_shexp rows, LLM_FFN_SWIGLU)
-    spec.tensors = [TensorSpec(x.name, (x.shape[0], 2 * x.shape[1]), x.type_id) if x.name.endswith("ffn_up_shexp.weight")
-                    else x for x in spec.tensors if not x.name.endswith("ffn_gate_shexp.weight")]
+    tensors = []  # the shared expert's gate and up fused in ffn_up_shexp (2 x n_ff_shexp rows, LLM_FFN_SWIGLU)
+    for x in spec.tensors:
+        kind = parse(x.name)[0]
+        if kind == MODEL_TENSOR.FFN_UP_SHEXP:
+            tensors.append(TensorSpec(x.name, (x.shape[0], 2 * x.shape[1]), x.type_id))
+        elif kind != MODEL_TENSOR.FFN_GATE_SHEXP:
+            tensors.append(x)
+    spec.tensors = tensors
     for il in range(len(p["pattern"])):
-        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), F32)
+        spec.add(tn(MODEL_TENSOR.ATTN_SINKS, il), (n_head,), F32)
     return spec
 
 
@@ -196,12 +203,11 @@ def dflash(t=Types(), **p):
     spec.meta(keys.TARGET_LAYERS, list(p["target_layers"]), "i32[]")
     spec.meta(keys.BLOCK_SIZE, p["block_size"])
     _embeddings(spec, p, t)
-    spec.add("enc.output_norm.weight", (n_embd,), t.norm)
-    spec.add("fc.weight", (len(p["target_layers"]) * n_embd, n_embd), t.resident)
+    spec.add(tn(MODEL_TENSOR.ENC_OUTPUT_NORM), (n_embd,), t.norm)
+    spec.add(tn(names.FC), (len(p["target_layers"]) * n_embd, n_embd), t.resident)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
         _normed_gqa_attention(spec, il, p, head, t)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
 
@@ -221,13 +227,13 @@ def llama4(t=Types(), **p):
     spec.meta(Keys.LLM.INTERLEAVE_MOE_LAYER_STEP, p["moe_every"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if (il + 1) % p["moe_every"] == 0:
-            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
             _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-            _dense_ffn(spec, il, n_embd, p["n_ff_exp"], t, suffix="_shexp")
+            _dense_ffn(spec, il, n_embd, p["n_ff_exp"], t, shared=True)
         else:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
@@ -248,4 +254,13 @@ BUILDERS = {
     "olmoe": olmoe,
     "granitemoe": granitemoe,
     "dense": lambda t=Types(), **p: llama_moe(t, **({"n_expert": 0, "n_ff": 512} | p)),
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "llama3-8b": lambda: llama_moe(
+        Types(resident=F16, embed=F16, output=F16), name="Llama-3-8B (synthetic)", n_expert=0, n_layer=32,
+        n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, vocab=128256, ctx=8192, file_type=1),
 }

@@ -3,13 +3,14 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 import moetools.synth.keys as keys
 from moetools.synth.blocks import _common, _dense_ffn, _dense_lead_moe_blocks, _embeddings, _experts, _fuse_qkv, _gqa_attention, _gqa_keys, _nextn_block, _renamed, _shared_experts_moe
 from moetools.synth.families.llama import llama_moe
 from moetools.synth.families.qwen import qwen3moe
-from moetools.synth.spec import F32, ModelSpec, TensorSpec, Types
+from moetools.synth.names import parse, tn
+from moetools.synth.spec import F32, MXFP4, Q8_0, ModelSpec, TensorSpec, Types
 
 
 def ernie4_5_moe(t=Types(), **p):
@@ -74,22 +75,22 @@ def step35(t=Types(), **p):
     spec.meta(Keys.Attention.SLIDING_WINDOW_PATTERN, [c == "S" for c in p["pattern"]], "bool[]")
     _embeddings(spec, p, t)
     for il, n_head in enumerate(heads):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p | {"n_head": n_head}, head, t)
-        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.attn_gate.weight", (n_embd, n_head), t.resident)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_GATE, il), (n_embd, n_head), t.resident)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), F32)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), F32)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
         if il >= trunk:  # each MTP block has its own shared head (norm and LM head: conversion/step3.py)
             _nextn_block(spec, il, n_embd, t)
-            spec.add(f"blk.{il}.nextn.shared_head_head.weight", (n_embd, p["vocab"]), t.output)
+            spec.add(tn(MODEL_TENSOR.NEXTN_SHARED_HEAD_HEAD, il), (n_embd, p["vocab"]), t.output)
     if p["nextn"]:
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     return spec
@@ -127,28 +128,28 @@ def mimo2(t=Types(), **p):
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il, n_kv in enumerate(kv_heads):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if il >= trunk and p["nextn_fused"]:
-            spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, n_head * k_head + n_kv * (k_head + v_head)), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_QKV, il), (n_embd, n_head * k_head + n_kv * (k_head + v_head)), t.resident)
         else:
-            spec.add(f"blk.{il}.attn_q.weight", (n_embd, n_head * k_head), t.resident)
-            spec.add(f"blk.{il}.attn_k.weight", (n_embd, n_kv * k_head), t.resident)
-            spec.add(f"blk.{il}.attn_v.weight", (n_embd, n_kv * v_head), t.resident)
-        spec.add(f"blk.{il}.attn_output.weight", (n_head * v_head, n_embd), t.resident)
-        spec.add(f"blk.{il}.attn_sinks.weight", (n_head,), F32)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_Q, il), (n_embd, n_head * k_head), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_K, il), (n_embd, n_kv * k_head), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_V, il), (n_embd, n_kv * v_head), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (n_head * v_head, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_SINKS, il), (n_head,), F32)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if il >= trunk:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-            spec.add(f"blk.{il}.nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
-            spec.add(f"blk.{il}.nextn.enorm.weight", (n_embd,), t.norm)
-            spec.add(f"blk.{il}.nextn.hnorm.weight", (n_embd,), t.norm)
-            spec.add(f"blk.{il}.layer_output_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.NEXTN_EH_PROJ, il), (2 * n_embd, n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.NEXTN_ENORM, il), (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.NEXTN_HNORM, il), (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.LAYER_OUT_NORM, il), (n_embd,), t.norm)
             continue
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), F32)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), F32)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
     return spec
 
@@ -162,15 +163,14 @@ def afmoe(t=Types(), **p):
     spec = _shared_experts_moe("afmoe", t, p, 2.5, probs_bias=True, qk_norm=True,
                                extra=(("expert_weights_norm", True, "bool"), ("expert_gating_func", 2, "u32"),
                                       ("attention.sliding_window", p["swa"], "u32")))
-    n_embd = spec.tensors[0].shape[0]
+    # the gate beside attn_q (its shape), the post norms beside the pre norms
+    beside = {MODEL_TENSOR.ATTN_Q: MODEL_TENSOR.ATTN_GATE, MODEL_TENSOR.ATTN_NORM: MODEL_TENSOR.ATTN_POST_NORM,
+              MODEL_TENSOR.FFN_NORM: MODEL_TENSOR.FFN_POST_NORM}
     extra = []
     for tensor in spec.tensors:
-        name = tensor.name
-        if name.endswith("attn_q.weight"):
-            extra.append(TensorSpec(name.replace("attn_q", "attn_gate"), tensor.shape, tensor.type_id))
-        if name.endswith(("attn_norm.weight", "ffn_norm.weight")):
-            post = name.replace("attn_norm", "post_attention_norm").replace("ffn_norm", "post_ffw_norm")
-            extra.append(TensorSpec(post, (n_embd,), tensor.type_id))
+        kind, il, _ = parse(tensor.name)
+        if kind in beside:
+            extra.append(TensorSpec(tn(beside[kind], il), tensor.shape, tensor.type_id))
     spec.tensors += extra
     return spec
 
@@ -212,18 +212,18 @@ def cohere2moe(t=Types(), **p):
         spec.meta(Keys.LLM.NEXTN_PREDICT_LAYERS, p["nextn"])
     _embeddings(spec, p, t)
     for il in range(n_all):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t)
         if il < p["n_dense"]:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_exp"] * p["n_shared"], t, shared=True)
         if il >= trunk and p["nextn_fusion"]:
-            spec.add(f"blk.{il}.nextn.eh_proj.weight", (2 * n_embd, n_embd), t.resident)
-            spec.add(f"blk.{il}.nextn.enorm.weight", (n_embd,), t.norm)
-            spec.add(f"blk.{il}.nextn.hnorm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.NEXTN_EH_PROJ, il), (2 * n_embd, n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.NEXTN_ENORM, il), (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.NEXTN_HNORM, il), (n_embd,), t.norm)
     return spec
 
 
@@ -253,13 +253,12 @@ def exaone4(t=Types(), **p):
         spec.meta(Keys.Attention.SLIDING_WINDOW, p["swa"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
         _gqa_attention(spec, il, p | {"n_embd": n_embd}, head, t)
-        spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
-        spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
-        spec.add(blk + "post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-        spec.add(blk + "post_ffw_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM, il), (n_embd,), t.norm)
     return spec
 
 
@@ -276,12 +275,13 @@ def grovemoe(t=Types(), **p):
     tensors = []
     for tensor in spec.tensors:
         tensors.append(tensor)
-        if tensor.name.endswith("ffn_down_exps.weight"):
-            blk = tensor.name[:-len("ffn_down_exps.weight")]
+        kind, il, _ = parse(tensor.name)
+        if kind == MODEL_TENSOR.FFN_DOWN_EXP:
             c = p["n_ff_chexp"]
-            for part, shape in (("ffn_gate_chexps", (n_embd, c, n_chunk)), ("ffn_up_chexps", (n_embd, c, n_chunk)),
-                                ("ffn_down_chexps", (c, n_embd, n_chunk))):
-                tensors.append(TensorSpec(blk + part + ".weight", shape, t.expert))
+            for part, shape in ((MODEL_TENSOR.FFN_GATE_CHEXP, (n_embd, c, n_chunk)),
+                                (MODEL_TENSOR.FFN_UP_CHEXP, (n_embd, c, n_chunk)),
+                                (MODEL_TENSOR.FFN_DOWN_CHEXP, (c, n_embd, n_chunk))):
+                tensors.append(TensorSpec(tn(part, il), shape, t.expert))
     spec.tensors = tensors
     return spec
 
@@ -318,12 +318,12 @@ def gpt_oss(t=Types(), **p):
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
         n_embd = p["n_embd"]
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _gqa_attention(spec, il, p, head, t, bias=True)
-        spec.add(f"blk.{il}.attn_sinks.weight", (p["n_head"],), t.norm)
-        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.bias", (p["n_expert"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_SINKS, il), (p["n_head"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il, "bias"), (p["n_expert"],), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t, bias=True)
     return spec
 
@@ -342,4 +342,14 @@ BUILDERS = {
     "bailingmoe": bailingmoe,
     "laguna": laguna,
     "ernie4_5-moe": ernie4_5_moe,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "gpt-oss-120b": lambda: gpt_oss(
+        Types(expert=MXFP4, resident=Q8_0, embed=Q8_0, output=Q8_0),
+        name="gpt-oss-120b (synthetic)", n_layer=36, n_embd=2880, n_head=64, n_head_kv=8, head=64,
+        n_ff_exp=2880, n_expert=128, top_k=4, swa=128, vocab=201088, ctx=131072, file_type=38),
 }

@@ -3,11 +3,13 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 import moetools.synth.keys as keys
+import moetools.synth.names as names
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gated_attention, _gdn_block, _gdn_keys, _gqa_attention, _gqa_keys, _nextn_block, _renamed
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.names import tn
+from moetools.synth.spec import Q4_K, Q6_K, Q8_0, ModelSpec, Types, more_bits_blocks
 
 
 def qwen3moe(t=Types(), **p):
@@ -20,12 +22,12 @@ def qwen3moe(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (p["n_embd"], p["n_expert"]), t.norm)
         _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
     return spec
 
@@ -51,15 +53,16 @@ def qwen2moe(t=Types(), **p):
     spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
         _gqa_attention(spec, il, p, head, t)
-        for name, rows in (("attn_q", p["n_embd"]), ("attn_k", p["n_head_kv"] * head), ("attn_v", p["n_head_kv"] * head)):
-            spec.add(f"blk.{il}.{name}.bias", (rows,), t.norm)
-        spec.add(f"blk.{il}.ffn_norm.weight", (p["n_embd"],), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (p["n_embd"], p["n_expert"]), t.norm)
+        for kind, rows in ((MODEL_TENSOR.ATTN_Q, p["n_embd"]), (MODEL_TENSOR.ATTN_K, p["n_head_kv"] * head),
+                           (MODEL_TENSOR.ATTN_V, p["n_head_kv"] * head)):
+            spec.add(tn(kind, il, "bias"), (rows,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (p["n_embd"], p["n_expert"]), t.norm)
         _experts(spec, il, p["n_embd"], p["n_ff_exp"], p["n_expert"], t)
-        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (p["n_embd"],), t.norm)
-        _dense_ffn(spec, il, p["n_embd"], p["n_ff_shexp"], t, suffix="_shexp")
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP_SHEXP, il), (p["n_embd"],), t.norm)
+        _dense_ffn(spec, il, p["n_embd"], p["n_ff_shexp"], t, shared=True)
     return spec
 
 
@@ -106,49 +109,24 @@ def qwen35moe(t=Types(), **p):
         spec.meta(Keys.LLM.EXPERT_USED_COUNT, p["top_k"])
         spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
         spec.meta(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, p["n_ff_shexp"])
-    key_dim, value_dim = p["state"] * p["k_heads"], p["state"] * p["v_heads"]
-    spec.meta(Keys.SSM.CONV_KERNEL, p["conv"])
-    spec.meta(Keys.SSM.INNER_SIZE, value_dim)
-    spec.meta(Keys.SSM.STATE_SIZE, p["state"])
-    spec.meta(Keys.SSM.TIME_STEP_RANK, p["v_heads"])
-    spec.meta(Keys.SSM.GROUP_COUNT, p["k_heads"])
-    spec.meta(Keys.LLM.FULL_ATTENTION_INTERVAL, p["full_every"])
+    key_dim, value_dim = _gdn_keys(spec, p)
     _embeddings(spec, p, t)
     for il in range(n_all):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
         if il >= trunk:
             _nextn_block(spec, il, n_embd, t)
         if (il + 1) % p["full_every"] == 0 or il >= trunk:
-            q = p["n_head"] * head
-            kv = p["n_head_kv"] * head
-            spec.add(f"blk.{il}.attn_q.weight", (n_embd, 2 * q), t.resident)
-            spec.add(f"blk.{il}.attn_k.weight", (n_embd, kv), t.resident)
-            spec.add(f"blk.{il}.attn_v.weight", (n_embd, kv), t.resident)
-            spec.add(f"blk.{il}.attn_output.weight", (q, n_embd), t.resident)
-            spec.add(f"blk.{il}.attn_q_norm.weight", (head,), t.norm)
-            spec.add(f"blk.{il}.attn_k_norm.weight", (head,), t.norm)
-        else:
-            conv_dim = 2 * key_dim + value_dim
-            spec.add(f"blk.{il}.attn_qkv.weight", (n_embd, conv_dim), t.resident)
-            spec.add(f"blk.{il}.attn_gate.weight", (n_embd, value_dim), t.resident)
-            spec.add(f"blk.{il}.ssm_conv1d.weight", (p["conv"], conv_dim), t.norm)
-            spec.add(f"blk.{il}.ssm_dt.bias", (p["v_heads"],), t.norm)
-            spec.add(f"blk.{il}.ssm_a", (p["v_heads"],), t.norm)
-            if p["arch"] == "qwen3next":  # beta and alpha in one projection
-                spec.add(f"blk.{il}.ssm_ba.weight", (n_embd, 2 * p["v_heads"]), t.norm)
-            else:
-                spec.add(f"blk.{il}.ssm_beta.weight", (n_embd, p["v_heads"]), t.norm)
-                spec.add(f"blk.{il}.ssm_alpha.weight", (n_embd, p["v_heads"]), t.norm)
-            spec.add(f"blk.{il}.ssm_norm.weight", (p["state"],), t.norm)
-            spec.add(f"blk.{il}.ssm_out.weight", (value_dim, n_embd), t.resident)
+            _gated_attention(spec, il, p, t)
+        else:  # qwen3next: beta and alpha in one projection
+            _gdn_block(spec, il, p, t, key_dim, value_dim, fused_ba=p["arch"] == "qwen3next")
         if dense:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
             continue
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP_SHEXP, il), (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
     return spec
 
 
@@ -203,38 +181,39 @@ def qwen4exp(t=Types(), **p):
         spec.meta(keys.PLE_LAYER_MULTIPLIERS, [1000003 + 2 * i for i in range(p["ple_ngram"])], "u64[]")
         spec.meta(keys.PLE_HEAD_OFFSETS, [h * p["ple_vocab"] for h in range(n_heads)], "u64[]")
         spec.meta(keys.PLE_HEAD_VOCAB_SIZES, [p["ple_vocab"]] * n_heads, "u64[]")
-        spec.add("per_layer_token_embd.weight", (n_embd // n_heads, n_heads * p["ple_vocab"]), t.embed)
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
-    spec.add("output_hc_norm.weight", (n_embd, hc), t.norm)
-    spec.add("output_hc_down.weight", (hc * n_embd, rank), t.norm)
-    spec.add("output_hc_up.weight", (rank, hc * n_embd), t.norm)
+        spec.add(tn(MODEL_TENSOR.PER_LAYER_TOKEN_EMBD), (n_embd // n_heads, n_heads * p["ple_vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.OUTPUT), (n_embd, p["vocab"]), t.output)
+    spec.add(tn(names.HC_HEAD_NORM), (n_embd, hc), t.norm)
+    spec.add(tn(names.HC_HEAD_DOWN), (hc * n_embd, rank), t.norm)
+    spec.add(tn(names.HC_HEAD_UP), (rank, hc * n_embd), t.norm)
     for il in range(n_layer):
-        for part in ("attn", "ffn"):
-            spec.add(f"blk.{il}.hc_{part}_norm.weight", (n_embd, hc), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_down.weight", (hc * n_embd, rank), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_up.weight", (rank, hc * n_embd), t.norm)
-            spec.add(f"blk.{il}.hc_{part}_inject.weight", (hc * n_embd, hc), t.norm)
+        for norm, down, up, inject in ((names.HC_ATTN_NORM, names.HC_ATTN_DOWN, names.HC_ATTN_UP, names.HC_ATTN_INJECT),
+                                       (names.HC_FFN_NORM, names.HC_FFN_DOWN, names.HC_FFN_UP, names.HC_FFN_INJECT)):
+            spec.add(tn(norm, il), (n_embd, hc), t.norm)
+            spec.add(tn(down, il), (hc * n_embd, rank), t.norm)
+            spec.add(tn(up, il), (rank, hc * n_embd), t.norm)
+            spec.add(tn(inject, il), (hc * n_embd, hc), t.norm)
         if (il + 1) % p["full_every"] == 0:
             idx = p["idx_head"]
             _gated_attention(spec, il, p, t)
-            spec.add(f"blk.{il}.indexer.q_proj.weight", (n_embd, p["idx_heads"] * idx), t.resident)
-            spec.add(f"blk.{il}.indexer.k_proj.weight", (n_embd, idx), t.resident)
-            spec.add(f"blk.{il}.indexer.q_norm.weight", (idx,), t.norm)
-            spec.add(f"blk.{il}.indexer.k_norm.weight", (idx,), t.norm)
+            spec.add(tn(names.INDEXER_Q_PROJ, il), (n_embd, p["idx_heads"] * idx), t.resident)
+            spec.add(tn(names.INDEXER_K_PROJ, il), (n_embd, idx), t.resident)
+            spec.add(tn(names.INDEXER_Q_NORM, il), (idx,), t.norm)
+            spec.add(tn(MODEL_TENSOR.INDEXER_K_NORM, il), (idx,), t.norm)
         else:
             _gdn_block(spec, il, p, t, key_dim, value_dim)
         if il == p["ple"]:
-            spec.add(f"blk.{il}.ple_key.weight", (n_embd, hc * n_embd), t.resident)
-            spec.add(f"blk.{il}.ple_value.weight", (n_embd, n_embd), t.resident)
-            for norm in ("key", "query", "conv"):
-                spec.add(f"blk.{il}.ple_norm_{norm}.weight", (n_embd, hc), t.norm)
+            spec.add(tn(names.PLE_KEY, il), (n_embd, hc * n_embd), t.resident)
+            spec.add(tn(names.PLE_VALUE, il), (n_embd, n_embd), t.resident)
+            for norm in (names.PLE_NORM_KEY, names.PLE_NORM_QUERY, names.PLE_NORM_CONV):
+                spec.add(tn(norm, il), (n_embd, hc), t.norm)
             conv_type = t.norm if p["ple_conv_type"] is None else p["ple_conv_type"]
-            spec.add(f"blk.{il}.ple_conv1d.weight", (p["ple_kernel"], hc * n_embd), conv_type)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(names.PLE_CONV1D, il), (p["ple_kernel"], hc * n_embd), conv_type)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-        spec.add(f"blk.{il}.ffn_gate_inp_shexp.weight", (n_embd,), t.norm)
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP_SHEXP, il), (n_embd,), t.norm)
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
     return spec
 
 
@@ -247,4 +226,37 @@ BUILDERS = {
     "mellum": qwen3moe_swa("mellum"),
     "maple": qwen3moe_swa("maple"),
     "qwen2moe": qwen2moe,
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    "qwen3-235b": lambda: qwen3moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K),
+        name="Qwen3-235B-A22B (synthetic)", n_layer=94, n_embd=4096, n_head=64, n_head_kv=4, head=128,
+        n_ff=12288, n_ff_exp=1536, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
+    # The model of ../shared/traces/qwen.route.csv (Qwen3-30B-A3B Q4_K_M): its preamble's expert bytes
+    # (3,059,712 with a Q6_K down, 2,654,208 with Q4_K) are this preset's, block by block.
+    "qwen3-30b-a3b": lambda: qwen3moe(
+        Types(expert=Q4_K, expert_down=Q6_K, expert_down_blocks=more_bits_blocks(48), resident=Q4_K, embed=Q4_K,
+              output=Q6_K),
+        name="Qwen3-30B-A3B (synthetic)", n_layer=48, n_embd=2048, n_head=32, n_head_kv=4, head=128,
+        n_ff=6144, n_ff_exp=768, n_expert=128, top_k=8, vocab=151936, ctx=40960, file_type=15),
+    # Qwen/Qwen3.5-35B-A3B and Qwen/Qwen3-Next-80B-A3B-Instruct config.json: 2048 wide, 16 query heads and
+    # 2 KV heads of 256 (gated queries), 16 key / 32 value linear-attention heads of 128, conv 4, a
+    # full-attention layer every 4th, 512-wide experts and shared expert, rotary 25% of the head.
+    # Plus one NextN/MTP block (re-read 2026-12-01: Qwen3.5 text configs carry mtp_num_hidden_layers 1;
+    # Qwen3-Next ships mtp.* tensors; llama.cpp's conversion/qwen.py _QwenMtpMixin exports that block and
+    # nextn_predict_layers unless --no-mtp), as a GGUF converted at 0c1e57098 has it.
+    "qwen3.5-35b-a3b": lambda: qwen35moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3.5-35B-A3B (synthetic)",
+        arch="qwen35moe", n_layer=40, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
+        n_ff_shexp=512, n_expert=256, top_k=8, k_heads=16, v_heads=32, state=128, nextn=1, vocab=248320,
+        ctx=262144, file_type=15),
+    "qwen3-next-80b-a3b": lambda: qwen35moe(
+        Types(expert=Q4_K, resident=Q8_0, embed=Q4_K, output=Q6_K), name="Qwen3-Next-80B-A3B (synthetic)",
+        arch="qwen3next", n_layer=48, n_embd=2048, n_head=16, n_head_kv=2, head=256, rope=64, n_ff_exp=512,
+        n_ff_shexp=512, n_expert=512, top_k=10, k_heads=16, v_heads=32, state=128, nextn=1, vocab=151936,
+        ctx=262144, file_type=15),
 }

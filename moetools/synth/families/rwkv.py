@@ -3,9 +3,10 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _rwkv6_keys, _rwkv6_lerp_and_decay, _rwkv7_time_mix, _rwkv_block_norms, _rwkv_norms
+from moetools.synth.names import tn
 from moetools.synth.spec import ModelSpec, Types
 
 
@@ -23,16 +24,16 @@ def rwkv6(t=Types(), **p):
     _rwkv6_keys(spec, p, 2)
     _rwkv_norms(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
         _rwkv_block_norms(spec, il, n_embd, t)
         _rwkv6_lerp_and_decay(spec, il, p, t, first=True)
-        for name in ("key", "value", "receptance", "gate", "output"):
-            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
-        spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
-        spec.add(blk + "channel_mix_lerp_r.weight", (n_embd, 1, 1), t.norm)
-        spec.add(blk + "channel_mix_key.weight", (n_embd, n_ff), t.resident)
-        spec.add(blk + "channel_mix_value.weight", (n_ff, n_embd), t.resident)
-        spec.add(blk + "channel_mix_receptance.weight", (n_embd, n_embd), t.resident)
+        for kind in (MODEL_TENSOR.TIME_MIX_KEY, MODEL_TENSOR.TIME_MIX_VALUE, MODEL_TENSOR.TIME_MIX_RECEPTANCE,
+                     MODEL_TENSOR.TIME_MIX_GATE, MODEL_TENSOR.TIME_MIX_OUTPUT):
+            spec.add(tn(kind, il), (n_embd, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_LERP_K, il), (n_embd, 1, 1), t.norm)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_LERP_R, il), (n_embd, 1, 1), t.norm)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_KEY, il), (n_embd, n_ff), t.resident)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_VALUE, il), (n_ff, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_RECEPTANCE, il), (n_embd, n_embd), t.resident)
     return spec
 
 
@@ -54,16 +55,16 @@ def rwkv6qwen2(t=Types(), **p):
     _rwkv6_keys(spec, p, 1)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _rwkv6_lerp_and_decay(spec, il, p, t)
-        spec.add(blk + "time_mix_key.weight", (n_embd, kv_width), t.resident)
-        spec.add(blk + "time_mix_value.weight", (n_embd, kv_width), t.resident)
-        for name in ("receptance", "gate", "output"):
-            spec.add(f"{blk}time_mix_{name}.weight", (n_embd, n_embd), t.resident)
-        for name, width in (("key", kv_width), ("value", kv_width), ("receptance", n_embd)):
-            spec.add(f"{blk}time_mix_{name}.bias", (width,), t.norm)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.TIME_MIX_KEY, il), (n_embd, kv_width), t.resident)
+        spec.add(tn(MODEL_TENSOR.TIME_MIX_VALUE, il), (n_embd, kv_width), t.resident)
+        for kind in (MODEL_TENSOR.TIME_MIX_RECEPTANCE, MODEL_TENSOR.TIME_MIX_GATE, MODEL_TENSOR.TIME_MIX_OUTPUT):
+            spec.add(tn(kind, il), (n_embd, n_embd), t.resident)
+        for kind, width in ((MODEL_TENSOR.TIME_MIX_KEY, kv_width), (MODEL_TENSOR.TIME_MIX_VALUE, kv_width),
+                            (MODEL_TENSOR.TIME_MIX_RECEPTANCE, n_embd)):
+            spec.add(tn(kind, il, "bias"), (width,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
 
@@ -85,12 +86,11 @@ def rwkv7(t=Types(), **p):
     spec.meta(Keys.Attention.GATE_LORA_RANK, p["lora_gate"])
     _rwkv_norms(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
         _rwkv_block_norms(spec, il, n_embd, t)
         _rwkv7_time_mix(spec, il, p, t)
-        spec.add(blk + "channel_mix_lerp_k.weight", (n_embd, 1, 1), t.norm)
-        spec.add(blk + "channel_mix_key.weight", (n_embd, p["n_ff"]), t.resident)
-        spec.add(blk + "channel_mix_value.weight", (p["n_ff"], n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_LERP_K, il), (n_embd, 1, 1), t.norm)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_KEY, il), (n_embd, p["n_ff"]), t.resident)
+        spec.add(tn(MODEL_TENSOR.CHANNEL_MIX_VALUE, il), (p["n_ff"], n_embd), t.resident)
     return spec
 
 
@@ -112,10 +112,9 @@ def arwkv7(t=Types(), **p):
     spec.meta(Keys.Attention.GATE_LORA_RANK, p["lora_gate"])
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _rwkv7_time_mix(spec, il, p, t)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
 
@@ -126,3 +125,6 @@ BUILDERS = {
     "rwkv6": rwkv6,
     "rwkv6qwen2": rwkv6qwen2,
 }
+
+
+PRESETS = {}  # no full-size presets of this family

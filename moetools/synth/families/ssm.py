@@ -3,10 +3,11 @@
 Each builder returns a ModelSpec in the layout llama.cpp's loader expects (src/models/<arch>.cpp).
 `BUILDERS` maps the architecture names (and test aliases) of this family to their tiny builders."""
 
-from gguf.constants import Keys
+from gguf.constants import MODEL_TENSOR, Keys
 
 from moetools.synth.blocks import _common, _dense_ffn, _embeddings, _experts, _gqa_attention, _gqa_keys, _hybrid_widths, _mamba1_block, _mamba2_block, _nemotron_moe_keys, _nextn_block, _ssm_keys
-from moetools.synth.spec import ModelSpec, Types
+from moetools.synth.names import tn
+from moetools.synth.spec import Q4_0, Q8_0, ModelSpec, Types
 
 
 def mamba2(t=Types(), **p):
@@ -18,7 +19,7 @@ def mamba2(t=Types(), **p):
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (p["n_embd"],), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (p["n_embd"],), t.norm)
         _mamba2_block(spec, il, p, t)
     return spec
 
@@ -43,15 +44,15 @@ def granitehybrid(t=Types(), **p):
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if kind == "M":
             _mamba2_block(spec, il, p, t)
         else:
             _gqa_attention(spec, il, p, head, t)
-        spec.add(f"blk.{il}.ffn_norm.weight", (n_embd,), t.norm)
-        spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
         _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
-        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, suffix="_shexp")
+        _dense_ffn(spec, il, n_embd, p["n_ff_shexp"], t, shared=True)
     return spec
 
 
@@ -66,10 +67,10 @@ def mamba(t=Types(), **p):
     spec.meta(Keys.SSM.INNER_SIZE, d_inner)
     spec.meta(Keys.SSM.STATE_SIZE, p["state"])
     spec.meta(Keys.SSM.TIME_STEP_RANK, p["dt_rank"])
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("output_norm.weight", (n_embd,), t.norm)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.OUTPUT_NORM), (n_embd,), t.norm)
     for il in range(p["n_layer"]):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _mamba1_block(spec, il, n_embd, d_inner, p["state"], p["dt_rank"], p["conv"], t, norms=False)
     return spec
 
@@ -94,15 +95,14 @@ def jamba(t=Types(), **p):
     spec.meta(Keys.SSM.TIME_STEP_RANK, dt_rank)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if kind == "M":
             _mamba1_block(spec, il, n_embd, d_inner, d_state, dt_rank, p["conv"], t, norms=True)
         else:
             _gqa_attention(spec, il, p, head, t)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if (il + 1) % p["moe_every"] == 0:
-            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
             _experts(spec, il, n_embd, p["n_ff"], p["n_expert"], t)
         else:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
@@ -133,27 +133,26 @@ def lfm2(t=Types(), **p):
         spec.meta(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, p["n_ff_exp"])
         spec.meta(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, p["n_dense"])
         spec.meta(Keys.LLM.EXPERT_GATING_FUNC, 2)
-    spec.add("token_embd.weight", (n_embd, p["vocab"]), t.embed)
-    spec.add("token_embd_norm.weight", (n_embd,), t.norm)  # llama.cpp's LFM2 output norm name
-    spec.add("output.weight", (n_embd, p["vocab"]), t.output)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD), (n_embd, p["vocab"]), t.embed)
+    spec.add(tn(MODEL_TENSOR.TOKEN_EMBD_NORM), (n_embd,), t.norm)  # llama.cpp's LFM2 output norm name
+    spec.add(tn(MODEL_TENSOR.OUTPUT), (n_embd, p["vocab"]), t.output)
     for il, kind in enumerate(pattern):
-        blk = f"blk.{il}."
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
         if moe and il >= p["n_dense"]:
-            spec.add(blk + "ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
             _experts(spec, il, n_embd, p["n_ff_exp"], p["n_expert"], t)
-            spec.add(blk + "exp_probs_b.bias", (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
         else:
             _dense_ffn(spec, il, n_embd, p["n_ff"], t)
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if kind == "*":
-            spec.add(blk + "attn_q_norm.weight", (head,), t.norm)
-            spec.add(blk + "attn_k_norm.weight", (head,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head,), t.norm)
             _gqa_attention(spec, il, p, head, t)
         else:
-            spec.add(blk + "shortconv.conv.weight", (p["l_cache"], n_embd), t.norm)
-            spec.add(blk + "shortconv.in_proj.weight", (n_embd, 3 * n_embd), t.resident)
-            spec.add(blk + "shortconv.out_proj.weight", (n_embd, n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.SHORTCONV_CONV, il), (p["l_cache"], n_embd), t.norm)
+            spec.add(tn(MODEL_TENSOR.SHORTCONV_INPROJ, il), (n_embd, 3 * n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.SHORTCONV_OUTPROJ, il), (n_embd, n_embd), t.resident)
     return spec
 
 
@@ -171,11 +170,10 @@ def falcon_h1(t=Types(), **p):
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il in range(p["n_layer"]):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         _mamba2_block(spec, il, p, t)
         _gqa_attention(spec, il, p, head, t)
-        spec.add(blk + "ffn_norm", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il, suffix=None), (n_embd,), t.norm)
         _dense_ffn(spec, il, n_embd, p["n_ff"], t)
     return spec
 
@@ -203,31 +201,30 @@ def plamo2(t=Types(), **p):
     spec.meta(Keys.SSM.GROUP_COUNT, 0)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
-        blk = f"blk.{il}."
-        spec.add(blk + "attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if kind == "M":
-            spec.add(blk + "ssm_in.weight", (n_embd, 2 * d_inner), t.resident)
-            spec.add(blk + "ssm_conv1d.weight", (p["conv"], d_inner), t.norm)
-            spec.add(blk + "ssm_x.weight", (d_inner, dt_dim + 2 * d_state), t.resident)
-            spec.add(blk + "ssm_dt.weight", (dt_dim, p["ssm_heads"]), t.norm)
-            spec.add(blk + "ssm_dt.bias", (p["ssm_heads"],), t.norm)
-            spec.add(blk + "ssm_a", (p["ssm_heads"],), t.norm)
-            spec.add(blk + "ssm_d", (p["ssm_heads"],), t.norm)
-            spec.add(blk + "ssm_out.weight", (d_inner, n_embd), t.resident)
-            spec.add(blk + "ssm_dt_norm", (dt_dim,), t.norm)
-            spec.add(blk + "ssm_b_norm", (d_state,), t.norm)
-            spec.add(blk + "ssm_c_norm", (d_state,), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_IN, il), (n_embd, 2 * d_inner), t.resident)
+            spec.add(tn(MODEL_TENSOR.SSM_CONV1D, il), (p["conv"], d_inner), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_X, il), (d_inner, dt_dim + 2 * d_state), t.resident)
+            spec.add(tn(MODEL_TENSOR.SSM_DT, il), (dt_dim, p["ssm_heads"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_DT, il, "bias"), (p["ssm_heads"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_A, il, suffix=None), (p["ssm_heads"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_D, il, suffix=None), (p["ssm_heads"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_OUT, il), (d_inner, n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.SSM_DT_NORM, il, suffix=None), (dt_dim,), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_B_NORM, il, suffix=None), (d_state,), t.norm)
+            spec.add(tn(MODEL_TENSOR.SSM_C_NORM, il, suffix=None), (d_state,), t.norm)
         else:
             qkv = (p["n_head"] + 2 * p["n_head_kv"]) * head
-            spec.add(blk + "attn_qkv.weight", (n_embd, qkv), t.resident)
-            spec.add(blk + "attn_q_norm.weight", (head, p["n_head"]), t.norm)
-            spec.add(blk + "attn_k_norm.weight", (head, p["n_head_kv"]), t.norm)
-            spec.add(blk + "attn_output.weight", (p["n_head"] * head, n_embd), t.resident)
-        spec.add(blk + "post_attention_norm", (n_embd,), t.norm)
-        spec.add(blk + "ffn_norm.weight", (n_embd,), t.norm)
-        spec.add(blk + "ffn_down.weight", (p["n_ff"], n_embd), t.resident)
-        spec.add(blk + "ffn_up.weight", (n_embd, 2 * p["n_ff"]), t.resident)
-        spec.add(blk + "post_ffw_norm", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_QKV, il), (n_embd, qkv), t.resident)
+            spec.add(tn(MODEL_TENSOR.ATTN_Q_NORM, il), (head, p["n_head"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_K_NORM, il), (head, p["n_head_kv"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_OUT, il), (p["n_head"] * head, n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il, suffix=None), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_NORM, il), (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.FFN_DOWN, il), (p["n_ff"], n_embd), t.resident)
+        spec.add(tn(MODEL_TENSOR.FFN_UP, il), (n_embd, 2 * p["n_ff"]), t.resident)
+        spec.add(tn(MODEL_TENSOR.FFN_POST_NORM, il, suffix=None), (n_embd,), t.norm)
     return spec
 
 
@@ -261,26 +258,26 @@ def nemotron_h_moe(t=Types(), **p):
     _ssm_keys(spec, p)
     _embeddings(spec, p, t)
     for il, kind in enumerate(pattern):
-        spec.add(f"blk.{il}.attn_norm.weight", (n_embd,), t.norm)
+        spec.add(tn(MODEL_TENSOR.ATTN_NORM, il), (n_embd,), t.norm)
         if kind == "M":
             _mamba2_block(spec, il, p, t)
         elif kind == "*":
             _gqa_attention(spec, il, p, head, t)
         elif kind == "-":
-            spec.add(f"blk.{il}.ffn_up.weight", (n_embd, p["n_ff"]), t.resident)
-            spec.add(f"blk.{il}.ffn_down.weight", (p["n_ff"], n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.FFN_UP, il), (n_embd, p["n_ff"]), t.resident)
+            spec.add(tn(MODEL_TENSOR.FFN_DOWN, il), (p["n_ff"], n_embd), t.resident)
         if kind == "N":
             _nextn_block(spec, il, n_embd, t)
             _gqa_attention(spec, il, p, head, t)
-            spec.add(f"blk.{il}.post_attention_norm.weight", (n_embd,), t.norm)
+            spec.add(tn(MODEL_TENSOR.ATTN_POST_NORM, il), (n_embd,), t.norm)
         if kind in "EN":
-            spec.add(f"blk.{il}.ffn_gate_inp.weight", (n_embd, p["n_expert"]), t.norm)
-            spec.add(f"blk.{il}.exp_probs_b.bias", (p["n_expert"],), t.norm)
-            spec.add(f"blk.{il}.ffn_up_exps.weight", (n_embd, p["n_ff_exp"], p["n_expert"]), t.expert)
-            spec.add(f"blk.{il}.ffn_down_exps.weight", (p["n_ff_exp"], n_embd, p["n_expert"]),
+            spec.add(tn(MODEL_TENSOR.FFN_GATE_INP, il), (n_embd, p["n_expert"]), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_EXP_PROBS_B, il, "bias"), (p["n_expert"],), t.norm)
+            spec.add(tn(MODEL_TENSOR.FFN_UP_EXP, il), (n_embd, p["n_ff_exp"], p["n_expert"]), t.expert)
+            spec.add(tn(MODEL_TENSOR.FFN_DOWN_EXP, il), (p["n_ff_exp"], n_embd, p["n_expert"]),
                      t.expert_down if t.expert_down is not None else t.expert)
-            spec.add(f"blk.{il}.ffn_up_shexp.weight", (n_embd, p["n_ff_shexp"]), t.resident)
-            spec.add(f"blk.{il}.ffn_down_shexp.weight", (p["n_ff_shexp"], n_embd), t.resident)
+            spec.add(tn(MODEL_TENSOR.FFN_UP_SHEXP, il), (n_embd, p["n_ff_shexp"]), t.resident)
+            spec.add(tn(MODEL_TENSOR.FFN_DOWN_SHEXP, il), (p["n_ff_shexp"], n_embd), t.resident)
     return spec
 
 
@@ -301,4 +298,22 @@ BUILDERS = {
     "lfm2": lfm2,
     "lfm2moe": lambda t=Types(), **p: lfm2(t, **({"n_expert": 16} | p)),
     "lfm2-swa": lambda t=Types(), **p: lfm2(t, **({"swa": 128} | p)),  # `lfm2` with a sliding window
+}
+
+
+# Full-size presets (header-only, sparse) of this family, by name: presets.py merges them into synth.PRESETS.
+# Types are those of common community quantizations.
+PRESETS = {
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B (Megatron-Bridge Nemotron3NanoProvider / its config.json):
+    # 52 blocks "MEMEM*EMEMEM*...", 2688 wide, 32 query / 2 KV heads of 128, Mamba-2 64 heads of 64,
+    # state 128, 8 groups, conv 4, 128 experts of 1856 (top-6) plus a 3712-wide shared expert.
+    # Re-read 2026-12-01 from NVIDIA-NeMo Megatron-Bridge models/nemotronh/nemotron_h_provider.py
+    # (Nemotron3NanoProvider over NemotronHModelProvider: mamba_num_groups 8, mamba_head_dim 64,
+    # num_query_groups 2, moe_router_topk_scaling_factor 2.5, moe_router_num_groups 1): all as above;
+    # one router group, which llama.cpp's conversion/nemotron.py writes as expert_group_count.
+    "nemotron-3-nano-30b-a3b": lambda: nemotron_h_moe(
+        Types(expert=Q4_0, resident=Q8_0, embed=Q8_0, output=Q8_0), name="Nemotron-3-Nano-30B-A3B (synthetic)",
+        pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", n_embd=2688, n_head=32, n_head_kv=2,
+        head=128, n_ff_exp=1856, n_ff_shexp=3712, n_expert=128, top_k=6, conv=4, ssm_heads=64, ssm_head=64,
+        state=128, groups=8, expert_groups=1, vocab=131072, ctx=262144, file_type=15),
 }
