@@ -154,3 +154,34 @@ def test_fork_speed_of_a_host_cache_is_the_host_caches(preset_model):
 def test_fork_speed_without_ram_says_it_assumes_the_page_cache_holds_the_experts(tiny_models):
     doc = run_json(tiny_models["qwen3moe"], "--vram", "8G", "--runtime", "fork")
     assert "assuming the page cache holds every expert (no --ram)" in doc["speed_assumes"]
+
+
+# --- a user placement that does not fit, said right ---------------------------------------------------
+
+def test_an_unfitting_placement_names_its_own_vram_and_the_nearest_that_fits(preset_model):
+    """-ngl 99 --n-cpu-moe 80 of Qwen3-235B on a 24G card: the answer is the VRAM at which THAT placement
+    fits (not the whole model's), and the --n-cpu-moe that fits the card the user has, with its speed;
+    each held to device-fit's own evaluation of the placement it names."""
+    model = preset_model("qwen3-235b")
+    base = ["--runtime", "llama", "--ram", "256G", "--ctx", 4096, "-ngl", 99]
+    doc = run_json(model, "--vram", "24G", *base, "--n-cpu-moe", 80, code=1)
+    fixes = doc["unfittable"]
+    vram = fixes["placement_fits_from_vram_bytes"]
+    step = 256 * 1024 * 1024
+    assert run(model, "--vram", vram, *base, "--n-cpu-moe", 80, "--json").exit_code == 0
+    assert run(model, "--vram", vram - step, *base, "--n-cpu-moe", 80, "--json").exit_code == 1
+    nearest = fixes["nearest"]
+    assert nearest["ngl"] == 99 and nearest["n_cpu_moe"] > 80
+    fitting = run_json(model, "--vram", "24G", *base, "--n-cpu-moe", nearest["n_cpu_moe"])
+    assert fitting["verdict"] == "fits" and fitting["tok_s"] == nearest["tok_s"]
+    assert run(model, "--vram", "24G", *base, "--n-cpu-moe", nearest["n_cpu_moe"] - 1, "--json").exit_code == 1
+    summary = fixes["summary"]
+    assert f"-ngl 99 --n-cpu-moe 80 fits from {vram / GIB:.1f} GiB per GPU" in summary
+    assert f"on these devices -ngl 99 --n-cpu-moe {nearest['n_cpu_moe']} fits" in summary
+
+
+def test_an_unfitting_ngl_alone_gets_the_n_cpu_moe_that_fits(preset_model):
+    model = preset_model("qwen3-235b")
+    doc = run_json(model, "--vram", "24G", "--runtime", "llama", "--ram", "256G", "--ctx", 4096, "-ngl", 99, code=1)
+    nearest = doc["unfittable"]["nearest"]
+    assert nearest["flags"].startswith("-ngl 99 --n-cpu-moe ")

@@ -387,6 +387,7 @@ def unfittable(facts, devices, cpu, options, attempt):
         chosen = plan_at(facts, devices, cpu, fallback, attempt.context)
         if chosen.fits:
             suggestions["chosen_placement_fits"] = True
+        suggestions.update(user_placement_fixes(facts, devices, cpu, options, attempt.context))
     gpus = [d for d in devices if d.kind == "gpu"]
     if gpus:
         low, high = max(d.capacity_bytes for d in gpus), 4096 * GIB
@@ -407,7 +408,16 @@ def unfittable(facts, devices, cpu, options, attempt):
                 break
     summary = summary or "nothing fits"
     parts = [summary]
-    if suggestions.get("smallest_vram_bytes"):
+    if options.user_placement:
+        asked = placement_flags(options)
+        if suggestions.get("placement_fits_from_vram_bytes"):
+            parts.append(f"{asked} fits from {suggestions['placement_fits_from_vram_bytes'] / GIB:.1f} GiB per GPU")
+        elif gpus:
+            parts.append(f"{asked} fits no GPU size (its CPU share is what does not fit)")
+        if suggestions.get("nearest"):
+            nearest = suggestions["nearest"]
+            parts.append(f"on these devices {nearest['flags']} fits: {nearest['tok_s']:.2f} tok/s at context {attempt.context}")
+    elif suggestions.get("smallest_vram_bytes"):
         parts.append(f"fits with {len(gpus)} GPU(s) of {suggestions['smallest_vram_bytes'] / GIB:.1f} GiB each")
     if suggestions.get("extra_gpu"):
         parts.append(f"or with one more {GPU_TABLE[suggestions['extra_gpu']][0]}")
@@ -415,6 +425,82 @@ def unfittable(facts, devices, cpu, options, attempt):
         parts.append("device-fit's own placement (drop -ngl/-ts/--n-cpu-moe) fits")
     parts.append("or with the streaming fork and a resident tier (--runtime fork --tiers)")
     return {"shortfall_bytes": shortfall, "summary": ", ".join(parts), **suggestions}
+
+
+def placement_flags(options):
+    """The user's placement as the llama.cpp flags they gave."""
+    flags = []
+    if options.ngl is not None:
+        flags += ["-ngl", str(options.ngl)]
+    if options.ts is not None:
+        flags += ["-ts", ",".join(f"{w:g}" for w in options.ts)]
+    if options.n_cpu_moe is not None:
+        flags += ["--n-cpu-moe", str(options.n_cpu_moe)]
+    if options.main_gpu is not None:
+        flags += ["-mg", str(options.main_gpu)]
+    return " ".join(flags)
+
+
+def _with(options, **changes):
+    trial = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
+    for name, value in changes.items():
+        setattr(trial, name, value)
+    return trial
+
+
+def _smallest(fits, low, high):
+    """The smallest integer in (low, high] for which fits() holds (fits is monotone: False then True),
+    or None when fits(high) does not."""
+    if not fits(high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def user_placement_fixes(facts, devices, cpu, options, ctx):
+    """For a user placement that does not fit: the smallest VRAM per GPU at which THAT placement fits
+    (to 256 MiB), and the nearest placement that fits the devices given -- more experts on the CPU
+    (`--n-cpu-moe` from the user's value up), else fewer layers offloaded (`-ngl` down) -- with its
+    speed. Both searches are binary: a placement's GPU bytes only fall as --n-cpu-moe rises or -ngl
+    falls, and only rise with the card."""
+    fixes = {}
+    gpus = [d for d in devices if d.kind == "gpu"]
+    if gpus:
+        step = 256 * 1024 * 1024
+        low = max(d.capacity_bytes for d in gpus) // step
+        high = low + (facts.file_bytes + 64 * GIB) // step
+
+        def fits_at(units):
+            sized = [Device(d.name, d.kind, units * step, d.bandwidth, d.bandwidth_source, d.model) if d.kind == "gpu" else d
+                     for d in devices]
+            return plan_at(facts, sized, cpu, options, ctx).fits
+
+        found = _smallest(fits_at, low, high)
+        if found is not None:
+            fixes["placement_fits_from_vram_bytes"] = found * step
+    nearest = None
+    if not facts.dense:
+        start = options.n_cpu_moe if options.n_cpu_moe is not None else 0
+        found = _smallest(lambda n: plan_at(facts, devices, cpu, _with(options, n_cpu_moe=n), ctx).fits,
+                          start, facts.block_count)
+        if found is not None:
+            nearest = _with(options, n_cpu_moe=found)
+    if nearest is None and options.ngl is not None and options.ngl > 0:
+        # fewer layers offloaded: the largest -ngl below the user's that fits (fits falls as ngl rises)
+        found = _smallest(lambda k: plan_at(facts, devices, cpu, _with(options, ngl=options.ngl - k), ctx).fits,
+                          0, options.ngl)
+        if found is not None:
+            nearest = _with(options, ngl=options.ngl - found)
+    if nearest is not None:
+        trial = plan_at(facts, devices, cpu, nearest, ctx)
+        fixes["nearest"] = {"flags": placement_flags(nearest), "ngl": nearest.ngl, "n_cpu_moe": nearest.n_cpu_moe,
+                            "tok_s": round(trial.tok_s, 4)}
+    return fixes
 
 
 def _fits_with(facts, devices, cpu, options, ctx, vram, extra):
