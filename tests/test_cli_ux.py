@@ -2,6 +2,8 @@
 
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +12,8 @@ from moetools.cli import cli
 from moetools.errors import UsageError
 from moetools.sizes import describe_size, parse_capacity, parse_rate
 from tests.buildenv_trees import ALL_PARTS, linux_basics, linux_system, linux_toolkit
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- sizes ---------------------------------------------------------------------------------------
@@ -202,9 +206,54 @@ def test_stdin_as_model_is_refused_in_one_line(command):
         "by offset (give the .gguf path)"]
 
 
-def test_a_bad_choice_still_gets_clicks_usage_help():
-    result = CliRunner().invoke(cli, ["build-env", "--shell", "fish"])
-    assert result.exit_code == 2 and "Usage:" in result.output
+# --- usage errors: one line, exit 2 (issue 29) --------------------------------------------------
+
+@pytest.mark.parametrize("args,line", [
+    (["device-fit"], "error: missing argument MODEL (see moetools device-fit --help)"),
+    (["inspect"], "error: missing argument MODEL (see moetools inspect --help)"),
+    (["quantize"], "error: missing argument MODEL (see moetools quantize --help)"),
+    (["container-verify"], "error: missing argument FOLDER (see moetools container-verify --help)"),
+    (["device-fit", "m.gguf", "--foo"], "error: no such option --foo (did you mean --floor? see moetools device-fit --help)"),
+    (["device-fit", "m.gguf", "--flor", "1"], "error: no such option --flor (did you mean --floor? see moetools device-fit --help)"),
+    (["inspect", "m.gguf", "--foo"], "error: no such option --foo (see moetools inspect --help)"),
+    (["device-fit", "m.gguf", "--runtime", "vllm"],
+     "error: invalid value for '--runtime': 'vllm' is not one of 'fork', 'llama' (see moetools device-fit --help)"),
+    (["build-env", "--shell", "fish"], "error: invalid value for '--shell': 'fish' is not one of 'sh', 'cmd', 'ps1', "
+                                       "'json', 'cmake' (see moetools build-env --help)"),
+    (["device-fit", "m.gguf", "--vram"], "error: option '--vram' requires an argument (see moetools device-fit --help)"),
+    (["device-fit", "a.gguf", "b.gguf"], "error: got unexpected extra argument (b.gguf) (see moetools device-fit --help)"),
+    (["bogus"], "error: no such command 'bogus' (see moetools --help)"),
+    (["--foo"], "error: no such option --foo (see moetools --help)"),
+    (["device-fit", ""], "error: MODEL: the path is empty"),
+    (["container-verify", ""], "error: FOLDER: the path is empty"),
+])
+def test_a_usage_error_is_one_line_with_exit_2(args, line):
+    """In a real process, as a user meets it: no `Usage:` block, no blank line, no `Error:` line."""
+    process = subprocess.run([sys.executable, "-m", "moetools", *args], capture_output=True, text=True, cwd=ROOT)
+    assert process.returncode == 2 and process.stdout == ""
+    assert process.stderr.splitlines() == [line]
+
+
+@pytest.mark.parametrize("name", ["device-fit", "trace-tail --plan", "trace-tail -o", "container-read -o",
+                                  "container-encode -o", "quantize -o", "cold-twin --log"])
+def test_an_output_in_a_missing_folder_is_refused_and_no_folder_is_made(name, tmp_path, tiny_models):
+    model = str(tiny_models["qwen3moe"])
+    missing = tmp_path / "no" / "such"
+    args = {
+        "device-fit": ["device-fit", model, "--vram", "4G", "--plan", missing / "p.json"],
+        "trace-tail --plan": ["trace-tail", tmp_path / "t.trace", "--synth-layers", "2", "--plan", missing / "p.json"],
+        "trace-tail -o": ["trace-tail", tmp_path / "t.trace", "--synth-layers", "2", "-o", missing / "o.json"],
+        "container-read -o": ["container-read", tmp_path, "--layer", "0", "--expert", "0", "--matrix", "up", "-o", missing / "x"],
+        "container-encode -o": ["container-encode", model, "-o", missing / "c"],
+        "quantize -o": ["quantize", model, "--resident-only", "--type", "q8_0", "-o", missing / "q"],
+        "cold-twin --log": ["cold-twin", tmp_path, tmp_path, "--log", missing / "log.jsonl"],
+    }[name]
+    option = str(args[-2])
+    result = CliRunner().invoke(cli, [str(arg) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"error: {missing}: no such folder ({option} {args[-1]})"]
+    assert not (tmp_path / "no").exists()
+
 
 
 # --- every command's tables at 80 columns --------------------------------------------------------

@@ -311,6 +311,9 @@ def fit_repo(text, fetch, inputs, json_flag):
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
     rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
+    from moetools.atomic import check_output_folder
+
+    check_output_folder(outputs.plan_path, "--plan")
     coverage_policy = fork.coverage_policy
     flash_attn = context.flash_attn
     n_outputs = drafting.n_outputs

@@ -331,6 +331,11 @@ def trace_tail_command(trace, layers, replay, curves, policies, extras, follow, 
     ceiling), plus repeat recall, predicted-delta recall and schedulable coverage. --curve gives
     the coverage-vs-slots curve that `device-fit --coverage` reads.
     """
+    from moetools.atomic import check_output_folder
+
+    for path, option in ((curves.plan_path, "--plan"), (extras.output_path, "-o"), (curves.write_trace, "--write-trace"),
+                         (extras.table_path, "--write-table"), (curves.plot, "--plot")):
+        check_output_folder(path, option)
     budget_bytes = replay.budget_bytes
     curve = curves.curve
     expert_bytes = replay.expert_bytes
