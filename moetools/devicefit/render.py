@@ -66,7 +66,10 @@ def tables(doc):
                      f"{doc['slots']} of {doc['total_slots']} slots x {gib(doc['expert_bytes'])}"])
     else:
         rows.append(["unused", gib(doc["free_bytes"]), "dense model: no expert budget"])
-    ledger = Table(f"device-fit: {os.path.basename(doc['model'])} on {gib(doc['vram_bytes'])} — verdict {doc['verdict']}",
+    # the answer first: a long model name wraps the title's end, never the speed
+    answer = ("unfittable" if doc["verdict"] == "unfittable"
+              else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s, verdict {doc['verdict']}")
+    ledger = Table(f"device-fit (fork): {answer} — {os.path.basename(doc['model'])} on {gib(doc['vram_bytes'])}",
                    ["", "bytes", "detail"], rows, right_align=(1,))
     if doc["verdict"] != "unfittable":
         ledger.caption = (f"coverage {doc['coverage']:.3f} ({doc['coverage_source']}), {doc['experts_per_token']} experts/token "
@@ -158,8 +161,10 @@ def llama_tables(doc):
         ("layers", lambda device: device["layers"] + (" +out" if device["output_layer"] else "")),
     ]
     rows = [[label] + [cell(device) for device in doc["devices"]] for label, cell in fields]
-    title = f"device-fit (llama.cpp): {os.path.basename(doc['model'])} — "
+    # the answer first: a long model name wraps the title's end, never the speed
+    title = "device-fit (llama.cpp): "
     title += "unfittable" if doc["verdict"] == "unfittable" else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s"
+    title += f" — {os.path.basename(doc['model'])}"
     ledger = Table(title, [""] + [device["name"] for device in doc["devices"]], rows,
                    right_align=tuple(range(1, len(doc["devices"]) + 1)))
     alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [

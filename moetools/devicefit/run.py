@@ -17,7 +17,7 @@ from moetools.devicefit.kv import BORROWED_KV_ARCHES, RS_ROLLBACK_ARCHES, KVSett
 from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.devicefit.render import emit_doc, emit_text, llama_tables, pool_notes, repo_tables, tables
 from moetools.gguf.locator import is_repo
-from moetools.output import print_json, render, warn
+from moetools.output import ShellLine, echo_shell, print_json, render, warn
 from moetools.sizes import format_size, parse_size
 
 _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
@@ -162,11 +162,11 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         print_json({"command": command, "note": "" if command else "unfittable: " + result.unfittable["summary"]})
     elif emit:
         if result.chosen is None:
-            click.echo("# unfittable: " + result.unfittable["summary"])
+            echo_shell("# unfittable: " + result.unfittable["summary"] + "\n")
         else:
-            click.echo("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))
+            echo_shell("llama-server " + shlex.join(doc["launch"]["llama"]["args"]) + "\n")
     else:
-        launch_line = ["llama-server " + shlex.join(doc["launch"]["llama"]["args"])] if doc.get("launch") else []
+        launch_line = [ShellLine("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))] if doc.get("launch") else []
         # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
         render(doc, lambda: llama_tables(doc), json_flag, notes=launch_line + doc["notes"])
     if result.chosen is None:
@@ -481,7 +481,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     if outputs.emit and outputs.json_flag:
         print_json(emit_doc(outputs.emit, doc, launch, options.kv))
     elif outputs.emit:
-        click.echo(emit_text(outputs.emit, doc, launch, options.kv), nl=False)
+        echo_shell(emit_text(outputs.emit, doc, launch, options.kv))
     else:
         render(doc, lambda: tables(doc), outputs.json_flag, notes=doc["notes"])
     if result.chosen is None:
