@@ -1,0 +1,163 @@
+"""device-fit's screens as a user sees them on an 80-column terminal (issue 29): real processes with
+stdout and stderr on a pseudo-terminal (tests/terminal.py), no mocks. No line is wider than the terminal,
+no row label or value is cut, the answer is on the first line, and the launch command, broken between
+arguments, still pastes into a shell as the argv that `--emit llama --json` gives."""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moetools.output import shell_words
+from moetools.sizes import format_size
+from tests import factory
+from tests.terminal import run_on_terminal
+
+pytest.importorskip("pty", reason="needs a POSIX pseudo-terminal")
+
+ROOT = Path(__file__).resolve().parent.parent
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+LEDGER_LABELS = ["kind", "capacity", "compute", "resident", "KV", "experts", "margin", "free", "layers"]
+RPC = ["--rpc", "192.168.100.201:50052=24G", "--rpc", "192.168.100.202:50052=24G"]
+
+
+@pytest.fixture(scope="module")
+def k2(tmp_path_factory):
+    return factory.write_preset(tmp_path_factory.mktemp("k2"), "kimi-k2")
+
+
+def screen(args, columns=80, env=None):
+    """(exit code, the lines a terminal of `columns` shows, colours removed)."""
+    code, text = run_on_terminal(args, columns=columns, stdout_too=True, env=env)
+    return code, ANSI.sub("", text).splitlines()
+
+
+def piped_json(args, env=None):
+    process = subprocess.run([sys.executable, "-m", "moetools", *map(str, args)], capture_output=True, text=True,
+                             cwd=ROOT, env=dict(os.environ, **(env or {})))
+    assert process.returncode in (0, 1), process.stderr
+    return json.loads(process.stdout)
+
+
+def too_wide(lines, columns=80):
+    """The lines wider than the terminal, but for a launch command's one argument longer than it (a
+    quoted -ot regex: cut, it would not paste), which stands alone on its line."""
+    return [line for line in lines if len(line) > columns
+            and len(shell_words(line.strip().removesuffix(" \\"))) != 1]
+
+
+def launch_argv(lines):
+    """The `llama-server ...` command on the screen, its ` \\` continuations joined, as an argv."""
+    start = next(index for index, line in enumerate(lines) if line.startswith("llama-server "))
+    end = start
+    while lines[end].endswith(" \\"):
+        end += 1
+    joined = "\n".join(lines[start:end + 1]).replace(" \\\n", " ")
+    return shlex.split(joined)
+
+
+LLAMA_CASES = {
+    "1 GPU": ["--vram", "24G"],
+    "2 GPUs": ["--vram", "24G,24G"],
+    "2 RPC hosts": RPC,
+    "2 RPC hosts and a GPU": ["--vram", "24G"] + RPC,
+}
+
+
+@pytest.mark.parametrize("case", list(LLAMA_CASES))
+def test_llama_screen_fits_80_columns_whole(case, k2):
+    args = ["device-fit", k2, "--runtime", "llama", "--ram", "512G"] + LLAMA_CASES[case]
+    code, lines = screen(args)
+    assert code == 0, "\n".join(lines)
+    assert not too_wide(lines), "\n".join(lines)
+    doc = piped_json(args + ["--json"])
+    # the answer first: runtime, context and speed on the first line
+    assert lines[0].startswith("device-fit (llama.cpp): ") and f"context {doc['context']}, {doc['tok_s']:.2f} tok/s" in lines[0]
+    # every row label whole at the start of its line, and every device's value whole on that line
+    for label, key in zip(LEDGER_LABELS[1:8], ["capacity_bytes", "compute_bytes", "resident_bytes", "kv_bytes",
+                                               "expert_bytes", "margin_bytes", "free_bytes"]):
+        row = next(line for line in lines if re.match(rf"{label}\s", line))
+        values = row.split()[1:]
+        assert len(values) == 2 * len(doc["devices"]), row  # `24.00 GiB` per device: none cut, none wrapped
+        for device in doc["devices"]:
+            if device[key] >= 0:
+                assert format_size(device[key]) in row, (label, device["name"], row)
+    # a device is named whole in the header, or (by address, where the columns do not fit) abbreviated
+    # with a key below the table that names it whole
+    header = next(line for line in lines if line.split() and line.split()[0] == "CPU" or " CPU" in line)
+    for device in doc["devices"]:
+        assert device["name"] in header.split() or any(line.endswith(f"= {device['name']}") for line in lines), (
+            "\n".join(lines))
+    if case == "2 RPC hosts and a GPU":
+        assert "RPC0[a] = RPC0[192.168.100.201:50052]" in lines, "\n".join(lines)
+    # the launch command: broken between arguments, the same argv as --emit llama --json
+    emitted = piped_json(args + ["--emit", "llama", "--json"])
+    assert launch_argv(lines) == emitted["command"]
+
+
+def test_llama_screen_has_the_same_words_at_200_columns(k2):
+    args = ["device-fit", k2, "--runtime", "llama", "--ram", "512G", "--vram", "24G"] + RPC
+    _, narrow = screen(args, 80)
+    _, wide = screen(args, 200)
+    assert not too_wide(wide, 200)
+    assert launch_argv(narrow) == launch_argv(wide)
+
+    def words(lines):  # the key's full device names stand for the abbreviations; rules and ` \` aside
+        text = re.sub(r" \\\n\s*", " ", "\n".join(lines))
+        return {word for word in re.split(r"[\s\u2500-\u257F]+", text) if word and not re.fullmatch(r"RPC0\[[a-z]\]", word)}
+
+    assert "RPC0[a]" in "\n".join(narrow) and "RPC0[a]" not in "\n".join(wide)
+    assert words(narrow) - {"="} == words(wide) - {"="}
+
+
+def test_fork_screen_and_its_launch_fit_80_columns(k2):
+    args = ["device-fit", k2, "--vram", "24G", "--ram", "512G"]
+    code, lines = screen(args)
+    assert code == 0 and not too_wide(lines), "\n".join(lines)
+    doc = piped_json(args + ["--json"])
+    assert lines[0].startswith("device-fit (fork): ") and f"context {doc['context']}, {doc['tok_s']:.2f} tok/s" in lines[0]
+    assert any(re.match(rf"KV cache\s+{re.escape(format_size(doc['kv_bytes']))}\s", line) for line in lines)
+    # every note is there, wrapped between words with a hanging indent
+    text = " ".join(line.strip() for line in lines)
+    for note in doc["notes"]:
+        assert note in text
+    # --emit on a terminal: broken to the width, the same argv as in JSON; in a pipe: one line, as before
+    code, emitted = screen(args + ["--emit", "llama"])
+    assert code == 0 and not too_wide(emitted), "\n".join(emitted)
+    command = piped_json(args + ["--emit", "llama", "--json"])["command"]
+    assert launch_argv(emitted) == command
+    piped = subprocess.run([sys.executable, "-m", "moetools", *map(str, args), "--emit", "llama"], capture_output=True,
+                           text=True, cwd=ROOT).stdout
+    assert shlex.split(piped.splitlines()[0]) == command
+    code, exports = screen(args + ["--emit", "env"])
+    assert code == 0 and not too_wide(exports), "\n".join(exports)
+    assert all(line.startswith(("export ", "unset ", "#")) for line in exports)
+
+
+def test_repo_listing_at_80_columns_keeps_numbers_and_headers_whole(tmp_path, preset_model):
+    from tests.httpfixture import Repo, Server
+
+    k2 = Path(preset_model("kimi-k2", shards=3))
+    tiny = factory.write_tiny(tmp_path, "qwen3moe", name="tiny-Q8_0")
+    files = {f"UD-Q2/kimi-k2-0000{i}-of-00003.gguf": str(k2.parent / f"kimi-k2-0000{i}-of-00003.gguf") for i in (1, 2, 3)}
+    files["tiny-Q8_0.gguf"] = str(tiny)
+    with Server(repos={"org/kimi": Repo(files)}) as server:
+        env = {"HF_ENDPOINT": server.hub_endpoint, "MOETOOLS_CACHE_DIR": str(tmp_path / "cache"),
+               "HF_HOME": str(tmp_path / "hf")}
+        args = ["device-fit", "hf://org/kimi", "--vram", "32G"]
+        code, lines = screen(args, env=env)
+        rows = piped_json(args + ["--json"], env=env)
+    assert code == 0 and not too_wide(lines), "\n".join(lines)
+    headers = " ".join(line for line in lines if line.startswith("set "))
+    for header in ["set", "type", "size", "resident", "experts", "verdict", "context", "tok/s"]:
+        assert re.search(rf"(^|\s){re.escape(header)}(\s|$)", headers), headers
+    for row in rows:
+        shown = " ".join(line for line in lines if line.startswith(row["set"] + " "))
+        for value in [format_size(row["file_bytes"]), format_size(row["resident_bytes"]), format_size(row["expert_bytes"]),
+                      str(row["context"]), f"{row['tok_s']:.2f}", row["verdict"]]:
+            assert re.search(rf"(^|\s){re.escape(value)}(\s|$)", shown), (value, shown)
