@@ -159,10 +159,14 @@ def shell_lines(line, width, indent="    "):
 def wrap_text(text, width, indent="  "):
     """A note as lines of at most `width` characters, broken between words, the lines after the first
     indented (`indent`); a word longer than the width (a path) is kept whole."""
+    import re
     import textwrap
 
-    return textwrap.wrap(text, width=max(width, len(indent) + 8), subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False) or [""]
+    # a size stays whole (`32.00 GiB`, never `32.00` / `GiB`): a no-break space, which textwrap keeps in a word
+    glued = re.sub(r"(\d) (B|KiB|MiB|GiB|TiB|tok/s)\b", "\\1\u00a0\\2", text)
+    lines = textwrap.wrap(glued, width=max(width, len(indent) + 8), subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False)
+    return [line.replace("\u00a0", " ") for line in lines] or [""]
 
 
 def _abbreviated_headers(columns, cells, numeric):
