@@ -299,9 +299,26 @@ def render(doc, tables, json_flag, notes=()):
         print_tables(tables() if callable(tables) else tables, notes)
 
 
+def _stderr_width():
+    """The width of the terminal stderr is on (COLUMNS first), or None when stderr is not a terminal."""
+    import os
+
+    try:
+        if not sys.stderr.isatty():
+            return None
+        columns = os.environ.get("COLUMNS", "")
+        return int(columns) if columns.isdigit() and int(columns) > 0 else os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def warn(message):
-    """A diagnostic line on stderr; never on stdout, which carries data."""
-    sys.stderr.write(f"warning: {message}\n")
+    """A diagnostic on stderr; never on stdout, which carries data. One line in a pipe or a log (a
+    script greps it); on a terminal wrapped between words to its width, like every note."""
+    width = _stderr_width()
+    text = f"warning: {message}"
+    lines = wrap_text(text, width) if width else [text]
+    sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
 
 

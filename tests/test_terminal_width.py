@@ -161,3 +161,29 @@ def test_repo_listing_at_80_columns_keeps_numbers_and_headers_whole(tmp_path, pr
         for value in [format_size(row["file_bytes"]), format_size(row["resident_bytes"]), format_size(row["expert_bytes"]),
                       str(row["context"]), f"{row['tok_s']:.2f}", row["verdict"]]:
             assert re.search(rf"(^|\s){re.escape(value)}(\s|$)", shown), (value, shown)
+
+
+@pytest.mark.parametrize("width", [20, 40, 60, 80, 120, 200])
+def test_a_launch_line_breaks_between_arguments_at_any_width(width):
+    from moetools.output import shell_lines
+
+    argv = ["llama-server", "-m", "/models/a folder/k2 00001-of-00003.gguf", "-c", "131072", "-ngl", "62", "-ts", "6,56",
+            "-ot", "blk\\.(1|6|7|8|9|10|11|12)\\.ffn_(up|down)_exps=CPU", "--rpc", "10.0.0.1:50052,10.0.0.2:50052",
+            "-fa", "on", "--no-kv-unified", "--fit", "off"]
+    lines = shell_lines(shlex.join(argv), width)
+    assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
+    assert not too_wide(lines, width), "\n".join(lines)
+    assert shlex.split("\n".join(lines).replace(" \\\n", " ")) == argv
+    # pasted into a real shell, the broken command gives the same argv (printf stands in for llama-server)
+    script = "\n".join(lines).replace("llama-server", "printf '%s\\n'", 1)
+    printed = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert printed.stdout.splitlines() == argv[1:], script
+
+
+def test_a_comment_wraps_as_comments_and_a_note_between_words():
+    from moetools.output import shell_lines, wrap_text
+
+    lines = shell_lines("# then: llama-server -m /m/k2.gguf -c 131072 -ngl 999 -ctk f16 -ctv f16 -fa on", 40)
+    assert all(line.startswith("#") and len(line) <= 40 for line in lines)
+    note = wrap_text("the fork's cache gives each of its 6 possible pools 1/6 of the 194.06 GiB budget", 40)
+    assert note == ["the fork's cache gives each of its 6", "  possible pools 1/6 of the 194.06 GiB", "  budget"]
