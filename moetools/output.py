@@ -194,21 +194,27 @@ def _column_groups(floors, available_for):
             group = [0, index]
         else:
             group = candidate
-    return groups + [group]
+    groups.append(group)
+    # even out the last two (not one table of eight columns and one of two): move columns back while
+    # the last is the narrower and still fits
+    while len(groups) > 1 and len(groups[-2]) > 2:
+        before, last = groups[-2], groups[-1]
+        moved = [0, before[-1]] + last[1:]
+        if sum(floors[i] for i in moved) > available_for(len(moved)) or (
+                sum(floors[i] for i in moved) > sum(floors[i] for i in before[:-1])):
+            break
+        groups[-2:] = [before[:-1], moved]
+    return groups
 
 
-def table_layout(table, width):
-    """How `table` is drawn in `width` columns: (groups of column indices, {index: header}, key lines)."""
-    cells = [[str(cell) for cell in row] for row in table.rows]
-    numeric = [index in table.right_align for index in range(len(table.columns))]
-    headers = list(table.columns)
+def table_layout(cells, columns, numeric, room):
+    """How a table is drawn when `room(n)` characters hold the cells of n columns: (groups of column
+    indices, one table each; the headers, long device names abbreviated; the key lines for those)."""
+    headers = list(columns)
 
     def floors_of(heads):
         return [column_limits(head, [row[index] for row in cells if index < len(row)], numeric[index])[1]
                 for index, head in enumerate(heads)]
-
-    def room(count):
-        return width - _NARROW_GAP * (count - 1)
 
     keys = []
     if sum(floors_of(headers)) > room(len(headers)):
@@ -233,6 +239,12 @@ def print_tables(tables, notes=(), stream=None):
     console = Console(file=stream or sys.stdout)
     width = console.width
     narrow = width < NARROW_COLUMNS
+    # what the rules and padding of n columns take: narrow, a 2-character gap between columns; else
+    # rich's box, 1 character of padding on each side of a cell and n + 1 vertical rules
+    gap, edge = (_NARROW_GAP, -_NARROW_GAP) if narrow else (3, 1)
+
+    def room(count):
+        return width - gap * count - edge
 
     def say(lines, style=None):
         for line in lines:
@@ -244,14 +256,12 @@ def print_tables(tables, notes=(), stream=None):
             say(wrap_text(table.title, width), style="table.title")
         cells = [[str(cell) for cell in row] for row in table.rows]
         numeric = [index in table.right_align for index in range(len(table.columns))]
-        groups, headers, keys = ([list(range(len(table.columns)))], table.columns, []) if not narrow else table_layout(table, width)
+        groups, headers, keys = table_layout(cells, table.columns, numeric, room)
         for group in groups:
             rich_table = RichTable(**(_narrow_style() if narrow else {}))
-            widths = [None] * len(group)
-            if narrow:
-                limits = [column_limits(headers[index], [row[index] for row in cells if index < len(row)], numeric[index])
-                          for index in group]
-                widths = narrow_widths(limits, [numeric[index] for index in group], width - _NARROW_GAP * (len(group) - 1))
+            limits = [column_limits(headers[index], [row[index] for row in cells if index < len(row)], numeric[index])
+                      for index in group]
+            widths = narrow_widths(limits, [numeric[index] for index in group], room(len(group)))
             for index, column_width in zip(group, widths):
                 rich_table.add_column(Text(headers[index]), justify="right" if numeric[index] else "left", overflow="fold",
                                       width=column_width)

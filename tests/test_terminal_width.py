@@ -187,3 +187,14 @@ def test_a_comment_wraps_as_comments_and_a_note_between_words():
     assert all(line.startswith("#") and len(line) <= 40 for line in lines)
     note = wrap_text("the fork's cache gives each of its 6 possible pools 1/6 of the 194.06 GiB budget", 40)
     assert note == ["the fork's cache gives each of its 6", "  possible pools 1/6 of the 194.06 GiB", "  budget"]
+
+
+@pytest.mark.parametrize("columns", [60, 100, 130])
+def test_llama_screen_fits_any_width(columns, k2):
+    """Boxed (100 columns and more) or not, a ledger of five devices two of which are named by address."""
+    args = ["device-fit", k2, "--runtime", "llama", "--ram", "512G", "--vram", "24G,24G"] + RPC
+    code, lines = screen(args, columns)
+    assert code == 0 and not too_wide(lines, columns), "\n".join(lines)
+    assert launch_argv(lines) == piped_json(args + ["--emit", "llama", "--json"])["command"]
+    for label in LEDGER_LABELS:
+        assert any(re.match(rf"[│ ]*{label}\s", line) for line in lines), (label, "\n".join(lines))
