@@ -73,7 +73,8 @@ class _NonEmptyPath(click.Path):
 
 
 def _refuse_empty_paths(command):
-    """Every click.Path parameter of `command` (and its subcommands) refuses an empty path."""
+    """`command` with every click.Path parameter refusing an empty path (done once: a type already
+    checked is a _NonEmptyPath, not a click.Path)."""
     for param in getattr(command, "params", ()):
         if type(param.type) is click.Path:
             checked = _NonEmptyPath.__new__(_NonEmptyPath)
@@ -155,7 +156,8 @@ def usage_error_line(err, command="moetools"):
     `command` names the command when click's error carries no context (an option's missing value)."""
     if err.ctx is not None:
         command = err.ctx.command_path
-    see = f"see moetools{command.partition(' ')[1]}{command.partition(' ')[2]} --help"  # `cli` under CliRunner
+    subcommand = command.partition(" ")[2]  # the root is `moetools` however it was started (`cli` under CliRunner)
+    see = f"see moetools{' ' + subcommand if subcommand else ''} --help"
     if isinstance(err, click.MissingParameter) and err.param is not None:
         if err.param.param_type_name == "argument":
             return f"missing argument {err.param.human_readable_name} ({see})"
