@@ -167,7 +167,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
             echo_shell("llama-server " + shlex.join(doc["launch"]["llama"]["args"]) + "\n")
     else:
         launch_line = [ShellLine("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))] if doc.get("launch") else []
-        # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
+        # the launch line is a ShellLine note: printed on its own, broken between arguments with ` \`
         render(doc, lambda: llama_tables(doc), json_flag, notes=launch_line + doc["notes"])
     if result.chosen is None:
         click.get_current_context().exit(1)
