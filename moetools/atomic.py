@@ -96,6 +96,20 @@ def remove_dead_twins(folder, name):
             os.unlink(os.path.join(folder, entry))
 
 
+def check_output_folder(path, option):
+    """Refuse an output file (or output folder) whose parent folder does not exist, before any work:
+    one line, exit 2, naming the folder, as every other missing path is; a typo in `--plan
+    /srv/plnas/k3.json` must not create a folder tree. `-`, '' and None (no output) pass."""
+    from moetools.errors import UsageError
+
+    if path is None or os.fspath(path) in ("", "-"):
+        return
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if not os.path.isdir(folder):
+        problem = "not a folder" if os.path.exists(folder) else "no such folder"
+        raise UsageError(f"{folder}: {problem} ({option} {os.fspath(path)})")
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode="wb", overwrite=True, durable=True):
     """Yield a file object for `path`'s temporary twin; rename it into place on success.

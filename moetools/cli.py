@@ -56,8 +56,31 @@ def error_line(err):
         words = _OS_ERROR_WORDS.get(err.errno, err.strerror or str(err))
         # a descriptor-level error carries no name, or the descriptor's number: never print "4: ..."
         target = os.fsdecode(err.filename) if isinstance(err.filename, (str, bytes)) else ""
+        if isinstance(err.filename, (str, bytes)) and not target:  # open(""): an empty argument
+            return "the path is empty (an empty argument, '', where a file or folder was named)", EXIT_USAGE
         return (f"{target}: {words}" if target else f"{words} (the file was not named: please report it)"), EXIT_USAGE
     return None, None
+
+
+class _NonEmptyPath(click.Path):
+    """click.Path that refuses '' (an unset shell variable, `device-fit "$MODEL"`), which click passes
+    on and open() reports with no name."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (str, bytes)) and not value:
+            self.fail("the path is empty", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _refuse_empty_paths(command):
+    """`command` with every click.Path parameter refusing an empty path (done once: a type already
+    checked is a _NonEmptyPath, not a click.Path)."""
+    for param in getattr(command, "params", ()):
+        if type(param.type) is click.Path:
+            checked = _NonEmptyPath.__new__(_NonEmptyPath)
+            checked.__dict__.update(param.type.__dict__)
+            param.type = checked
+    return command
 
 
 class LazyGroup(click.Group):
@@ -77,7 +100,7 @@ class LazyGroup(click.Group):
             if err.name and (module_name + ".").startswith(err.name + "."):  # the command module is absent
                 return None
             raise
-        return getattr(module, attribute)
+        return _refuse_empty_paths(getattr(module, attribute))
 
     def format_commands(self, ctx, formatter):
         """List every subcommand with its whole first sentence, wrapped, never cut to `...`."""
@@ -89,6 +112,16 @@ class LazyGroup(click.Group):
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        """The root's own options (`moetools --foo`) fail here, before `invoke`: one line too."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as err:
+            click.echo(f"error: {usage_error_line(err)}", err=True)
+            raise click.exceptions.Exit(EXIT_USAGE) from None
 
     def invoke(self, ctx):
         try:
@@ -103,12 +136,12 @@ class LazyGroup(click.Group):
             # caught here, before click turns it into "Aborted!" with exit 1
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
-        except click.BadParameter as err:
-            if not isinstance(getattr(err.param, "type", None), click.Path):
-                raise
-            # A path that is a folder where a file is wanted (or the reverse): one line, like every other
-            # bad path, not click's three-line usage block.
-            click.echo(f"error: {_path_problem(err)}", err=True)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as err:
+            # a subcommand's bad option, value or argument, or an unknown command: one line
+            where = " ".join(filter(None, [ctx.command_path, ctx.invoked_subcommand]))
+            click.echo(f"error: {usage_error_line(err, where)}", err=True)
             ctx.exit(EXIT_USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
@@ -117,11 +150,36 @@ class LazyGroup(click.Group):
             ctx.exit(EXIT_USAGE)
 
 
+def usage_error_line(err, command="moetools"):
+    """The one line for a click usage error (`missing argument MODEL`, `no such option '--foo'`, a bad
+    choice, an unknown command), in place of click's usage block, blank line and `Error:` line.
+    `command` names the command when click's error carries no context (an option's missing value)."""
+    if err.ctx is not None:
+        command = err.ctx.command_path
+    subcommand = command.partition(" ")[2]  # the root is `moetools` however it was started (`cli` under CliRunner)
+    see = f"see moetools{' ' + subcommand if subcommand else ''} --help"
+    if isinstance(err, click.MissingParameter) and err.param is not None:
+        if err.param.param_type_name == "argument":
+            return f"missing argument {err.param.human_readable_name} ({see})"
+        return f"missing option {max(err.param.opts, key=len)} ({see})"
+    if isinstance(err, click.BadParameter) and isinstance(getattr(err.param, "type", None), click.Path):
+        # a folder where a file is wanted (or the reverse): like every other bad path
+        return _path_problem(err)
+    if isinstance(err, click.NoSuchOption):
+        guesses = ", ".join(sorted(err.possibilities or ()))
+        return f"no such option {err.option_name}" + (f" (did you mean {guesses}? {see})" if guesses else f" ({see})")
+    message = " ".join(err.format_message().split()).rstrip(".")
+    return f"{message[:1].lower()}{message[1:]} ({see})"
+
+
 def _path_problem(err):
     """`/tmp/x: is a folder, not a file (MODEL)` from click's BadParameter on a click.Path argument."""
     import re
 
-    name = err.param.human_readable_name if err.param is not None else "path"
+    name = "path"
+    if err.param is not None:
+        name = (max(err.param.opts, key=len) if err.param.param_type_name == "option" and err.param.opts
+                else err.param.human_readable_name)
     match = re.match(r"^(File|Directory|Path) (.+?) (is a directory|is a file|does not exist|is not readable|"
                      r"is not writable)\.?$", err.message)
     if not match:

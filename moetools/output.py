@@ -100,32 +100,205 @@ def fold_left(name, width):
     return "\u2026" + name[-(width - 1):]
 
 
+class ShellLine(str):
+    r"""A note that is a shell command to copy (a launch line): printed on its own lines, broken between
+    arguments with a trailing ` \` so that a paste into a shell still runs it."""
+
+
+def shell_words(line):
+    """`line` split at its unquoted blanks, each word kept exactly as written (quotes and all)."""
+    words, word, quote, escaped = [], "", None, False
+    for char in line:
+        if escaped:
+            word, escaped = word + char, False
+        elif char == "\\" and quote != "'":
+            word, escaped = word + char, True
+        elif quote:
+            word += char
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            word, quote = word + char, char
+        elif char in " \t":
+            if word:
+                words.append(word)
+            word = ""
+        else:
+            word += char
+    return words + ([word] if word else [])
+
+
+def shell_lines(line, width, indent="    "):
+    r"""A shell command as lines of at most `width` characters: broken only between arguments (an option
+    stays with its value), every line but the last ending in ` \`; a comment (`# ...`) is wrapped
+    between words, each line a comment. An argument longer than the width is never cut (a quoted regex
+    stays whole: cut, it would not paste): it gets a line of its own."""
+    if line.lstrip().startswith("#"):
+        return wrap_text(line, width, indent="#" + indent[1:])
+    words = shell_words(line)
+    units = []
+    for word in words:
+        if units and len(units[-1]) == 1 and units[-1][0].startswith("-") and not word.startswith("-"):
+            units[-1].append(word)  # `-c 131072`: an option and its value
+        else:
+            units.append([word])
+    lines, current = [], ""
+    for unit in units:
+        text = " ".join(unit)
+        pieces = [text] if len(indent) + len(text) + 2 <= width or len(unit) == 1 else unit
+        for piece in pieces:
+            if not current:
+                current = piece
+            elif len(current) + 1 + len(piece) + 2 <= width:
+                current += " " + piece
+            else:
+                lines.append(current + " \\")
+                current = indent + piece
+    return lines + [current]
+
+
+def wrap_text(text, width, indent="  "):
+    """A note as lines of at most `width` characters, broken between words, the lines after the first
+    indented (`indent`); a word longer than the width (a path) is kept whole."""
+    import re
+    import textwrap
+
+    # a size stays whole (`32.00 GiB`, never `32.00` / `GiB`): a no-break space, which textwrap keeps in a word
+    glued = re.sub(r"(\d) (B|KiB|MiB|GiB|TiB|tok/s)\b", "\\1\u00a0\\2", text)
+    lines = textwrap.wrap(glued, width=max(width, len(indent) + 8), subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False)
+    return [line.replace("\u00a0", " ") for line in lines] or [""]
+
+
+def _abbreviated_headers(columns, cells, numeric):
+    """{index: short header} for the numeric columns whose header has a word wider than every cell and
+    than 12 characters (a device named by address, `RPC0[192.168.100.201:50052]`): `RPC0[a]`, spelled
+    out below the table."""
+    short = {}
+    for index, (column, is_number) in enumerate(zip(columns, numeric)):
+        widest = max((len(row[index]) for row in cells if index < len(row)), default=0)
+        if is_number and _longest_word([column]) > max(widest, 12):
+            letter = chr(ord("a") + len(short) % 26)
+            stem = column.split("[")[0] if "[" in column else column[:max(1, widest - 3)]
+            short[index] = f"{stem[:max(1, widest - 3)]}[{letter}]"
+    return short
+
+
+def _column_groups(floors, available_for):
+    """Consecutive groups of columns, each repeating column 0 (the row's name), whose minimum widths fit:
+    a table too wide for the terminal is drawn as several, never cut."""
+    groups, group = [], [0]
+    for index in range(1, len(floors)):
+        candidate = group + [index]
+        if len(group) > 1 and sum(floors[i] for i in candidate) > available_for(len(candidate)):
+            groups.append(group)
+            group = [0, index]
+        else:
+            group = candidate
+    groups.append(group)
+    # even out the last two (not one table of eight columns and one of two): move columns back while
+    # the last is the narrower and still fits
+    while len(groups) > 1 and len(groups[-2]) > 2:
+        before, last = groups[-2], groups[-1]
+        moved = [0, before[-1]] + last[1:]
+        if sum(floors[i] for i in moved) > available_for(len(moved)) or (
+                sum(floors[i] for i in moved) > sum(floors[i] for i in before[:-1])):
+            break
+        groups[-2:] = [before[:-1], moved]
+    return groups
+
+
+def table_layout(cells, columns, numeric, room):
+    """How a table is drawn when `room(n)` characters hold the cells of n columns: (groups of column
+    indices, one table each; the headers, long device names abbreviated; the key lines for those)."""
+    headers = list(columns)
+
+    def floors_of(heads):
+        return [column_limits(head, [row[index] for row in cells if index < len(row)], numeric[index])[1]
+                for index, head in enumerate(heads)]
+
+    keys = []
+    if sum(floors_of(headers)) > room(len(headers)):
+        short = _abbreviated_headers(headers, cells, numeric)
+        keys = [f"{short[index]} = {headers[index]}" for index in sorted(short)]
+        headers = [short.get(index, head) for index, head in enumerate(headers)]
+    floors = floors_of(headers)
+    if sum(floors) <= room(len(headers)) or len(headers) < 3:
+        return [list(range(len(headers)))], headers, keys
+    return _column_groups(floors, room), headers, keys
+
+
 def print_tables(tables, notes=(), stream=None):
-    """Draw tables with rich, then notes (plain lines) below them."""
+    """Draw tables with rich, then notes below them. Nothing is wider than the terminal: a title, a
+    caption and a note are wrapped between words (lines after the first indented), a launch command
+    (ShellLine) is broken between arguments, and a table too wide keeps every header word and number
+    whole by abbreviating long device names (with a key below) or by drawing its columns as two tables."""
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     console = Console(file=stream or sys.stdout)
-    narrow = console.width < NARROW_COLUMNS
+    width = console.width
+    narrow = width < NARROW_COLUMNS
+    # what the rules and padding of n columns take: narrow, a 2-character gap between columns; else
+    # rich's box, 1 character of padding on each side of a cell and n + 1 vertical rules
+    gap, edge = (_NARROW_GAP, -_NARROW_GAP) if narrow else (3, 1)
+
+    def room(count):
+        return width - gap * count - edge
+
+    def say(lines, style=None):
+        for line in lines:
+            # soft_wrap: the line is already wrapped to the width; rich must not wrap or crop it again
+            console.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
+
     for table in tables:
-        rich_table = RichTable(title=table.title, caption=table.caption or None, title_justify="left",
-                               **(_narrow_style() if narrow else {}))
+        if table.title:
+            say(wrap_text(table.title, width), style="table.title")
         cells = [[str(cell) for cell in row] for row in table.rows]
         numeric = [index in table.right_align for index in range(len(table.columns))]
-        widths = [None] * len(table.columns)
-        if narrow:
-            limits = [column_limits(column, [row[index] for row in cells if index < len(row)], numeric[index])
-                      for index, column in enumerate(table.columns)]
-            widths = narrow_widths(limits, numeric, console.width - _NARROW_GAP * (len(limits) - 1))
-        for column, width, is_number in zip(table.columns, widths, numeric):
-            rich_table.add_column(column, justify="right" if is_number else "left", overflow="fold", width=width)
-        for row in cells:
-            rich_table.add_row(*row)
-        console.print(rich_table)
-    for note in notes:
-        # soft_wrap: a note (often a command line to copy) is one line that the terminal wraps, never
-        # broken with newlines or cropped
-        console.print(note, highlight=False, markup=False, soft_wrap=True)
+        groups, headers, keys = table_layout(cells, table.columns, numeric, room)
+        for group in groups:
+            rich_table = RichTable(**(_narrow_style() if narrow else {}))
+            limits = [column_limits(headers[index], [row[index] for row in cells if index < len(row)], numeric[index])
+                      for index in group]
+            widths = narrow_widths(limits, [numeric[index] for index in group], room(len(group)))
+            for index, column_width in zip(group, widths):
+                rich_table.add_column(Text(headers[index]), justify="right" if numeric[index] else "left", overflow="fold",
+                                      width=column_width)
+            for row in cells:
+                # Text, not markup: a device `RPC0[a]` or a cell `[x]` is shown as written
+                rich_table.add_row(*[Text(row[index]) for index in group if index < len(row)])
+            console.print(rich_table)
+        for key in keys:
+            say(wrap_text(key, width))
+        if table.caption:
+            say(wrap_text(table.caption, width), style="table.caption")
+    for number, note in enumerate(notes):
+        if isinstance(note, ShellLine):  # a command on its own: a blank line above it and below it
+            console.print()
+            say(shell_lines(note, width))
+            if number + 1 < len(notes):
+                console.print()
+        else:
+            say(wrap_text(note, width))
+
+
+def echo_shell(text):
+    """Shell text (`--emit`) to stdout: as is in a pipe or a file (what `eval "$(...)"` reads), broken
+    between arguments to the terminal's width on a terminal (shutil.get_terminal_size: COLUMNS, else
+    the terminal)."""
+    if not sys.stdout.isatty():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    import shutil
+
+    width = shutil.get_terminal_size().columns
+    lines = []
+    for line in text.splitlines():
+        lines += shell_lines(line, width) if len(line) > width else [line]
+    sys.stdout.write("\n".join(lines) + ("\n" if text.endswith("\n") else ""))
+    sys.stdout.flush()
 
 
 def render(doc, tables, json_flag, notes=()):
@@ -136,9 +309,26 @@ def render(doc, tables, json_flag, notes=()):
         print_tables(tables() if callable(tables) else tables, notes)
 
 
+def _stderr_width():
+    """The width of the terminal stderr is on (COLUMNS first), or None when stderr is not a terminal."""
+    import os
+
+    try:
+        if not sys.stderr.isatty():
+            return None
+        columns = os.environ.get("COLUMNS", "")
+        return int(columns) if columns.isdigit() and int(columns) > 0 else os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def warn(message):
-    """A diagnostic line on stderr; never on stdout, which carries data."""
-    sys.stderr.write(f"warning: {message}\n")
+    """A diagnostic on stderr; never on stdout, which carries data. One line in a pipe or a log (a
+    script greps it); on a terminal wrapped between words to its width, like every note."""
+    width = _stderr_width()
+    text = f"warning: {message}"
+    lines = wrap_text(text, width) if width else [text]
+    sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
 
 

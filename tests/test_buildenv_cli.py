@@ -175,7 +175,9 @@ def test_bad_options(tmp_path, args, message):
 
 def test_bad_shell_choice(tmp_path):
     result = invoke(good_linux(tmp_path), ["--shell", "fish"])
-    assert result.exit_code == 2 and "Invalid value for '--shell'" in result.stderr
+    assert result.exit_code == 2 and result.stderr.splitlines() == [
+        "error: invalid value for '--shell': 'fish' is not one of 'sh', 'cmd', 'ps1', 'json', 'cmake' "
+        "(see moetools build-env --help)"]
 
 
 # --- quoting ---------------------------------------------------------------------------------------

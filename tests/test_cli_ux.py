@@ -2,6 +2,8 @@
 
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +12,8 @@ from moetools.cli import cli
 from moetools.errors import UsageError
 from moetools.sizes import describe_size, parse_capacity, parse_rate
 from tests.buildenv_trees import ALL_PARTS, linux_basics, linux_system, linux_toolkit
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- sizes ---------------------------------------------------------------------------------------
@@ -202,9 +206,54 @@ def test_stdin_as_model_is_refused_in_one_line(command):
         "by offset (give the .gguf path)"]
 
 
-def test_a_bad_choice_still_gets_clicks_usage_help():
-    result = CliRunner().invoke(cli, ["build-env", "--shell", "fish"])
-    assert result.exit_code == 2 and "Usage:" in result.output
+# --- usage errors: one line, exit 2 (issue 29) --------------------------------------------------
+
+@pytest.mark.parametrize("args,line", [
+    (["device-fit"], "error: missing argument MODEL (see moetools device-fit --help)"),
+    (["inspect"], "error: missing argument MODEL (see moetools inspect --help)"),
+    (["quantize"], "error: missing argument MODEL (see moetools quantize --help)"),
+    (["container-verify"], "error: missing argument FOLDER (see moetools container-verify --help)"),
+    (["device-fit", "m.gguf", "--foo"], "error: no such option --foo (did you mean --floor? see moetools device-fit --help)"),
+    (["device-fit", "m.gguf", "--flor", "1"], "error: no such option --flor (did you mean --floor, --port? see moetools device-fit --help)"),
+    (["inspect", "m.gguf", "--foo"], "error: no such option --foo (see moetools inspect --help)"),
+    (["device-fit", "m.gguf", "--runtime", "vllm"],
+     "error: invalid value for '--runtime': 'vllm' is not one of 'auto', 'llama', 'fork' (see moetools device-fit --help)"),
+    (["build-env", "--shell", "fish"], "error: invalid value for '--shell': 'fish' is not one of 'sh', 'cmd', 'ps1', "
+                                       "'json', 'cmake' (see moetools build-env --help)"),
+    (["device-fit", "m.gguf", "--vram"], "error: option '--vram' requires an argument (see moetools device-fit --help)"),
+    (["device-fit", "a.gguf", "b.gguf"], "error: got unexpected extra argument (b.gguf) (see moetools device-fit --help)"),
+    (["bogus"], "error: no such command 'bogus' (see moetools --help)"),
+    (["--foo"], "error: no such option --foo (see moetools --help)"),
+    (["device-fit", ""], "error: MODEL: the path is empty"),
+    (["container-verify", ""], "error: FOLDER: the path is empty"),
+])
+def test_a_usage_error_is_one_line_with_exit_2(args, line):
+    """In a real process, as a user meets it: no `Usage:` block, no blank line, no `Error:` line."""
+    process = subprocess.run([sys.executable, "-m", "moetools", *args], capture_output=True, text=True, cwd=ROOT)
+    assert process.returncode == 2 and process.stdout == ""
+    assert process.stderr.splitlines() == [line]
+
+
+@pytest.mark.parametrize("name", ["device-fit", "trace-tail --plan", "trace-tail -o", "container-read -o",
+                                  "container-encode -o", "quantize -o", "cold-twin --log"])
+def test_an_output_in_a_missing_folder_is_refused_and_no_folder_is_made(name, tmp_path, tiny_models):
+    model = str(tiny_models["qwen3moe"])
+    missing = tmp_path / "no" / "such"
+    args = {
+        "device-fit": ["device-fit", model, "--vram", "4G", "--plan", missing / "p.json"],
+        "trace-tail --plan": ["trace-tail", tmp_path / "t.trace", "--synth-layers", "2", "--plan", missing / "p.json"],
+        "trace-tail -o": ["trace-tail", tmp_path / "t.trace", "--synth-layers", "2", "-o", missing / "o.json"],
+        "container-read -o": ["container-read", tmp_path, "--layer", "0", "--expert", "0", "--matrix", "up", "-o", missing / "x"],
+        "container-encode -o": ["container-encode", model, "-o", missing / "c"],
+        "quantize -o": ["quantize", model, "--resident-only", "--type", "q8_0", "-o", missing / "q"],
+        "cold-twin --log": ["cold-twin", tmp_path, tmp_path, "--log", missing / "log.jsonl"],
+    }[name]
+    option = str(args[-2])
+    result = CliRunner().invoke(cli, [str(arg) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"error: {missing}: no such folder ({option} {args[-1]})"]
+    assert not (tmp_path / "no").exists()
+
 
 
 # --- every command's tables at 80 columns --------------------------------------------------------
@@ -215,6 +264,20 @@ def _table_text(monkeypatch, args, width):
     monkeypatch.setattr(output, "want_json", lambda json_flag: False)
     result = CliRunner().invoke(cli, [str(a) for a in args], env={"COLUMNS": str(width)}, catch_exceptions=False)
     return result
+
+
+def unbroken(text):
+    """`text` with every shell line continuation (` \\` + newline + indent) joined back."""
+    import re
+
+    return re.sub(r" \\\n\s*", " ", text)
+
+
+def is_one_long_argument(line):
+    """A line that is one shell argument (and its ` \\`): the only line allowed past the terminal's width."""
+    from moetools.output import shell_words
+
+    return len(shell_words(line.strip().removesuffix(" \\"))) == 1
 
 
 def _content(text):
@@ -276,21 +339,22 @@ def test_every_table_fits_80_columns_with_the_same_content_as_at_200(name, table
     narrow = _table_text(monkeypatch, table_commands[name], 80)
     wide = _table_text(monkeypatch, table_commands[name], 200)
     assert narrow.exit_code == wide.exit_code and narrow.exit_code in (0, 1), narrow.output
-    # a note (a launch command, a caption line) is printed whole for the terminal to wrap: the same line
-    # at both widths; a table line must fit
-    wide_lines = set(wide.stdout.splitlines())
-    too_long = [line for line in narrow.stdout.splitlines() if len(line) > 80 and line not in wide_lines]
+    # every line fits, notes and captions wrapped too; only a launch command's argument longer than the
+    # terminal (a quoted -ot regex) stands whole on a line of its own
+    too_long = [line for line in narrow.stdout.splitlines() if len(line) > 80 and not is_one_long_argument(line)]
     assert not too_long, "\n" + "\n".join(too_long)
     import re
 
+    # a launch command broken between arguments (` \` + newline) at either width reads the same joined
+    narrow_text, wide_text = (unbroken(result.stdout) for result in (narrow, wide))
     # nothing cut to `resid…`; a name folded from the left on purpose (`…/tiny-gptoss.gguf`) keeps its end
-    assert not re.search(r"\S\u2026", narrow.stdout), narrow.stdout
-    if "\u2026" not in narrow.stdout + wide.stdout:
-        assert _content(narrow.stdout) == _content(wide.stdout), narrow.stdout
+    assert not re.search(r"\S\u2026", narrow_text), narrow_text
+    if "\u2026" not in narrow_text + wide_text:
+        assert _content(narrow_text) == _content(wide_text), narrow_text
         # and no word broken across lines (`nativ` / `e`, `25.81` / `GiB` is fine, `25.8` / `1` is not):
         # cells wrap between words; only a word longer than a text column's 16-character floor may fold
-        broken = _words(wide.stdout) - _words(narrow.stdout)
-        assert not broken, f"words broken at 80 columns: {sorted(broken)}\n{narrow.stdout}"
+        broken = _words(wide_text) - _words(narrow_text)
+        assert not broken, f"words broken at 80 columns: {sorted(broken)}\n{narrow_text}"
 
 
 # --- sizes in messages ---------------------------------------------------------------------------

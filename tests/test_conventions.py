@@ -98,7 +98,8 @@ def test_every_command_has_help_and_a_readme_entry():
 
 def test_wrong_flag_is_a_usage_error(tiny_models):
     result = CliRunner().invoke(cli, ["inspect", str(tiny_models["qwen3moe"]), "--no-such-flag"])
-    assert result.exit_code == 2 and "No such option" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["error: no such option --no-such-flag (see moetools inspect --help)"]
 
 
 def test_broken_pipe_is_quiet(tiny_models):

@@ -382,9 +382,10 @@ def test_hf_repo_with_upstream_llama_is_one_row_per_quant_fastest_first(hub, run
     if sys.platform != "win32":  # the table view, on a terminal (a pty: POSIX only)
         screen = _on_a_terminal(["device-fit", "hf://org/kimi", *devices, *runtime], HF_ENDPOINT=hub.hub_endpoint)
         assert "UD-Q2/kimi-k2" in screen and "tiny-Q8_0" in screen, screen
-        command = " ".join(line.rstrip("\\ ") for line in screen[screen.index("llama-server"):].splitlines()
-                           if line.strip()).split(" the fastest")[0]
-        assert shlex.split(command)[1:len(fitting[0]["args"]) + 1] == fitting[0]["args"], screen
+        lines = screen[screen.index("llama-server"):].splitlines()
+        end = next(index for index, line in enumerate(lines) if not line.endswith(" \\"))
+        command = " ".join(line.removesuffix(" \\") for line in lines[:end + 1])
+        assert shlex.split(command)[1:] == fitting[0]["args"], screen
 
 
 def _on_a_terminal(args, **env):

@@ -112,11 +112,13 @@ def encode_command(model, folder, force, batch, banks_numbering, tiers_text, jso
     Streams with constant memory; each bank is written to a temporary name and renamed when
     complete, so a rerun after an interruption keeps the verified banks and finishes the rest.
     """
+    from moetools.atomic import check_output_folder
     from moetools.container import core
     from moetools.diskspace import check_room
     from moetools.locking import folder_lock
     from moetools.progress import progress
 
+    check_output_folder(folder, "-o")  # the container folder is created, its parent must be there
     tiered = None
     if tiers_text is not None:
         from moetools.container import tiered
@@ -307,6 +309,8 @@ def read_command(folder, layer, expert, matrix, output, tier, direct, json_flag)
     """
     from moetools import atomic
     from moetools.container.reader import ContainerReader
+
+    atomic.check_output_folder(output, "-o")
 
     from moetools.container.tiered import require_tier_banks
 

@@ -66,7 +66,10 @@ def tables(doc):
                      f"{doc['slots']} of {doc['total_slots']} slots x {gib(doc['expert_bytes'])}"])
     else:
         rows.append(["unused", gib(doc["free_bytes"]), "dense model: no expert budget"])
-    ledger = Table(f"device-fit: {os.path.basename(doc['model'])} on {gib(doc['vram_bytes'])} — verdict {doc['verdict']}",
+    # the answer first: a long model name wraps the title's end, never the speed
+    answer = ("unfittable" if doc["verdict"] == "unfittable"
+              else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s, verdict {doc['verdict']}")
+    ledger = Table(f"device-fit (fork): {answer} — {os.path.basename(doc['model'])} on {gib(doc['vram_bytes'])}",
                    ["", "bytes", "detail"], rows, right_align=(1,))
     if doc["verdict"] != "unfittable":
         ledger.caption = (f"coverage {doc['coverage']:.3f} ({doc['coverage_source']}), {doc['experts_per_token']} experts/token "
@@ -171,8 +174,10 @@ def llama_tables(doc):
         ("layers", lambda device: device["layers"] + (" +out" if device["output_layer"] else "")),
     ]
     rows = [[label] + [cell(device) for device in doc["devices"]] for label, cell in fields]
-    title = f"device-fit (llama.cpp): {os.path.basename(doc['model'])} — "
+    # the answer first: a long model name wraps the title's end, never the speed
+    title = "device-fit (llama.cpp): "
     title += "unfittable" if doc["verdict"] == "unfittable" else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s"
+    title += f" — {os.path.basename(doc['model'])}"
     ledger = Table(title, [""] + [device["name"] for device in doc["devices"]], rows,
                    right_align=tuple(range(1, len(doc["devices"]) + 1)))
     alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [
@@ -207,13 +212,20 @@ def repo_tables(text, listing, rows):
     return [table]
 
 
-def runtimes_table(rows):
-    """auto: one line per runtime for the same model and card, the faster marked *."""
+RUNTIME_NAMES = {"llama": "llama.cpp", "fork": "the streaming fork"}
+
+
+def runtimes_table(rows, model):
+    """auto: one line per runtime for the same model and card, the faster marked *; the title is the
+    answer (which runtime, its tok/s and context)."""
+    best = next((row for row in rows if row["best"]), None)
+    answer = ("neither runtime fits" if best is None else
+              f"{RUNTIME_NAMES[best['runtime']]} is faster here, {best['tok_s']:.2f} tok/s at context {best['context']}")
     body = [[("* " if row["best"] else "  ") + row["runtime"], "yes" if row["fits"] else "no",
              row["context"] if row["fits"] else "-", f"{row['tok_s']:.2f}" if row["fits"] else "-", row["why"]]
             for row in rows]
-    return Table("Runtimes (* = faster here; --runtime llama|fork plans one)", ["runtime", "fits", "context", "tok/s", "why"],
-                 body, right_align=(2, 3))
+    return Table(f"device-fit: {answer} — {os.path.basename(model)}", ["runtime", "fits", "context", "tok/s", "why"],
+                 body, right_align=(2, 3), caption="* = faster here; --runtime llama or fork plans that one alone")
 
 
 def llama_repo_tables(text, listing, rows):

@@ -19,7 +19,7 @@ from moetools.errors import GGUFError, RemoteError, UsageError
 from moetools.devicefit.render import (emit_doc, emit_text, fork_line, llama_repo_tables, llama_tables, pool_notes,
     repo_tables, runtimes_table, tables)
 from moetools.gguf.locator import is_repo
-from moetools.output import print_json, render, warn
+from moetools.output import ShellLine, echo_shell, print_json, render, warn
 from moetools.sizes import format_size, parse_size
 
 _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
@@ -176,19 +176,26 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         print_json({"command": command, "note": "" if command else "unfittable: " + result.unfittable["summary"]})
     elif emit:
         if result.chosen is None:
-            click.echo("# unfittable: " + result.unfittable["summary"])
+            echo_shell("# unfittable: " + result.unfittable["summary"] + "\n")
         else:
-            click.echo("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))
+            echo_shell("llama-server " + shlex.join(doc["launch"]["llama"]["args"]) + "\n")
     else:
-        launch_line = ["llama-server " + shlex.join(doc["launch"]["llama"]["args"])] if doc.get("launch") else []
+        launch_line = [ShellLine("llama-server " + shlex.join(doc["launch"]["llama"]["args"]))] if doc.get("launch") else []
         if beside is not None and beside[1].chosen is not None:
-            launch_line.append(fork_line(beside[2]))  # the fork's runnable line beside upstream's
-        # the launch line is a note, one line for the terminal to wrap: a caption would break it mid-word
-        screen = (lambda: [runtimes_table(doc["runtimes"])] + llama_tables(doc)) if beside is not None else (lambda: llama_tables(doc))
+            launch_line += fork_screen_lines(beside[2])  # the fork's runnable line beside upstream's
+        # the launch lines are ShellLine notes: printed on their own, broken between arguments with ` \`
+        screen = (lambda: [runtimes_table(doc["runtimes"], doc["model"])] + llama_tables(doc)) if beside is not None else (lambda: llama_tables(doc))
         render(doc, screen, json_flag, notes=launch_line + doc["notes"])
     fork_fits = beside is not None and beside[1].chosen is not None
     if result.chosen is None and not fork_fits:
         click.get_current_context().exit(1)
+
+
+def fork_screen_lines(launch):
+    """The fork's launch on the screen: a label, then the runnable `env ... llama-server ...` line as a
+    ShellLine (broken between arguments with ` \\` at the terminal's width)."""
+    line = fork_line(launch)
+    return ["fork launch:", ShellLine(line[len("fork launch: "):])] if line else []
 
 
 def runtime_rows(llama_doc, fork_doc):
@@ -565,9 +572,9 @@ def fit_repo_llama(text, fetch, make_options, offload, ram_bytes, json_flag):
     best = rows[0] if rows and rows[0]["verdict"] == "fits" else None
     if best is not None:
         best["chosen"] = True
-    launch = ["llama-server " + shlex.join(best["args"])] if best is not None else []
-    render(rows, lambda: llama_repo_tables(text, listing, rows), json_flag,
-           notes=launch + ["the fastest set that fits, as launched: " + best["set"]] if best is not None else [])
+    launch = [f"the fastest set that fits, {best['set']}, as launched:", ShellLine("llama-server " + shlex.join(best["args"]))] \
+        if best is not None else []
+    render(rows, lambda: llama_repo_tables(text, listing, rows), json_flag, notes=launch)
     if best is None:
         click.get_current_context().exit(1)
 
@@ -614,6 +621,9 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     if fork.port is not None and devices.runtime == "llama":
         raise UsageError("--port is the serving daemon's lane of the fork: not with --runtime llama")
     fork, outputs, daemon = _daemon_files(fork, outputs)
+    from moetools.atomic import check_output_folder
+
+    check_output_folder(outputs.plan_path, "--plan")
     coverage_policy = fork.coverage_policy
     flash_attn = context.flash_attn
     n_outputs = drafting.n_outputs
@@ -764,11 +774,11 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     if outputs.emit and outputs.json_flag:
         print_json(emit_doc(outputs.emit, doc, launch, options.kv))
     elif outputs.emit:
-        click.echo(emit_text(outputs.emit, doc, launch, options.kv), nl=False)
+        echo_shell(emit_text(outputs.emit, doc, launch, options.kv))
     else:
         # the fork's launch as one runnable line, a note (one line for the terminal to wrap) as --runtime
         # llama shows its llama-server line
-        launch_line = [fork_line(launch)] if result.chosen is not None else []
+        launch_line = fork_screen_lines(launch) if result.chosen is not None else []
         render(doc, lambda: tables(doc), outputs.json_flag, notes=launch_line + doc["notes"])
     if result.chosen is None:
         click.get_current_context().exit(1)

@@ -282,8 +282,10 @@ def update_plan_locked(path, owner, changes, on_wait=None, ladder=None):
     PLAN_WAIT_SECONDS): device-fit and trace-tail both read-modify-write the plan, so without it one
     tool's keys could be lost to the other's concurrent write. Removes stale plan temporaries of dead
     runs first. Returns the document written."""
+    from moetools.atomic import check_output_folder
     from moetools.locking import PLAN_WAIT_SECONDS, folder_lock, remove_stale_temps
 
+    check_output_folder(path, "--plan")  # the lock would create a missing folder tree
     folder = os.path.dirname(os.path.abspath(os.fspath(path)))
     with folder_lock(folder, tool=owner, wait=True, timeout=PLAN_WAIT_SECONDS, on_wait=on_wait):
         remove_stale_temps(folder)

@@ -210,6 +210,9 @@ def quantize_command(model_path, mix, outputs, running):
         raise UsageError("--install places resident-only tiers in the daemon's folder: not with --full or -o")
     if (outputs.storage_root or model_id) and not outputs.install:
         raise UsageError("--storage-root and --model-id apply to --install")
+    from moetools.atomic import check_output_folder
+
+    check_output_folder(outputs.output_dir, "-o")  # the tier folder is created, its parent must be there
     with open_model(model_path) as model, contextlib.ExitStack() as holding:
         for message in model.warnings:
             warn(message)

@@ -398,6 +398,11 @@ def trace_tail_command(trace, daemon, layers, replay, curves, policies, extras, 
     replay = replay._replace(once=once)
     if curves.plan_path:
         curves = curves._replace(plan_path=_own_plan(curves.plan_path))
+    from moetools.atomic import check_output_folder
+
+    for path, option in ((curves.plan_path, "--plan"), (extras.output_path, "-o"), (curves.write_trace, "--write-trace"),
+                         (extras.table_path, "--write-table"), (curves.plot, "--plot")):
+        check_output_folder(path, option)
     budget_bytes = replay.budget_bytes
     curve = curves.curve
     expert_bytes = replay.expert_bytes
