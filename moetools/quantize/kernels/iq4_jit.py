@@ -132,7 +132,7 @@ def _rows_iq4(super_block, x, out, qw, has_qw, block_bytes):
                         xv = xs[32 * ib + j]
                         X[j, column] = xv
                         W[j, column] = weights[j] if has_qw else F32(xv * xv)
-            lanes = state.shape[1]  # from the array, not a constant: see _rows_k_min
+            lanes = state.shape[1]  # from the array, not a constant: see kquants_jit._rows_k_min
             make_iq4_lanes(32, lanes, lane, state, scales)
             for b in range(per_batch):
                 if b >= count:

@@ -185,7 +185,7 @@ def _rows_min_32(kind, x, out, qw, has_qw, block_bytes):
                 for i in range(32):
                     X[i, g] = x[r, 32 * (first + g) + i] if g < count else F32(0)
                     W[i, g] = weights[i] if g < count else F32(0)
-            lanes = state.shape[1]  # from the array, not a constant: see _rows_k_min
+            lanes = state.shape[1]  # from the array, not a constant: see kquants_jit._rows_k_min
             make_qkx_lanes(32, lanes, nmax, lane, state, F32(-0.9), F32(0.05), 36, False, scales, mins)
             for g in range(count):
                 block = first + g
