@@ -27,7 +27,8 @@ try:
 except SystemExit as exit:
     code = exit.code
 print(json.dumps({"code": code, "numba": "numba" in sys.modules,
-                  "kernels_jit": "moetools.quantize.kernels_jit" in sys.modules}), file=sys.stderr)
+                  "kernels_jit": any(name.startswith("moetools.quantize.kernels.") and name.endswith("_jit")
+                                     for name in sys.modules)}), file=sys.stderr)
 """
 
 

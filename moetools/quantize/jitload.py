@@ -15,8 +15,9 @@ numpy.ma (35 ms of CPU, once per process). `cheap_array_typing` gives the dispat
 callback that answers a plain numpy array itself (the same type numba's rule gives it) and leaves
 everything else to numba's own.
 
-Only kernels.py uses this, and only once numba has imported; everything falls back to numba's
-ordinary path when numba's cache objects are not the ones this was written for (numba >= 0.60).
+Only kernels/__init__.py uses this (on every *_jit.py module of the package), and only once numba has
+imported; everything falls back to numba's ordinary path when numba's cache objects are not the ones
+this was written for (numba >= 0.60).
 """
 
 import numba
@@ -39,14 +40,24 @@ def _cache_of(dispatcher):
     return cache
 
 
-def cheap_cache_loads(module):
-    """Make every cached numba function of `module` look up its cache after initialising only
+def _dispatchers(modules):
+    """The numba functions among the values of `modules`, each once (a module imports others' too)."""
+    found = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, Dispatcher):
+                found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def cheap_cache_loads(*modules):
+    """Make every cached numba function of `modules` look up its cache after initialising only
     numba's runtime, not the whole target context. Returns how many were changed."""
     from numba.core.runtime import rtsys
 
     changed = 0
-    for value in vars(module).values():
-        cache = _cache_of(value) if isinstance(value, Dispatcher) else None
+    for value in _dispatchers(modules):
+        cache = _cache_of(value)
         if cache is None or not hasattr(cache, "_guard_against_spurious_io_errors"):
             continue
 
@@ -82,13 +93,13 @@ def array_type(value):
 _ARRAY_TYPES = {}
 
 
-def cheap_array_typing(module):
-    """Give every numba function of `module` a typing callback (the one numba's dispatcher calls for
+def cheap_array_typing(*modules):
+    """Give every numba function of `modules` a typing callback (the one numba's dispatcher calls for
     an argument it cannot type in C: a read-only array) that types a plain numpy array with
     `array_type` and anything else with numba's own. Returns how many were changed."""
     changed = 0
-    for value in vars(module).values():
-        numbas_own = getattr(value, "typeof_pyval", None) if isinstance(value, Dispatcher) else None
+    for value in _dispatchers(modules):
+        numbas_own = getattr(value, "typeof_pyval", None)
         active = getattr(value, "_types_active_call", None)
         if numbas_own is None or not hasattr(active, "add"):
             continue
