@@ -210,9 +210,6 @@ def cold_twin_command(hot, cold_dirs, level, depth, min_size, evict, migrate_to,
     """
     if not cold_dirs and not migrate_to:
         raise UsageError("give at least one COLD_DIR (or --migrate COLD_DIR)")
-    from moetools.atomic import check_output_folder
-
-    check_output_folder(log_path, "--log")
     free_bytes = parse_size(free) if free is not None else None
     if evict and level not in (None, "full"):
         raise UsageError(f"--evict needs --verify full (an eviction trusts only a full-content twin), not --verify {level}")
