@@ -235,7 +235,7 @@ def test_a_usage_error_is_one_line_with_exit_2(args, line):
 
 
 @pytest.mark.parametrize("name", ["device-fit", "trace-tail --plan", "trace-tail -o", "container-read -o",
-                                  "container-encode -o", "quantize -o", "cold-twin --log"])
+                                  "container-encode -o", "quantize -o"])
 def test_an_output_in_a_missing_folder_is_refused_and_no_folder_is_made(name, tmp_path, tiny_models):
     model = str(tiny_models["qwen3moe"])
     missing = tmp_path / "no" / "such"
@@ -246,7 +246,6 @@ def test_an_output_in_a_missing_folder_is_refused_and_no_folder_is_made(name, tm
         "container-read -o": ["container-read", tmp_path, "--layer", "0", "--expert", "0", "--matrix", "up", "-o", missing / "x"],
         "container-encode -o": ["container-encode", model, "-o", missing / "c"],
         "quantize -o": ["quantize", model, "--resident-only", "--type", "q8_0", "-o", missing / "q"],
-        "cold-twin --log": ["cold-twin", tmp_path, tmp_path, "--log", missing / "log.jsonl"],
     }[name]
     option = str(args[-2])
     result = CliRunner().invoke(cli, [str(arg) for arg in args])

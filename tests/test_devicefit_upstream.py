@@ -370,7 +370,10 @@ def test_unfittable_says_what_would_fit(preset_model):
                    "-ngl", 99, "--n-cpu-moe", 99, code=1)
     assert doc["unfittable"]["shortfall_bytes"]["CUDA0"] > 0
     assert doc["unfittable"]["smallest_vram_bytes"] > 8 * GIB
-    assert "GiB each" in doc["unfittable"]["summary"] and doc["unfittable"]["extra_gpu"] == "rtx3090"
+    # the user's own placement: the VRAM at which IT fits, not the whole model's
+    fits_from = doc["unfittable"]["placement_fits_from_vram_bytes"]
+    assert fits_from > 8 * GIB and f"-ngl 99 --n-cpu-moe 99 fits from {fits_from / GIB:.1f} GiB per GPU" in doc["unfittable"]["summary"]
+    assert doc["unfittable"]["extra_gpu"] == "rtx3090"
     assert doc["unfittable"]["chosen_placement_fits"]  # device-fit's own placement keeps leading layers on the CPU
 
 
