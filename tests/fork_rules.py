@@ -621,3 +621,42 @@ def daemon_default_reserve(vram_bytes):
     """continuum device_fit.rs `default_compute_reserve_bytes`: (vram / 10).max(2 GiB), which it says
     mirrors the fork's fit-device default."""
     return max(vram_bytes // 10, 2 * GIB)
+
+
+# --- the fork's speed switches (CambrianTech/llama.cpp ggml/src/ggml-moe-residency.hpp 0832f66b
+# `MoeServingConfig::from_env`; ggml/src/ggml-backend.cpp e696f67b `moe_pick_base_fetcher`,
+# `ggml_backend_sched_compute_splits`; ggml/src/ggml-moe-container-fetcher.h 175ac9d6) --------------
+
+FORK_SWITCHES = ("GGML_MOE_GATHER", "GGML_MOE_DIRECT_READ", "GGML_MOE_PREFETCH")
+
+
+def fork_switch_on(env, name):
+    """`MoeServingConfig::from_env`: `c.gather = getenv("GGML_MOE_GATHER") != nullptr`, and the same for
+    `direct_read` and `prefetch`: set to any value ("0" and "" included) is on, unset is off. `env` maps
+    a name to its value, None for unset (as device-fit's launch does)."""
+    return env.get(name) is not None
+
+
+def fork_base_fetcher(env, windows):
+    """ggml-backend.cpp `moe_pick_base_fetcher`, the fetcher that fills the expert cache on a miss:
+    GGML_MOE_CONTAINER first (`DirContainerFetcher`, "container-dir": buffered fopen/fread of the banks),
+    then, under `_WIN32` only, `DirectReadFetcher` ("direct-read-unbuffered") when GGML_MOE_DIRECT_READ is
+    on, else `MmapFaultFetcher` ("mmap-prefetch": memcpy through the model's mmap). Returns the name()."""
+    if env.get("GGML_MOE_CONTAINER"):
+        return "container-dir"
+    if windows and fork_switch_on(env, "GGML_MOE_DIRECT_READ"):
+        return "direct-read-unbuffered"
+    return "mmap-prefetch"
+
+
+def fork_os_prefetch(env, windows):
+    """`ggml_backend_sched_compute_splits`: the PrefetchVirtualMemory over the routed experts' mmap
+    ranges sits in `#ifdef _WIN32` and runs only when `moe_prefetch` (GGML_MOE_PREFETCH) is on."""
+    return windows and fork_switch_on(env, "GGML_MOE_PREFETCH")
+
+
+def fork_gathers(env, cache_on, backend_has_gather_entry):
+    """`ggml_backend_sched_compute_splits`: the offset table (MUL_MAT_ID src[3], slots read in place) is
+    built only inside `if (host_cache_on)`, when `moe_gather_on` (GGML_MOE_GATHER) and the backend's
+    registry returns a "ggml_backend_moe_gather_entry" proc (and its supports_op accepts the node)."""
+    return cache_on and fork_switch_on(env, "GGML_MOE_GATHER") and backend_has_gather_entry

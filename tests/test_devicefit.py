@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from moetools.cli import cli
 from moetools.devicefit import compute, core, kv
 from moetools.devicefit.kv import KVSettings
+from moetools.devicefit.launch import SWITCHES_NOTE
 from moetools.errors import UsageError
 from moetools.formats.curve import Curve, write_curve
 from moetools.formats.plan import read_plan
@@ -367,7 +368,8 @@ def test_emit_llama_and_env(k3, preset_model, tmp_path):
     assert lines[4:6] == ["unset GGML_MOE_HOST_CACHE_GB", "unset GGML_MOE_CAPTURE_FILE"]
     # the trace beside the plan, the paging flags, then the server itself as a runnable line (issue 31)
     assert lines[6:8] == [f"export GGML_MOE_TRACE_FILE={tmp_path / 'p.trace'}", "export GGML_OP_OFFLOAD_MIN_BATCH=1"]
-    assert lines[8] == (f"llama-server -m {k3} -c 32768 -ngl 999 -ctk f16 -ctv f16 -fa on -np 1 --no-kv-unified --fit off "
+    assert lines[8] == "# " + SWITCHES_NOTE  # the fork's speed switches, left at their defaults
+    assert lines[9] == (f"llama-server -m {k3} -c 32768 -ngl 999 -ctk f16 -ctv f16 -fa on -np 1 --no-kv-unified --fit off "
                         "-ot '\\.ffn_.*_exps\\.=CPU' --no-repack")
 
 

@@ -125,7 +125,7 @@ def test_the_three_json_and_text_forms_are_one_launch(k3, tmp_path):
     env, argv = run_block(fit(*args, "--emit", "env").stdout)
     doc = fit_json(*args, "--emit", "env")
     assert {k: v for k, v in doc["env"].items() if v is not None} == env and doc["command"] == argv
-    assert doc["override_tensor"] == "\\.ffn_.*_exps\\.=CPU" and doc["notes"] == []
+    assert doc["override_tensor"] == "\\.ffn_.*_exps\\.=CPU" and doc["notes"] == [launchmod.SWITCHES_NOTE]
     screen = fit_json(*args)
     assert run_env_line(fork_line(screen["launch"])) == (env, argv)
     assert screen["launch"]["env"] == doc["env"] and screen["launch"]["fork"]["command"] == argv
@@ -192,6 +192,52 @@ def test_the_daemons_path_rule_itself():
         "receipted engine requires absolute GGML_MOE_TRACE_FILE"]
 
 
+# --- the fork's speed switches ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("container", [False, True])
+def test_the_forks_speed_switches_are_named_and_left_at_their_defaults(k3, tmp_path, container):
+    """GGML_MOE_GATHER, GGML_MOE_DIRECT_READ and GGML_MOE_PREFETCH: one `#` line in the block (and the
+    same note in JSON and the ledger) names all three, their default (off) and that the speed figure
+    assumes it, citing MoeServingConfig::from_env; none is exported, since any value turns one on. With a
+    container the cache fills from the container whatever GGML_MOE_DIRECT_READ says, so a direct read
+    is never the plan's; without one, from the mmap on every platform (the misses the speed model reads
+    through the page cache). The OS prefetch and the gather stay off on Windows and elsewhere."""
+    args = [k3, "--vram", "32G", "--ctx", 32768, "--plan", tmp_path / "k3.plan.json"]
+    if container:
+        args += ["--container", tmp_path]
+    text = fit(*args, "--emit", "env").stdout
+    env, _ = run_block(text)
+    notes = [line[2:] for line in text.splitlines() if line.startswith("# fork switches")]
+    assert notes == [launchmod.SWITCHES_NOTE]
+    note = notes[0]
+    assert launchmod.FORK_SWITCHES == fork_rules.FORK_SWITCHES
+    assert all(name in note for name in fork_rules.FORK_SWITCHES)
+    assert "off by default" in note and "not exported" in note and "speed figure assumes all three unset" in note
+    assert "MoeServingConfig::from_env" in note and "moe_pick_base_fetcher" in note
+    assert "ggml_backend_sched_compute_splits" in note
+    doc = fit_json(*args, "--emit", "env")
+    assert launchmod.SWITCHES_NOTE in doc["notes"] and not set(fork_rules.FORK_SWITCHES) & set(doc["env"])
+    assert launchmod.SWITCHES_NOTE in fit_json(*args)["notes"]
+    for windows in (False, True):
+        assert not any(fork_rules.fork_switch_on(env, name) for name in fork_rules.FORK_SWITCHES)
+        assert fork_rules.fork_base_fetcher(env, windows) == ("container-dir" if container else "mmap-prefetch")
+        assert not fork_rules.fork_os_prefetch(env, windows)
+        assert not fork_rules.fork_gathers(env, cache_on=True, backend_has_gather_entry=True)
+
+
+def test_the_switch_rules_themselves():
+    """A presence flag: "0" is on. DIRECT_READ picks the unbuffered fetcher on Windows only and never
+    over a container; PREFETCH acts on Windows only; GATHER needs the cache and the backend's proc."""
+    on = {"GGML_MOE_DIRECT_READ": "0", "GGML_MOE_PREFETCH": "", "GGML_MOE_GATHER": "0"}
+    assert all(fork_rules.fork_switch_on(on, name) for name in fork_rules.FORK_SWITCHES)
+    assert fork_rules.fork_base_fetcher(on, windows=True) == "direct-read-unbuffered"
+    assert fork_rules.fork_base_fetcher(on, windows=False) == "mmap-prefetch"
+    assert fork_rules.fork_base_fetcher({**on, "GGML_MOE_CONTAINER": "/c"}, windows=True) == "container-dir"
+    assert fork_rules.fork_os_prefetch(on, windows=True) and not fork_rules.fork_os_prefetch(on, windows=False)
+    assert fork_rules.fork_gathers(on, True, True)
+    assert not fork_rules.fork_gathers(on, False, True) and not fork_rules.fork_gathers(on, True, False)
+
+
 # --- no silent off ---------------------------------------------------------------------------------
 
 def test_a_budget_that_floors_to_zero_is_left_unset_with_a_note(tiny_models, tmp_path):
@@ -209,7 +255,8 @@ def test_a_budget_that_floors_to_zero_is_left_unset_with_a_note(tiny_models, tmp
     note = [line for line in result.stdout.splitlines() if line.startswith("# GGML_MOE_VRAM_CACHE_GB left unset")]
     assert len(note) == 1 and "floors to 0.00 GiB" in note[0]
     emitted = fit_json(*args, "--emit", "env")
-    assert emitted["env"]["GGML_MOE_VRAM_CACHE_GB"] is None and emitted["notes"] == [note[0][2:]]
+    assert emitted["env"]["GGML_MOE_VRAM_CACHE_GB"] is None
+    assert emitted["notes"] == [note[0][2:], launchmod.SWITCHES_NOTE]
     assert note[0][2:] in doc["notes"]
 
 

@@ -89,6 +89,32 @@ def llama_launch(result):
 FORK_EXPERT_OVERRIDE = "\\.ffn_.*_exps\\.=CPU"
 FORK_MIN_BATCH = "1"
 
+# The fork's three speed switches (CambrianTech/llama.cpp ggml/src/ggml-moe-residency.hpp
+# MoeServingConfig::from_env, read at 0832f66b; ggml/src/ggml-backend.cpp at e696f67b). Each is a presence
+# flag, `getenv(NAME) != nullptr`: set to anything, "0" and "" included, it is on; unset, off.
+# - GGML_MOE_GATHER (`gather`): with the expert cache on, ggml_backend_sched_compute_splits publishes an
+#   expert-offset table as the MUL_MAT_ID's src[3] and the kernel reads the cache slots in place, instead
+#   of one copy per routed expert into the split's staging tensor (device-to-device for a VRAM slot, over
+#   PCIe for a host slot); only where the backend's registry exposes "ggml_backend_moe_gather_entry" and
+#   its supports_op takes the table, and it arms the cache's gather fence (ResidencyCache::set_gather_fence).
+# - GGML_MOE_DIRECT_READ (`direct_read`): moe_pick_base_fetcher picks DirectReadFetcher (unbuffered,
+#   overlapped ReadFile of the GGUF behind the mmap, FILE_FLAG_NO_BUFFERING) under _WIN32 only, and only
+#   without GGML_MOE_CONTAINER (the container's DirContainerFetcher is picked first); otherwise the cache
+#   fills through MmapFaultFetcher (memcpy through the mmap, the page cache's path).
+# - GGML_MOE_PREFETCH (`prefetch`): under _WIN32 only, ggml_backend_sched_compute_splits issues one
+#   PrefetchVirtualMemory over the mmap ranges of the experts the current MUL_MAT_ID routed to, before they
+#   are cached or copied; elsewhere it is read and never used.
+# device-fit's speed model (docs/speed-model.md) is the fork's default, all three off, so the launch exports
+# none of them and says so in one note.
+FORK_SWITCHES = ("GGML_MOE_GATHER", "GGML_MOE_DIRECT_READ", "GGML_MOE_PREFETCH")
+SWITCHES_NOTE = (
+    "fork switches GGML_MOE_GATHER, GGML_MOE_DIRECT_READ and GGML_MOE_PREFETCH are off by default and not "
+    "exported: any value, 0 included, turns one on (ggml-moe-residency.hpp MoeServingConfig::from_env), and "
+    "device-fit's speed figure assumes all three unset. GATHER: MUL_MAT_ID reads cache slots in place, no "
+    "per-expert copy (ggml-backend.cpp ggml_backend_sched_compute_splits); DIRECT_READ: Windows only, "
+    "unbuffered reads of the GGUF, unused with GGML_MOE_CONTAINER (moe_pick_base_fetcher); PREFETCH: Windows "
+    "only, OS read-ahead of each layer's routed experts (ggml_backend_sched_compute_splits)")
+
 
 def cold_expert_override(hot_blocks, block_count):
     """The `-ot` value that puts the expert tensors of every block NOT in `hot_blocks` on the CPU, as the
@@ -151,13 +177,14 @@ def default_trace_path(model_path, plan_path=""):
 
 def fork_launch(result, plan_path="", capture_path="", trace_path=""):
     """The serving fork's launch for the chosen division: {"env": {name: value or None to unset},
-    "command": [llama-server argv], "override_tensor": the -ot value, "notes": [why a variable is unset]}.
+    "command": [llama-server argv], "override_tensor": the -ot value, "notes": [why a variable is unset;
+    the speed switches left at their defaults]}.
 
     The fork keeps ONE expert cache: GGML_MOE_VRAM_CACHE_GB when it is in VRAM, GGML_MOE_HOST_CACHE_GB
     (and the VRAM one unset) when the --ram host budget holds more experts; a dense model has no cache.
-    Every path is absolute. A model with experts gets the paging flags (see FORK_EXPERT_OVERRIDE) and
+    Every path is absolute. A model with experts gets the paging flags (see FORK_EXPERT_OVERRIDE),
     GGML_MOE_TRACE_FILE, the 12-byte routing trace the fork writes on the paged path only (`trace-tail`
-    reads it)."""
+    reads it), and the note naming the fork's speed switches it leaves at their defaults (FORK_SWITCHES)."""
     chosen = result.chosen
     if chosen is None:
         return {"env": {}, "command": [], "override_tensor": "", "notes": []}
@@ -178,6 +205,8 @@ def fork_launch(result, plan_path="", capture_path="", trace_path=""):
                                 if experts else None),
         "GGML_OP_OFFLOAD_MIN_BATCH": FORK_MIN_BATCH if experts else None,
     }
+    if experts:
+        notes.append(SWITCHES_NOTE)
     override = cold_expert_override((), facts.block_count) if experts else ""
     args = server_args(absolute(facts.path), chosen.context, result.options.kv)
     if override:
