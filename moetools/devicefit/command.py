@@ -13,7 +13,7 @@ import click
 
 from moetools import helptext
 from moetools.devicefit.options import (context_options, devices_options, drafting_options, fork_options,
-                                         machine_options, outputs_options, placement_options)
+                                         machine_options, outputs_options, placement_options, OrderedCommand)
 from moetools.sourceopts import source_options
 
 
@@ -32,7 +32,7 @@ def _collector_paused(command):
     return paused
 
 
-@click.command("device-fit", epilog=helptext.DEVICE_FIT)
+@click.command("device-fit", cls=OrderedCommand, epilog=helptext.DEVICE_FIT)
 @click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
 @devices_options
 @context_options

@@ -119,7 +119,7 @@ def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
 
 
 def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
-                   threads, os_reserve):
+                   threads, os_reserve, overrides=None):
     speed = _llama_speed(floor_text, ram_bw, disk_bw, threads)
     ts = None
     if ts_text is not None:
@@ -134,7 +134,8 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
     if depth is not None and depth < 0:
         raise UsageError("--depth must be 0 or more")
     return UpstreamOptions(ctx=ctx, kv=settings, speed=speed, depth=depth, os_reserve=_size_option("--os-reserve", os_reserve),
-                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, reserve=_size_option("--reserve", reserve),
+                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, overrides=overrides,
+                           reserve=_size_option("--reserve", reserve),
                            margin=0 if reserve is not None else _size_option("--margin", margin))
 
 
@@ -382,7 +383,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             settings.rs_seq = drafting.draft_n_max
         options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
                                  main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
-                                 threads=machine.threads, os_reserve=machine.os_reserve)
+                                 threads=machine.threads, os_reserve=machine.os_reserve, overrides=placement.overrides)
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
@@ -407,6 +408,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
                    (forced if isinstance(forced, list) else [forced]) if forced else [])
         return
+    if placement.overrides:
+        raise UsageError("-ot/--cpu-moe are llama.cpp's placement: evaluate them with --runtime llama")
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
     if not gpus:
