@@ -33,7 +33,7 @@ def _collector_paused(command):
 
 
 @click.command("device-fit", cls=OrderedCommand, epilog=helptext.DEVICE_FIT)
-@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.argument("model_path", metavar="MODEL", nargs=-1)
 @devices_options
 @context_options
 @placement_options
@@ -53,7 +53,20 @@ def device_fit_command(model_path, devices, context, placement, drafting, fork, 
     alone plans every GGUF set in the repo with the fork runtime, one row per quant (--include GLOB to
     narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
     shortfall is reported), 2 for bad input.
+
+    With --check, MODEL is a whole llama.cpp command line after `--` (or a FILE or - holding it),
+    evaluated on the devices given: `device-fit --runtime llama --vram 24G --ram 64G --check --
+    llama-server -m model.gguf -ngl 99 -ot exps=CPU -c 32768`.
     """
+    if placement.check:
+        from moetools.devicefit.run import device_fit_check  # lazily: --help stays cheap
+
+        return device_fit_check(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch)
+    if not model_path:
+        raise click.UsageError("Missing argument 'MODEL'.")
+    if len(model_path) > 1:
+        raise click.UsageError(f"Got unexpected extra argument{'s' if len(model_path) > 2 else ''} "
+                               f"({' '.join(model_path[1:])}); a llama.cpp command line goes after --check --")
     from moetools.devicefit.run import device_fit  # lazily: --help stays cheap
 
-    return device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch)
+    return device_fit(model_path[0], devices, context, placement, drafting, fork, machine, outputs, fetch)

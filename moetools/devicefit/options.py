@@ -17,7 +17,8 @@ DeviceOptions.__doc__ = 'The devices planned and their memory.'
 ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', 'ubatch', 'batch', 'parallel', 'kv_unified', 'swa_full', 'flash_attn', 'fa_text'])
 ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
 
-PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'overrides'], defaults=(None,))
+PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'overrides', 'check'],
+                              defaults=(None, False))
 PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instead of chosen."
 
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
@@ -91,6 +92,12 @@ def placement_options(command):
     @click.option("--cpu-moe", "-cmoe", "cpu_moe", is_flag=True, help="llama: evaluate your own --cpu-moe (every expert on the CPU).")
     @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
     @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
+    @click.option("--check", is_flag=True,
+                  help="Evaluate a whole llama-server/llama-cli command line: `device-fit --vram 24G --ram 64G --check -- "
+                       "llama-server -m MODEL ARGS...`, or a FILE or - holding it. Its flags replace device-fit's "
+                       "context, placement and draft options; the devices still come from --vram/--gpu/--rpc/--ram. "
+                       "Says whether it fits each device, its speed, and what device-fit's own plan changes. Exit 1 "
+                       "when it does not fit.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         overrides = override_sources(kwargs.pop("override_tensor"), kwargs.pop("cpu_moe"), kwargs["n_cpu_moe"])

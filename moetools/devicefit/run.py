@@ -174,6 +174,128 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         click.get_current_context().exit(1)
 
 
+def _run_check(model_path, facts, offload, ram_bytes, options, line, json_flag, notes=(), warnings=()):
+    """--check: evaluate the command line's placement (options), plan device-fit's own on the same
+    devices and context, print both, exit 1 when the line does not fit."""
+    cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
+    kv_flags = launchmod.kv_flags(options.kv)
+    result = upstream.plan(facts, offload, cpu, options)
+    doc = upstream.result_doc(result, facts, model_path, kv_flags)
+    doc["notes"] = list(notes) + doc["notes"]
+    doc["warnings"] = list(warnings) + doc["warnings"]
+    if ram_bytes is None:
+        doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
+    own_options = options.without_placement()
+    own_options.ctx = (result.chosen or result.alternatives[0]).context
+    try:
+        own = upstream.plan(facts, offload, cpu, own_options) if options.user_placement else result
+    except UsageError:
+        own = None
+    doc["check"] = check_doc(line, result, own, model_path, kv_flags, facts.layers.n_layer + 1)
+    for message in doc["warnings"]:
+        warn(message)
+    render(doc, lambda: llama_tables(doc), json_flag, notes=doc["check"]["summary"] + doc["notes"])
+    if result.chosen is None:
+        click.get_current_context().exit(1)
+
+
+def check_doc(line, result, own, model_path, kv_flags, all_layers):
+    """The answer of --check: does the line fit (each device's shortfall), its speed, and device-fit's
+    own plan on the same devices and context with what it changes and buys."""
+    plan_ = result.chosen or result.alternatives[0]
+    fits = result.chosen is not None
+    shortfall = {share.device.name: excess for share, excess in plan_.overfull}
+    answer = {"command": [line.program, *line.argv], "fits": fits, "shortfall_bytes": shortfall,
+              "tok_s": round(plan_.tok_s, 4), "context": plan_.context,
+              "ignored_flags": line.ignored, "not_modelled_flags": line.not_modelled, "unknown_flags": line.unknown}
+    summary = []
+    if fits:
+        summary.append(f"--check: the line fits every device; it decodes {plan_.tok_s:.2f} tok/s at context "
+                       f"{plan_.context} (depth {plan_.depth})")
+    else:
+        short = "; ".join(f"{name} short by {format_size(excess)}" for name, excess in shortfall.items())
+        summary.append(f"--check: the line does NOT fit: {short or 'nothing fits'} (it would decode "
+                       f"{plan_.tok_s:.2f} tok/s if it did)")
+    if own is not None and own.chosen is not None:
+        own_args = upstream.server_args(model_path, own, kv_flags)
+        changes = flag_changes(upstream.server_args(model_path, result, kv_flags) if fits else None, own_args, line,
+                               all_layers)
+        gain = own.chosen.tok_s / plan_.tok_s - 1 if fits else None
+        answer["device_fit"] = {"args": own_args, "tok_s": round(own.chosen.tok_s, 4), "changes": changes,
+                                "gain": None if gain is None else round(gain, 4)}
+        if not changes:
+            summary.append("device-fit would launch the same placement")
+        else:
+            buys = (f"{own.chosen.tok_s:.2f} tok/s ({gain:+.0%})" if gain is not None
+                    else f"a plan that fits, {own.chosen.tok_s:.2f} tok/s")
+            summary.append(f"device-fit would change {'; '.join(changes)}: {buys}")
+            summary.append("device-fit's line: llama-server " + shlex.join(own_args))
+    else:
+        answer["device_fit"] = None
+        summary.append("device-fit finds no placement that fits these devices at this context either")
+    if line.not_modelled:
+        summary.append("not modelled (they change memory or speed): " + ", ".join(line.not_modelled))
+    if line.ignored:
+        summary.append("ignored (no effect on memory or speed): " + ", ".join(line.ignored))
+    answer["summary"] = summary
+    return answer
+
+
+PLACEMENT_FLAGS = ("-c", "-ngl", "-ts", "-sm", "-mg", "-ot", "--n-cpu-moe", "--cpu-moe")
+
+
+def flag_changes(user_args, own_args, line, all_layers):
+    """What device-fit's placement flags change in the line's: ["-ngl 30 -> 49", "drop -ot ...", ...];
+    an -ngl of every layer or more is every layer (all_layers: the model's layers + 1)."""
+    def pairs(args):
+        found, index = {}, 0
+        while index < len(args):
+            flag = args[index]
+            if flag in PLACEMENT_FLAGS:
+                takes = flag != "--cpu-moe"
+                value = args[index + 1] if takes and index + 1 < len(args) else ""
+                found[flag] = f"{found[flag]},{value}" if flag == "-ot" and flag in found else value
+                index += 2 if takes else 1
+            else:
+                index += 1
+        return found
+    mine = pairs(user_args) if user_args is not None else pairs(["-c", "", *_line_placement(line)])
+    theirs = pairs(own_args)
+    changes = []
+    for flag in PLACEMENT_FLAGS:
+        if flag == "-c":
+            continue
+        before, after = mine.get(flag), theirs.get(flag)
+        if flag == "-ngl":
+            before, after = (_layers_text(value, all_layers) for value in (before, after))
+        if before == after:
+            continue
+        if before is None:
+            changes.append(f"add {flag} {after}".rstrip())
+        elif after is None:
+            changes.append(f"drop {flag} {before}".rstrip())
+        else:
+            changes.append(f"{flag} {before} -> {after}")
+    return changes
+
+
+def _layers_text(value, all_layers):
+    try:
+        return str(min(int(value), all_layers))
+    except (TypeError, ValueError):
+        return value
+
+
+def _line_placement(line):
+    args = []
+    for flag in ("ngl", "ts"):
+        if flag in line.values:
+            args += [f"-{flag}", str(line.values[flag])]
+    for kind, value in line.overrides:
+        args += [kind] if value is None else [kind, str(value)]
+    return args
+
+
 def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
     """Numbers for a card no division fits: the shortfall, the smallest VRAM that fits, and what
     upstream llama.cpp (CPU experts, no streaming) would do on the same card."""
@@ -309,9 +431,103 @@ def fit_repo(text, fetch, inputs, json_flag):
         click.get_current_context().exit(1)
 
 
-def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
+ALL_LAYERS = 999  # -ngl for "every layer" (llama.cpp clamps it to the model's layers + 1)
+
+
+def device_fit_check(words, devices, context, placement, drafting, fork, machine, outputs, fetch):
+    """--check: the llama.cpp command line in `words` (or a FILE / - holding it) evaluated on device-fit's
+    devices (--vram/--gpu/--rpc/--ram): its flags replace device-fit's context, placement and draft
+    options. Exit 1 when it does not fit."""
+    from moetools.devicefit import check as checkmod
+    from moetools.devicefit.memory.cells import CACHE_TYPES
+    from moetools.devicefit.options import ContextOptions, DraftOptions, PlacementOptions
+    from moetools.formats.jsonio import read_text
+
+    if outputs.emit:
+        raise UsageError("--check answers for a command line; --emit prints device-fit's own (drop one)")
+    line = checkmod.parse(checkmod.command_tokens(words, lambda path: read_text(path, "command line")))
+    values = line.values
+    notes, warnings = [], list(line.warnings)
+    path = checkmod.model_path(line)
+    for key, flag in (("ctk", "-ctk"), ("ctv", "-ctv"), ("ctkd", "-ctkd"), ("ctvd", "-ctvd")):
+        if key in values and values[key] not in CACHE_TYPES:
+            raise UsageError(f"--check: {flag} {values[key]!r}: not a cache type ({', '.join(CACHE_TYPES)})")
+    # the devices: llama.cpp's --rpc servers must be the ones device-fit was given (with their memory)
+    given = [spec.rsplit("=", 1)[0] for spec in devices.rpc_specs]
+    used = [endpoint for endpoint in (values.get("rpc") or "").split(",") if endpoint]
+    if used != given:
+        raise UsageError(f"--check: the line's --rpc ({','.join(used) or 'none'}) is not device-fit's --rpc "
+                         f"({','.join(given) or 'none'}): give device-fit --rpc HOST:PORT=SIZE for each server the line "
+                         "uses, in its order")
+    n_seq, unified = checkmod.parallel(line)
+    ctx = values.get("ctx")
+    if not ctx and values.get("per_slot") and line.program == "llama-server":
+        ctx = n_seq * values["per_slot"]  # tools/server/server.cpp: the KV pool sized from --kv-unified-per-slot
+    if not ctx:
+        from moetools.devicefit import kv as kvmod
+        from moetools.gguf import open_model
+
+        with open_model(path, fetch) as model:
+            ctx = kvmod.kv_shape(model).context_train
+        notes.append(f"--check: no -c (or -c 0): llama.cpp allocates the training context, {ctx} tokens "
+                     "(--fit on may shrink it to fit, down to --fit-ctx)")
+    fa = checkmod.switch("-fa", values["fa"]) if "fa" in values else "auto"
+    context = ContextOptions(ctx, context.min_ctx, values.get("ctk", "f16"), values.get("ctv", "f16"), values.get("ubatch", 512),
+                             values.get("batch", 2048), n_seq, unified, bool(values.get("swa_full")), fa != "off", fa)
+    fit = checkmod.switch("--fit", values["fit"]) != "off" if "fit" in values else True
+    split = values.get("split_mode", "layer")
+    if split not in ("none", "layer", "row", "tensor"):
+        raise UsageError(f"--check: -sm {split!r}: expected none, layer, row or tensor")
+    main_gpu = None
+    if split == "none":
+        main_gpu = values.get("main_gpu", 0)
+    elif split in ("row", "tensor"):
+        warnings.append(f"--check: -sm {split} is planned as -sm layer (device-fit models llama.cpp's layer split)")
+    ngl = checkmod.layers_value("-ngl", values.get("ngl"))
+    ts_text = values["ts"].replace("/", ",") if "ts" in values else None
+    sources = line.overrides or None
+    if not line.placement_given and split != "none":
+        if fit:
+            notes.append("--check: no -ngl, -ts or override with --fit on (llama.cpp's default): llama.cpp fits the "
+                         "placement itself (common/fit.cpp); device-fit's own placement stands for it")
+            ngl = None
+        else:  # llama_model_default_params: every layer offloaded
+            ngl = ALL_LAYERS
+    elif fit:
+        notes.append("--check: --fit on leaves the placement as given (common/fit.cpp: -ngl, -ts or an override set by "
+                     "the user), so it is evaluated as written")
+    n_cpu_moe = next((value for kind, value in reversed(line.overrides) if kind == "--n-cpu-moe"), None)
+    if sources is not None and all(kind == "--n-cpu-moe" for kind, _ in sources):
+        sources = None  # --n-cpu-moe alone: the plain flag (its overrides are the same)
+    placement = PlacementOptions(ngl, ts_text, n_cpu_moe, main_gpu, placement.depth, sources)
+    spec_types = [item for item in (values.get("spec_type") or "").split(",") if item]
+    spec_type = "draft-mtp" if "draft-mtp" in spec_types and not values.get("draft") else None
+    if values.get("draft") and "draft-simple" in spec_types:
+        spec_type = "draft-simple"
+    others = [item for item in spec_types if item not in ("draft-simple", "draft-mtp", "draft-dflash")]
+    if others:
+        warnings.append(f"--check: --spec-type {','.join(others)}: drafts without a model; not modelled")
+    drafting = DraftOptions(values.get("draft"), checkmod.layers_value("-ngld", values.get("ngld")), values.get("ctkd", "f16"),
+                            spec_type, values.get("n_max", 3), 0 if line.program != "llama-server" else None,
+                            values.get("devd"), values.get("ctvd", "f16"))
+    if "threads" in values and values["threads"] > 0:
+        machine = machine._replace(threads=values["threads"])
+    mmap = not (values.get("no_mmap") or values.get("load_mode") in ("none", "mlock", "dio"))
+    if values.get("mlock") or values.get("load_mode") in ("mlock", "mmap+mlock"):
+        notes.append("--check: mlock keeps the CPU's weights in RAM: when they exceed it, llama.cpp fails to lock them")
+    if devices.runtime != "llama":
+        devices = devices._replace(runtime="llama")
+    for message in line.unknown:
+        warnings.append(f"--check: {message}: not a llama.cpp flag (common/arg.cpp at 0c1e57098); ignored "
+                        "(llama.cpp itself stops with 'invalid argument')")
+    return device_fit(path, devices, context, placement, drafting, fork, machine, outputs, fetch,
+                      check=(line, mmap, notes, warnings))
+
+
+def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch, check=None):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
-    rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
+    rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner.
+    check: (Line, mmap, notes, warnings) of `--check` (device_fit_check): evaluate and compare."""
     coverage_policy = fork.coverage_policy
     flash_attn = context.flash_attn
     n_outputs = drafting.n_outputs
@@ -405,6 +621,12 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 forced = [forced, block_draft] if forced else [block_draft]
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
+        if check is not None:
+            line, options.speed.mmap, check_notes, check_warnings = check
+            _run_check(model_path, facts, rpcs + gpus, ram_bytes, options, line, outputs.json_flag,
+                       decimal_vram_notes(devices.vram) + check_notes,
+                       check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []))
+            return
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
                    (forced if isinstance(forced, list) else [forced]) if forced else [])
         return
