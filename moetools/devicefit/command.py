@@ -67,6 +67,15 @@ def device_fit_command(model_path, devices, context, placement, drafting, fork, 
     if len(model_path) > 1:
         raise click.UsageError(f"Got unexpected extra argument{'s' if len(model_path) > 2 else ''} "
                                f"({' '.join(model_path[1:])}); a llama.cpp command line goes after --check --")
+    click_context = click.get_current_context()
+    argument = next(param for param in click_context.command.params if param.name == "model_path")
+    try:
+        click.Path(dir_okay=False).convert(model_path[0], argument, click_context)
+    except click.BadParameter as err:  # a folder: one line, exit 2, as for any MODEL argument
+        from moetools.cli import _path_problem
+        from moetools.errors import UsageError
+
+        raise UsageError(_path_problem(err)) from None
     from moetools.devicefit.run import device_fit  # lazily: --help stays cheap
 
     return device_fit(model_path[0], devices, context, placement, drafting, fork, machine, outputs, fetch)

@@ -17,9 +17,10 @@ DeviceOptions.__doc__ = 'The devices planned and their memory.'
 ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', 'ubatch', 'batch', 'parallel', 'kv_unified', 'swa_full', 'flash_attn', 'fa_text'])
 ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
 
-PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'overrides', 'check'],
-                              defaults=(None, False))
-PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instead of chosen."
+PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'override_tensor', 'cpu_moe',
+                                                   'check'], defaults=((), False, False))
+PlacementOptions.__doc__ = ("The user's own llama.cpp placement, evaluated instead of chosen. override_tensor: the -ot values, "
+                            "or (as the command hands it over) the overrides in command-line order (override_sources).")
 
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
@@ -100,8 +101,7 @@ def placement_options(command):
                        "when it does not fit.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        overrides = override_sources(kwargs.pop("override_tensor"), kwargs.pop("cpu_moe"), kwargs["n_cpu_moe"])
-        kwargs["overrides"] = overrides
+        kwargs["override_tensor"] = override_sources(kwargs["override_tensor"], kwargs["cpu_moe"], kwargs["n_cpu_moe"]) or ()
         return command(*args, placement=PlacementOptions(*(kwargs.pop(name) for name in PlacementOptions._fields)), **kwargs)
 
     return wrapper
@@ -133,6 +133,15 @@ def override_sources(ot_values, cpu_moe, n_cpu_moe, order=None):
         elif name == "n_cpu_moe" and n_cpu_moe is not None and position == last_n:
             sources.append(("--n-cpu-moe", n_cpu_moe))
     return sources
+
+
+def overrides_of(placement):
+    """The overrides of a PlacementOptions in command-line order (None: none), whether it holds the -ot
+    values (a direct call) or the ordered overrides (from the command)."""
+    value = tuple(placement.override_tensor or ())
+    if value and isinstance(value[0], tuple):
+        return list(value)
+    return override_sources(value, placement.cpu_moe, placement.n_cpu_moe)
 
 
 class OrderedCommand(click.Command):

@@ -11,6 +11,7 @@ from moetools.devicefit import core, upstream
 from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
+from moetools.devicefit.options import overrides_of
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import BORROWED_KV_ARCHES, RS_ROLLBACK_ARCHES, KVSettings, force_flash_attn_off, server_outputs
@@ -499,7 +500,7 @@ def device_fit_check(words, devices, context, placement, drafting, fork, machine
     n_cpu_moe = next((value for kind, value in reversed(line.overrides) if kind == "--n-cpu-moe"), None)
     if sources is not None and all(kind == "--n-cpu-moe" for kind, _ in sources):
         sources = None  # --n-cpu-moe alone: the plain flag (its overrides are the same)
-    placement = PlacementOptions(ngl, ts_text, n_cpu_moe, main_gpu, placement.depth, sources)
+    placement = PlacementOptions(ngl, ts_text, n_cpu_moe, main_gpu, placement.depth, tuple(sources or ()))
     spec_types = [item for item in (values.get("spec_type") or "").split(",") if item]
     spec_type = "draft-mtp" if "draft-mtp" in spec_types and not values.get("draft") else None
     if values.get("draft") and "draft-simple" in spec_types:
@@ -599,7 +600,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             settings.rs_seq = drafting.draft_n_max
         options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
                                  main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
-                                 threads=machine.threads, os_reserve=machine.os_reserve, overrides=placement.overrides)
+                                 threads=machine.threads, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
@@ -630,7 +631,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
                    (forced if isinstance(forced, list) else [forced]) if forced else [])
         return
-    if placement.overrides:
+    if overrides_of(placement):
         raise UsageError("-ot/--cpu-moe are llama.cpp's placement: evaluate them with --runtime llama")
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
