@@ -54,9 +54,9 @@ def device_fit_command(model_path, devices, context, placement, drafting, fork, 
     narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
     shortfall is reported), 2 for bad input.
 
-    With --check, MODEL is a whole llama.cpp command line after `--` (or a FILE or - holding it),
-    evaluated on the devices given: `device-fit --runtime llama --vram 24G --ram 64G --check --
-    llama-server -m model.gguf -ngl 99 -ot exps=CPU -c 32768`.
+    With --check, a whole llama.cpp command line follows `--` (or a FILE or - holds it) and is
+    evaluated on the devices given: `device-fit --vram 24G --ram 64G --check -- llama-server -m
+    model.gguf -ngl 99 -ot exps=CPU -c 32768`.
     """
     if placement.check:
         from moetools.devicefit.run import device_fit_check  # lazily: --help stays cheap

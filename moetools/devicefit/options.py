@@ -94,11 +94,10 @@ def placement_options(command):
     @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
     @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
     @click.option("--check", is_flag=True,
-                  help="Evaluate a whole llama-server/llama-cli command line: `device-fit --vram 24G --ram 64G --check -- "
-                       "llama-server -m MODEL ARGS...`, or a FILE or - holding it. Its flags replace device-fit's "
-                       "context, placement and draft options; the devices still come from --vram/--gpu/--rpc/--ram. "
-                       "Says whether it fits each device, its speed, and what device-fit's own plan changes. Exit 1 "
-                       "when it does not fit.")
+                  help="Evaluate a llama-server/llama-cli command line given after -- (or in a FILE, or -): "
+                       "whether it fits each device, its speed, and what device-fit's own plan changes (exit 1 "
+                       "when it does not fit). Its flags replace the context, placement and draft options; the "
+                       "devices still come from --vram/--gpu/--rpc/--ram.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         kwargs["override_tensor"] = override_sources(kwargs["override_tensor"], kwargs["cpu_moe"], kwargs["n_cpu_moe"]) or ()
