@@ -71,6 +71,19 @@ def test_round_trip_of_the_emitted_launch_gives_back_the_plan(models, tmp_path, 
     assert doc["check"]["device_fit"]["args"] == planned["launch"]["llama"]["args"]
 
 
+@pytest.mark.parametrize("name, extra", [("qwen3-235b", ["--draft", "qwen3-30b-a3b"]), ("glm-4.5-air", ["--spec-type", "draft-mtp"])],
+                         ids=["draft", "draft-mtp"])
+def test_round_trip_with_speculative_decoding(models, tmp_path, name, extra):
+    """The benchmarks' --draft and draft-mtp cases: -md/-ngld/-ctkd/-ctvd/--spec-type read back."""
+    extra = [str(models[word]) if word in models else word for word in extra]
+    planned = json.loads(moetools(models[name], *LLAMA_ONE, *extra, "--json")[0])
+    saved = tmp_path / "launch.sh"
+    saved.write_text(moetools(models[name], *LLAMA_ONE, *extra, "--emit", "llama")[0])
+    doc = json.loads(moetools(*LLAMA_ONE[2:], "--json", "--check", saved)[0])
+    assert ledger(doc) == ledger(planned) and doc["tok_s"] == planned["tok_s"]
+    assert doc["draft"] == planned["draft"] and doc["check"]["device_fit"]["changes"] == []
+
+
 def test_the_recorded_llama_cpp_line_gives_its_logged_buffers(tmp_path):
     """The line llama.cpp ran with --fit's overrides (tests/data/devicefit_llama_check.json), checked
     on the same two RPC servers: each device's model buffer is what llama.cpp logged."""

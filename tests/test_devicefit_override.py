@@ -135,13 +135,22 @@ def test_ot_and_n_cpu_moe_take_llama_cpps_order(qwen3):
 
 def test_rpc_buffer_names_and_device_alias(fixture):
     """llama.cpp's -ot takes an RPC server's buffer type name RPC0[host:port]; device-fit also takes the
-    device name --list-devices prints (RPC0, RPC1: numbered across the servers)."""
+    device name --list-devices prints (RPC1: numbered across the servers) and the registry's
+    RPC[host:port], warns that llama.cpp refuses them, and writes the buffer name in the launch."""
     second = f"RPC0[127.0.0.1:{case.RPC_PORTS[1]}]"
     # every expert on the 90 MiB server does not fit it (exit 1), but it is evaluated
-    by_buffer, _ = plan(*case.device_fit_args(fixture), "-ot", f"exps={second}", code=1)
-    by_device, _ = plan(*case.device_fit_args(fixture), "-ot", "exps=RPC1", code=1)
-    assert weights(by_buffer) == weights(by_device)
+    by_buffer, quiet = plan(*case.device_fit_args(fixture), "-ot", f"exps={second}", code=1)
+    assert "buffer name" not in quiet
+    for alias in ("RPC1", f"RPC[127.0.0.1:{case.RPC_PORTS[1]}]"):
+        by_alias, stderr = plan(*case.device_fit_args(fixture), "-ot", f"exps={alias}", code=1)
+        assert weights(by_buffer) == weights(by_alias)
+        assert f"llama.cpp's -ot takes the buffer name {second} (it stops on {alias}" in stderr
     assert by_buffer["devices"][0]["expert_bytes"] == 0 and by_buffer["devices"][1]["expert_bytes"] > 0
+    # the launch line of a plan that fits names the buffer (the recorded placement, with block 7's up
+    # matrix sent to the server its layer is on already)
+    fits, _ = plan(*case.device_fit_args(fixture), *placement_flags(RECORD["emitted_args"]), "-ot", r"blk\.7\.ffn_up_exps=RPC1")
+    args = fits["launch"]["llama"]["args"]
+    assert args[len(args) - 1 - args[::-1].index("-ot") + 1] == rf"blk\.7\.ffn_up_exps={second}"
 
 
 def test_any_override_turns_pipeline_parallelism_off(fixture):

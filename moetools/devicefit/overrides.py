@@ -82,16 +82,43 @@ def parse_sources(sources):
 
 def buffer_names(devices):
     """{name llama.cpp's -ot takes: device key}: CPU, each offload device's buffer type name (CUDA0,
-    RPC0[host:port]), and, for an RPC server, its device name RPC<n> (numbered across servers, as
-    --list-devices prints it) as an alias device-fit accepts too."""
-    names = {"CPU": CPU}
-    n_rpc = 0
-    for index, device in enumerate(devices):
-        names[device.name] = index
-        if device.kind == "rpc":
-            names.setdefault(f"RPC{n_rpc}", index)
-            n_rpc += 1
-    return names
+    RPC0[host:port])."""
+    return {"CPU": CPU, **{device.name: index for index, device in enumerate(devices)}}
+
+
+def aliases(devices):
+    """{other name of an RPC server: device key}: its device name RPC<n> (numbered across servers, as
+    --list-devices prints it) and its registry's RPC[host:port] (ggml-rpc.cpp). llama.cpp's -ot refuses
+    both; device-fit takes them and writes the buffer name."""
+    names = {}
+    rpc = [index for index, device in enumerate(devices) if device.kind == "rpc"]
+    for number, index in enumerate(rpc):
+        names[f"RPC{number}"] = index
+        names[f"RPC[{devices[index].endpoint}]"] = index
+    return {name: index for name, index in names.items() if name not in buffer_names(devices)}
+
+
+def canonical(sources, devices):
+    """(the sources with every -ot device alias written as its buffer name, [warnings])."""
+    alias = aliases(devices)
+    if not alias:
+        return list(sources), []
+    result, warnings = [], []
+    for kind, value in sources:
+        if kind != "-ot":
+            result.append((kind, value))
+            continue
+        items = []
+        for item in value.split(","):
+            pattern, _, target = item.partition("=")
+            if target in alias:
+                name = devices[alias[target]].name
+                warnings.append(f"-ot {item}: llama.cpp's -ot takes the buffer name {name} (it stops on {target} with "
+                                f"'unknown buffer type'); planned, and written in the launch line, as {name}")
+                item = f"{pattern}={name}"
+            items.append(item)
+        result.append((kind, ",".join(items)))
+    return result, warnings
 
 
 def resolve(sources, devices):

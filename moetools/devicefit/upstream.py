@@ -393,6 +393,8 @@ def _resolve_overrides(facts, devices, options, notes, warnings):
     or device), with the notes and warnings of what they match."""
     from moetools.devicefit import overrides as overridesmod
 
+    options.overrides, renamed = overridesmod.canonical(options.overrides, devices)
+    warnings += renamed
     resolved = overridesmod.resolve(options.overrides, devices)
     options.tensor_homes, counts, contests = overridesmod.tensor_homes(resolved, facts.layers.tensors)
     names = {CPU: "CPU", **{index: device.name for index, device in enumerate(devices)}}
