@@ -28,9 +28,9 @@ Python has (named groups `(?P`, look-behind, inline flags, `\\A`, `\\Z`), which 
 
 import re
 
+from moetools.devicefit.placement import CPU
 from moetools.errors import UsageError
 
-CPU = -1  # placement.CPU (imported lazily there; the same value)
 EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"  # common.h LLM_FFN_EXPS_REGEX
 
 _POSIX = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "upper": "A-Z", "lower": "a-z",
