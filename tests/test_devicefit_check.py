@@ -192,3 +192,18 @@ def test_every_spelling_read_is_one_of_llama_cpps():
         assert llama_args.arity(flag) is not None, flag
     assert llama_args.arity("-ot") == 1 and llama_args.arity("--cpu-moe") == 0 and llama_args.arity("-kvu") == 0
     assert llama_args.arity("--control-vector-layer-range") == 2
+
+
+def test_the_json_launch_and_the_first_command_of_a_script(models, tmp_path):
+    """`--emit llama --json`'s {"command": [...]} is read as the line; a script's first command is checked."""
+    path = models["qwen3-30b-a3b"]
+    devices = ["--vram", "8G", "--ram", "64G"]
+    emitted = moetools(path, "--runtime", "llama", *devices, "--emit", "llama", "--json")[0]
+    saved = tmp_path / "launch.json"
+    saved.write_text(emitted)
+    doc = json.loads(moetools(*devices, "--json", "--check", saved)[0])
+    assert ["llama-server", *doc["launch"]["llama"]["args"]] == json.loads(emitted)["command"]
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!/bin/sh\n\nllama-server -m {path} -c 4096 --n-cpu-moe 40\necho done\n")
+    doc = json.loads(moetools(*devices, "--json", "--check", script)[0])
+    assert doc["check"]["unknown_flags"] == [] and doc["placement"]["n_cpu_moe"] == 40

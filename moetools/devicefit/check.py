@@ -81,16 +81,13 @@ class Line:
 
 def command_tokens(words, read_text):
     """The argv of the checked command: `words` given after --check (the command itself, or one FILE
-    or `-` holding it; read_text(path) reads one). A file's line may continue over lines with `\\`,
-    hold comments (#) and start with VAR=value assignments, as a shell script does."""
+    or `-` holding it; read_text(path) reads one). A file holds a shell line — continued over lines
+    with `\\`, with comments (#) and VAR=value assignments before the program; its first command is
+    checked — or `--emit llama --json`'s document ({"command": [...]})."""
     words = list(words)
     if len(words) == 1 and (words[0] == "-" or (os.path.isfile(words[0]) and not words[0].endswith(".gguf")
                                                  and not os.access(words[0], os.X_OK))):
-        text = read_text(words[0])
-        try:
-            words = shlex.split(text.replace("\\\r\n", " ").replace("\\\n", " "), comments=True)
-        except ValueError as err:
-            raise UsageError(f"--check {words[0]}: cannot split the command line ({err})") from None
+        words = _file_command(words[0], read_text(words[0]))
     while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=", 1)[0].isidentifier():
         words.pop(0)  # an environment assignment before the program
     if words and words[0] in ("env", "exec", "nohup"):
@@ -98,6 +95,27 @@ def command_tokens(words, read_text):
     if not words:
         raise UsageError("--check: no command line (give it after --, or a FILE or - holding it)")
     return words
+
+
+def _file_command(name, text):
+    if text.lstrip().startswith("{"):
+        import json
+
+        try:
+            command = json.loads(text).get("command")
+        except (ValueError, AttributeError):
+            command = None
+        if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+            raise UsageError(f"--check {name}: a JSON document without a \"command\" list of strings")
+        return list(command)
+    for line in text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as err:
+            raise UsageError(f"--check {name}: cannot split the command line ({err})") from None
+        if words:
+            return words
+    return []
 
 
 def parse(words):
