@@ -207,3 +207,15 @@ def test_the_json_launch_and_the_first_command_of_a_script(models, tmp_path):
     script.write_text(f"#!/bin/sh\n\nllama-server -m {path} -c 4096 --n-cpu-moe 40\necho done\n")
     doc = json.loads(moetools(*devices, "--json", "--check", script)[0])
     assert doc["check"]["unknown_flags"] == [] and doc["placement"]["n_cpu_moe"] == 40
+
+
+def test_without_mmap_the_cpus_weights_must_fit_ram(models):
+    """--no-mmap (or -lm none): the CPU's weights are read into RAM, no page cache to fall back on, so
+    a CPU share above --ram is a shortfall (exit 1); memory-mapped, the same line fits."""
+    line = ["llama-server", "-m", models["qwen3-30b-a3b"], "-c", "4096", "-ngl", "99", "--cpu-moe"]
+    devices = ["--vram", "24G", "--ram", "16G"]
+    mapped, _ = checked(devices, *line)
+    assert mapped["check"]["fits"]
+    for flags in (["--no-mmap"], ["-lm", "none"]):
+        doc, _ = checked(devices, *line, *flags, code=1)
+        assert not doc["check"]["fits"] and doc["check"]["shortfall_bytes"]["CPU"] > 0

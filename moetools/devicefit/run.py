@@ -192,20 +192,26 @@ def _run_check(model_path, facts, offload, ram_bytes, options, line, json_flag, 
         own = upstream.plan(facts, offload, cpu, own_options) if options.user_placement else result
     except UsageError:
         own = None
-    doc["check"] = check_doc(line, result, own, model_path, kv_flags, facts.layers.n_layer + 1)
+    doc["check"] = check_doc(line, result, own, model_path, kv_flags, facts.layers.n_layer + 1,
+                             resident_cpu=not options.speed.mmap and ram_bytes is not None)
     for message in doc["warnings"]:
         warn(message)
     render(doc, lambda: llama_tables(doc), json_flag, notes=doc["check"]["summary"] + doc["notes"])
-    if result.chosen is None:
+    if not doc["check"]["fits"]:
         click.get_current_context().exit(1)
 
 
-def check_doc(line, result, own, model_path, kv_flags, all_layers):
+def check_doc(line, result, own, model_path, kv_flags, all_layers, resident_cpu=False):
     """The answer of --check: does the line fit (each device's shortfall), its speed, and device-fit's
-    own plan on the same devices and context with what it changes and buys."""
+    own plan on the same devices and context with what it changes and buys. resident_cpu: the weights
+    are read into RAM (--no-mmap, -lm none|mlock), so the CPU's share must fit --ram too."""
     plan_ = result.chosen or result.alternatives[0]
     fits = result.chosen is not None
     shortfall = {share.device.name: excess for share, excess in plan_.overfull}
+    cpu = plan_.shares[-1]
+    if resident_cpu and cpu.free_bytes < 0:  # no page cache to fall back on: the CPU is short too
+        shortfall[cpu.device.name] = -cpu.free_bytes
+        fits = False
     answer = {"command": [line.program, *line.argv], "fits": fits, "shortfall_bytes": shortfall,
               "tok_s": round(plan_.tok_s, 4), "context": plan_.context,
               "ignored_flags": line.ignored, "not_modelled_flags": line.not_modelled, "unknown_flags": line.unknown}
@@ -217,7 +223,7 @@ def check_doc(line, result, own, model_path, kv_flags, all_layers):
         short = "; ".join(f"{name} short by {format_size(excess)}" for name, excess in shortfall.items())
         summary.append(f"--check: the line does NOT fit: {short or 'nothing fits'} (it would decode "
                        f"{plan_.tok_s:.2f} tok/s if it did)")
-    if own is not None and own.chosen is not None:
+    if own is not None and own.chosen is not None and not (resident_cpu and own.chosen.shares[-1].free_bytes < 0):
         own_args = upstream.server_args(model_path, own, kv_flags)
         changes = flag_changes(upstream.server_args(model_path, result, kv_flags) if fits else None, own_args, line,
                                all_layers)
