@@ -402,12 +402,16 @@ def _resolve_overrides(facts, devices, options, notes, warnings):
     notes += more_notes
     warnings += more_warnings
     if any(kind == "-ot" for kind, _ in options.overrides):
-        moved = {}
-        for name, key in options.tensor_homes.items():
-            moved[key] = moved.get(key, 0) + 1
-        notes.append("-ot: " + ", ".join(f"{count} tensor(s) to {names[key]}" for key, count in sorted(moved.items()))
-                     + " (first match wins, llama_model_loader::create_tensor); a dense tensor moved off its layer's "
-                     "device is counted in that device's weights and reads, its compute still modelled on the layer's device")
+        counts = {}
+        for name, role, *_ in facts.layers.tensors:
+            if name in options.tensor_homes:
+                key = (options.tensor_homes[name], "expert" if role == "expert" else "other")
+                counts[key] = counts.get(key, 0) + 1
+        text = ", ".join(f"{count} {kind} tensor(s) to {names[key]}" for (key, kind), count in sorted(counts.items()))
+        notes.append(f"overrides: {text or 'no tensor matched'} (the first match wins: llama_model_loader::create_tensor)"
+                     + ("; a non-expert tensor moved off its layer's device is counted in that device's weights "
+                        "and reads, its compute still modelled on the layer's device"
+                        if any(kind == "other" for _, kind in counts) else ""))
 
 
 def unfittable(facts, devices, cpu, options, attempt):
