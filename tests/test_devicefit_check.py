@@ -219,3 +219,18 @@ def test_without_mmap_the_cpus_weights_must_fit_ram(models):
     for flags in (["--no-mmap"], ["-lm", "none"]):
         doc, _ = checked(devices, *line, *flags, code=1)
         assert not doc["check"]["fits"] and doc["check"]["shortfall_bytes"]["CPU"] > 0
+
+
+def test_fit_on_shrinks_an_unset_context_that_does_not_fit(models):
+    """common/fit.cpp: with --fit on and no -c, a training context that does not fit is reduced (a
+    multiple of 256 per KV stream, not below --fit-ctx); -c 0 (the whole context) and --fit off are
+    evaluated as they are."""
+    devices = ["--vram", "12G", "--ram", "256G"]
+    line = ["llama-server", "-m", models["qwen3-235b"], "-ngl", "99", "--cpu-moe"]
+    doc, _ = checked(devices, *line)
+    assert 4096 <= doc["context"] < doc["context_train"] and doc["context"] % 256 == 0
+    assert any("--fit on shrinks the context from 40960" in note for note in doc["notes"])
+    assert checked(devices, *line, "-fitc", str(doc["context"] + 256), code=1)[0]["check"]["shortfall_bytes"]["CUDA0"] > 0
+    for flags in (["-c", "0"], ["--fit", "off"]):
+        failed, _ = checked(devices, *line, *flags, code=1)
+        assert not failed["check"]["fits"]

@@ -35,7 +35,7 @@ for _key, _spellings in {
     "ctkd": "-ctkd --cache-type-k-draft --spec-draft-type-k", "ctvd": "-ctvd --cache-type-v-draft --spec-draft-type-v",
     "devd": "-devd --device-draft --spec-draft-device", "spec_type": "--spec-type", "n_max": "--spec-draft-n-max",
     "rpc": "--rpc", "fit": "-fit --fit", "load_mode": "-lm --load-mode", "no_mmap": "--no-mmap", "mmap": "--mmap",
-    "mlock": "--mlock", "per_slot": "--kv-unified-per-slot",
+    "mlock": "--mlock", "per_slot": "--kv-unified-per-slot", "fit_ctx": "-fitc --fit-ctx",
 }.items():
     for _flag in _spellings.split():
         MODELLED[_flag] = _key
@@ -50,7 +50,7 @@ NOT_MODELLED = set("""
 --mmproj-offload --no-mmproj-offload -mmdev --mmproj-device -ncffn --n-cpu-ffn -otd --override-tensor-draft
 --spec-draft-override-tensor -cmoed --cpu-moe-draft --spec-draft-cpu-moe -ncmoed --n-cpu-moe-draft
 --spec-draft-n-cpu-moe --spec-draft-ncmoe -hfd -hfrd --hf-repo-draft --spec-draft-hf -td --threads-draft
---spec-draft-threads -tbd --threads-batch-draft --spec-draft-threads-batch -fitt --fit-target -fitc --fit-ctx
+--spec-draft-threads -tbd --threads-batch-draft --spec-draft-threads-batch -fitt --fit-target
 --embedding --embeddings --pooling --rerank --reranking --gpt-oss-120b-default --gpt-oss-20b-default
 --fim-qwen-1.5b-default --fim-qwen-3b-default --fim-qwen-7b-default --fim-qwen-7b-spec --fim-qwen-14b-spec
 --fim-qwen-30b-default --embd-gemma-default --vision-gemma-4b-default --vision-gemma-12b-default --spec-default
@@ -172,7 +172,7 @@ def _take(line, key, flag, values):
         line.values[key] = value
         if not (key == "ngl" and value == "auto"):
             line.placement_given.append(flag)
-    elif key in ("ctx", "ubatch", "batch", "parallel", "main_gpu", "threads", "n_max", "per_slot"):
+    elif key in ("ctx", "ubatch", "batch", "parallel", "main_gpu", "threads", "n_max", "per_slot", "fit_ctx"):
         line.values[key] = _int(flag, value)
     elif key in ("kvu", "no_kvu"):
         line.values["kv_unified"] = key == "kvu"

@@ -175,12 +175,21 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         click.get_current_context().exit(1)
 
 
-def _run_check(model_path, facts, offload, ram_bytes, options, line, json_flag, notes=(), warnings=()):
+def _run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json_flag, notes=(), warnings=()):
     """--check: evaluate the command line's placement (options), plan device-fit's own on the same
-    devices and context, print both, exit 1 when the line does not fit."""
+    devices and context, print both, exit 1 when the line does not fit. shrink: (least context, step)
+    when --fit on may shrink a training context that does not fit (common/fit.cpp), else None."""
     cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     kv_flags = launchmod.kv_flags(options.kv)
     result = upstream.plan(facts, offload, cpu, options)
+    if shrink is not None and result.chosen is None:
+        fitted = _fit_context(facts, offload, cpu, options, *shrink)
+        if fitted is not None:
+            notes = list(notes) + [f"--check: --fit on shrinks the context from {options.ctx} to about {fitted} "
+                                   "(common/fit.cpp reduces an unset context until the model fits; device-fit takes "
+                                   f"the largest multiple of {shrink[1]} that fits)"]
+            options.ctx = fitted
+            result = upstream.plan(facts, offload, cpu, options)
     doc = upstream.result_doc(result, facts, model_path, kv_flags)
     doc["notes"] = list(notes) + doc["notes"]
     doc["warnings"] = list(warnings) + doc["warnings"]
@@ -199,6 +208,26 @@ def _run_check(model_path, facts, offload, ram_bytes, options, line, json_flag, 
     render(doc, lambda: llama_tables(doc), json_flag, notes=doc["check"]["summary"] + doc["notes"])
     if not doc["check"]["fits"]:
         click.get_current_context().exit(1)
+
+
+def _fit_context(facts, offload, cpu, options, least, step):
+    """The largest context, a multiple of `step` from `least` up to options.ctx, at which the plan fits
+    (None: not even `least`). plan_at over the options plan() resolved (its tensor homes)."""
+    def fits(ctx):
+        return upstream.plan_at(facts, offload, cpu, options, ctx).fits
+
+    if least >= options.ctx or not fits(least):
+        return None
+    low, high = least, options.ctx  # fits at low, not at high
+    while high - low > step:
+        middle = low + (high - low) // 2 // step * step
+        if middle <= low:
+            break
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def check_doc(line, result, own, model_path, kv_flags, all_layers, resident_cpu=False):
@@ -470,18 +499,23 @@ def device_fit_check(words, devices, context, placement, drafting, fork, machine
     ctx = values.get("ctx")
     if not ctx and values.get("per_slot") and line.program == "llama-server":
         ctx = n_seq * values["per_slot"]  # tools/server/server.cpp: the KV pool sized from --kv-unified-per-slot
+    fit = checkmod.switch("--fit", values["fit"]) != "off" if "fit" in values else True
+    shrink = None
     if not ctx:
         from moetools.devicefit import kv as kvmod
         from moetools.gguf import open_model
 
         with open_model(path, fetch) as model:
             ctx = kvmod.kv_shape(model).context_train
-        notes.append(f"--check: no -c (or -c 0): llama.cpp allocates the training context, {ctx} tokens "
-                     "(--fit on may shrink it to fit, down to --fit-ctx)")
+        # common/fit.cpp: with --fit on and no -c, a context that does not fit is shrunk (to a multiple
+        # of 256 per KV stream, not below --fit-ctx); -c 0 asks for the whole training context
+        if fit and "ctx" not in values:
+            shrink = (values.get("fit_ctx", 4096), 256 * (1 if unified else n_seq))
+        notes.append(f"--check: {'-c 0' if 'ctx' in values else 'no -c'}: llama.cpp allocates the training context, "
+                     f"{ctx} tokens" + (" (--fit on shrinks it when it does not fit)" if shrink else ""))
     fa = checkmod.switch("-fa", values["fa"]) if "fa" in values else "auto"
     context = ContextOptions(ctx, context.min_ctx, values.get("ctk", "f16"), values.get("ctv", "f16"), values.get("ubatch", 512),
                              values.get("batch", 2048), n_seq, unified, bool(values.get("swa_full")), fa != "off", fa)
-    fit = checkmod.switch("--fit", values["fit"]) != "off" if "fit" in values else True
     split = values.get("split_mode", "layer")
     if split not in ("none", "layer", "row", "tensor"):
         raise UsageError(f"--check: -sm {split!r}: expected none, layer, row or tensor")
@@ -528,7 +562,7 @@ def device_fit_check(words, devices, context, placement, drafting, fork, machine
         warnings.append(f"--check: {message}: not a llama.cpp flag (common/arg.cpp at 0c1e57098); ignored "
                         "(llama.cpp itself stops with 'invalid argument')")
     return device_fit(path, devices, context, placement, drafting, fork, machine, outputs, fetch,
-                      check=(line, mmap, notes, warnings))
+                      check=(line, mmap, shrink, notes, warnings))
 
 
 def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch, check=None):
@@ -629,8 +663,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
         if check is not None:
-            line, options.speed.mmap, check_notes, check_warnings = check
-            _run_check(model_path, facts, rpcs + gpus, ram_bytes, options, line, outputs.json_flag,
+            line, options.speed.mmap, shrink, check_notes, check_warnings = check
+            _run_check(model_path, facts, rpcs + gpus, ram_bytes, options, line, shrink, outputs.json_flag,
                        decimal_vram_notes(devices.vram) + check_notes,
                        check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []))
             return
