@@ -536,6 +536,13 @@ def _weight_text(weight):
 
 def plan_doc(plan_):
     placement = plan_.placement
+    doc = _plan_doc(plan_, placement)
+    if placement.sources is not None:  # the user's overrides, in llama.cpp's (command-line) order
+        doc["overrides"] = [kind if value is None else f"{kind} {value}" for kind, value in placement.sources]
+    return doc
+
+
+def _plan_doc(plan_, placement):
     return {
         "context": plan_.context,
         "depth": plan_.depth,
