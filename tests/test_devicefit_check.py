@@ -171,6 +171,7 @@ def test_the_line_from_stdin_with_continuations_and_comments(models):
     (["--vram", "24G"], ["llama-server", "-hf", "org/repo:Q4_K_M"], "-hf org/repo:Q4_K_M names no file"),
     (["--vram", "24G", "--emit", "llama"], ["llama-server", "-m", "MODEL"], "--check answers for a command line"),
     (["--vram", "24G"], [], "no command line"),
+    (["--vram", "24G"], ["MODEL", "llama-server", "-c", "4096"], "--check reads the model from the command line's -m"),
 ])
 def test_bad_input_exits_2_with_one_line(models, devices, line, message):
     line = [models["qwen3-30b-a3b"] if word == "MODEL" else word for word in line]

@@ -85,6 +85,9 @@ def command_tokens(words, read_text):
     with `\\`, with comments (#) and VAR=value assignments before the program; its first command is
     checked — or `--emit llama --json`'s document ({"command": [...]})."""
     words = list(words)
+    if words and words[0].lower().endswith(".gguf"):
+        raise UsageError(f"--check reads the model from the command line's -m: give the line after -- "
+                         f"(device-fit --vram ... --check -- llama-server -m {words[0]} ...), not MODEL")
     if len(words) == 1 and (words[0] == "-" or (os.path.isfile(words[0]) and not words[0].endswith(".gguf")
                                                  and not os.access(words[0], os.X_OK))):
         words = _file_command(words[0], read_text(words[0]))
