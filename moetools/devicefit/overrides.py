@@ -23,7 +23,8 @@ llama.cpp's rules (commit 0c1e57098), followed here:
 std::regex's default grammar is ECMAScript; Python's `re` agrees on what llama.cpp users write
 (literals, `\\.`, `\\d`, classes, groups, alternation, `*+?{n,m}`, anchors). `to_python` maps the
 POSIX classes ECMAScript accepts inside brackets (`[[:digit:]]`) and refuses the constructs only
-Python has (named groups `(?P`, look-behind, inline flags, `\\A`, `\\Z`), which std::regex rejects.
+Python has (named groups `(?P`, look-behind, inline flags, `\\A`, `\\Z`, `{,n}`), which std::regex
+rejects.
 """
 
 import re
@@ -36,7 +37,8 @@ EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"  # common.h LLM_FFN_EXPS_
 _POSIX = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "upper": "A-Z", "lower": "a-z",
           "space": r"\s", "xdigit": "0-9A-Fa-f", "punct": r"!-/:-@\[-`{-~", "w": r"\w", "d": r"\d", "s": r"\s"}
 _PYTHON_ONLY = [(re.compile(r"\(\?P"), "a named group (?P...)"), (re.compile(r"\(\?<[=!]"), "a look-behind (?<=...)"),
-                (re.compile(r"\(\?[aiLmsux-]+[:)]"), "an inline flag (?i)"), (re.compile(r"(?<!\\)\\[AZ]"), r"\A or \Z")]
+                (re.compile(r"\(\?[aiLmsux-]+[:)]"), "an inline flag (?i)"), (re.compile(r"(?<!\\)\\[AZ]"), r"\A or \Z"),
+                (re.compile(r"(?<!\\)\{,"), "a {,n} repeat")]
 
 
 class Override:
