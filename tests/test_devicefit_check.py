@@ -217,7 +217,7 @@ def test_without_mmap_the_cpus_weights_must_fit_ram(models):
     devices = ["--vram", "24G", "--ram", "16G"]
     mapped, _ = checked(devices, *line)
     assert mapped["check"]["fits"]
-    for flags in (["--no-mmap"], ["-lm", "none"]):
+    for flags in (["--no-mmap"], ["-lm", "none"], ["--mlock"], ["-lm", "mmap+mlock"]):
         doc, _ = checked(devices, *line, *flags, code=1)
         assert not doc["check"]["fits"] and doc["check"]["shortfall_bytes"]["CPU"] > 0
 

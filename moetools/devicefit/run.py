@@ -553,9 +553,10 @@ def device_fit_check(words, devices, context, placement, drafting, fork, machine
                             values.get("devd"), values.get("ctvd", "f16"))
     if "threads" in values and values["threads"] > 0:
         machine = machine._replace(threads=values["threads"])
-    mmap = not (values.get("no_mmap") or values.get("load_mode") in ("none", "mlock", "dio"))
-    if values.get("mlock") or values.get("load_mode") in ("mlock", "mmap+mlock"):
-        notes.append("--check: mlock keeps the CPU's weights in RAM: when they exceed it, llama.cpp fails to lock them")
+    # mmap: the CPU's weights are a page cache the drive refills; read into RAM (--no-mmap, -lm none|dio)
+    # or locked there (mlock), they must fit it
+    mmap = not (values.get("no_mmap") or values.get("load_mode") in ("none", "mlock", "dio", "mmap+mlock")
+                or values.get("mlock"))
     if devices.runtime != "llama":
         devices = devices._replace(runtime="llama")
     for message in line.unknown:
