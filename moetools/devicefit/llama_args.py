@@ -2,7 +2,8 @@
 spelling add_opt(common_arg(...)) declares, by how many values it takes (common/arg.h's common_arg
 constructors: a handler of (params) or (params, bool) takes none, of (params, int|string) one, of
 (params, string, string) two; common_params_parse_ex reads them as the next arguments, never as
-`--flag=value`, and turns `_` into `-` in a `--` flag). Written by benchmarks/gen_llama_args.py.
+`--flag=value`, and turns `_` into `-` in a `--` flag). The tables are benchmarks/gen_llama_args.py's
+output over that arg.cpp, wrapped.
 
 Which of them device-fit models, which change memory or speed without being modelled, and which
 change neither is decided in devicefit/check.py.
