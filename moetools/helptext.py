@@ -22,6 +22,8 @@ DEVICE_FIT = examples(
     "moetools device-fit model.gguf --vram 24G --coverage curve.json --ctx 8192",
     "moetools device-fit model.gguf --vram 24G --emit env",
     "moetools device-fit model.gguf --runtime llama --vram 24G,24G --ram 64G",
+    "moetools device-fit model.gguf --runtime llama --vram 24G --ram 64G -ot exps=CPU",
+    "moetools device-fit --vram 24G --ram 64G --check -- llama-server -m model.gguf -ngl 99 -ot exps=CPU",
 )
 QUANTIZE = examples(
     "moetools quantize model.gguf --type Q4_K_M,Q8_0 --dry-run",

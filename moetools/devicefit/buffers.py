@@ -345,8 +345,11 @@ PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES
 
 def pipeline_parallel(placement, n_devices):
     """Whether llama.cpp runs this placement with pipeline parallelism: several devices, every layer
-    and the output offloaded, split by layer, no tensor override (the emitted -ot, --n-cpu-moe)."""
+    and the output offloaded, split by layer, no tensor override (the emitted -ot, --n-cpu-moe; a user's
+    -ot that moves nothing still counts: llama_model's has_tensor_overrides)."""
     if n_devices < 2 or placement.main_gpu is not None or HOST in placement.layer_device:
+        return False
+    if any(kind != "--n-cpu-moe" or value for kind, value in placement.sources or ()):
         return False
     return all(home == placement.layer_device[block] for block, homes in placement.expert_device.items()
                for home in homes.values())
@@ -355,7 +358,8 @@ def pipeline_parallel(placement, n_devices):
 def _placement_key(placement, kinds, settings, ctx, outputs):
     """A hashable key of what a placement's compute buffers depend on (the memos' key)."""
     experts = tuple(sorted((block, tuple(sorted(homes.items()))) for block, homes in placement.expert_device.items()))
-    return tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs
+    overridden = any(kind != "--n-cpu-moe" or value for kind, value in placement.sources or ())
+    return tuple(placement.layer_device), experts, tuple(kinds.items()), settings.as_tuple(), ctx, outputs, overridden
 
 
 def placement_compute(facts, placement, kinds, settings, ctx, outputs=None):

@@ -14,7 +14,7 @@ import click
 
 from moetools import helptext
 from moetools.devicefit.options import (context_options, devices_options, drafting_options, fork_options,
-                                         machine_options, outputs_options, placement_options)
+                                         machine_options, outputs_options, placement_options, OrderedCommand)
 from moetools.sourceopts import source_options
 
 
@@ -33,8 +33,8 @@ def _collector_paused(command):
     return paused
 
 
-@click.command("device-fit", epilog=helptext.DEVICE_FIT)
-@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.command("device-fit", cls=OrderedCommand, epilog=helptext.DEVICE_FIT)
+@click.argument("model_path", metavar="MODEL", nargs=-1)
 @devices_options
 @context_options
 @placement_options
@@ -55,7 +55,29 @@ def device_fit_command(model_path, devices, context, placement, drafting, fork, 
     alone plans every GGUF set in the repo, one row per quant, the fastest that fits first
     (--include GLOB to narrow). Exit 0 when a plan fits (for a repo: when any set does), 1 when it does not (the
     shortfall is reported), 2 for bad input.
+
+    With --check, a whole llama.cpp command line follows `--` (or a FILE or - holds it) and is
+    evaluated on the devices given: `device-fit --vram 24G --ram 64G --check -- llama-server -m
+    model.gguf -ngl 99 -ot exps=CPU -c 32768`.
     """
+    if placement.check:
+        from moetools.devicefit.run import device_fit_check  # lazily: --help stays cheap
+
+        return device_fit_check(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch)
+    if not model_path:
+        raise click.UsageError("Missing argument 'MODEL'.")
+    if len(model_path) > 1:
+        raise click.UsageError(f"Got unexpected extra argument{'s' if len(model_path) > 2 else ''} "
+                               f"({' '.join(model_path[1:])}); a llama.cpp command line goes after --check --")
+    click_context = click.get_current_context()
+    argument = next(param for param in click_context.command.params if param.name == "model_path")
+    try:
+        click.Path(dir_okay=False).convert(model_path[0], argument, click_context)
+    except click.BadParameter as err:  # a folder: one line, exit 2, as for any MODEL argument
+        from moetools.cli import _path_problem
+        from moetools.errors import UsageError
+
+        raise UsageError(_path_problem(err)) from None
     from moetools.devicefit.run import device_fit  # lazily: --help stays cheap
 
-    return device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch)
+    return device_fit(model_path[0], devices, context, placement, drafting, fork, machine, outputs, fetch)

@@ -61,6 +61,9 @@ class LayerBytes(Record):
         ("input_tensors", list),
         ("output_tensors", list),
         ("output_tied", False),  # no output.weight: llama.cpp duplicates token_embd onto the output device
+        # every tensor llama.cpp creates, for -ot: (name, role "input" | "output" | "dense" | "expert",
+        # block or None, expert part or None, n_bytes, cuda pad bytes); a tied output's token_embd twice
+        ("tensors", list),
     )
 
     @property
@@ -121,6 +124,7 @@ def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
         block = kind[0] if kind else tensor_block(tensor.name)
         if block is not None and block < len(blocks):
             target = blocks[block]
+            result.tensors.append((tensor.name, "expert" if kind else "dense", block, kind[1] if kind else None, *entry))
             if kind:
                 part = kind[1]
                 target.experts[part] = target.experts.get(part, 0) + tensor.n_bytes
@@ -129,11 +133,13 @@ def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
                 target.dense_bytes += tensor.n_bytes
                 target.dense_tensors.append(entry)
         elif tensor.name.startswith(INPUT_PREFIXES):
+            result.tensors.append((tensor.name, "input", None, None, *entry))
             result.input_bytes += tensor.n_bytes
             result.input_tensors.append(entry)
             if tensor.name.startswith("token_embd.weight"):
                 embeddings.append(entry)
         else:
+            result.tensors.append((tensor.name, "output", None, None, *entry))
             has_output = has_output or tensor.name == "output.weight"
             result.output_bytes += tensor.n_bytes
             result.output_tensors.append(entry)
@@ -142,6 +148,7 @@ def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
         result.output_tied = True
         result.output_bytes += sum(n for n, _ in embeddings)
         result.output_tensors += embeddings
+        result.tensors += [("token_embd.weight", "output", None, None, *entry) for entry in embeddings]
     top_k = top_k_per_block or {}
     for block in blocks:
         if block.experts:

@@ -17,8 +17,10 @@ DeviceOptions.__doc__ = 'The devices planned and their memory.'
 ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', 'ubatch', 'batch', 'parallel', 'kv_unified', 'swa_full', 'flash_attn', 'fa_text'])
 ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
 
-PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth'])
-PlacementOptions.__doc__ = "The user's own llama.cpp placement, evaluated instead of chosen."
+PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'override_tensor', 'cpu_moe',
+                                                   'check'], defaults=((), False, False))
+PlacementOptions.__doc__ = ("The user's own llama.cpp placement, evaluated instead of chosen. override_tensor: the -ot values, "
+                            "or (as the command hands it over) the overrides in command-line order (override_sources).")
 
 DraftOptions = namedtuple('DraftOptions', ['draft_path', 'draft_ngl', 'draft_ctk', 'spec_type', 'draft_n_max', 'n_outputs', 'draft_device', 'draft_ctv'])
 DraftOptions.__doc__ = "Speculative decoding: a draft model or the model's own MTP blocks."
@@ -86,14 +88,76 @@ def placement_options(command):
 
     @click.option("--ngl", "-ngl", type=int, metavar="N", help="llama: evaluate your own -ngl (layers offloaded, output layer included).")
     @click.option("--tensor-split", "-ts", "ts_text", metavar="A,B,...", help="llama: evaluate your own -ts (one weight per device, RPC first).")
-    @click.option("--n-cpu-moe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
+    @click.option("--n-cpu-moe", "-ncmoe", type=int, metavar="N", help="llama: evaluate your own --n-cpu-moe (experts of blocks < N on the CPU).")
+    @click.option("--override-tensor", "-ot", "override_tensor", multiple=True, metavar="PATTERN=DEV[,...]",
+                  help="llama: evaluate your own -ot (repeatable): tensors whose name the regex PATTERN "
+                       "matches go to DEV (CPU, CUDA0, RPC0[host:port]); first match wins, in command-line "
+                       "order with --cpu-moe/--n-cpu-moe, as llama.cpp.")
+    @click.option("--cpu-moe", "-cmoe", "cpu_moe", is_flag=True, help="llama: evaluate your own --cpu-moe (every expert on the CPU).")
     @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
     @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
+    @click.option("--check", is_flag=True,
+                  help="Evaluate a llama-server/llama-cli command line given after -- (or in a FILE, or -): "
+                       "whether it fits each device, its speed, and what device-fit's own plan changes (exit 1 "
+                       "when it does not fit). Its flags replace the context, placement and draft options; the "
+                       "devices still come from --vram/--gpu/--rpc/--ram.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        kwargs["override_tensor"] = override_sources(kwargs["override_tensor"], kwargs["cpu_moe"], kwargs["n_cpu_moe"]) or ()
         return command(*args, placement=PlacementOptions(*(kwargs.pop(name) for name in PlacementOptions._fields)), **kwargs)
 
     return wrapper
+
+
+ORDER_KEY = "moetools.option_order"  # ctx.meta: the parameter name of each option given, in command-line order
+
+
+def override_sources(ot_values, cpu_moe, n_cpu_moe, order=None):
+    """The user's overrides in llama.cpp's order ([("-ot", TEXT) | ("--cpu-moe", None) | ("--n-cpu-moe",
+    N)]: common/arg.cpp appends each flag's overrides as it reads the command line), or None without
+    -ot and --cpu-moe (--n-cpu-moe alone needs no order). order: the options' names as given (the
+    command's OrderedCommand records them); without it -ot, then --cpu-moe, then --n-cpu-moe."""
+    if not ot_values and not cpu_moe:
+        return None
+    if order is None:
+        context = click.get_current_context(silent=True)
+        order = context.meta.get(ORDER_KEY) if context is not None else None
+    if order is None:
+        order = ["override_tensor"] * len(ot_values) + ["cpu_moe", "n_cpu_moe"]
+    values = iter(ot_values)
+    sources = []
+    last_n = max((i for i, name in enumerate(order) if name == "n_cpu_moe"), default=None)
+    for position, name in enumerate(order):
+        if name == "override_tensor":
+            sources.append(("-ot", next(values)))
+        elif name == "cpu_moe" and cpu_moe and ("--cpu-moe", None) not in sources:
+            sources.append(("--cpu-moe", None))
+        elif name == "n_cpu_moe" and n_cpu_moe is not None and position == last_n:
+            sources.append(("--n-cpu-moe", n_cpu_moe))
+    return sources
+
+
+def overrides_of(placement):
+    """The overrides of a PlacementOptions in command-line order (None: none), whether it holds the -ot
+    values (a direct call) or the ordered overrides (from the command)."""
+    value = tuple(placement.override_tensor or ())
+    if value and isinstance(value[0], tuple):
+        return list(value)
+    return override_sources(value, placement.cpu_moe, placement.n_cpu_moe)
+
+
+class OrderedCommand(click.Command):
+    """A click command that records, in ctx.meta[ORDER_KEY], the names of the options given in
+    command-line order (click hands a multiple option's values over as one tuple, losing how they
+    interleave with other options; llama.cpp's overrides depend on it)."""
+
+    def parse_args(self, ctx, args):
+        try:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            ctx.meta[ORDER_KEY] = [param.name for param in order]
+        except click.ClickException:
+            pass  # the real parse below reports it
+        return super().parse_args(ctx, args)
 
 
 def drafting_options(command):

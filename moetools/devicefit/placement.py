@@ -76,6 +76,11 @@ class Placement(Record):
         ("source", "chosen"),
         ("n_cpu_moe", None),  # the user's --n-cpu-moe, or the N that reproduces a chosen placement
         ("main_gpu", None),  # the user's --main-gpu (split mode none)
+        # the user's overrides in command-line order, [("-ot", TEXT) | ("--cpu-moe", None) |
+        # ("--n-cpu-moe", N)] (None: none given), and the tensors they move other than whole expert
+        # matrices: [(role, block, part, (n_bytes, pad), from key, to key)] (overrides.py)
+        ("sources", None),
+        ("moved", list),
     )
 
     def layers_on(self, index):
@@ -85,9 +90,12 @@ class Placement(Record):
         return self.layer_device[-1] == index
 
 
-def user_placement(layers, n_devices, ngl=None, ts=None, n_cpu_moe=None, capacities=None, main_gpu=None):
+def user_placement(layers, n_devices, ngl=None, ts=None, n_cpu_moe=None, capacities=None, main_gpu=None,
+                   sources=None, homes=None):
     """The placement llama.cpp makes of the user's flags. ngl None: all layers; ts None: by capacity;
-    main_gpu: split mode none (everything offloaded on that device)."""
+    main_gpu: split mode none (everything offloaded on that device). sources and homes: the user's
+    overrides (-ot, --cpu-moe, --n-cpu-moe in order) and {tensor name: device key} of the tensors they
+    match (overrides.tensor_homes); with them n_cpu_moe is only recorded (its overrides are in homes)."""
     n_layer = layers.n_layer
     ngl = n_layer + 1 if ngl is None else ngl
     if main_gpu is not None:
@@ -101,9 +109,39 @@ def user_placement(layers, n_devices, ngl=None, ts=None, n_cpu_moe=None, capacit
     for block in layers.blocks:
         if not block.experts:
             continue
-        home = CPU if (n_cpu_moe is not None and block.index < n_cpu_moe) else layer_device[block.index]
+        home = CPU if (sources is None and n_cpu_moe is not None and block.index < n_cpu_moe) else layer_device[block.index]
         experts[block.index] = {part: home for part in block.experts}
-    return Placement(layer_device, experts, ngl, weights if ts is not None else None, "user", n_cpu_moe, main_gpu)
+    moved = _apply_homes(layers, layer_device, experts, homes) if homes else []
+    return Placement(layer_device, experts, ngl, weights if ts is not None else None, "user", n_cpu_moe, main_gpu,
+                     sources, moved)
+
+
+def _apply_homes(layers, layer_device, experts, homes):
+    """Move the tensors `homes` names ({name: device key}) as llama.cpp's buffer type overrides do:
+    an expert matrix whose tensors all go one way moves in `experts` (its compute follows it); every
+    other tensor that leaves its layer's device is returned as a moved entry for the ledger."""
+    moved = []
+    parts = {}
+    for name, role, block, part, n_bytes, pad in layers.tensors:
+        if role == "expert":
+            parts.setdefault((block, part), []).append((name, n_bytes, pad))
+            continue
+        if name not in homes:
+            continue
+        origin = CPU if role == "input" else layer_device[-1] if role == "output" else layer_device[block]
+        if homes[name] != origin:
+            moved.append((role, block, None, (n_bytes, pad), origin, homes[name]))
+    for (block, part), tensors in parts.items():
+        origin = experts[block][part]
+        targets = [homes.get(name, origin) for name, _, _ in tensors]
+        # the matrix goes where its largest tensor (the weight, not a bias) goes; a tensor of it sent
+        # elsewhere is a moved entry
+        largest = max(range(len(tensors)), key=lambda i: tensors[i][1])
+        home = experts[block][part] = targets[largest]
+        for (name, n_bytes, pad), target in zip(tensors, targets):
+            if target != home:
+                moved.append(("expert", block, part, (n_bytes, pad), home, target))
+    return moved
 
 
 class Costs(Record):
@@ -386,6 +424,15 @@ def ledger(layers, placement, devices, cpu, kv_per_layer, compute, margins):
             experts[home] += _block_sizes(block, kinds[home])[1][part]
             parts_here[home].setdefault(block_index, []).append(part)
             active[home] += block.experts[part] * fraction
+    for role, block_index, part, entry, origin, target in placement.moved:
+        # a single tensor an override moved: its aligned bytes leave one buffer for another; a token
+        # reads a dense or output tensor whole, an expert tensor's top-k share, an embedding row (0)
+        table = experts if role == "expert" else resident
+        table[origin] -= _aligned([entry], kinds[origin])
+        table[target] += _aligned([entry], kinds[target])
+        read = entry[0] * layers.blocks[block_index].active_fraction if role == "expert" else 0 if role == "input" else entry[0]
+        active[origin] -= read
+        active[target] += read
     shares = []
     for key, device in zip(keys, [*devices, cpu]):
         holds_output = out == key

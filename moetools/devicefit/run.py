@@ -12,12 +12,15 @@ from moetools.devicefit import core, upstream
 from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
+from moetools.devicefit.options import overrides_of
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.upstream import UpstreamOptions
 from moetools.devicefit.kv import KVSettings, force_flash_attn_off, server_outputs
 from moetools.errors import GGUFError, RemoteError, UsageError
-from moetools.devicefit.render import (emit_doc, emit_text, fork_line, llama_repo_tables, llama_tables, pool_notes,
-    repo_tables, runtimes_table, tables)
+from moetools.devicefit.render import emit_doc, emit_text, llama_tables, pool_notes, repo_tables, runtimes_table, tables
+from moetools.devicefit.check_answer import run_check
+from moetools.devicefit.repo import fit_repo_llama, repo_row
+from moetools.devicefit.runtimes import copy_settings, fork_reason, fork_screen_lines, other_runtime_flags, runtime_rows
 from moetools.gguf.locator import is_repo
 from moetools.output import ShellLine, echo_shell, print_json, render, warn
 from moetools.sizes import format_size, parse_size
@@ -121,7 +124,7 @@ def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
 
 
 def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
-                   threads, os_reserve):
+                   threads, os_reserve, overrides=None):
     speed = _llama_speed(floor_text, ram_bw, disk_bw, threads)
     ts = None
     if ts_text is not None:
@@ -136,7 +139,8 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
     if depth is not None and depth < 0:
         raise UsageError("--depth must be 0 or more")
     return UpstreamOptions(ctx=ctx, kv=settings, speed=speed, depth=depth, os_reserve=_size_option("--os-reserve", os_reserve),
-                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, reserve=_size_option("--reserve", reserve),
+                           ngl=ngl, ts=ts, n_cpu_moe=n_cpu_moe, main_gpu=main_gpu, overrides=overrides,
+                           reserve=_size_option("--reserve", reserve),
                            margin=0 if reserve is not None else _size_option("--margin", margin))
 
 
@@ -189,37 +193,6 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     fork_fits = beside is not None and beside[1].chosen is not None
     if result.chosen is None and not fork_fits:
         click.get_current_context().exit(1)
-
-
-def fork_screen_lines(launch):
-    """The fork's launch on the screen: a label, then the runnable `env ... llama-server ...` line as a
-    ShellLine (broken between arguments with ` \\` at the terminal's width)."""
-    line = fork_line(launch)
-    return ["fork launch:", ShellLine(line[len("fork launch: "):])] if line else []
-
-
-def runtime_rows(llama_doc, fork_doc):
-    """One row per runtime for the same model and card (auto): what each fits, its speed, and why."""
-    placement = llama_doc.get("placement") or {}
-    llama_why = "does not fit these devices" if llama_doc["verdict"] == "unfittable" else (
-        f"-ngl {placement['ngl']}" + (f", experts of {len(placement['cpu_expert_layers'])} layers read from RAM "
-                                      f"on the CPU" if placement["cpu_expert_layers"] else ", every expert in VRAM"))
-    if fork_doc["verdict"] == "unfittable":
-        fork_why = "no division of " + fork_doc["devices"][0]["name"] + " holds it"
-    elif fork_doc["experts_per_token"]:
-        fork_why = (f"{fork_doc['resident_source']} resident, {fork_doc['slots']} of {fork_doc['total_slots']} experts "
-                    f"cached in VRAM (coverage {fork_doc['coverage']:.2f}), misses streamed over PCIe")
-    else:
-        fork_why = "dense model: no experts to stream"
-    rows = [{"runtime": "llama", "fits": llama_doc["verdict"] != "unfittable", "context": llama_doc["context"],
-             "tok_s": llama_doc["tok_s"], "why": llama_why},
-            {"runtime": "fork", "fits": fork_doc["verdict"] != "unfittable", "context": fork_doc["context"],
-             "tok_s": fork_doc["tok_s"] if fork_doc["verdict"] != "unfittable" else 0.0, "why": fork_why}]
-    fitting = [row for row in rows if row["fits"]]
-    best = max(fitting, key=lambda row: row["tok_s"]) if fitting else None
-    for row in rows:
-        row["best"] = row is best
-    return rows
 
 
 def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
@@ -343,34 +316,6 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     return doc, result, launch
 
 
-def repo_row(gguf_set, model, doc):
-    """One row of a repo plan: the set and what its fit says."""
-    return {
-        "set": gguf_set.name,
-        "model": doc["model"],
-        "file_type": doc_file_type(model),
-        "shards": len(gguf_set.paths),
-        "file_bytes": sum(header.file_size for header in model.headers),
-        "resident_bytes": model.resident_bytes,
-        "expert_bytes": model.expert_bytes,
-        "verdict": doc["verdict"],
-        "context": doc["context"],
-        "slots": doc["slots"],
-        "total_slots": doc["total_slots"],
-        "cpu_moe_layers": doc["launch"]["llama"].get("cpu_moe_layers"),
-        "tok_s": doc["tok_s"],
-        "fetched_bytes": doc.get("fetched_bytes", 0),
-        "requests": doc.get("requests", 0),
-        "error": "",
-    }
-
-
-def doc_file_type(model):
-    from moetools.gguf.constants import file_type_name
-
-    return file_type_name(model.summary.file_type)
-
-
 def fit_repo(text, fetch, inputs, json_flag):
     """device-fit for every GGUF set of hf://ORG/REPO: one row per set (JSON: a list)."""
     from moetools.gguf import hub
@@ -470,115 +415,6 @@ def write_fork_plan(plan_path, result, doc, tier_settings=None):
     doc["plan"] = os.path.abspath(plan_path)
 
 
-def copy_settings(settings):
-    """An independent KVSettings: a plan may set fields of its own (rs_seq) on the one it is given."""
-    return KVSettings(**{name: getattr(settings, name) for name, _ in settings.FIELDS})
-
-
-# the flags of one runtime that the other has no use for: (record field, flag as the user types it)
-LLAMA_ONLY = (("ngl", "-ngl"), ("ts_text", "-ts"), ("n_cpu_moe", "--n-cpu-moe"), ("main_gpu", "-mg"), ("depth", "--depth"))
-LLAMA_ONLY_SPEED = (("ram_bw", "--ram-bw"), ("threads", "--threads"))
-FORK_ONLY = (("tiers_dir", "--tiers"), ("coverage_path", "--coverage"), ("coverage_policy", "--coverage-policy"),
-             ("pin_tier", "--pin-tier"), ("default_tier", "--default-tier"), ("port", "--port"),
-             ("observations_path", "--observations"), ("capture_path", "--capture"), ("trace_path", "--trace"),
-             ("model_id", "--model-id"),
-             ("storage_root", "--storage-root"))
-FORK_ONLY_OUTPUTS = (("container", "--container"), ("plan_path", "--plan"))
-
-
-def other_runtime_flags(runtime, placement, fork, outputs, machine):
-    """Flags of the runtime not planned: upstream placement flags under the fork are refused (the fork
-    would silently run its own division), the fork's inputs under llama and llama's speed inputs under
-    the fork change nothing and get a warning each. Returns the warnings."""
-    if runtime == "fork":
-        for field, flag in LLAMA_ONLY:
-            if getattr(placement, field) is not None:
-                raise UsageError(f"{flag} is upstream llama.cpp's placement (--runtime llama): the fork chooses its own "
-                                 f"division of one GPU and streams the experts; drop {flag} or use --runtime llama or auto")
-        return [f"{flag} is upstream llama.cpp's (its CPU experts' speed) and changes nothing under --runtime fork"
-                for field, flag in LLAMA_ONLY_SPEED if getattr(machine, field) is not None]
-    if runtime == "llama":
-        given = [flag for field, flag in FORK_ONLY if getattr(fork, field) is not None]
-        given += [flag for field, flag in FORK_ONLY_OUTPUTS if getattr(outputs, field)]
-        return [f"{flag} is the streaming fork's and changes nothing under --runtime llama (use --runtime fork or auto)"
-                for flag in given]
-    return []
-
-
-def fork_reason(facts, model_path, fork, outputs, gpus, rpcs, ram_bytes, os_reserve, speculative=False):
-    """Why the streaming fork applies to this model beside upstream llama.cpp (auto), or "" when it does
-    not: its inputs are given, resident tiers are found, or the experts do not fit in RAM (upstream
-    would then read them from the drive on every token). The fork streams into one local GPU: none with
-    RPC devices, a draft, or a dense model."""
-    if facts.dense or not gpus or rpcs or speculative:
-        return ""
-    given = [flag for field, flag in FORK_ONLY if getattr(fork, field) is not None]
-    given += [flag for field, flag in FORK_ONLY_OUTPUTS if getattr(outputs, field)]
-    if outputs.emit == "env":
-        given.append("--emit env")
-    if given:
-        return "the fork's inputs are given (" + ", ".join(given) + ")"
-    from moetools.devicefit.discovery import discover_tiers
-    from moetools.formats.storage import device_fit_dir
-
-    try:
-        tiers, _ = discover_tiers(model_path, facts, None, device_fit_dir(core.model_stem(model_path), None))
-    except (UsageError, GGUFError, OSError):
-        tiers = []
-    if tiers:
-        return "resident tiers were found (" + ", ".join(tier.label for tier in tiers) + ")"
-    experts = sum(facts.layer_expert_bytes.values())
-    ram, source = (ram_bytes, "--ram") if ram_bytes else (devicesmod.host_ram_bytes(), "this machine's RAM")
-    if ram and experts > ram - (os_reserve or 0):
-        return (f"its experts ({format_size(experts)}) do not fit in {source} ({format_size(ram)} less the OS reserve): "
-                "upstream llama.cpp would read them from the drive")
-    return ""
-
-
-def fit_repo_llama(text, fetch, make_options, offload, ram_bytes, json_flag):
-    """Every GGUF set of hf://ORG/REPO planned with upstream llama.cpp on the devices given: one row per
-    quant with its size, fit, placement, context and tok/s, the fastest that fits first, and that set's
-    launch line (headers only, as the fork's listing)."""
-    from moetools.gguf import hub
-
-    listing, sets = hub.repo_sets(text, fetch)
-    rows = []
-    for gguf_set in sets:
-        try:
-            with hub.open_set(listing, gguf_set, fetch) as model:
-                facts = core.model_facts(model)
-                options = make_options()
-                forced = force_flash_attn_off(facts.architecture, options.kv)
-                cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
-                result = upstream.plan(facts, offload, cpu, options)
-                doc = upstream.result_doc(result, facts, model.path, launchmod.kv_flags(options.kv))
-                placement = doc["placement"] or {}
-                rows.append({"set": gguf_set.name, "model": model.path, "file_type": doc_file_type(model),
-                             "shards": len(gguf_set.paths), "file_bytes": sum(header.file_size for header in model.headers),
-                             "verdict": doc["verdict"], "context": doc["context"], "tok_s": doc["tok_s"],
-                             "ngl": placement.get("ngl"), "n_cpu_moe": placement.get("n_cpu_moe"),
-                             "args": doc["launch"]["llama"]["args"] if "launch" in doc else [],
-                             "notes": ([forced] if forced else []) + doc["notes"],
-                             "fetched_bytes": model.fetch_stats.get("fetched_bytes", 0) if model.fetch_stats else 0,
-                             "requests": model.fetch_stats.get("requests", 0) if model.fetch_stats else 0, "error": ""})
-        except RemoteError:
-            raise
-        except (GGUFError, UsageError) as err:  # a damaged set, a projector beside the quants: its row says why
-            rows.append({"set": gguf_set.name, "verdict": "unreadable", "error": str(err), "shards": len(gguf_set.paths),
-                         "file_bytes": gguf_set.total_bytes})
-            warn(f"{gguf_set.name}: {err}")
-    order = {"fits": 0, "unfittable": 1, "unreadable": 2}
-    rows.sort(key=lambda row: (order[row["verdict"]], -row.get("tok_s", 0.0), row["set"]))
-    best = rows[0] if rows and rows[0]["verdict"] == "fits" else None
-    if best is not None:
-        best["chosen"] = True
-    launch = [f"the fastest set that fits, {best['set']}, as launched:", ShellLine("llama-server " + shlex.join(best["args"]))] \
-        if best is not None else []
-    render(rows, lambda: llama_repo_tables(text, listing, rows), json_flag, notes=launch)
-    if best is None:
-        click.get_current_context().exit(1)
-
-
 def _tier_doc(doc, settings, chosen):
     """device-fit's JSON `tiers` entry and, when priced, a note saying what the tiers cost."""
     from moetools.devicefit.tiers import tiers_doc
@@ -615,9 +451,109 @@ def _daemon_files(fork, outputs):
     return fork, outputs, files
 
 
-def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch):
+ALL_LAYERS = 999  # -ngl for "every layer" (llama.cpp clamps it to the model's layers + 1)
+
+
+def device_fit_check(words, devices, context, placement, drafting, fork, machine, outputs, fetch):
+    """--check: the llama.cpp command line in `words` (or a FILE / - holding it) evaluated on device-fit's
+    devices (--vram/--gpu/--rpc/--ram): its flags replace device-fit's context, placement and draft
+    options. Exit 1 when it does not fit."""
+    from moetools.devicefit import check as checkmod
+    from moetools.devicefit.memory.cells import CACHE_TYPES
+    from moetools.devicefit.options import ContextOptions, DraftOptions, PlacementOptions
+    from moetools.formats.jsonio import read_text
+
+    if outputs.emit:
+        raise UsageError("--check answers for a command line; --emit prints device-fit's own (drop one)")
+    line = checkmod.parse(checkmod.command_tokens(words, lambda path: read_text(path, "command line")))
+    values = line.values
+    notes, warnings = [], list(line.warnings)
+    path = checkmod.model_path(line)
+    for key, flag in (("ctk", "-ctk"), ("ctv", "-ctv"), ("ctkd", "-ctkd"), ("ctvd", "-ctvd")):
+        if key in values and values[key] not in CACHE_TYPES:
+            raise UsageError(f"--check: {flag} {values[key]!r}: not a cache type ({', '.join(CACHE_TYPES)})")
+    # the devices: llama.cpp's --rpc servers must be the ones device-fit was given (with their memory)
+    given = [spec.rsplit("=", 1)[0] for spec in devices.rpc_specs]
+    used = [endpoint for endpoint in (values.get("rpc") or "").split(",") if endpoint]
+    if used != given:
+        raise UsageError(f"--check: the line's --rpc ({','.join(used) or 'none'}) is not device-fit's --rpc "
+                         f"({','.join(given) or 'none'}): give device-fit --rpc HOST:PORT=SIZE for each server the line "
+                         "uses, in its order")
+    n_seq, unified = checkmod.parallel(line)
+    ctx = values.get("ctx")
+    if not ctx and values.get("per_slot") and line.program == "llama-server":
+        ctx = n_seq * values["per_slot"]  # tools/server/server.cpp: the KV pool sized from --kv-unified-per-slot
+    fit = checkmod.switch("--fit", values["fit"]) != "off" if "fit" in values else True
+    shrink = None
+    if not ctx:
+        from moetools.devicefit import kv as kvmod
+        from moetools.gguf import open_model
+
+        with open_model(path, fetch) as model:
+            ctx = kvmod.kv_shape(model).context_train
+        # common/fit.cpp: with --fit on and no -c, a context that does not fit is shrunk (to a multiple
+        # of 256 per KV stream, not below --fit-ctx); -c 0 asks for the whole training context
+        if fit and "ctx" not in values:
+            shrink = (values.get("fit_ctx", 4096), 256 * (1 if unified else n_seq))
+        notes.append(f"--check: {'-c 0' if 'ctx' in values else 'no -c'}: llama.cpp allocates the training context, "
+                     f"{ctx} tokens" + (" (--fit on shrinks it when it does not fit)" if shrink else ""))
+    fa = checkmod.switch("-fa", values["fa"]) if "fa" in values else "auto"
+    context = ContextOptions(ctx, context.min_ctx, values.get("ctk", "f16"), values.get("ctv", "f16"), values.get("ubatch", 512),
+                             values.get("batch", 2048), n_seq, unified, bool(values.get("swa_full")), fa != "off", fa)
+    split = values.get("split_mode", "layer")
+    if split not in ("none", "layer", "row", "tensor"):
+        raise UsageError(f"--check: -sm {split!r}: expected none, layer, row or tensor")
+    main_gpu = None
+    if split == "none":
+        main_gpu = values.get("main_gpu", 0)
+    elif split in ("row", "tensor"):
+        warnings.append(f"--check: -sm {split} is planned as -sm layer (device-fit models llama.cpp's layer split)")
+    ngl = checkmod.layers_value("-ngl", values.get("ngl"))
+    ts_text = values["ts"].replace("/", ",") if "ts" in values else None
+    sources = line.overrides or None
+    if not line.placement_given and split != "none":
+        if fit:
+            notes.append("--check: no -ngl, -ts or override with --fit on (llama.cpp's default): llama.cpp fits the "
+                         "placement itself (common/fit.cpp); device-fit's own placement stands for it")
+            ngl = None
+        else:  # llama_model_default_params: every layer offloaded
+            ngl = ALL_LAYERS
+    elif fit:
+        notes.append("--check: --fit on leaves the placement as given (common/fit.cpp: -ngl, -ts or an override set by "
+                     "the user), so it is evaluated as written")
+    n_cpu_moe = next((value for kind, value in reversed(line.overrides) if kind == "--n-cpu-moe"), None)
+    if sources is not None and all(kind == "--n-cpu-moe" for kind, _ in sources):
+        sources = None  # --n-cpu-moe alone: the plain flag (its overrides are the same)
+    placement = PlacementOptions(ngl, ts_text, n_cpu_moe, main_gpu, placement.depth, tuple(sources or ()))
+    spec_types = [item for item in (values.get("spec_type") or "").split(",") if item]
+    spec_type = "draft-mtp" if "draft-mtp" in spec_types and not values.get("draft") else None
+    if values.get("draft") and "draft-simple" in spec_types:
+        spec_type = "draft-simple"
+    others = [item for item in spec_types if item not in ("draft-simple", "draft-mtp", "draft-dflash")]
+    if others:
+        warnings.append(f"--check: --spec-type {','.join(others)}: drafts without a model; not modelled")
+    drafting = DraftOptions(values.get("draft"), checkmod.layers_value("-ngld", values.get("ngld")), values.get("ctkd", "f16"),
+                            spec_type, values.get("n_max", 3), 0 if line.program != "llama-server" else None,
+                            values.get("devd"), values.get("ctvd", "f16"))
+    if "threads" in values and values["threads"] > 0:
+        machine = machine._replace(threads=values["threads"])
+    # mmap: the CPU's weights are a page cache the drive refills; read into RAM (--no-mmap, -lm none|dio)
+    # or locked there (mlock), they must fit it
+    mmap = not (values.get("no_mmap") or values.get("load_mode") in ("none", "mlock", "dio", "mmap+mlock")
+                or values.get("mlock"))
+    if devices.runtime != "llama":
+        devices = devices._replace(runtime="llama")
+    for message in line.unknown:
+        warnings.append(f"--check: {message}: not a llama.cpp flag (common/arg.cpp at 0c1e57098); ignored "
+                        "(llama.cpp itself stops with 'invalid argument')")
+    return device_fit(path, devices, context, placement, drafting, fork, machine, outputs, fetch,
+                      check=(line, mmap, shrink, notes, warnings))
+
+
+def device_fit(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch, check=None):
     """device-fit's whole run after parsing: the option records (devicefit/options.py) in, the plan
-    rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner."""
+    rendered or emitted, the exit code set (1 when no plan fits). Tests call it without CliRunner.
+    check: (Line, mmap, notes, warnings) of `--check` (device_fit_check): evaluate and compare."""
     if fork.port is not None and devices.runtime == "llama":
         raise UsageError("--port is the serving daemon's lane of the fork: not with --runtime llama")
     fork, outputs, daemon = _daemon_files(fork, outputs)
@@ -701,14 +637,14 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 copy_settings(settings), ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl,
                 ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe, main_gpu=placement.main_gpu, depth=placement.depth,
                 floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw, threads=machine.threads,
-                os_reserve=machine.os_reserve)
+                os_reserve=machine.os_reserve, overrides=overrides_of(placement))
             return fit_repo_llama(model_path, fetch, llama_options, rpcs + gpus, ram_bytes, outputs.json_flag)
         if mtp and profile(facts.architecture).rs_rollback:
             # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
             settings.rs_seq = drafting.draft_n_max
         options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
                                  main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
-                                 threads=machine.threads, os_reserve=machine.os_reserve)
+                                 threads=machine.threads, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
@@ -730,6 +666,12 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                 forced = [forced, block_draft] if forced else [block_draft]
         if options.draft is not None:
             draftmod.check_draft_cache(options.draft)
+        if check is not None:
+            line, options.speed.mmap, shrink, check_notes, check_warnings = check
+            run_check(model_path, facts, rpcs + gpus, ram_bytes, options, line, shrink, outputs.json_flag,
+                       decimal_vram_notes(devices.vram) + check_notes,
+                       check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []))
+            return
         beside = None
         if runtime == "auto":
             reason = fork_reason(facts, model_path, fork, outputs, gpus, rpcs, ram_bytes, options.os_reserve,
@@ -751,6 +693,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                    flag_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []), beside=beside,
                    fetch_stats=fetch_stats)
         return
+    if overrides_of(placement):
+        raise UsageError("-ot/--cpu-moe are llama.cpp's placement: evaluate them with --runtime llama")
     if rpcs:
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
     if not gpus:

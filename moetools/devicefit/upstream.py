@@ -44,11 +44,21 @@ class UpstreamOptions(Record):
         ("main_gpu", None),
         ("reserve", None),  # --reserve: a fixed compute buffer per GPU
         ("draft", None),  # draft.Draft: a speculative-decoding draft model beside the target (--draft)
+        # the user's overrides in command-line order: [("-ot", TEXT) | ("--cpu-moe", None) |
+        # ("--n-cpu-moe", N)] (overrides.py); plan() resolves them into tensor_homes
+        ("overrides", None),
+        ("tensor_homes", None),
     )
 
     @property
     def user_placement(self):
-        return any(value is not None for value in (self.ngl, self.ts, self.n_cpu_moe, self.main_gpu))
+        return any(value is not None for value in (self.ngl, self.ts, self.n_cpu_moe, self.main_gpu, self.overrides))
+
+    def without_placement(self):
+        """A copy with the user's placement flags dropped (what device-fit would choose)."""
+        copy = UpstreamOptions(**{name: getattr(self, name) for name, _ in UpstreamOptions.FIELDS})
+        copy.ngl = copy.ts = copy.n_cpu_moe = copy.main_gpu = copy.overrides = copy.tensor_homes = None
+        return copy
 
 
 class DevicePlan(Record):
@@ -236,7 +246,8 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
     if options.user_placement:
         placement = placemod.user_placement(layers, len(devices), ngl=options.ngl, ts=options.ts,
                                             n_cpu_moe=options.n_cpu_moe,
-                                            capacities=[d.capacity_bytes for d in devices], main_gpu=options.main_gpu)
+                                            capacities=[d.capacity_bytes for d in devices], main_gpu=options.main_gpu,
+                                            sources=options.overrides, homes=options.tensor_homes)
         compute = placement_compute_fn(facts, devices, options, ctx, placement)
         if draft is not None:
             footprint = draft_footprint(draft, devices, cpu, placement, ctx)
@@ -333,6 +344,8 @@ def plan(facts, devices, cpu, options):
     check_fixed_reserve(devices, options)
     kvmod.check_settings(facts.shape, options.kv)
     notes, warnings = [], []
+    if options.overrides:
+        _resolve_overrides(facts, devices, options, notes, warnings)
     train = facts.shape.context_train
     if options.ctx is not None:
         if options.ctx < 1:
@@ -375,6 +388,32 @@ def plan(facts, devices, cpu, options):
     return result
 
 
+def _resolve_overrides(facts, devices, options, notes, warnings):
+    """Set options.tensor_homes from the user's overrides on these devices (UsageError for a bad regex
+    or device), with the notes and warnings of what they match."""
+    from moetools.devicefit import overrides as overridesmod
+
+    options.overrides, renamed = overridesmod.canonical(options.overrides, devices)
+    warnings += renamed
+    resolved = overridesmod.resolve(options.overrides, devices)
+    options.tensor_homes, counts, contests = overridesmod.tensor_homes(resolved, facts.layers.tensors)
+    names = {CPU: "CPU", **{index: device.name for index, device in enumerate(devices)}}
+    more_notes, more_warnings = overridesmod.report(resolved, counts, contests, names)
+    notes += more_notes
+    warnings += more_warnings
+    if any(kind == "-ot" for kind, _ in options.overrides):
+        counts = {}
+        for name, role, *_ in facts.layers.tensors:
+            if name in options.tensor_homes:
+                key = (options.tensor_homes[name], "expert" if role == "expert" else "other")
+                counts[key] = counts.get(key, 0) + 1
+        text = ", ".join(f"{count} {kind} tensor(s) to {names[key]}" for (key, kind), count in sorted(counts.items()))
+        notes.append(f"overrides: {text or 'no tensor matched'} (the first match wins: llama_model_loader::create_tensor)"
+                     + ("; a non-expert tensor moved off its layer's device is counted in that device's weights "
+                        "and reads, its compute still modelled on the layer's device"
+                        if any(kind == "other" for _, kind in counts) else ""))
+
+
 def unfittable(facts, devices, cpu, options, attempt):
     """Numbers for a plan that does not fit: shortfall per device, the smallest VRAM (same count) and
     the extra GPU that would fit, and the CPU-expert fallback."""
@@ -382,8 +421,7 @@ def unfittable(facts, devices, cpu, options, attempt):
     summary = "; ".join(f"{name} short by {excess / GIB:.2f} GiB" for name, excess in shortfall.items())
     suggestions = {}
     if devices and options.user_placement:
-        fallback = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
-        fallback.ngl = fallback.ts = fallback.n_cpu_moe = fallback.main_gpu = None
+        fallback = options.without_placement()
         chosen = plan_at(facts, devices, cpu, fallback, attempt.context)
         if chosen.fits:
             suggestions["chosen_placement_fits"] = True
@@ -422,7 +460,7 @@ def unfittable(facts, devices, cpu, options, attempt):
     if suggestions.get("extra_gpu"):
         parts.append(f"or with one more {GPU_TABLE[suggestions['extra_gpu']][0]}")
     if suggestions.get("chosen_placement_fits"):
-        parts.append("device-fit's own placement (drop -ngl/-ts/--n-cpu-moe) fits")
+        parts.append("device-fit's own placement (drop -ngl/-ts/-ot/--n-cpu-moe) fits")
     parts.append("or with the streaming fork and a resident tier (--runtime fork --tiers)")
     return {"shortfall_bytes": shortfall, "summary": ", ".join(parts), **suggestions}
 
@@ -511,8 +549,7 @@ def _fits_with(facts, devices, cpu, options, ctx, vram, extra):
         trial.append(device)
     if extra is not None:
         trial.append(extra)
-    fallback = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
-    fallback.ngl = fallback.ts = fallback.n_cpu_moe = fallback.main_gpu = None
+    fallback = options.without_placement()
     attempt = plan_at(facts, trial, cpu, fallback, ctx, whole_model=True)
     return attempt is not None and attempt.fits and all(home != CPU for home in attempt.placement.layer_device)
 
@@ -535,7 +572,10 @@ def server_args(model_path, result, kv_flags):
     if placement.source == "user":
         if placement.main_gpu is not None:
             args += ["-sm", "none", "-mg", str(placement.main_gpu)]
-        if placement.n_cpu_moe is not None:
+        if placement.sources is not None:  # the user's overrides in their order (the order decides)
+            for kind, value in placement.sources:
+                args += [kind] if value is None else [kind, str(value)]
+        elif placement.n_cpu_moe is not None:
             args += ["--n-cpu-moe", str(placement.n_cpu_moe)]
     elif placement.n_cpu_moe is not None and len(devices) <= 1:
         if placement.n_cpu_moe:
@@ -582,6 +622,13 @@ def _weight_text(weight):
 
 def plan_doc(plan_):
     placement = plan_.placement
+    doc = _plan_doc(plan_, placement)
+    if placement.sources is not None:  # the user's overrides, in llama.cpp's (command-line) order
+        doc["overrides"] = [kind if value is None else f"{kind} {value}" for kind, value in placement.sources]
+    return doc
+
+
+def _plan_doc(plan_, placement):
     return {
         "context": plan_.context,
         "depth": plan_.depth,
