@@ -221,7 +221,7 @@ def test_stdin_as_model_is_refused_in_one_line(command):
     (["build-env", "--shell", "fish"], "error: invalid value for '--shell': 'fish' is not one of 'sh', 'cmd', 'ps1', "
                                        "'json', 'cmake' (see moetools build-env --help)"),
     (["device-fit", "m.gguf", "--vram"], "error: option '--vram' requires an argument (see moetools device-fit --help)"),
-    (["device-fit", "a.gguf", "b.gguf"], "error: got unexpected extra argument (b.gguf) (see moetools device-fit --help)"),
+    (["device-fit", "a.gguf", "b.gguf"], "error: got unexpected extra argument (b.gguf); a llama.cpp command line goes after --check -- (see moetools device-fit --help)"),
     (["bogus"], "error: no such command 'bogus' (see moetools --help)"),
     (["--foo"], "error: no such option --foo (see moetools --help)"),
     (["device-fit", ""], "error: MODEL: the path is empty"),

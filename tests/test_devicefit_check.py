@@ -181,7 +181,7 @@ def test_bad_input_exits_2_with_one_line(models, devices, line, message):
 
 def test_model_without_check_still_needs_one_model():
     _, stderr = moetools("--vram", "24G", code=2)
-    assert "Missing argument 'MODEL'" in stderr
+    assert stderr.strip() == "error: missing argument MODEL (see moetools device-fit --help)"
     _, stderr = moetools("a.gguf", "b.gguf", "--vram", "24G", code=2)
     assert "unexpected extra argument" in stderr and "--check --" in stderr
 

@@ -180,8 +180,12 @@ def test_bad_overrides_exit_2_with_one_line(qwen3, flags, message):
 
 
 def test_ot_is_llama_cpps_placement_not_the_forks(qwen3):
-    _, stderr = moetools(qwen3, "--vram", "24G", "-ot", "exps=CPU", code=2)
+    _, stderr = moetools(qwen3, "--vram", "24G", "-ot", "exps=CPU", "--runtime", "fork", code=2)
     assert "--runtime llama" in stderr
+    # the default runtime plans llama.cpp, with the user's override
+    stdout, _ = moetools(qwen3, "--vram", "24G", "-ot", "exps=CPU", "--json")
+    doc = json.loads(stdout)
+    assert doc["runtime"] == "llama" and doc["placement"]["overrides"]
 
 
 def test_ecmascript_forms_python_spells_otherwise():

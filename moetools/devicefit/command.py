@@ -64,13 +64,18 @@ def device_fit_command(model_path, devices, context, placement, drafting, fork, 
         from moetools.devicefit.run import device_fit_check  # lazily: --help stays cheap
 
         return device_fit_check(model_path, devices, context, placement, drafting, fork, machine, outputs, fetch)
-    if not model_path:
-        raise click.UsageError("Missing argument 'MODEL'.")
-    if len(model_path) > 1:
-        raise click.UsageError(f"Got unexpected extra argument{'s' if len(model_path) > 2 else ''} "
-                               f"({' '.join(model_path[1:])}); a llama.cpp command line goes after --check --")
     click_context = click.get_current_context()
     argument = next(param for param in click_context.command.params if param.name == "model_path")
+    if not model_path:
+        raise click.MissingParameter(ctx=click_context, param=argument)
+    if len(model_path) > 1:
+        raise click.UsageError(f"Got unexpected extra argument{'s' if len(model_path) > 2 else ''} "
+                               f"({' '.join(model_path[1:])}); a llama.cpp command line goes after --check --",
+                               ctx=click_context)
+    if not model_path[0]:  # an unset shell variable: as every other empty path (cli._NonEmptyPath)
+        from moetools.errors import UsageError
+
+        raise UsageError("MODEL: the path is empty")
     try:
         click.Path(dir_okay=False).convert(model_path[0], argument, click_context)
     except click.BadParameter as err:  # a folder: one line, exit 2, as for any MODEL argument
