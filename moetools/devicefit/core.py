@@ -336,13 +336,13 @@ def fit_context(shape, settings, wanted, floor, room, compute_bytes=0):
     return None, kvmod.kv_caches(shape, floor, settings)
 
 
-def speed(facts, coverage, options, cache_on_host=False):
+def speed(facts, coverage, options, cache_on_host=False, share=None):
     """The fork's tok/s with its misses read from RAM, or from the drive for the share of the experts the
     page cache cannot hold (speed.fork_tok_s); with container tiers a miss reads a default-tier record
     (devicefit/tiers.py)."""
     expert_bytes = options.tiers.default_bytes if options.tiers is not None else facts.expert_bytes
     return fork_tok_s(coverage, facts.experts_per_token, expert_bytes, options.h2d_bytes_per_s, options.floor_s,
-                      drive_share(facts, options), options.disk_bytes_per_s, cache_on_host)
+                      drive_share(facts, options) if share is None else share, options.disk_bytes_per_s, cache_on_host)
 
 
 def cache_slots(facts, budget_bytes, options):
@@ -357,18 +357,17 @@ def cache_slots(facts, budget_bytes, options):
 
 
 def drive_share(facts, options):
-    """The share of the expert bytes a cache miss reads from the drive rather than RAM: the fork reads
-    misses through llama.cpp's mmap, so the page cache holds what RAM has room for after the OS reserve
-    and the model's other mapped bytes; a container is read with O_DIRECT, past the page cache, so all
-    of its misses are drive reads. 0 when --ram is not given (then said in speed_assumes)."""
+    """The share of the expert bytes a cache miss reads from the drive rather than RAM: the page cache
+    holds what RAM has room for after the OS reserve and the model's other bytes in it, the rest comes
+    from the drive. The fork reads a miss through llama.cpp's mmap of the GGUF (the resident weights
+    share the page cache with the experts), or from a container's banks with buffered fopen/fread
+    (CambrianTech/llama.cpp ggml-moe-container-fetcher.h DirContainerFetcher: the page cache holds
+    records; only the resident weights are mapped). 0 when --ram is not given (said in speed_assumes)."""
     experts = sum(facts.layer_expert_bytes.values())
-    if not experts:
+    if not experts or options.ram is None:
         return 0.0
-    if options.container:
-        return 1.0
-    if options.ram is None:
-        return 0.0
-    room = options.ram - options.os_reserve - (facts.file_bytes - experts)
+    mapped = facts.resident_bytes if options.container else facts.file_bytes - experts
+    room = options.ram - options.os_reserve - mapped
     return min(1.0, max(0.0, 1.0 - room / experts))
 
 
@@ -381,12 +380,14 @@ def speed_assumes(result):
     where = "a host-RAM cache whose hits still cross PCIe" if cache is not None and cache.device == "host" else "a VRAM cache"
     share = drive_share(facts, options)
     h2d = f"{options.h2d_bytes_per_s / 1e9:g} GB/s (--h2d)"
-    if options.container:
-        misses = f"misses read from the container on the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw), then PCIe at {h2d}"
+    source = "the container's banks" if options.container else "the model's mmap"
+    if cache is not None and cache.device == "host" and options.container:
+        misses = (f"misses read from {source} on the drive (the host cache takes the RAM the page cache would hold) "
+                  f"at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw), then PCIe at {h2d}")
     elif options.ram is None:
         misses = f"misses from RAM over PCIe at {h2d}, assuming the page cache holds every expert (no --ram)"
     elif share > 0:
-        misses = (f"misses over PCIe at {h2d}; the page cache holds {1 - share:.0%} of the experts, the other "
+        misses = (f"misses from {source} over PCIe at {h2d}; the page cache holds {1 - share:.0%} of the experts, the other "
                   f"{share:.0%} are read from the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw)")
     else:
         misses = f"misses from RAM (the page cache holds every expert) over PCIe at {h2d}"
@@ -555,7 +556,11 @@ def fit(facts, tiers, options, coverage=None, observations=()):
             # the emitted settings put the one cache in host RAM: its slots, and its hits cross PCIe
             slots = min(cache.expert_slots, facts.total_slots)
             chosen.coverage = coverage.at(slots)
-            chosen.tok_s_predicted = chosen.tok_s = speed(facts, chosen.coverage, options, cache_on_host=True)
+            # the pinned host cache takes the RAM past the OS reserve and the mapped bytes (host_budget): with a
+            # container no page cache is left for its banks, so its misses are drive reads; a mapped model's
+            # experts all fit beside the cache (the budget counts the whole file), so its misses come from RAM
+            share = 1.0 if options.container else None
+            chosen.tok_s_predicted = chosen.tok_s = speed(facts, chosen.coverage, options, cache_on_host=True, share=share)
     return result
 
 
@@ -620,7 +625,7 @@ def host_budget(facts, chosen, options, warnings):
     """The host expert-cache budget: RAM - OS reserve - the model's mmap footprint, never negative.
 
     The footprint is every shard's bytes when experts are read through llama.cpp's mmap; with a
-    container (read with O_DIRECT, past the page cache) only the resident weights are mapped.
+    container (its banks read with buffered fread, never mapped) only the resident weights are mapped.
     """
     resident = chosen.tier.resident_bytes if chosen else facts.resident_bytes
     footprint = resident if options.container else facts.file_bytes
