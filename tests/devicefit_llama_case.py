@@ -27,3 +27,23 @@ def device_fit_args(model_path):
         args += ["--rpc", f"127.0.0.1:{port}={size}"]
     return args
 FULL_OFFLOAD_TS = "4,5"  # the third launch: every layer and expert on the RPC devices (-ngl 99)
+
+
+# The -ot cases (benchmarks/check_devicefit_ot.py, tests/test_devicefit_ot_llama.py): the user's own
+# placement flags, llama.cpp's patterns as its users type them, on the same two RPC devices.
+OT_RECORD = "tests/data/devicefit_llama_ot.json"
+# llama.cpp 0c1e57098 names every RPC server's buffer type RPC0[host:port] (ggml-rpc.cpp: one device per
+# server, each the first of its endpoint), and -ot takes those names
+RPC0, RPC1 = (f"RPC0[127.0.0.1:{port}]" for port in RPC_PORTS)
+# (name, the user's placement flags): llama.cpp's own patterns, the ones its users trade
+OT_CASES = [
+    ("every expert on the CPU", ["-ngl", "99", "-ts", "4,5", "-ot", "exps=CPU"]),
+    ("blocks 0-3's experts on the CPU", ["-ngl", "99", "-ts", "4,5", "-ot", r"blk\.[0-3]\.ffn_.*_exps=CPU"]),
+    ("block 0 whole on the second device, the experts of 4-7 on the CPU",
+     ["-ngl", "99", "-ts", "1,1", "-ot", rf"blk\.0\.={RPC1}", "-ot", r"blk\.[4-7]\.ffn_.*_exps\.=CPU"]),
+    ("-ot before --n-cpu-moe", ["-ngl", "99", "-ts", "4,5", "-ot", rf"blk\.2\.={RPC0}", "--n-cpu-moe", "4"]),
+]
+
+
+def ot_device_fit_args(model_path, flags):
+    return [*device_fit_args(model_path), *flags]
