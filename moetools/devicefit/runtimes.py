@@ -21,9 +21,18 @@ def fork_screen_lines(launch):
 def runtime_rows(llama_doc, fork_doc):
     """One row per runtime for the same model and card (auto): what each fits, its speed, and why."""
     placement = llama_doc.get("placement") or {}
-    llama_why = "does not fit these devices" if llama_doc["verdict"] == "unfittable" else (
-        f"-ngl {placement['ngl']}" + (f", experts of {len(placement['cpu_expert_layers'])} layers read from RAM "
-                                      f"on the CPU" if placement["cpu_expert_layers"] else ", every expert in VRAM"))
+    cpu = next((device for device in llama_doc["devices"] if device["kind"] == "cpu"), None)
+    if llama_doc["verdict"] == "unfittable":
+        llama_why = "does not fit these devices"
+    elif not placement["cpu_expert_layers"]:
+        llama_why = f"-ngl {placement['ngl']}, every expert in VRAM"
+    else:
+        where = "read from RAM"
+        if cpu is not None and not cpu["capacity_bytes"]:
+            where = "assumed in RAM (no --ram)"
+        elif cpu is not None and cpu["free_bytes"] < 0:
+            where = "partly read from the drive (they exceed RAM)"
+        llama_why = f"-ngl {placement['ngl']}, experts of {len(placement['cpu_expert_layers'])} layers on the CPU, {where}"
     if fork_doc["verdict"] == "unfittable":
         fork_why = "no division of " + fork_doc["devices"][0]["name"] + " holds it"
     elif fork_doc["experts_per_token"]:
