@@ -42,6 +42,9 @@ OT_CASES = [
     ("block 0 whole on the second device, the experts of 4-7 on the CPU",
      ["-ngl", "99", "-ts", "1,1", "-ot", rf"blk\.0\.={RPC1}", "-ot", r"blk\.[4-7]\.ffn_.*_exps\.=CPU"]),
     ("-ot before --n-cpu-moe", ["-ngl", "99", "-ts", "4,5", "-ot", rf"blk\.2\.={RPC0}", "--n-cpu-moe", "4"]),
+    # the same two, the other way round: llama.cpp keeps one override list in command-line order and the
+    # first match wins (common/arg.cpp, llama-model-loader.cpp), so block 2's experts stay on the CPU
+    ("--n-cpu-moe before -ot", ["-ngl", "99", "-ts", "4,5", "--n-cpu-moe", "4", "-ot", rf"blk\.2\.={RPC0}"]),
 ]
 
 
