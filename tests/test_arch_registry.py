@@ -246,6 +246,9 @@ INLINE = {  # field: {architecture: value}, with where the test stands today
     "mla_swa": {"dots3note": True},  # shape.graph_shape
     "indexer_no_rotate": {"hy_v4": True},  # mixers/mla._dsa_inputs
     "mtp_crop_before_ffn": {"nemotron_h_moe": True},  # mtp._build_mtp
+    "mla_k_rope_norm": {"dots3note": True},  # mixers/mla._mla_layer
+    "mla_gate": {"dots3note": "broadcast", "bailingmoe3": "per_head"},  # mixers/mla._mla_layer
+    "dsa_before_swa": {"dots3note": True},  # kv.kv_caches' order
     "shape_reader": {"gemma3n": "moetools.devicefit.graph.models.gemma3n:read_gemma3n_shape",
                      "glm5-next": "moetools.devicefit.graph.models.deepseek4:read_glm5_next_shape",
                      "hy_v4": "moetools.devicefit.graph.models.deepseek4:read_hy_v4_shape",

@@ -17,6 +17,7 @@ PROFILES = (
       mtp_single_block="DEEPSEEK4 MTP currently only supports a single MTP block", mtp_compressed_assert=True,
       layer_input="unplanned"),
     P("dots1", llama_cpp="src/models/dots1.cpp", synth_builder="moetools.synth.families.deepseek:dots1", gating="sigmoid"),
-    P("dots3note", indexer_rule="types_required", mla_swa=True, llama_cpp="src/models/dots3note.cpp", synth_builder="moetools.synth.families.deepseek:dots3note", sparse_kv="dsa",
+    P("dots3note", indexer_rule="types_required", mla_swa=True, mla_k_rope_norm=True, mla_gate="broadcast",
+      dsa_before_swa=True, llama_cpp="src/models/dots3note.cpp", synth_builder="moetools.synth.families.deepseek:dots3note", sparse_kv="dsa",
       swa=("array", 0, False, None, "standard")),
 )

@@ -14,7 +14,7 @@ PROFILES = (
     P("baichuan", llama_cpp="src/models/baichuan.cpp"),
     P("bailingmoe", llama_cpp="src/models/bailingmoe.cpp", synth_builder="moetools.synth.families.other:bailingmoe"),
     P("bailingmoe2", llama_cpp="src/models/bailingmoe2.cpp", synth_builder="moetools.synth.families.other:bailingmoe2"),
-    P("bailingmoe3", llama_cpp="src/models/bailingmoe3.cpp", synth_builder="moetools.synth.families.kimi:bailingmoe3",
+    P("bailingmoe3", mla_gate="per_head", llama_cpp="src/models/bailingmoe3.cpp", synth_builder="moetools.synth.families.kimi:bailingmoe3",
       recurrent_mixer="kda", rs_rollback=True, mrope="if_sections", nextn_tail=True, mtp="graph",
       mtp_single_block="BailingMoE3 MTP requires one NextN layer", layer_input="graph", mixer_name="bkda"),
     P("bert", llama_cpp="src/models/bert.cpp", memory="none"),

@@ -89,6 +89,12 @@ class ArchProfile:
     swa_skips_recurrent: bool = False  # llama_memory_hybrid_iswa: the recurrent layers do not slide
     assistant_target: bool = False  # the target whose KV a borrowed-KV draft reads (gemma4-assistant)
     mla_swa: bool = False  # the sliding-window layers have MLA widths of their own (dots3note.cpp)
+    mla_k_rope_norm: bool = False  # MLA: an RMS norm of the shared rope key before its rope (dots3note.cpp)
+    # MLA's output gate (attn_gate): None = sigmoid multiplied in place; "per_head" = one sigmoid per head
+    # of a reshape, the output reshaped and made contiguous (bailingmoe3.cpp); "broadcast" = a head-wise
+    # gate broadcast over reshapes, a new tensor (dots3note.cpp)
+    mla_gate: str = None
+    dsa_before_swa: bool = False  # llama_kv_cache_dsa_iswa: the DSA pair is built before the sliding-window cache
     indexer_no_rotate: bool = False  # the DSA indexer without the Hadamard rotation of its keys (hy-v4.cpp)
     shape_reader: str = ""  # "module:function" reading a bespoke graph's widths into the GraphShape
 

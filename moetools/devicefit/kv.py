@@ -323,7 +323,7 @@ def kv_shape(model):
     ple_layers = []
     if any(is_recurrent):
         state_r, state_s = _recurrent_state(model, recurrent_kind, n_embd, head_count, k_full)
-    if arch == "dflash" and model.get_int("{arch}.hyper_connection.count", 0):
+    if entry.block_draft and model.get_int("{arch}.hyper_connection.count", 0):
         # dflash.cpp: hyper_connection.count > 0 loads DeepSeek-V4 DSpark stages (MLA-style K in a
         # sliding-window cache, hyper-connections, experts: graph_dsv4), not the GQA blocks sized here
         raise GGUFError(model.path, "device-fit cannot size a DSpark DFlash draft (DeepSeek-V4 stages, "
@@ -574,7 +574,7 @@ def kv_caches(shape, ctx, settings):
             indexer.layers += 1
             indexer.k_bytes += _indexer_row(shape, il, settings) * cells * streams
             indexer.v_bytes += _indexer_v_row(shape, settings) * cells * streams
-    order = ("full", "indexer", "swa") if shape.architecture == "dots3note" else ("full", "swa", "indexer")
+    order = ("full", "indexer", "swa") if profile(shape.architecture).dsa_before_swa else ("full", "swa", "indexer")
     # (llama_kv_cache_dsa_iswa builds its DSA pair before the sliding-window cache)
     result = [caches[kind] for kind in order if caches[kind].layers]
     recurrent_layers = len(_recurrent_layers(shape))

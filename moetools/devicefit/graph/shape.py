@@ -239,7 +239,7 @@ def graph_shape(model, kvshape=None):
     n_embd = model.get_int(Keys.EMBEDDING_LENGTH, None, required_for="the compute buffer")
     n_vocab = _rows(model, "output.weight") or _rows(model, "token_embd.weight")
     if not n_vocab:
-        if arch == "dflash":  # dflash.cpp then takes the target's (ctx_other)
+        if entry.block_draft:  # dflash.cpp then takes the target's (ctx_other)
             raise GGUFError(model.path, "a DFlash draft without its own token_embd/output borrows the target's "
                                         "(llama.cpp's ctx_other): device-fit does not plan such a draft")
         raise GGUFError(model.path, "no output.weight or token_embd.weight to size the logits")

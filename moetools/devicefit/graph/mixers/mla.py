@@ -16,7 +16,7 @@ def _mla_layer(b, il, x, layer):
     kind = "swa" if b.kv.is_swa[il] else "full"
     if kind == "swa" and shape.mla_swa:  # dots3note's sliding-window layers: their own MLA widths
         kv_lora, nope, v_head = shape.mla_swa
-    dots3 = shape.architecture == "dots3note"
+    entry = profile(shape.architecture)
     mask = None
     if layer.q_lora:
         qr = b.mm(layer.q_lora, x)
@@ -28,7 +28,7 @@ def _mla_layer(b, il, x, layer):
         q = b.mm(n_head * (nope + rope), x)
     q = g.view(q)
     kv_pe = b.mm(kv_lora + rope, x)
-    if dots3:  # dots3note.cpp: an RMS norm of the shared rope key (a view: a new tensor) before its rope
+    if entry.mla_k_rope_norm:  # dots3note.cpp: an RMS norm of the shared rope key (a view: a new tensor) before its rope
         k_pe = g.op(b.f32(rope, T), g.view(kv_pe))
         k_pe = g.op(k_pe.nbytes, k_pe, b.weights, inplace=(0,))
         k_pe = g.op(k_pe.nbytes, k_pe, b.pos, inplace=(0,))
@@ -46,7 +46,7 @@ def _mla_layer(b, il, x, layer):
     g.expand(k_cur)
     g.expand(g.write(b.cache, g.view(k_cur), b.k_idxs[kind]))
     cur = build_attn_mha(b, il, q_cur, kv_lora + rope, kind, n_head, kv_lora + rope, kv_lora, v_mla_rows=v_head, mask=mask)
-    if layer.gate_rows and shape.architecture == "bailingmoe3":
+    if layer.gate_rows and entry.mla_gate == "per_head":
         # bailingmoe3.cpp: one sigmoid gate per head (of a reshape: a new tensor), the output reshaped
         # (a view: the mul is a new tensor) and made contiguous before the projection
         gate = b.unary(g.view(b.mm(layer.gate_rows, x)), b.f32(layer.gate_rows, T))
@@ -55,7 +55,7 @@ def _mla_layer(b, il, x, layer):
     elif layer.gate_rows:
         gate = b.mm(layer.gate_rows, x)
         gate = b.unary(gate, gate.nbytes)
-        if dots3:  # the head-wise gate broadcast over reshapes: a new tensor
+        if entry.mla_gate == "broadcast":  # the head-wise gate broadcast over reshapes: a new tensor
             cur = g.op(b.f32(n_head * v_head, T), g.view(cur), g.view(gate))
         else:
             cur = g.op(b.f32(n_head * v_head, T), cur, gate, inplace=(0, 1))  # mul: in place of the sigmoid
