@@ -141,7 +141,9 @@ def test_fork_screen_and_its_launch_fit_80_columns(k2):
     assert launch_argv(exports) == piped_json(args + ["--emit", "env", "--json"])["command"]
 
 
-def test_repo_listing_at_80_columns_keeps_numbers_and_headers_whole(tmp_path, preset_model):
+def repo_screen(tmp_path, preset_model, options):
+    """(exit code, screen lines, JSON rows) of `device-fit hf://org/kimi OPTIONS` on an 80-column terminal,
+    the repo served by the Hub emulation: a 3-shard K2-class set and a tiny quant."""
     from tests.httpfixture import Repo, Server
 
     k2 = Path(preset_model("kimi-k2", shards=3))
@@ -151,9 +153,13 @@ def test_repo_listing_at_80_columns_keeps_numbers_and_headers_whole(tmp_path, pr
     with Server(repos={"org/kimi": Repo(files)}) as server:
         env = {"HF_ENDPOINT": server.hub_endpoint, "MOETOOLS_CACHE_DIR": str(tmp_path / "cache"),
                "HF_HOME": str(tmp_path / "hf")}
-        args = ["device-fit", "hf://org/kimi", "--vram", "32G", "--runtime", "fork"]
+        args = ["device-fit", "hf://org/kimi", *options]
         code, lines = screen(args, env=env)
-        rows = piped_json(args + ["--json"], env=env)
+        return code, lines, piped_json(args + ["--json"], env=env)
+
+
+def test_repo_listing_at_80_columns_keeps_numbers_and_headers_whole(tmp_path, preset_model):
+    code, lines, rows = repo_screen(tmp_path, preset_model, ["--vram", "32G", "--runtime", "fork"])
     assert code == 0 and not too_wide(lines), "\n".join(lines)
     headers = " ".join(line for line in lines if line.startswith("set "))
     for header in ["set", "type", "size", "resident", "experts", "verdict", "context", "tok/s"]:
@@ -204,18 +210,7 @@ def test_llama_screen_fits_any_width(columns, k2):
 
 def test_upstream_repo_listing_at_80_columns_keeps_numbers_and_headers_whole(tmp_path, preset_model):
     """The default runtime's listing (one row per quant, upstream llama.cpp) and its launch line."""
-    from tests.httpfixture import Repo, Server
-
-    k2 = Path(preset_model("kimi-k2", shards=3))
-    tiny = factory.write_tiny(tmp_path, "qwen3moe", name="tiny-Q8_0")
-    files = {f"UD-Q2/kimi-k2-0000{i}-of-00003.gguf": str(k2.parent / f"kimi-k2-0000{i}-of-00003.gguf") for i in (1, 2, 3)}
-    files["tiny-Q8_0.gguf"] = str(tiny)
-    with Server(repos={"org/kimi": Repo(files)}) as server:
-        env = {"HF_ENDPOINT": server.hub_endpoint, "MOETOOLS_CACHE_DIR": str(tmp_path / "cache"),
-               "HF_HOME": str(tmp_path / "hf")}
-        args = ["device-fit", "hf://org/kimi", "--vram", "24G", "--ram", "512G"]
-        code, lines = screen(args, env=env)
-        rows = piped_json(args + ["--json"], env=env)
+    code, lines, rows = repo_screen(tmp_path, preset_model, ["--vram", "24G", "--ram", "512G"])
     assert code == 0 and not too_wide(lines), "\n".join(lines)
     headers = " ".join(line for line in lines if line.startswith("set "))
     for header in ["set", "type", "size", "verdict", "context", "placement", "tok/s"]:

@@ -575,17 +575,9 @@ def smallest_vram(facts, tiers, options, coverage=None, limit=1 << 44):
             return fit(facts, tiers, trial, coverage).chosen is not None
         except UsageError:  # at or below the reserve
             return False
-    low, high = options.vram, limit
-    if not fits(high):
-        return None
-    step = 64 * 1024 * 1024
-    while high - low > step:
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle
-    return high
+    from moetools.devicefit.bisect import smallest
+
+    return smallest(fits, options.vram, limit, step=64 * 1024 * 1024)
 
 
 def fit_trade_off(facts, tiers, options, coverage=None, observations=()):

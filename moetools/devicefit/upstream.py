@@ -5,6 +5,7 @@ answer with numbers when nothing fits, and the llama-server command.
 Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOptions.
 """
 
+from moetools.devicefit.bisect import smallest
 from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
 from moetools.devicefit import draft as draftmod
@@ -486,20 +487,6 @@ def _with(options, **changes):
     return trial
 
 
-def _smallest(fits, low, high):
-    """The smallest integer in (low, high] for which fits() holds (fits is monotone: False then True),
-    or None when fits(high) does not."""
-    if not fits(high):
-        return None
-    while high - low > 1:
-        middle = (low + high) // 2
-        if fits(middle):
-            high = middle
-        else:
-            low = middle
-    return high
-
-
 def user_placement_fixes(facts, devices, cpu, options, ctx):
     """For a user placement that does not fit: the smallest VRAM per GPU at which THAT placement fits
     (to 256 MiB), and the nearest placement that fits the devices given -- more experts on the CPU
@@ -518,19 +505,19 @@ def user_placement_fixes(facts, devices, cpu, options, ctx):
                      for d in devices]
             return plan_at(facts, sized, cpu, options, ctx).fits
 
-        found = _smallest(fits_at, low, high)
+        found = smallest(fits_at, low, high)
         if found is not None:
             fixes["placement_fits_from_vram_bytes"] = found * step
     nearest = None
     if not facts.dense:
         start = options.n_cpu_moe if options.n_cpu_moe is not None else 0
-        found = _smallest(lambda n: plan_at(facts, devices, cpu, _with(options, n_cpu_moe=n), ctx).fits,
+        found = smallest(lambda n: plan_at(facts, devices, cpu, _with(options, n_cpu_moe=n), ctx).fits,
                           start, facts.block_count)
         if found is not None:
             nearest = _with(options, n_cpu_moe=found)
     if nearest is None and options.ngl is not None and options.ngl > 0:
         # fewer layers offloaded: the largest -ngl below the user's that fits (fits falls as ngl rises)
-        found = _smallest(lambda k: plan_at(facts, devices, cpu, _with(options, ngl=options.ngl - k), ctx).fits,
+        found = smallest(lambda k: plan_at(facts, devices, cpu, _with(options, ngl=options.ngl - k), ctx).fits,
                           0, options.ngl)
         if found is not None:
             nearest = _with(options, ngl=options.ngl - found)
