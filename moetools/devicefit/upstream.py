@@ -298,7 +298,41 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
     if cpu.capacity_bytes:
         room = cpu.capacity_bytes - options.os_reserve - cpu_share.kv_bytes - cpu_share.compute_bytes
     seconds, breakdown = speedmod.decode_time(shares, placement, devices, kv_read, options.speed, room)
-    return DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
+    result = DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
+    if not options.user_placement and devices and (not result.fits or all(home == CPU for home in placement.layer_device)):
+        result = _what_a_user_would_try(facts, devices, cpu, options, ctx, result)
+    return result
+
+
+FALLBACK_NGL_MAX = 64  # the largest -ngl the fallback tries (each try replays the placement's graphs)
+
+
+def _what_a_user_would_try(facts, devices, cpu, options, ctx, searched):
+    """When the placement search offloads nothing (or what it found does not fit), try what a user would
+    type before concluding: the output layer alone (-ngl 1), then small partial offloads -ngl 2, 3, ...
+    with their experts on their devices and with every expert on the CPU (--n-cpu-moe N), each evaluated
+    as device-fit evaluates a user's placement (plan_at). The fastest that fits replaces the search's
+    answer (a tie keeps fewer layers); none fitting keeps it. -ngl k stops being tried once neither
+    variant fits (a larger -ngl only adds to the devices)."""
+    n_layer = facts.layers.n_layer
+    variants = [None] if facts.dense else [None, facts.block_count]
+    best = None
+    for ngl in range(1, min(n_layer + 1, FALLBACK_NGL_MAX) + 1):
+        fitted = False
+        for n_cpu_moe in variants:
+            trial = plan_at(facts, devices, cpu, _with(options, ngl=ngl, n_cpu_moe=n_cpu_moe), ctx)
+            if trial.fits:
+                fitted = True
+                if best is None or trial.tok_s > best.tok_s:
+                    best = trial
+        if not fitted:
+            break
+    if best is None or (searched.fits and best.tok_s <= searched.tok_s):
+        return searched
+    flags = placement_flags(_with(options, ngl=best.placement.ngl, n_cpu_moe=best.placement.n_cpu_moe))
+    best.notes = [f"the placement search offloaded nothing that fits; {flags} (what a user would try, evaluated "
+                  f"as device-fit evaluates a user's placement) fits: {best.tok_s:.2f} tok/s"]
+    return best
 
 
 class UpstreamResult(Record):
