@@ -51,3 +51,73 @@ def test_a_plan_that_already_fits_is_unchanged_by_the_fallback(preset_model):
     assert doc["verdict"] == "fits"
     assert not any("what a user would try" in note for note in doc["notes"])
     assert doc["placement"]["ngl"] == 48 and doc["placement"]["ts"] is not None
+
+
+# --- the margin on unmeasured compute buffers -----------------------------------------------------
+
+def test_measured_table_is_what_the_generator_writes():
+    """moetools/devicefit/measured.py is benchmarks/gen_devicefit_measured.py's output over tests/data."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    written = subprocess.run([sys.executable, str(root / "benchmarks" / "gen_devicefit_measured.py")], capture_output=True,
+                             text=True, check=True, cwd=root).stdout
+    assert written == (root / "moetools" / "devicefit" / "measured.py").read_text()
+
+
+def test_the_margin_rule_by_architecture_and_placement():
+    from types import SimpleNamespace
+
+    from moetools.devicefit import measured, upstream
+    from moetools.devicefit.placement import CPU
+
+    split, alone = SimpleNamespace(layer_device=[0, 0, 1, 1]), SimpleNamespace(layer_device=[0, 0, 0, 0])
+    partial = SimpleNamespace(layer_device=[CPU, 0, 0, 0])
+    margin = upstream.UNMEASURED_MARGIN_PCT
+
+    def pct(arch, placement):
+        return upstream.unmeasured_margin(SimpleNamespace(architecture=arch), placement)[0]
+
+    assert pct("no-such-arch", alone) == margin  # nothing measured: every placement
+    assert pct("deepseek2", alone) == 0 and pct("deepseek2", split) == margin and pct("deepseek2", partial) == margin
+    assert pct("qwen3moe", split) == 0 and pct("qwen3moe", alone) == 0  # measured both ways
+    for arch in ("gemma4", "nemotron_h_moe", "qwen3next"):  # measured off on splits (issue 32's verifier)
+        assert arch in measured.KNOWN_OFF_ON_SPLIT
+        assert pct(arch, split) == margin and pct(arch, alone) == 0
+    assert "deepseek2" in measured.ONE_DEVICE and "deepseek2" not in measured.SPLIT
+    assert {"qwen3moe", "kimi-k3", "deepseek4"} <= set(measured.SPLIT)
+
+
+def test_gemma4_split_gets_the_margin_in_json_ledger_and_free_bytes(preset_model):
+    path = preset_model("gemma-4-26b-a4b")
+    doc = run_json(path, "--runtime", "llama", "--vram", "8G,8G", "--ram", "64G", "--ctx", "8192")
+    assert doc["verdict"] == "fits"
+    for device in doc["devices"]:
+        assert device["compute_margin_pct"] == 15
+        assert device["compute_margin_bytes"] == -(-device["compute_bytes"] * 15 // 100)
+        used = sum(device[key] for key in ("compute_bytes", "compute_margin_bytes", "resident_bytes", "kv_bytes",
+                                           "expert_bytes", "margin_bytes", "draft_bytes"))
+        assert device["free_bytes"] == device["capacity_bytes"] - used
+        if device["kind"] != "cpu":
+            assert device["free_bytes"] >= 0
+    assert any(note.startswith("unmeasured: +15%") for note in doc["notes"])
+    # the table: a row and the caption
+    from moetools.devicefit.render import llama_tables
+
+    ledger = llama_tables(doc)[0]
+    assert ledger.rows[3][0] == "unmeasured" and ledger.rows[3][1].startswith("+15% ")
+    assert ledger.caption.startswith("unmeasured: +15%")
+
+
+def test_one_device_and_measured_splits_are_unchanged(preset_model):
+    """gemma4 on one GPU (every layer there) and qwen3moe split over two (measured both ways): no margin,
+    no key, no row."""
+    from moetools.devicefit.render import llama_tables
+
+    for path, vram in ((preset_model("gemma-4-26b-a4b"), "32G"), (preset_model("qwen3-235b"), "24G,24G")):
+        doc = run_json(path, "--runtime", "llama", "--vram", vram, "--ram", "512G", "--ctx", "8192")
+        assert not any("compute_margin_pct" in device for device in doc["devices"])
+        assert not any(note.startswith("unmeasured") for note in doc["notes"])
+        assert all(row[0] != "unmeasured" for row in llama_tables(doc)[0].rows)

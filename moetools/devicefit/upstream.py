@@ -9,6 +9,7 @@ from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit import kv as kvmod
+from moetools.devicefit import measured as measuredmod
 from moetools.devicefit import placement as placemod
 from moetools.devicefit import speed as speedmod
 from moetools.devicefit.devices import GPU_TABLE, Device
@@ -119,6 +120,35 @@ def placement_compute_fn(facts, devices, options, ctx, placement):
             return options.reserve
         return buffers[key]
     return compute
+
+
+UNMEASURED_MARGIN_PCT = 15  # the worst under-estimate measured on an unmeasured-like split: gemma4 0.87x (+15% covers it)
+
+
+def unmeasured_margin(facts, placement):
+    """(percent, why) added to each device's compute buffer where this architecture's buffers for this
+    kind of placement have no llama.cpp measurement (measured.py, from tests/data/devicefit_llama_*.json):
+    an architecture with no measured case at all, on any placement; one with no measured split case (or
+    one measured off on splits at real widths, measured.KNOWN_OFF_ON_SPLIT), when its layers (blocks and
+    output layer) sit on more than one device, the CPU included. (0, "") where measured."""
+    arch = facts.architecture
+    if arch not in measuredmod.ONE_DEVICE and arch not in measuredmod.SPLIT:
+        return UNMEASURED_MARGIN_PCT, f"{arch} has no llama.cpp-measured compute buffer"
+    if len(set(placement.layer_device)) > 1:
+        if arch in measuredmod.KNOWN_OFF_ON_SPLIT:
+            return UNMEASURED_MARGIN_PCT, (f"{arch}'s split compute buffers were measured "
+                                           f"{measuredmod.KNOWN_OFF_ON_SPLIT[arch]} llama.cpp's (issue 32)")
+        if arch not in measuredmod.SPLIT:
+            return UNMEASURED_MARGIN_PCT, f"{arch} has no llama.cpp-measured split over several devices"
+    return 0, ""
+
+
+def margin_bytes(compute_bytes, pct, options, key):
+    """The unmeasured margin on one device's compute buffer (none on an offload device under --reserve,
+    the user's own figure)."""
+    if not pct or (key != CPU and options.reserve is not None):
+        return 0
+    return -(-compute_bytes * pct // 100)
 
 
 FOOTPRINTS_MAX = 256  # draft_footprint's memo entries per draft
@@ -283,11 +313,19 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
             # the placement's own buffers can exceed the estimate (a GPU holds the copy of a CPU expert
             # matrix it runs the batch's matmul of; the draft follows the chosen -ts): choose again with
             # the bytes it really needs
-            real = [compute(index, None, None) + _draft_bytes(footprint, index) for index in range(len(devices))]
+            pct = unmeasured_margin(facts, placement)[0]
+            real = [compute(index, None, None) + margin_bytes(compute(index, None, None), pct, options, index)
+                    + _draft_bytes(footprint, index) for index in range(len(devices))]
             if all(need <= have for need, have in zip(real, assumed)):
                 break
             assumed = [max(need, have) for need, have in zip(real, assumed)]
     shares = placemod.ledger(layers, placement, devices, cpu, kv_layers, compute, margins)
+    pct, why = unmeasured_margin(facts, placement)
+    if pct:
+        for key, share in zip([*range(len(devices)), CPU], shares):
+            share.compute_margin_bytes = margin_bytes(share.compute_bytes, pct, options, key)
+            share.compute_margin_pct = pct if share.compute_margin_bytes else 0
+        notes = [*notes, f"unmeasured: +{pct}% on each device's compute buffer: {why}"]
     if footprint:
         for key, share in zip([*range(len(devices)), CPU], shares):
             share.draft_bytes = _draft_bytes(footprint, key)
