@@ -121,3 +121,88 @@ def test_one_device_and_measured_splits_are_unchanged(preset_model):
         assert not any("compute_margin_pct" in device for device in doc["devices"])
         assert not any(note.startswith("unmeasured") for note in doc["notes"])
         assert all(row[0] != "unmeasured" for row in llama_tables(doc)[0].rows)
+
+
+# --- mmap as llama.cpp 0c1e57098 does it -----------------------------------------------------------
+
+def _file_ranges(path, on_cpu):
+    """{shard: (first, end)} of the tensors `on_cpu(name)` selects, read from the GGUF header itself."""
+    from moetools.gguf import open_model
+
+    spans = {}
+    with open_model(path) as model:
+        for tensor in model.tensors:
+            if on_cpu(tensor.name):
+                first, end = spans.get(tensor.shard, (tensor.offset, tensor.offset + tensor.n_bytes))
+                spans[tensor.shard] = (min(first, tensor.offset), max(end, tensor.offset + tensor.n_bytes))
+    return spans
+
+
+def test_cpu_only_span_is_the_whole_tensor_range_of_every_shard(tmp_path):
+    from tests import factory
+
+    path = factory.write_tiny(tmp_path, "qwen3moe", shards=2)
+    doc = run_json(path, "--runtime", "llama", "--ram", "16G", "--ctx", "4096")
+    cpu = doc["devices"][-1]
+    assert cpu["kind"] == "cpu"
+    spans = _file_ranges(path, lambda name: True)
+    assert cpu["mmap_spans"] == [[shard, first, end] for shard, (first, end) in sorted(spans.items())]
+    assert len(cpu["mmap_spans"]) == 2
+    assert cpu["mmap_span_bytes"] == sum(end - first for first, end in spans.values())
+
+
+def test_span_runs_from_the_first_to_the_last_cpu_tensor(tmp_path):
+    """-ngl 3 offloads the last two blocks and the output layer: the span ends at the last tensor of
+    the blocks left on the CPU (whatever offloaded tensors lie between)."""
+    from moetools.gguf.model import tensor_block
+    from tests import factory
+
+    path = factory.write_tiny(tmp_path, "mixtral")
+    doc = run_json(path, "--runtime", "llama", "--ram", "16G", "--vram", "8G", "--ctx", "4096", "-ngl", "3")
+    cpu_layers = doc["placement"]["cpu_layers"]
+    assert cpu_layers and doc["devices"][0]["output_layer"]
+
+    def on_cpu(name):
+        block = tensor_block(name)
+        return name.startswith("token_embd") if block is None else block in cpu_layers
+
+    spans = _file_ranges(path, on_cpu)
+    assert doc["devices"][-1]["mmap_spans"] == [[shard, first, end] for shard, (first, end) in sorted(spans.items())]
+    assert "mmap_span_bytes" not in doc["devices"][0]
+
+
+def test_tied_embedding_is_mapped_once():
+    from types import SimpleNamespace
+
+    from moetools.devicefit import upstream
+    from moetools.devicefit.layers import LayerBytes
+    from moetools.devicefit.placement import CPU
+
+    layers = LayerBytes(tensors=[("token_embd.weight", "input", None, None, 100, 0),
+                                 ("blk.0.attn_q.weight", "dense", 0, None, 50, 0),
+                                 ("token_embd.weight", "output", None, None, 100, 0)],
+                        offsets={"token_embd.weight": (0, 1000), "blk.0.attn_q.weight": (0, 1100)})
+    placement = SimpleNamespace(layer_device=[CPU, CPU], expert_device={})
+    assert upstream.mapped_spans(layers, placement) == [(0, 1000, 1150)]
+    placement = SimpleNamespace(layer_device=[0, 0], expert_device={})  # all offloaded: the embeddings alone
+    assert upstream.mapped_spans(layers, placement) == [(0, 1000, 1100)]
+
+
+def test_warns_when_the_mapped_file_exceeds_free_ram(preset_model):
+    path = preset_model("glm-4.5-air")
+    result = CliRunner().invoke(cli, ["device-fit", str(path), *GLM_RPC, "--ctx", "4096", "--json"])
+    assert "exceeds free RAM (60.00 GiB: --ram less --os-reserve)" in result.stderr
+    assert "MAP_POPULATE" in result.stderr
+    result = CliRunner().invoke(cli, ["device-fit", str(path), "--runtime", "llama", "--vram", "24G", "--ram", "512G",
+                                      "--ctx", "4096", "--json"])
+    assert "exceeds free RAM" not in result.stderr
+
+
+def test_no_mmap_in_a_checked_line_drops_the_warning_and_the_span(preset_model):
+    path = str(preset_model("glm-4.5-air"))
+    line = ["llama-server", "-m", path, "--rpc", "127.0.0.1:50152,127.0.0.1:50153", "-fa", "off", "-c", "4096", "-ngl", "1"]
+    devices = ["--rpc", "127.0.0.1:50152=2500M", "--rpc", "127.0.0.1:50153=2000M", "--ram", "64G", "--json"]
+    mapped = CliRunner().invoke(cli, ["device-fit", *devices, "--check", "--", *line])
+    read = CliRunner().invoke(cli, ["device-fit", *devices, "--check", "--", *line, "--no-mmap"])
+    assert "MAP_POPULATE" in mapped.stderr and "mmap_span_bytes" in json.loads(mapped.stdout)["devices"][-1]
+    assert "MAP_POPULATE" not in read.stderr and "mmap_span_bytes" not in json.loads(read.stdout)["devices"][-1]

@@ -172,6 +172,9 @@ def llama_tables(doc):
         ("resident", lambda device: gib(device["resident_bytes"])),
         ("KV", lambda device: gib(device["kv_bytes"])),
         ("experts", lambda device: gib(device["expert_bytes"])),
+        # under mmap the CPU's model buffer is the file span from its first to its last tensor
+        *([("mmap span", lambda device: gib(device["mmap_span_bytes"]) if "mmap_span_bytes" in device else "-")]
+          if any("mmap_span_bytes" in device for device in doc["devices"]) else []),
         ("margin", lambda device: gib(device["margin_bytes"])),
         *([("draft", lambda device: gib(device["draft_bytes"]))] if "draft" in doc else []),
         ("free", lambda device: gib(device["free_bytes"]) if device["free_bytes"] >= 0 else "-" + gib(-device["free_bytes"])),

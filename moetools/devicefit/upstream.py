@@ -384,6 +384,8 @@ class UpstreamResult(Record):
         ("warnings", list),
         ("unfittable", None),  # {shortfall per device, suggestions} when nothing fits
         ("draft", None),  # the draft.Draft planned beside the target
+        ("mmap", True),  # llama.cpp maps the model (no --no-mmap): the CPU's model buffer is a file span
+        ("tensor_homes", None),  # the user's overrides resolved: {tensor name: device key}
     )
 
 
@@ -429,7 +431,13 @@ def plan(facts, devices, cpu, options):
         candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in context.contexts_to_try(train)]
     feasible = [candidate for candidate in candidates if candidate.fits]
     result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings,
-                            draft=options.draft)
+                            draft=options.draft, mmap=options.speed.mmap, tensor_homes=options.tensor_homes)
+    free_ram = cpu.capacity_bytes - options.os_reserve
+    if options.speed.mmap and cpu.capacity_bytes and facts.file_bytes > free_ram:
+        warnings.append(f"the model file ({facts.file_bytes / GIB:.2f} GiB) exceeds free RAM ({free_ram / GIB:.2f} GiB: --ram "
+                        f"less --os-reserve) and llama.cpp maps it (no --no-mmap): llama.cpp 0c1e57098 maps every "
+                        "file with MAP_POPULATE and POSIX_MADV_WILLNEED over the whole file (src/llama-mmap.cpp), so "
+                        "loading reads every page of it, evicting what it read first")
     if options.draft is not None:
         if options.draft.spec_type == "draft-mtp":
             blocks = ", ".join(map(str, facts.mtp_blocks))
@@ -535,6 +543,33 @@ def unfittable(facts, devices, cpu, options, attempt):
         parts.append("device-fit's own placement (drop -ngl/-ts/-ot/--n-cpu-moe) fits")
     parts.append("or with the streaming fork and a resident tier (--runtime fork --tiers)")
     return {"shortfall_bytes": shortfall, "summary": ", ".join(parts), **suggestions}
+
+
+def mapped_spans(layers, placement, homes=None):
+    """[(shard, first, end)]: per shard, the file range from the first to the end of the last tensor on
+    the CPU. Under mmap llama.cpp's CPU model buffer is that range of the mapped file, not an allocation
+    (src/llama-model.cpp load_tensors: ggml_backend_dev_buffer_from_host_ptr over
+    llama_model_loader::get_mapping_range's [first, last)): tensors of other devices between them count,
+    a tied embedding counts once."""
+    homes = homes or {}
+    spans = {}
+    for name, role, block, part, n_bytes, _ in layers.tensors:
+        if name in homes:
+            home = homes[name]
+        elif role == "input":
+            home = CPU
+        elif role == "output":
+            home = placement.layer_device[-1]
+        elif role == "dense":
+            home = placement.layer_device[block]
+        else:
+            home = placement.expert_device[block][part]
+        if home != CPU or name not in layers.offsets:
+            continue
+        shard, offset = layers.offsets[name]
+        first, end = spans.get(shard, (offset, offset + n_bytes))
+        spans[shard] = (min(first, offset), max(end, offset + n_bytes))
+    return [(shard, first, end) for shard, (first, end) in sorted(spans.items())]
 
 
 def placement_flags(options):
@@ -721,6 +756,18 @@ def _plan_doc(plan_, placement):
     }
 
 
+def _devices_doc(facts, result):
+    """The ledger's devices; under mmap the CPU's also carries the file span llama.cpp maps as its model
+    buffer (`mmap_span_bytes`, and `mmap_spans` [shard, first, end] per shard) beside its tensor bytes."""
+    plan_ = result.chosen or result.alternatives[0]
+    devices = [share.to_doc() for share in plan_.shares]
+    if result.mmap:
+        spans = mapped_spans(facts.layers, plan_.placement, result.tensor_homes)
+        devices[-1]["mmap_span_bytes"] = sum(end - first for _, first, end in spans)
+        devices[-1]["mmap_spans"] = [list(span) for span in spans]
+    return devices
+
+
 def result_doc(result, facts, model_path, kv_flags):
     chosen = result.chosen
     doc = {
@@ -731,7 +778,7 @@ def result_doc(result, facts, model_path, kv_flags):
         "context": chosen.context if chosen else 0,
         "context_train": facts.shape.context_train,
         "tok_s": round(chosen.tok_s, 4) if chosen else 0.0,
-        "devices": [share.to_doc() for share in (chosen or result.alternatives[0]).shares],
+        "devices": _devices_doc(facts, result),
         "placement": plan_doc(chosen) if chosen else None,
         "alternatives": [plan_doc(candidate) for candidate in result.alternatives],
         "unfittable": result.unfittable,
