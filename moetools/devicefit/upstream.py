@@ -337,7 +337,7 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
         room = cpu.capacity_bytes - options.os_reserve - cpu_share.kv_bytes - cpu_share.compute_bytes
     seconds, breakdown = speedmod.decode_time(shares, placement, devices, kv_read, options.speed, room)
     result = DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
-    if not options.user_placement and devices and (not result.fits or all(home == CPU for home in placement.layer_device)):
+    if not whole_model and not options.user_placement and devices and (not result.fits or all(home == CPU for home in placement.layer_device)):
         result = _what_a_user_would_try(facts, devices, cpu, options, ctx, result)
     return result
 
