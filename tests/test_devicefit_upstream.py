@@ -422,8 +422,9 @@ def test_llama_table(preset_model):
     doc = run_json(preset_model("gpt-oss-120b"), "--runtime", "llama", "--gpu", "rtx3090", "--ram", "64G", "-c", 8192)
     ledger, contexts = llama_tables(doc)
     assert ledger.columns == ["", "CUDA0", "CPU"]  # a column per device, a row per buffer
-    assert [row[0] for row in ledger.rows] == ["kind", "capacity", "compute", "resident", "KV", "experts", "margin",
-                                               "free", "layers"]
+    # "mmap span": the CPU's model buffer as llama.cpp maps it (issue 32)
+    assert [row[0] for row in ledger.rows] == ["kind", "capacity", "compute", "resident", "KV", "experts", "mmap span",
+                                               "margin", "free", "layers"]
     assert ledger.title.startswith("device-fit (llama.cpp)") and not ledger.caption  # the launch line is a note
     assert contexts.rows[0][0] == "* 8192"
 

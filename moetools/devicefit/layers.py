@@ -64,6 +64,7 @@ class LayerBytes(Record):
         # every tensor llama.cpp creates, for -ot: (name, role "input" | "output" | "dense" | "expert",
         # block or None, expert part or None, n_bytes, cuda pad bytes); a tied output's token_embd twice
         ("tensors", list),
+        ("offsets", dict),  # {name: (shard, absolute file offset)}: the file span llama.cpp maps (upstream.mapped_spans)
     )
 
     @property
@@ -121,6 +122,7 @@ def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
         kind = expert_tensor_kind(tensor.name)
         if tensor.name in skip_names:
             continue
+        result.offsets[tensor.name] = (tensor.shard, tensor.offset)
         block = kind[0] if kind else tensor_block(tensor.name)
         if block is not None and block < len(blocks):
             target = blocks[block]

@@ -344,12 +344,15 @@ class Share(Record):
         ("active_bytes", 0.0),  # weight bytes one token reads here (dense + top-k share of its experts)
         ("expert_parts", dict),  # {block: [parts]} held here
         ("draft_bytes", 0),  # a draft model's weights, KV and compute buffers here (--draft)
+        # the margin on an unmeasured compute buffer (upstream.unmeasured_margin): percent and bytes
+        ("compute_margin_pct", 0),
+        ("compute_margin_bytes", 0),
     )
 
     @property
     def used_bytes(self):
         return (self.resident_bytes + self.expert_bytes + self.kv_bytes + self.compute_bytes + self.margin_bytes
-                + self.draft_bytes)
+                + self.draft_bytes + self.compute_margin_bytes)
 
     @property
     def free_bytes(self):
@@ -366,6 +369,9 @@ class Share(Record):
                "free_bytes": self.free_bytes,
                "layers": ranges_text(self.layers), "output_layer": self.holds_output,
                "bandwidth_bytes_per_s": self.device.bandwidth, "bandwidth_source": self.device.bandwidth_source}
+        if self.compute_margin_pct:  # only where it applies: a measured plan's document is unchanged
+            doc["compute_margin_pct"] = self.compute_margin_pct
+            doc["compute_margin_bytes"] = self.compute_margin_bytes
         if self.device.endpoint:
             doc["endpoint"] = self.device.endpoint
         return doc

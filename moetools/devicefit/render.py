@@ -165,9 +165,16 @@ def llama_tables(doc):
         ("kind", lambda device: device["kind"]),
         ("capacity", lambda device: gib(device["capacity_bytes"])),
         ("compute", lambda device: gib(device["compute_bytes"])),
+        # the margin on a compute buffer llama.cpp has not measured for this architecture and placement
+        *([("unmeasured", lambda device: (f"+{device['compute_margin_pct']}% {gib(device['compute_margin_bytes'])}"
+                                          if device.get("compute_margin_pct") else "-"))]
+          if any(device.get("compute_margin_pct") for device in doc["devices"]) else []),
         ("resident", lambda device: gib(device["resident_bytes"])),
         ("KV", lambda device: gib(device["kv_bytes"])),
         ("experts", lambda device: gib(device["expert_bytes"])),
+        # under mmap the CPU's model buffer is the file span from its first to its last tensor
+        *([("mmap span", lambda device: gib(device["mmap_span_bytes"]) if "mmap_span_bytes" in device else "-")]
+          if any("mmap_span_bytes" in device for device in doc["devices"]) else []),
         ("margin", lambda device: gib(device["margin_bytes"])),
         *([("draft", lambda device: gib(device["draft_bytes"]))] if "draft" in doc else []),
         ("free", lambda device: gib(device["free_bytes"]) if device["free_bytes"] >= 0 else "-" + gib(-device["free_bytes"])),
@@ -180,6 +187,10 @@ def llama_tables(doc):
     title += f" — {os.path.basename(doc['model'])}"
     ledger = Table(title, [""] + [device["name"] for device in doc["devices"]], rows,
                    right_align=tuple(range(1, len(doc["devices"]) + 1)))
+    pct = max((device.get("compute_margin_pct", 0) for device in doc["devices"]), default=0)
+    if pct:
+        ledger.caption = (f"unmeasured: +{pct}% on each device's compute buffer ({doc.get('architecture', 'this architecture')}: no llama.cpp "
+                          "measurement of this kind of placement; docs/device-fit.md)")
     alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [
         [("* " if alt["context"] == doc["context"] and doc["verdict"] != "unfittable" else "  ") + str(alt["context"]),
          "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",

@@ -10,6 +10,7 @@ from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit import kv as kvmod
+from moetools.devicefit import measured as measuredmod
 from moetools.devicefit import placement as placemod
 from moetools.devicefit import speed as speedmod
 from moetools.devicefit.devices import GPU_TABLE, Device
@@ -120,6 +121,35 @@ def placement_compute_fn(facts, devices, options, ctx, placement):
             return options.reserve
         return buffers[key]
     return compute
+
+
+UNMEASURED_MARGIN_PCT = 15  # the worst under-estimate measured on an unmeasured-like split: gemma4 0.87x (+15% covers it)
+
+
+def unmeasured_margin(facts, placement):
+    """(percent, why) added to each device's compute buffer where this architecture's buffers for this
+    kind of placement have no llama.cpp measurement (measured.py, from tests/data/devicefit_llama_*.json):
+    an architecture with no measured case at all, on any placement; one with no measured split case (or
+    one measured off on splits at real widths, measured.KNOWN_OFF_ON_SPLIT), when its layers (blocks and
+    output layer) sit on more than one device, the CPU included. (0, "") where measured."""
+    arch = facts.architecture
+    if arch not in measuredmod.ONE_DEVICE and arch not in measuredmod.SPLIT:
+        return UNMEASURED_MARGIN_PCT, f"{arch} has no llama.cpp-measured compute buffer"
+    if len(set(placement.layer_device)) > 1:
+        if arch in measuredmod.KNOWN_OFF_ON_SPLIT:
+            return UNMEASURED_MARGIN_PCT, (f"{arch}'s split compute buffers were measured "
+                                           f"{measuredmod.KNOWN_OFF_ON_SPLIT[arch]} llama.cpp's (issue 32)")
+        if arch not in measuredmod.SPLIT:
+            return UNMEASURED_MARGIN_PCT, f"{arch} has no llama.cpp-measured split over several devices"
+    return 0, ""
+
+
+def margin_bytes(compute_bytes, pct, options, key):
+    """The unmeasured margin on one device's compute buffer (none on an offload device under --reserve,
+    the user's own figure)."""
+    if not pct or (key != CPU and options.reserve is not None):
+        return 0
+    return -(-compute_bytes * pct // 100)
 
 
 FOOTPRINTS_MAX = 256  # draft_footprint's memo entries per draft
@@ -284,11 +314,19 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
             # the placement's own buffers can exceed the estimate (a GPU holds the copy of a CPU expert
             # matrix it runs the batch's matmul of; the draft follows the chosen -ts): choose again with
             # the bytes it really needs
-            real = [compute(index, None, None) + _draft_bytes(footprint, index) for index in range(len(devices))]
+            pct = unmeasured_margin(facts, placement)[0]
+            real = [compute(index, None, None) + margin_bytes(compute(index, None, None), pct, options, index)
+                    + _draft_bytes(footprint, index) for index in range(len(devices))]
             if all(need <= have for need, have in zip(real, assumed)):
                 break
             assumed = [max(need, have) for need, have in zip(real, assumed)]
     shares = placemod.ledger(layers, placement, devices, cpu, kv_layers, compute, margins)
+    pct, why = unmeasured_margin(facts, placement)
+    if pct:
+        for key, share in zip([*range(len(devices)), CPU], shares):
+            share.compute_margin_bytes = margin_bytes(share.compute_bytes, pct, options, key)
+            share.compute_margin_pct = pct if share.compute_margin_bytes else 0
+        notes = [*notes, f"unmeasured: +{pct}% on each device's compute buffer: {why}"]
     if footprint:
         for key, share in zip([*range(len(devices)), CPU], shares):
             share.draft_bytes = _draft_bytes(footprint, key)
@@ -299,7 +337,41 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
     if cpu.capacity_bytes:
         room = cpu.capacity_bytes - options.os_reserve - cpu_share.kv_bytes - cpu_share.compute_bytes
     seconds, breakdown = speedmod.decode_time(shares, placement, devices, kv_read, options.speed, room)
-    return DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
+    result = DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
+    if not whole_model and not options.user_placement and devices and (not result.fits or all(home == CPU for home in placement.layer_device)):
+        result = _what_a_user_would_try(facts, devices, cpu, options, ctx, result)
+    return result
+
+
+FALLBACK_NGL_MAX = 64  # the largest -ngl the fallback tries (each try replays the placement's graphs)
+
+
+def _what_a_user_would_try(facts, devices, cpu, options, ctx, searched):
+    """When the placement search offloads nothing (or what it found does not fit), try what a user would
+    type before concluding: the output layer alone (-ngl 1), then small partial offloads -ngl 2, 3, ...
+    with their experts on their devices and with every expert on the CPU (--n-cpu-moe N), each evaluated
+    as device-fit evaluates a user's placement (plan_at). The fastest that fits replaces the search's
+    answer (a tie keeps fewer layers); none fitting keeps it. -ngl k stops being tried once neither
+    variant fits (a larger -ngl only adds to the devices)."""
+    n_layer = facts.layers.n_layer
+    variants = [None] if facts.dense else [None, facts.block_count]
+    best = None
+    for ngl in range(1, min(n_layer + 1, FALLBACK_NGL_MAX) + 1):
+        fitted = False
+        for n_cpu_moe in variants:
+            trial = plan_at(facts, devices, cpu, _with(options, ngl=ngl, n_cpu_moe=n_cpu_moe), ctx)
+            if trial.fits:
+                fitted = True
+                if best is None or trial.tok_s > best.tok_s:
+                    best = trial
+        if not fitted:
+            break
+    if best is None or (searched.fits and best.tok_s <= searched.tok_s):
+        return searched
+    flags = placement_flags(_with(options, ngl=best.placement.ngl, n_cpu_moe=best.placement.n_cpu_moe))
+    best.notes = [f"the placement search offloaded nothing that fits; {flags} (what a user would try, evaluated "
+                  f"as device-fit evaluates a user's placement) fits: {best.tok_s:.2f} tok/s"]
+    return best
 
 
 class UpstreamResult(Record):
@@ -313,6 +385,8 @@ class UpstreamResult(Record):
         ("warnings", list),
         ("unfittable", None),  # {shortfall per device, suggestions} when nothing fits
         ("draft", None),  # the draft.Draft planned beside the target
+        ("mmap", True),  # llama.cpp maps the model (no --no-mmap): the CPU's model buffer is a file span
+        ("tensor_homes", None),  # the user's overrides resolved: {tensor name: device key}
     )
 
 
@@ -358,7 +432,13 @@ def plan(facts, devices, cpu, options):
         candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in context.contexts_to_try(train)]
     feasible = [candidate for candidate in candidates if candidate.fits]
     result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings,
-                            draft=options.draft)
+                            draft=options.draft, mmap=options.speed.mmap, tensor_homes=options.tensor_homes)
+    free_ram = cpu.capacity_bytes - options.os_reserve
+    if options.speed.mmap and cpu.capacity_bytes and facts.file_bytes > free_ram:
+        warnings.append(f"the model file ({facts.file_bytes / GIB:.2f} GiB) exceeds free RAM ({free_ram / GIB:.2f} GiB: --ram "
+                        f"less --os-reserve) and llama.cpp maps it (no --no-mmap): llama.cpp 0c1e57098 maps every "
+                        "file with MAP_POPULATE and POSIX_MADV_WILLNEED over the whole file (src/llama-mmap.cpp), so "
+                        "loading reads every page of it, evicting what it read first")
     if options.draft is not None:
         if options.draft.spec_type == "draft-mtp":
             blocks = ", ".join(map(str, facts.mtp_blocks))
@@ -464,6 +544,33 @@ def unfittable(facts, devices, cpu, options, attempt):
         parts.append("device-fit's own placement (drop -ngl/-ts/-ot/--n-cpu-moe) fits")
     parts.append("or with the streaming fork and a resident tier (--runtime fork --tiers)")
     return {"shortfall_bytes": shortfall, "summary": ", ".join(parts), **suggestions}
+
+
+def mapped_spans(layers, placement, homes=None):
+    """[(shard, first, end)]: per shard, the file range from the first to the end of the last tensor on
+    the CPU. Under mmap llama.cpp's CPU model buffer is that range of the mapped file, not an allocation
+    (src/llama-model.cpp load_tensors: ggml_backend_dev_buffer_from_host_ptr over
+    llama_model_loader::get_mapping_range's [first, last)): tensors of other devices between them count,
+    a tied embedding counts once."""
+    homes = homes or {}
+    spans = {}
+    for name, role, block, part, n_bytes, _ in layers.tensors:
+        if name in homes:
+            home = homes[name]
+        elif role == "input":
+            home = CPU
+        elif role == "output":
+            home = placement.layer_device[-1]
+        elif role == "dense":
+            home = placement.layer_device[block]
+        else:
+            home = placement.expert_device[block][part]
+        if home != CPU or name not in layers.offsets:
+            continue
+        shard, offset = layers.offsets[name]
+        first, end = spans.get(shard, (offset, offset + n_bytes))
+        spans[shard] = (min(first, offset), max(end, offset + n_bytes))
+    return [(shard, first, end) for shard, (first, end) in sorted(spans.items())]
 
 
 def placement_flags(options):
@@ -636,6 +743,18 @@ def _plan_doc(plan_, placement):
     }
 
 
+def _devices_doc(facts, result):
+    """The ledger's devices; under mmap the CPU's also carries the file span llama.cpp maps as its model
+    buffer (`mmap_span_bytes`, and `mmap_spans` [shard, first, end] per shard) beside its tensor bytes."""
+    plan_ = result.chosen or result.alternatives[0]
+    devices = [share.to_doc() for share in plan_.shares]
+    if result.mmap:
+        spans = mapped_spans(facts.layers, plan_.placement, result.tensor_homes)
+        devices[-1]["mmap_span_bytes"] = sum(end - first for _, first, end in spans)
+        devices[-1]["mmap_spans"] = [list(span) for span in spans]
+    return devices
+
+
 def result_doc(result, facts, model_path, kv_flags):
     chosen = result.chosen
     doc = {
@@ -646,7 +765,7 @@ def result_doc(result, facts, model_path, kv_flags):
         "context": chosen.context if chosen else 0,
         "context_train": facts.shape.context_train,
         "tok_s": round(chosen.tok_s, 4) if chosen else 0.0,
-        "devices": [share.to_doc() for share in (chosen or result.alternatives[0]).shares],
+        "devices": _devices_doc(facts, result),
         "placement": plan_doc(chosen) if chosen else None,
         "alternatives": [plan_doc(candidate) for candidate in result.alternatives],
         "unfittable": result.unfittable,
