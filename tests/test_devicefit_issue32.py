@@ -56,7 +56,7 @@ def test_a_plan_that_already_fits_is_unchanged_by_the_fallback(preset_model):
 # --- the margin on unmeasured compute buffers -----------------------------------------------------
 
 def test_measured_table_is_what_the_generator_writes():
-    """moetools/devicefit/measured.py is benchmarks/gen_devicefit_measured.py's output over tests/data."""
+    """moetools/arch/measured.json is benchmarks/gen_devicefit_measured.py's output over tests/data."""
     import subprocess
     import sys
     from pathlib import Path
@@ -64,13 +64,14 @@ def test_measured_table_is_what_the_generator_writes():
     root = Path(__file__).resolve().parent.parent
     written = subprocess.run([sys.executable, str(root / "benchmarks" / "gen_devicefit_measured.py")], capture_output=True,
                              text=True, check=True, cwd=root).stdout
-    assert written == (root / "moetools" / "devicefit" / "measured.py").read_text()
+    assert written == (root / "moetools" / "arch" / "measured.json").read_text()
 
 
 def test_the_margin_rule_by_architecture_and_placement():
     from types import SimpleNamespace
 
-    from moetools.devicefit import measured, upstream
+    from moetools.arch.registry import measured_compute, profile
+    from moetools.devicefit import upstream
     from moetools.devicefit.placement import CPU
 
     split, alone = SimpleNamespace(layer_device=[0, 0, 1, 1]), SimpleNamespace(layer_device=[0, 0, 0, 0])
@@ -84,10 +85,10 @@ def test_the_margin_rule_by_architecture_and_placement():
     assert pct("deepseek2", alone) == 0 and pct("deepseek2", split) == margin and pct("deepseek2", partial) == margin
     assert pct("qwen3moe", split) == 0 and pct("qwen3moe", alone) == 0  # measured both ways
     for arch in ("gemma4", "nemotron_h_moe", "qwen3next"):  # measured off on splits (issue 32's verifier)
-        assert arch in measured.KNOWN_OFF_ON_SPLIT
+        assert profile(arch).split_compute_off
         assert pct(arch, split) == margin and pct(arch, alone) == 0
-    assert "deepseek2" in measured.ONE_DEVICE and "deepseek2" not in measured.SPLIT
-    assert {"qwen3moe", "kimi-k3", "deepseek4"} <= set(measured.SPLIT)
+    assert measured_compute("deepseek2") == (True, False)
+    assert all(measured_compute(arch)[1] for arch in ("qwen3moe", "kimi-k3", "deepseek4"))
 
 
 def test_gemma4_split_gets_the_margin_in_json_ledger_and_free_bytes(preset_model):

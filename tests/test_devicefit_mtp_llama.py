@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from moetools import synth
 from moetools.cli import cli
-from moetools.devicefit import measured
+from moetools.arch.registry import profile
 from tests import devicefit_draft_case as case
 
 RECORD = json.loads((Path(__file__).parent / "data" / "devicefit_llama_mtp.json").read_text())
@@ -58,14 +58,16 @@ def test_the_record_is_of_this_case():
 @pytest.mark.parametrize("target,setting", CASES)
 def test_mtp_context_and_nextn_weights_per_device_are_llama_cpps(targets, target, setting, monkeypatch):
     record = RECORD["settings"][target][setting]
-    if target in measured.KNOWN_OFF_ON_SPLIT:
+    if profile(target).split_compute_off:
         # measured off on splits at real widths (issue 32): the plan carries the unmeasured margin; the
         # figures held to these tiny records are those without it
         result = run(*case.mtp_device_fit_args(targets[target], setting), "--json")
         if result.exit_code == 0:
             split = [d for d in json.loads(result.stdout)["devices"] if d["layers"] or d["output_layer"]]
             assert len(split) < 2 or all(d.get("compute_margin_pct") == 15 for d in split if d["compute_bytes"]), split
-        monkeypatch.setattr(measured, "KNOWN_OFF_ON_SPLIT", {})
+        from moetools.devicefit import upstream
+
+        monkeypatch.setattr(upstream, "unmeasured_margin", lambda facts, placement: (0, ""))
     result = run(*case.mtp_device_fit_args(targets[target], setting), "--json")
     if "device_fit_refused" in record:  # llama.cpp refused to create the MTP context: so do we
         assert record["llama_cpp_errors"] and result.exit_code == 2

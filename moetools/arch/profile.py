@@ -97,6 +97,8 @@ class ArchProfile:
     dsa_before_swa: bool = False  # llama_kv_cache_dsa_iswa: the DSA pair is built before the sliding-window cache
     indexer_no_rotate: bool = False  # the DSA indexer without the Hadamard rotation of its keys (hy-v4.cpp)
     shape_reader: str = ""  # "module:function" reading a bespoke graph's widths into the GraphShape
+    split_compute_off: str = ""  # how far device-fit's split compute buffers were measured off llama.cpp's
+    # at real widths (issue 32's verifier): its splits keep the unmeasured margin (devicefit/upstream.py)
 
     # --- MTP drafting (one level replaces layers' MTP_SKIP_ARCHES, compute's LLAMA_MTP_ARCHES and
     # MTP_GRAPH_ARCHES; see MTP_LEVELS) ---

@@ -70,3 +70,21 @@ def resolve(path):
         return None
     module, function = path.split(":")
     return getattr(importlib.import_module(module), function)
+
+
+_MEASURED = None
+
+
+def measured_compute(name):
+    """(measured on one device, measured split over several devices) for architecture `name`: which of
+    its compute buffers llama.cpp 0c1e57098 has measured, from measured.json, the index
+    benchmarks/gen_devicefit_measured.py writes from the records in tests/data/devicefit_llama_*.json."""
+    global _MEASURED
+    if _MEASURED is None:
+        import json
+        import os
+
+        with open(os.path.join(os.path.dirname(__file__), "measured.json"), encoding="utf-8") as handle:
+            index = json.load(handle)
+        _MEASURED = (frozenset(index["one_device"]), frozenset(index["split"]))
+    return name in _MEASURED[0], name in _MEASURED[1]

@@ -5,12 +5,12 @@ answer with numbers when nothing fits, and the llama-server command.
 Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOptions.
 """
 
+from moetools.arch.registry import measured_compute, profile
 from moetools.devicefit.bisect import smallest
 from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit import kv as kvmod
-from moetools.devicefit import measured as measuredmod
 from moetools.devicefit import placement as placemod
 from moetools.devicefit import speed as speedmod
 from moetools.devicefit.devices import GPU_TABLE, Device
@@ -128,18 +128,20 @@ UNMEASURED_MARGIN_PCT = 15  # the worst under-estimate measured on an unmeasured
 
 def unmeasured_margin(facts, placement):
     """(percent, why) added to each device's compute buffer where this architecture's buffers for this
-    kind of placement have no llama.cpp measurement (measured.py, from tests/data/devicefit_llama_*.json):
-    an architecture with no measured case at all, on any placement; one with no measured split case (or
-    one measured off on splits at real widths, measured.KNOWN_OFF_ON_SPLIT), when its layers (blocks and
-    output layer) sit on more than one device, the CPU included. (0, "") where measured."""
+    kind of placement have no llama.cpp measurement (moetools.arch.registry.measured_compute, from
+    tests/data/devicefit_llama_*.json): an architecture with no measured case at all, on any placement;
+    one with no measured split case (or measured off on splits at real widths: its profile's
+    split_compute_off), when its layers (blocks and output layer) sit on more than one device, the CPU
+    included. (0, "") where measured."""
     arch = facts.architecture
-    if arch not in measuredmod.ONE_DEVICE and arch not in measuredmod.SPLIT:
+    one_device, split = measured_compute(arch)
+    if not one_device and not split:
         return UNMEASURED_MARGIN_PCT, f"{arch} has no llama.cpp-measured compute buffer"
     if len(set(placement.layer_device)) > 1:
-        if arch in measuredmod.KNOWN_OFF_ON_SPLIT:
-            return UNMEASURED_MARGIN_PCT, (f"{arch}'s split compute buffers were measured "
-                                           f"{measuredmod.KNOWN_OFF_ON_SPLIT[arch]} llama.cpp's (issue 32)")
-        if arch not in measuredmod.SPLIT:
+        off = profile(arch).split_compute_off
+        if off:
+            return UNMEASURED_MARGIN_PCT, f"{arch}'s split compute buffers were measured {off} llama.cpp's (issue 32)"
+        if not split:
             return UNMEASURED_MARGIN_PCT, f"{arch} has no llama.cpp-measured split over several devices"
     return 0, ""
 
