@@ -8,6 +8,7 @@ corrupt header gives a `GGUFError` naming the offset, never a huge allocation or
 
 import mmap
 import os
+import stat
 import struct
 import sys
 from collections import namedtuple
@@ -520,9 +521,34 @@ def _parse(path, buffer, size, shard, available=None, source=None):
     return GGUFHeader(path, version, size, metadata, value_types, tensors, alignment, data_offset)
 
 
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def refuse_special_file(path):
+    """Raise GGUFError when `path` exists but is not a regular file (a FIFO, device or socket): opening a
+    FIFO blocks until a writer appears and reading one never ends, so this is checked with stat, before
+    any open. A missing path is left to the open that follows (its OSError names it). stat and the S_IS*
+    tests exist on every platform (on Windows they are simply false for what Windows lacks)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # (a folder has its own message where it is opened)
+        return
+    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
+    raise GGUFError(path, f"is {kind}, not a regular file; a GGUF model must be a regular file "
+                          f"(its header and tensors are read by offset)")
+
+
 def read_header(path, shard=0):
     """Parse the header of the GGUF file at `path`. Raises GGUFError (or OSError) on bad input."""
     path = os.fspath(path)
+    refuse_special_file(path)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
