@@ -3,12 +3,15 @@ characters in names, huge strings, slow servers, a lying tensor count. Every fil
 the test and every command answers in one line with exit 2, or in valid JSON."""
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from moetools.cli import cli
 from tests import factory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,6 +27,11 @@ def moetools(*args, timeout=60):
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
     return subprocess.run([sys.executable, "-m", "moetools", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def _as_completed(result):
+    """A CliRunner result as the (returncode, stderr) pair one_line_error reads."""
+    return subprocess.CompletedProcess([], result.exit_code, result.stdout, result.stderr)
 
 
 def one_line_error(result, *names):
@@ -68,3 +76,44 @@ def test_a_fifo_shard_of_a_split_model_is_refused(good, tmp_path):
 @pytest.mark.skipif(not os.path.exists("/dev/null") or sys.platform == "win32", reason="needs the POSIX character device /dev/null")
 def test_a_character_device_is_refused():
     one_line_error(moetools("inspect", "/dev/null", "--json"), "/dev/null")
+
+
+# --- 2. a string length of 2^32 (or any length past the end) anywhere in the header walk -----------------
+
+def string_length_at(data, key_or_name, element=None):
+    """Offset of the u64 length of: the value of metadata key `key_or_name` (element `element` of a
+    string array), or the tensor name `key_or_name` itself when `element` is "name"."""
+    encoded = key_or_name.encode()
+    at = bytes(data).index(struct.pack("<Q", len(encoded)) + encoded)
+    if element == "name":
+        return at
+    at += 8 + len(encoded) + 4  # the key, the value type
+    if element is None:
+        return at
+    at += 4 + 8  # element type, count
+    for _ in range(element):
+        at += 8 + struct.unpack_from("<Q", data, at)[0]
+    return at
+
+
+@pytest.mark.parametrize("length", [2 ** 32, 2 ** 32 + 7, 2 ** 63, 2 ** 64 - 16])
+@pytest.mark.parametrize("where, element, named", [
+    ("general.name", None, "general.name"),
+    ("general.architecture", "name", "metadata key"),
+    ("output_norm.weight", "name", "name of tensor"),
+    ("tokenizer.ggml.tokens", 0, "string 0 of"),
+    ("tokenizer.ggml.tokens", 3, "string 3 of"),  # the fast walk's group of four ends past it
+    ("tokenizer.ggml.tokens", 901, "string 901 of"),
+])
+def test_a_string_length_past_the_end_names_the_key_and_its_offset(good, tmp_path, length, where, element, named):
+    data = bytearray(good.read_bytes())
+    at = string_length_at(data, where, element)
+    struct.pack_into("<Q", data, at, length)
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(bytes(data))
+    for args in (["inspect", path, "--json"], ["device-fit", path, "--vram", "8G", "--json"]):
+        result = CliRunner().invoke(cli, list(map(str, args)))
+        line = one_line_error(_as_completed(result), path, named, f"at offset {at}:", str(length))
+        assert "runs past the end of the file" in line
+        if where == "tokenizer.ggml.tokens":
+            assert "array tokenizer.ggml.tokens" in line

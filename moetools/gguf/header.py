@@ -246,6 +246,24 @@ class _Cursor:
             count -= 1
         return position, count
 
+    def _fail_at_bad_string(self, count, what):
+        """After the fast walk ran off the file: walk the array again from its start (self.position), one
+        bounds test per string (the fast walk's mark may already lie past the bad string), and fail naming the first string whose length runs past the end of the file (its
+        number, its length and the offset of its length field), rather than the end of the file. Returns
+        when that string lies past the bytes at hand (a header prefix): the caller's message stands."""
+        unpack_len = _U64.unpack_from
+        position, index = self.position, 0
+        while index < count and position + 8 <= self.available:
+            (length,) = unpack_len(self.buffer, position)
+            if length > self.size - position - 8:
+                self.fail(f"{what}: string {index} of {count} has length {length}, which runs past the end of "
+                          f"the file ({self.size} bytes)", offset=position)
+            position += 8 + length
+            index += 1
+        if index < count and position + 8 > self.size and position <= self.available:
+            self.fail(f"{what}: truncated at string {index} of {count} (its length field runs past the end of the file)",
+                      offset=position)
+
     def fail(self, problem, offset=None, key=None):
         raise GGUFError(self.path, problem, offset=self.position if offset is None else offset, key=key)
 
@@ -325,11 +343,13 @@ class _Cursor:
                 stop, left = self._strings_left(mark, count - done)
                 if stop + 8 * left <= self.size:
                     self.have(stop + 8 * left)
+            self._fail_at_bad_string(count, what)
             self.position = min(position, self.size)
             self.fail(f"truncated inside {what}: a string length runs past the end of the file")
         finally:  # (also after the except's release, which is harmless: no way out may leave the mmap exported)
             _release(views)
         if position > self.size:
+            self._fail_at_bad_string(count, what)
             self.position = self.size
             self.fail(f"{what} runs past the end of the file")
         if position > self.available:
