@@ -2,6 +2,8 @@
 characters in names, huge strings, slow servers, a lying tensor count. Every file is damaged for real by
 the test and every command answers in one line with exit 2, or in valid JSON."""
 
+import json
+import math
 import os
 import struct
 import subprocess
@@ -12,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools.cli import cli
+from moetools.output import json_text
 from tests import factory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +39,8 @@ def _as_completed(result):
 
 def one_line_error(result, *names):
     assert result.returncode == 2, (result.returncode, result.stderr)
-    lines = result.stderr.strip().splitlines()
+    # (progress lines such as quantize's estimate may come before the error; the error is one line)
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("quantize: ")]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "internal error" not in lines[0], result.stderr
     for name in names:
         assert str(name) in lines[0]
@@ -117,3 +121,55 @@ def test_a_string_length_past_the_end_names_the_key_and_its_offset(good, tmp_pat
         assert "runs past the end of the file" in line
         if where == "tokenizer.ggml.tokens":
             assert "array tokenizer.ggml.tokens" in line
+
+
+# --- 3. NaN and infinities reach the JSON as strings, never as invalid JSON or a crash -------------------
+
+def strict_json(text):
+    """Parse `text` as strict JSON (NaN, Infinity and -Infinity are not JSON numbers)."""
+    def refuse(constant):
+        raise AssertionError(f"invalid JSON: bare {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value, written", [(math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity")])
+def test_a_non_finite_metadata_float_is_a_string_in_valid_json(good, tmp_path, value, written):
+    key = "qwen3moe.rope.freq_base"
+    data = bytearray(good.read_bytes())
+    at = string_length_at(data, key)  # the value's offset (a float32: value type 6)
+    assert struct.unpack_from("<I", data, at - 4)[0] == 6
+    struct.pack_into("<f", data, at, value)
+    path = tmp_path / "nan.gguf"
+    path.write_bytes(bytes(data))
+    result = CliRunner().invoke(cli, ["inspect", str(path), "--json", "--metadata"])
+    assert result.exit_code == 0, result.stderr
+    metadata = {item["key"]: item.get("value") for item in strict_json(result.stdout)["metadata"]}
+    assert metadata[key] == written
+    table = CliRunner().invoke(cli, ["inspect", str(path), "--metadata"], env={"COLUMNS": "100"})
+    assert table.exit_code == 0 and "internal error" not in table.stderr
+
+
+def test_json_text_writes_every_non_finite_float_as_its_string():
+    doc = {"a": [1.5, math.nan, {"b": (math.inf, -math.inf)}], "c": 2}
+    assert strict_json(json_text(doc)) == {"a": [1.5, "NaN", {"b": ["Infinity", "-Infinity"]}], "c": 2}
+    assert json_text({"x": 0.25}) == json.dumps({"x": 0.25})
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf])
+def test_a_q8_0_block_scale_that_is_not_finite(good, tmp_path, scale):
+    """Copied as it is into a q8_0 tier (valid JSON report); refused in one line where it would be
+    quantized again."""
+    from moetools.gguf import read_header
+
+    tensor = next(t for t in read_header(good).tensors if t.name == "blk.0.attn_q.weight")
+    assert tensor.type_name == "q8_0"
+    data = bytearray(good.read_bytes())
+    struct.pack_into("<e", data, tensor.offset, scale)  # the first block's f16 scale
+    path = tmp_path / "scale.gguf"
+    path.write_bytes(bytes(data))
+    kept = CliRunner().invoke(cli, ["quantize", str(path), "--type", "q8_0", "-o", str(tmp_path / "q8"), "--json"])
+    assert kept.exit_code == 0, kept.stderr
+    strict_json(kept.stdout)
+    requantized = CliRunner().invoke(cli, ["quantize", str(path), "--type", "q4_k", "-o", str(tmp_path / "q4"), "--json"])
+    line = one_line_error(_as_completed(requantized), path, "'blk.0.attn_q.weight'")
+    assert "NaN or infinite" in line
