@@ -311,3 +311,43 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not self.head_only:
             self.wfile.write(body)
+
+
+class SilentServer:
+    """A loopback TCP server that takes each connection and its request and never answers: a stalled
+    remote MODEL (what a FIFO stood for before moetools refused FIFOs). `asked` is set once a request
+    has arrived, so a test knows the client is waiting. `with SilentServer() as server: server.url(name)`."""
+
+    def __init__(self):
+        import socket
+
+        self.asked = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.connections = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed by __exit__
+                return
+            self.connections.append(connection)
+            try:
+                if connection.recv(65536):
+                    self.asked.set()
+            except OSError:
+                pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+        return False
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/{name}"
