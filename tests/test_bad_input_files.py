@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools.cli import cli
+from moetools.errors import printable_line, shown_name
 from moetools.output import json_text
 from tests import factory
 
@@ -173,3 +174,50 @@ def test_a_q8_0_block_scale_that_is_not_finite(good, tmp_path, scale):
     requantized = CliRunner().invoke(cli, ["quantize", str(path), "--type", "q4_k", "-o", str(tmp_path / "q4"), "--json"])
     line = one_line_error(_as_completed(requantized), path, "'blk.0.attn_q.weight'")
     assert "NaN or infinite" in line
+
+
+# --- 4. names with control characters are quoted as repr quotes them, in one line ------------------------
+
+def renamed(good, tmp_path, old, new, edit=None):
+    """A copy of `good` with the tensor name or key `old` replaced by `new` (same length), then `edit`."""
+    assert len(old) == len(new)
+    data = bytearray(good.read_bytes())
+    at = bytes(data).index(struct.pack("<Q", len(old)) + old.encode()) + 8
+    data[at:at + len(old)] = new.encode()
+    if edit is not None:
+        edit(data, at + len(new))
+    path = tmp_path / "names.gguf"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_tensor_name_with_a_newline_is_quoted_in_the_header_error(good, tmp_path):
+    name = "output_norm\nweight"
+    path = renamed(good, tmp_path, "output_norm.weight", name, lambda data, end: data.__delitem__(slice(end + 2, None)))
+    line = one_line_error(_as_completed(CliRunner().invoke(cli, ["inspect", str(path), "--json"])), path)
+    assert f"dimension count of {name!r}" in line
+
+
+def test_a_metadata_key_with_control_characters_is_quoted(good, tmp_path):
+    key = "general.\x1b[31mname"[:len("general.architecture")].ljust(len("general.architecture"), "\t")
+    path = renamed(good, tmp_path, "general.architecture", key,
+                   lambda data, end: struct.pack_into("<I", data, end, 99))  # an unknown value type
+    line = one_line_error(_as_completed(CliRunner().invoke(cli, ["inspect", str(path), "--json"])), path)
+    assert f"(key {key!r})" in line and "\x1b" not in line
+
+
+def test_an_expert_tensor_name_with_a_newline_in_quantize_and_container_encode(good, tmp_path):
+    path = renamed(good, tmp_path, "blk.0.ffn_gate_exps.weight", "blk\n0.ffn_gate_exps.weight")
+    result = CliRunner().invoke(cli, ["quantize", str(path), "--type", "q4_k", "-o", str(tmp_path / "q"), "--json"])
+    line = one_line_error(_as_completed(result), path)
+    assert repr("blk\n0.ffn_gate_exps.weight") in line
+    path = renamed(good, tmp_path, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps.weigh\n")
+    result = CliRunner().invoke(cli, ["container-encode", str(path), "-o", str(tmp_path / "c")])
+    line = one_line_error(_as_completed(result), path)
+    assert repr("blk.0.ffn_gate_exps.weigh\n") in line and repr(".weigh\n") in line
+
+
+def test_every_error_line_is_printable_whatever_its_message_quoted():
+    assert printable_line("a\nb\x1b[0m\tc") == "a\\nb\\x1b[0m\\tc"
+    assert printable_line("ordinary: naïve ok") == "ordinary: naïve ok"
+    assert shown_name("general.name") == "general.name" and shown_name("a\nb") == "'a\\nb'"

@@ -14,7 +14,7 @@ import sys
 from collections import namedtuple
 from itertools import repeat
 
-from moetools.errors import GGUFError
+from moetools.errors import GGUFError, shown_name
 from moetools.gguf.constants import (
     GGML_MAX_DIMS,
     GGML_TYPES,
@@ -377,20 +377,21 @@ def _release(views):
 
 def _read_value(cursor, value_type, key):
     """Read one metadata value; returns (value, recorded type)."""
+    shown = shown_name(key)
     if value_type == VALUE_STRING:
-        return cursor.string(f"value of {key}"), value_type
+        return cursor.string(f"value of {shown}"), value_type
     if value_type == VALUE_ARRAY:
         start = cursor.position
-        elem_type = cursor.u32(f"array type of {key}")
+        elem_type = cursor.u32(f"array type of {shown}")
         if elem_type not in GGUF_VALUE_TYPES or elem_type == VALUE_ARRAY:
             cursor.fail(f"unknown or nested array element type {elem_type}", offset=start, key=key)
-        count = cursor.u64(f"array length of {key}")
+        count = cursor.u64(f"array length of {shown}")
         remaining = cursor.size - cursor.position
         if elem_type == VALUE_STRING:
             if count > remaining // 8:
                 cursor.fail(f"array of {count} strings runs past the end of the file", offset=start, key=key)
             first = cursor.position
-            cursor.skip_strings(count, f"array {key}")
+            cursor.skip_strings(count, f"array {shown}")
             strings = LazyArray(cursor.path, elem_type, count, first, cursor.position, cursor.source)
             return (strings.load() if count <= 64 else strings), (VALUE_ARRAY, elem_type)
         item_size = _SCALAR_STRUCTS[elem_type].size
@@ -405,7 +406,7 @@ def _read_value(cursor, value_type, key):
         return LazyArray(cursor.path, elem_type, count, first, cursor.position, cursor.source), (VALUE_ARRAY, elem_type)
     if value_type not in _SCALAR_STRUCTS:
         cursor.fail(f"unknown metadata value type {value_type}", offset=cursor.position - 4, key=key)
-    return cursor.scalar(value_type, f"value of {key}"), value_type
+    return cursor.scalar(value_type, f"value of {shown}"), value_type
 
 
 def _plain_tensor_infos(buffer, position, count, limit, alignment, seen, infos):
@@ -488,7 +489,7 @@ def _parse(path, buffer, size, shard, available=None, source=None):
         key = cursor.string(f"metadata key {index} of {n_kv}")
         if key in metadata:
             cursor.fail(f"duplicate metadata key {key!r}", offset=key_offset)
-        value_type = cursor.u32(f"value type of {key}")
+        value_type = cursor.u32(f"value type of {shown_name(key)}")
         metadata[key], value_types[key] = _read_value(cursor, value_type, key)
 
     alignment = metadata.get(Keys.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
@@ -506,16 +507,16 @@ def _parse(path, buffer, size, shard, available=None, source=None):
         if name in seen:
             cursor.fail(f"duplicate tensor name {name!r}", offset=info_offset)
         seen.add(name)
-        n_dims = cursor.u32(f"dimension count of {name}")
+        n_dims = cursor.u32(f"dimension count of {name!r}")
         if n_dims == 0 or n_dims > GGML_MAX_DIMS:
             cursor.fail(f"tensor {name!r} has {n_dims} dimensions (1 to {GGML_MAX_DIMS} allowed)", offset=info_offset)
-        shape = tuple(cursor.u64(f"dimension of {name}") for _ in range(n_dims))
+        shape = tuple(cursor.u64(f"dimension of {name!r}") for _ in range(n_dims))
         type_offset = cursor.position
-        type_id = cursor.u32(f"type of {name}")
+        type_id = cursor.u32(f"type of {name!r}")
         if type_id not in GGML_TYPES:
             cursor.fail(f"tensor {name!r} has unknown ggml type id {type_id}", offset=type_offset)
         offset_field = cursor.position
-        relative = cursor.u64(f"data offset of {name}")
+        relative = cursor.u64(f"data offset of {name!r}")
         block_size = GGML_TYPES[type_id][1]
         if shape[0] % block_size:
             cursor.fail(
