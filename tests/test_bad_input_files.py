@@ -221,3 +221,52 @@ def test_every_error_line_is_printable_whatever_its_message_quoted():
     assert printable_line("a\nb\x1b[0m\tc") == "a\\nb\\x1b[0m\\tc"
     assert printable_line("ordinary: naïve ok") == "ordinary: naïve ok"
     assert shown_name("general.name") == "general.name" and shown_name("a\nb") == "'a\\nb'"
+
+
+# --- 5. a megabytes-long general.name: valid JSON holding it whole, a bounded table line -----------------
+
+@pytest.fixture(scope="module")
+def huge_name(good, tmp_path_factory):
+    """`good` with 4 MiB more of general.name (quotes, backslashes, a newline, non-ASCII included): a
+    multiple of the alignment, so every tensor keeps its data offset."""
+    data = bytearray(good.read_bytes())
+    at = string_length_at(data, "general.name")
+    length = struct.unpack_from("<Q", data, at)[0]
+    extra = ('"\\\n€ name ' * 4).encode()
+    extra = (extra * (4 * 1024 * 1024 // len(extra) + 1))[:4 * 1024 * 1024]
+    extra = extra[:len(extra.decode("utf-8", "ignore").encode())]  # whole characters only
+    extra += b"x" * (-len(extra) % 64)
+    data[at + 8 + length:at + 8 + length] = extra
+    struct.pack_into("<Q", data, at, length + len(extra))
+    path = tmp_path_factory.mktemp("huge") / "huge-name.gguf"
+    path.write_bytes(bytes(data))
+    return path, (data[at + 8:at + 8 + length + len(extra)]).decode()
+
+
+def test_a_huge_general_name_is_valid_json_and_whole(huge_name):
+    path, name = huge_name
+    result = moetools("inspect", path, "--json", "--metadata")
+    assert result.returncode == 0, result.stderr
+    doc = strict_json(result.stdout)
+    assert doc["name"] == name and len(name.encode()) > 4_000_000
+    assert {item["key"]: item.get("value") for item in doc["metadata"]}["general.name"] == name
+
+
+@pytest.mark.skipif(os.name == "nt", reason="draws the table on a POSIX pseudo-terminal")
+def test_a_huge_general_name_is_cut_short_on_a_terminal(huge_name):
+    from moetools.inspect_cmd import CELL_CHARS
+    from tests.terminal import run_on_terminal
+
+    path, name = huge_name
+    code, text = run_on_terminal(["inspect", path, "--metadata"], columns=100, stdout_too=True)
+    assert code == 0
+    assert len(text) < 20_000 and "…" in text and "--json" in text  # (the cell wraps between words)
+    assert f"({len(name):,}" in text
+    assert max(len(line) for line in strip_ansi(text).splitlines()) <= 100
+    assert CELL_CHARS < 200
+
+
+def strip_ansi(text):
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
