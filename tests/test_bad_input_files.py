@@ -7,6 +7,7 @@ import math
 import os
 import struct
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -270,3 +271,19 @@ def strip_ansi(text):
     import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+# --- 6. --timeout bounds the whole request: a slow-drip server fails within about --timeout --------------
+
+@pytest.mark.parametrize("drip_head", [False, True], ids=["body", "headers"])
+def test_a_slow_drip_server_fails_within_the_timeout(drip_head):
+    from tests.httpfixture import DripServer
+
+    with DripServer(0.5, drip_head=drip_head) as server:
+        url = server.url("drip.gguf")
+        started = time.monotonic()
+        result = moetools("inspect", url, "--json", "--timeout", "2", timeout=60)
+        elapsed = time.monotonic() - started
+    line = one_line_error(result, url, "--timeout")
+    assert "within 2 s" in line
+    assert elapsed < 2 + 4, elapsed  # (the child's start-up included; without the deadline it took 50 s)
