@@ -287,3 +287,37 @@ def test_a_slow_drip_server_fails_within_the_timeout(drip_head):
     line = one_line_error(result, url, "--timeout")
     assert "within 2 s" in line
     assert elapsed < 2 + 4, elapsed  # (the child's start-up included; without the deadline it took 50 s)
+
+
+# --- 7. a tensor count that lies (n-1, n/2, 0): the data left over is refused, not a smaller model -------
+
+@pytest.mark.parametrize("count", [lambda n: n - 1, lambda n: n // 2, lambda n: 1, lambda n: 0],
+                         ids=["n-1", "n/2", "1", "0"])
+def test_a_tensor_count_lower_than_the_data_is_refused(good, tmp_path, count):
+    data = bytearray(good.read_bytes())
+    n_tensors = struct.unpack_from("<Q", data, 8)[0]
+    struct.pack_into("<Q", data, 8, count(n_tensors))
+    path = tmp_path / "lying.gguf"
+    path.write_bytes(bytes(data))
+    for args in (["inspect", path, "--json"], ["device-fit", path, "--vram", "8G", "--json"],
+                 ["quantize", path, "--type", "q8_0", "-o", tmp_path / "q", "--json"]):
+        result = CliRunner().invoke(cli, list(map(str, args)))
+        line = one_line_error(_as_completed(result), path, "at offset 8:")
+        assert f"tensor count {count(n_tensors)} does not match the data" in line
+
+
+def test_a_file_holding_only_its_listed_tensors_and_their_padding_reads(good, tmp_path):
+    """The last tensor's padding to the alignment is part of the data section; a byte more is not."""
+    from moetools.gguf import read_header
+
+    header = read_header(good)
+    last = header.tensors[-1]
+    padded_end = header.data_offset + sum(-(-t.n_bytes // header.alignment) * header.alignment for t in header.tensors)
+    assert last.offset + last.n_bytes <= padded_end == header.file_size
+    path = tmp_path / "one-more.gguf"
+    path.write_bytes(good.read_bytes() + b"\0")
+    line = one_line_error(_as_completed(CliRunner().invoke(cli, ["inspect", str(path), "--json"])), path)
+    assert f"1 bytes from offset {padded_end}" in line
+    shorter = tmp_path / "unpadded.gguf"
+    shorter.write_bytes(good.read_bytes()[:last.offset + last.n_bytes])
+    assert CliRunner().invoke(cli, ["inspect", str(shorter), "--json"]).exit_code == 0

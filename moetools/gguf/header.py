@@ -458,6 +458,27 @@ def _check_data_layout(cursor, infos, alignment):
                 offset=offset_field,
             )
         expected += -(-n_bytes // alignment) * alignment
+    return expected
+
+
+def _check_nothing_after_the_data(path, size, infos, data_offset, data_bytes):
+    """The data section ends where the last tensor's data does, padded to the alignment (`data_bytes`
+    from the data offset): as llama.cpp's loader reads a file, every byte after the header belongs to a
+    tensor. Bytes past that end that no tensor accounts for mean the header lists fewer tensors than the
+    file holds (a tensor count written as n-1, n/2 or 0): refused, not read as a smaller model."""
+    end = data_offset + data_bytes
+    if size <= end:
+        return
+    # (a tensor whose shape holds a 0 leaves its data unaccounted for too: name it, it is the likelier lie)
+    empty = next(((name, shape) for name, _, shape, n_bytes, _, _ in infos if n_bytes == 0), None)
+    hint = (f"; tensor {empty[0]!r} has shape {list(empty[1])}, no bytes" if empty else "")
+    raise GGUFError(
+        path,
+        f"tensor count {len(infos)} does not match the data: {size - end} bytes from offset {end} to the end of "
+        f"the file belong to no tensor the header lists (the data of the tensors listed ends at offset {end}, "
+        f"padding included){hint}",
+        offset=8,
+    )
 
 
 def _parse(path, buffer, size, shard, available=None, source=None):
@@ -527,7 +548,7 @@ def _parse(path, buffer, size, shard, available=None, source=None):
             cursor.fail(f"tensor {name!r} data offset {relative} is not a multiple of the alignment {alignment}", offset=info_offset)
         infos.append((name, type_id, shape, tensor_nbytes(type_id, shape), relative, offset_field))
 
-    _check_data_layout(cursor, infos, alignment)
+    data_bytes = _check_data_layout(cursor, infos, alignment)
     data_offset = -(-cursor.position // alignment) * alignment
     tensors = []
     for name, type_id, shape, n_bytes, relative, _ in infos:
@@ -539,6 +560,7 @@ def _parse(path, buffer, size, shard, available=None, source=None):
                 offset=absolute,
             )
         tensors.append(TensorInfo(name, type_id, shape, n_bytes, shard, absolute))
+    _check_nothing_after_the_data(path, size, infos, data_offset, data_bytes)
     return GGUFHeader(path, version, size, metadata, value_types, tensors, alignment, data_offset)
 
 
