@@ -15,7 +15,7 @@ import sys
 import click
 
 from moetools import __version__
-from moetools.errors import EXIT_INTERRUPTED, EXIT_USAGE, MoeError
+from moetools.errors import EXIT_INTERRUPTED, EXIT_USAGE, MoeError, printable_line
 
 # name -> "module:attribute" of its click command. A module that is not there yet is not listed.
 COMMANDS = {
@@ -120,7 +120,7 @@ class LazyGroup(click.Group):
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as err:
-            click.echo(f"error: {usage_error_line(err)}", err=True)
+            click.echo(f"error: {printable_line(usage_error_line(err))}", err=True)
             raise click.exceptions.Exit(EXIT_USAGE) from None
 
     def invoke(self, ctx):
@@ -130,7 +130,7 @@ class LazyGroup(click.Group):
             if isinstance(err, BrokenPipeError):
                 _quiet_broken_pipe()
             line, code = error_line(err)
-            click.echo(f"error: {line}", err=True)
+            click.echo(f"error: {printable_line(line)}", err=True)
             ctx.exit(code)
         except KeyboardInterrupt:
             # caught here, before click turns it into "Aborted!" with exit 1
@@ -141,7 +141,7 @@ class LazyGroup(click.Group):
         except click.UsageError as err:
             # a subcommand's bad option, value or argument, or an unknown command: one line
             where = " ".join(filter(None, [ctx.command_path, ctx.invoked_subcommand]))
-            click.echo(f"error: {usage_error_line(err, where)}", err=True)
+            click.echo(f"error: {printable_line(usage_error_line(err, where))}", err=True)
             ctx.exit(EXIT_USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise

@@ -10,6 +10,22 @@ EXIT_USAGE = 2  # usage error or unreadable/invalid input (and, with a hint to r
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
+def shown_name(name):
+    """A key or name as an error line shows it: as it is when every character is printable, else quoted
+    the way Python's repr quotes it (a newline, an escape sequence or a NUL in a name read from a file
+    must not break the one line or drive the terminal)."""
+    name = str(name)
+    return name if name.isprintable() else repr(name)
+
+
+def printable_line(text):
+    """`text` with every character that is not printable escaped as repr escapes it: the last guard that
+    keeps an error one line, whatever a message quoted."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 class MoeError(Exception):
     """Base of every error moetools reports to a user. `str(err)` is the one line shown."""
 
@@ -28,7 +44,7 @@ class InputError(MoeError):
         if offset is not None:
             where += f" at offset {offset}"
         if key is not None:
-            where += f" (key {key})"
+            where += f" (key {shown_name(key)})"
         super().__init__(f"{where}: {problem}")
 
 

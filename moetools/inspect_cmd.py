@@ -15,6 +15,7 @@ from moetools import helptext
 from moetools.gguf import open_model
 from moetools.gguf.constants import GGUF_VALUE_TYPES, VALUE_ARRAY, file_type_name
 from moetools.gguf.header import LazyArray
+from moetools.errors import printable_line
 from moetools.gguf.locator import is_repo
 from moetools.output import Table, render, warn
 from moetools.formats.tier_gguf import tier_identity
@@ -23,6 +24,19 @@ from moetools.sourceopts import source_options
 
 # how many leading items of a metadata array `--metadata` shows
 ARRAY_HEAD = 8
+# the most characters a text cell read from the file shows on a terminal (a megabyte general.name would
+# otherwise fill the screen for minutes); the JSON holds the whole text
+CELL_CHARS = 120
+
+
+def bounded_cell(text):
+    """`text` (from the file) as a table shows it: control characters escaped, and past CELL_CHARS cut
+    with an ellipsis that says how long the whole is."""
+    whole = len(str(text))
+    text = printable_line(str(text))
+    if len(text) <= CELL_CHARS:
+        return text
+    return f"{text[:CELL_CHARS]}… ({whole:,} characters; --json has them all)"
 
 
 def _compact(values):
@@ -88,10 +102,10 @@ def metadata_entries(model):
 
 def _metadata_cell(entry):
     if entry["type"] != "array":
-        return repr(entry["value"]) if isinstance(entry["value"], str) else str(entry["value"])
+        return bounded_cell(repr(entry["value"]) if isinstance(entry["value"], str) else str(entry["value"]))
     shown = ", ".join(repr(item) if isinstance(item, str) else str(item) for item in entry["first"])
     more = ", ..." if entry["length"] > len(entry["first"]) else ""
-    return f"[{entry['element_type']} x {entry['length']}] [{shown}{more}]"
+    return bounded_cell(f"[{entry['element_type']} x {entry['length']}] [{shown}{more}]")
 
 
 def describe(model, with_tensors=False, with_metadata=False):
@@ -191,8 +205,8 @@ def _sliding_window_cell(doc):
 def tables(doc):
     """The terminal view of an inspect document."""
     overview = Table("Model", ["field", "value"], [
-        ["architecture", doc["architecture"]],
-        ["name", doc["name"] or "-"],
+        ["architecture", bounded_cell(doc["architecture"]) if isinstance(doc["architecture"], str) else doc["architecture"]],
+        ["name", bounded_cell(doc["name"]) if doc["name"] else "-"],
         ["blocks", doc["block_count"]],
         ["experts", _experts_cell(doc)],
         ["MoE layers", f"{doc['moe_layer_count']} ({doc['leading_dense_block_count']} leading dense); "
@@ -231,7 +245,7 @@ def tables(doc):
                             [[entry["key"], entry["type"], _metadata_cell(entry)] for entry in doc["metadata"]]))
     if "tensors" in doc:
         result.append(Table("Tensors", ["name", "type", "shape", "bytes", "class", "shard", "offset"], [
-            [t["name"], t["type"], "x".join(str(d) for d in t["shape"]), t["bytes"], t["class"], t["shard"] + 1, t["offset"]]
+            [bounded_cell(t["name"]), t["type"], "x".join(str(d) for d in t["shape"]), t["bytes"], t["class"], t["shard"] + 1, t["offset"]]
             for t in doc["tensors"]
         ], right_align=(3, 5, 6)))
     return result

@@ -26,9 +26,35 @@ def want_json(json_flag):
     return bool(json_flag) or not sys.stdout.isatty()
 
 
+# What a float JSON has no number for is written as a string, the spelling Python's float() and
+# JavaScript's Number() read back: a NaN or infinite value a file really holds (a damaged metadata float)
+# stays visible, where null would read as "absent", and the document stays valid JSON.
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _finite(value):
+    """`value` with every NaN or infinite float (at any depth) replaced by its NON_FINITE string."""
+    if isinstance(value, float):
+        return value if value - value == 0 else NON_FINITE[repr(float(value))]
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def json_text(doc, **options):
+    """`doc` as strict JSON (json.dumps with `options`). A document holding a NaN or infinite float is
+    encoded again with those values as strings (NON_FINITE): the common case pays for no walk."""
+    try:
+        return json.dumps(doc, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(_finite(doc), allow_nan=False, **options)
+
+
 def print_json(doc, stream=None):
     stream = stream or sys.stdout
-    stream.write(json.dumps(doc, indent=2, allow_nan=False))
+    stream.write(json_text(doc, indent=2))
     stream.write("\n")
     stream.flush()
 
@@ -36,7 +62,7 @@ def print_json(doc, stream=None):
 def print_json_line(doc, stream=None):
     """One compact JSON object per line, flushed: for streams such as a followed trace."""
     stream = stream or sys.stdout
-    stream.write(json.dumps(doc, separators=(",", ":"), allow_nan=False))
+    stream.write(json_text(doc, separators=(",", ":")))
     stream.write("\n")
     stream.flush()
 

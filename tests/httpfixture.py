@@ -311,3 +311,82 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not self.head_only:
             self.wfile.write(body)
+
+
+
+class _RawServer:
+    """A loopback TCP server that answers each connection with `_answer(connection)` on its own thread
+    (no HTTP library: the misbehaviour is byte by byte). `with Server() as server: server.url(name)`."""
+
+    def __init__(self):
+        import socket
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.connections = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed by __exit__
+                return
+            self.connections.append(connection)
+            threading.Thread(target=self._guarded, args=(connection,), daemon=True).start()
+
+    def _guarded(self, connection):
+        try:
+            self._answer(connection)
+        except OSError:  # the client gave up, or __exit__ closed the connection
+            pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+        return False
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/{name}"
+
+
+class SilentServer(_RawServer):
+    """Takes each connection and its request and never answers: a stalled remote MODEL (what a FIFO
+    stood for before moetools refused FIFOs). `asked` is set once a request has arrived, so a test knows
+    the client is waiting."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked = threading.Event()
+
+    def _answer(self, connection):
+        if connection.recv(65536):
+            self.asked.set()
+
+
+class DripServer(_RawServer):
+    """Answers every request with a 206 for the first `size` bytes of a file of `size` bytes, sending
+    its status line and headers (with `drip_head`) and its body one byte every `interval` seconds: a
+    slow-drip server whose every read is quick, so only a deadline on the whole request stops a client."""
+
+    def __init__(self, interval, size=100, drip_head=False):
+        super().__init__()
+        self.interval, self.size, self.drip_head = interval, size, drip_head
+
+    def _answer(self, connection):
+        head = (f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{self.size - 1}/{self.size}\r\n"
+                f"Content-Length: {self.size}\r\nETag: \"drip\"\r\n\r\n").encode()
+        connection.recv(65536)
+        if not self.drip_head:
+            connection.sendall(head)
+            head = b""
+        for byte in head + b"G" * self.size:
+            if self.stopped.wait(self.interval):
+                return
+            connection.sendall(bytes([byte]))

@@ -18,6 +18,7 @@ import pytest
 
 from moetools import synth
 from tests import factory
+from tests.httpfixture import SilentServer
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT_SECONDS = 120
@@ -121,23 +122,24 @@ def big_moe(tmp_path_factory):
 # --- commands waiting on an input --------------------------------------------------------------------
 
 
-@linux_proc
-def test_device_fit_waiting_on_its_model(tmp_path):
-    fifo = tmp_path / "model.gguf"
-    os.mkfifo(fifo)
-    process = start("device-fit", fifo, "--vram", "24G")
-    _, stderr = interrupt_when(process, blocked_on_fifo(process.pid), "device-fit waiting on the model")
+def test_device_fit_waiting_on_its_model():
+    # a remote MODEL whose server never answers (a FIFO as MODEL is refused at once: issue 32)
+    with SilentServer() as server:
+        process = start("device-fit", server.url("model.gguf"), "--vram", "24G", "--timeout", "600")
+        _, stderr = interrupt_when(process, server.asked.is_set, "device-fit waiting on the model")
     assert_interrupted(process, stderr)
 
 
 @linux_proc
-def test_container_verify_waiting_on_the_source(tmp_path, tiny_models):
+def test_container_verify_refuses_a_fifo_source_at_once(tmp_path, tiny_models):
+    """A FIFO as --model once kept container-verify waiting for a writer; it is refused before the open."""
     container = encoded_container(tmp_path, tiny_models["mixtral"])
     fifo = tmp_path / "source.gguf"
     os.mkfifo(fifo)
-    process = start("container-verify", container, "--model", fifo)
-    _, stderr = interrupt_when(process, blocked_on_fifo(process.pid), "container-verify waiting on --model")
-    assert_interrupted(process, stderr)
+    result = subprocess.run([sys.executable, "-m", "moetools", "container-verify", str(container), "--model", str(fifo)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ") and "not a regular file" in result.stderr
 
 
 @linux_proc

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.httpfixture import SilentServer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 RUN_WITH_BOOM = (
@@ -42,36 +44,27 @@ def test_the_line_names_the_exception_type():
     assert "IndexError: list index out of range" in run_boom("index").stderr
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO to block a real command on its input")
+@pytest.mark.skipif(os.name == "nt", reason="sends SIGINT to a child and resets it with preexec_fn (POSIX)")
 def test_ctrl_c_is_interrupted_exit_130(tmp_path):
-    fifo = tmp_path / "blocked.gguf"
-    os.mkfifo(fifo)
-    # SIGINT back to its default in the child: a suite run from a shell's background job inherits it ignored
-    process = subprocess.Popen([sys.executable, "-m", "moetools", "inspect", str(fifo)], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    # wait until the command is blocked opening the FIFO (elsewhere than Linux: give it up to 30 s)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _blocked_on(process.pid, fifo):
-        time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()  # never leave it blocked on its FIFO after the test
-        process.communicate()
-        pytest.fail("still running 30 s after SIGINT")
+    # a remote MODEL whose server never answers keeps the command waiting (a FIFO is refused at once now)
+    with SilentServer() as server:
+        # SIGINT back to its default in the child: a suite run from a shell's background job inherits it ignored
+        process = subprocess.Popen([sys.executable, "-m", "moetools", "inspect", server.url("blocked.gguf"),
+                                    "--timeout", "600"], cwd=ROOT,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # wait until the command has sent its request and waits for the answer
+        server.asked.wait(30)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()  # never leave it waiting after the test
+            process.communicate()
+            pytest.fail("still running 30 s after SIGINT")
     assert process.returncode == 130, stderr
     assert stderr.strip() == "interrupted"
-
-
-def _blocked_on(pid, path):
-    """True once `pid` waits in open() of the FIFO `path` for a writer (Linux: /proc/PID/wchan)."""
-    try:
-        with open(f"/proc/{pid}/wchan") as handle:
-            return handle.read().strip() == "wait_for_partner"
-    except OSError:
-        return False
 
 
 def test_an_os_error_line_names_its_file_and_never_a_descriptor_number():

@@ -85,7 +85,7 @@ def _collect_expert_tensors(model):
         suffix = tensor.name.split("_exps.", 1)[1]
         if suffix not in ("weight", "bias"):
             raise InputError(_tensor_path(model, tensor),
-                             f"expert tensor {tensor.name!r}: a container record holds weights and biases, not '.{suffix}'")
+                             f"expert tensor {tensor.name!r}: a container record holds weights and biases, not {'.' + suffix!r}")
         groups.setdefault(block, {})[(matrix, suffix)] = tensor
     return groups
 

@@ -8,12 +8,13 @@ corrupt header gives a `GGUFError` naming the offset, never a huge allocation or
 
 import mmap
 import os
+import stat
 import struct
 import sys
 from collections import namedtuple
 from itertools import repeat
 
-from moetools.errors import GGUFError
+from moetools.errors import GGUFError, shown_name
 from moetools.gguf.constants import (
     GGML_MAX_DIMS,
     GGML_TYPES,
@@ -245,6 +246,24 @@ class _Cursor:
             count -= 1
         return position, count
 
+    def _fail_at_bad_string(self, count, what):
+        """After the fast walk ran off the file: walk the array again from its start (self.position), one
+        bounds test per string (the fast walk's mark may already lie past the bad string), and fail naming the first string whose length runs past the end of the file (its
+        number, its length and the offset of its length field), rather than the end of the file. Returns
+        when that string lies past the bytes at hand (a header prefix): the caller's message stands."""
+        unpack_len = _U64.unpack_from
+        position, index = self.position, 0
+        while index < count and position + 8 <= self.available:
+            (length,) = unpack_len(self.buffer, position)
+            if length > self.size - position - 8:
+                self.fail(f"{what}: string {index} of {count} has length {length}, which runs past the end of "
+                          f"the file ({self.size} bytes)", offset=position)
+            position += 8 + length
+            index += 1
+        if index < count and position + 8 > self.size and position <= self.available:
+            self.fail(f"{what}: truncated at string {index} of {count} (its length field runs past the end of the file)",
+                      offset=position)
+
     def fail(self, problem, offset=None, key=None):
         raise GGUFError(self.path, problem, offset=self.position if offset is None else offset, key=key)
 
@@ -324,11 +343,13 @@ class _Cursor:
                 stop, left = self._strings_left(mark, count - done)
                 if stop + 8 * left <= self.size:
                     self.have(stop + 8 * left)
+            self._fail_at_bad_string(count, what)
             self.position = min(position, self.size)
             self.fail(f"truncated inside {what}: a string length runs past the end of the file")
         finally:  # (also after the except's release, which is harmless: no way out may leave the mmap exported)
             _release(views)
         if position > self.size:
+            self._fail_at_bad_string(count, what)
             self.position = self.size
             self.fail(f"{what} runs past the end of the file")
         if position > self.available:
@@ -356,20 +377,21 @@ def _release(views):
 
 def _read_value(cursor, value_type, key):
     """Read one metadata value; returns (value, recorded type)."""
+    shown = shown_name(key)
     if value_type == VALUE_STRING:
-        return cursor.string(f"value of {key}"), value_type
+        return cursor.string(f"value of {shown}"), value_type
     if value_type == VALUE_ARRAY:
         start = cursor.position
-        elem_type = cursor.u32(f"array type of {key}")
+        elem_type = cursor.u32(f"array type of {shown}")
         if elem_type not in GGUF_VALUE_TYPES or elem_type == VALUE_ARRAY:
             cursor.fail(f"unknown or nested array element type {elem_type}", offset=start, key=key)
-        count = cursor.u64(f"array length of {key}")
+        count = cursor.u64(f"array length of {shown}")
         remaining = cursor.size - cursor.position
         if elem_type == VALUE_STRING:
             if count > remaining // 8:
                 cursor.fail(f"array of {count} strings runs past the end of the file", offset=start, key=key)
             first = cursor.position
-            cursor.skip_strings(count, f"array {key}")
+            cursor.skip_strings(count, f"array {shown}")
             strings = LazyArray(cursor.path, elem_type, count, first, cursor.position, cursor.source)
             return (strings.load() if count <= 64 else strings), (VALUE_ARRAY, elem_type)
         item_size = _SCALAR_STRUCTS[elem_type].size
@@ -384,7 +406,7 @@ def _read_value(cursor, value_type, key):
         return LazyArray(cursor.path, elem_type, count, first, cursor.position, cursor.source), (VALUE_ARRAY, elem_type)
     if value_type not in _SCALAR_STRUCTS:
         cursor.fail(f"unknown metadata value type {value_type}", offset=cursor.position - 4, key=key)
-    return cursor.scalar(value_type, f"value of {key}"), value_type
+    return cursor.scalar(value_type, f"value of {shown}"), value_type
 
 
 def _plain_tensor_infos(buffer, position, count, limit, alignment, seen, infos):
@@ -436,6 +458,27 @@ def _check_data_layout(cursor, infos, alignment):
                 offset=offset_field,
             )
         expected += -(-n_bytes // alignment) * alignment
+    return expected
+
+
+def _check_nothing_after_the_data(path, size, infos, data_offset, data_bytes):
+    """The data section ends where the last tensor's data does, padded to the alignment (`data_bytes`
+    from the data offset): as llama.cpp's loader reads a file, every byte after the header belongs to a
+    tensor. Bytes past that end that no tensor accounts for mean the header lists fewer tensors than the
+    file holds (a tensor count written as n-1, n/2 or 0): refused, not read as a smaller model."""
+    end = data_offset + data_bytes
+    if size <= end:
+        return
+    # (a tensor whose shape holds a 0 leaves its data unaccounted for too: name it, it is the likelier lie)
+    empty = next(((name, shape) for name, _, shape, n_bytes, _, _ in infos if n_bytes == 0), None)
+    hint = (f"; tensor {empty[0]!r} has shape {list(empty[1])}, no bytes" if empty else "")
+    raise GGUFError(
+        path,
+        f"tensor count {len(infos)} does not match the data: {size - end} bytes from offset {end} to the end of "
+        f"the file belong to no tensor the header lists (the data of the tensors listed ends at offset {end}, "
+        f"padding included){hint}",
+        offset=8,
+    )
 
 
 def _parse(path, buffer, size, shard, available=None, source=None):
@@ -467,7 +510,7 @@ def _parse(path, buffer, size, shard, available=None, source=None):
         key = cursor.string(f"metadata key {index} of {n_kv}")
         if key in metadata:
             cursor.fail(f"duplicate metadata key {key!r}", offset=key_offset)
-        value_type = cursor.u32(f"value type of {key}")
+        value_type = cursor.u32(f"value type of {shown_name(key)}")
         metadata[key], value_types[key] = _read_value(cursor, value_type, key)
 
     alignment = metadata.get(Keys.ALIGNMENT, GGUF_DEFAULT_ALIGNMENT)
@@ -485,16 +528,16 @@ def _parse(path, buffer, size, shard, available=None, source=None):
         if name in seen:
             cursor.fail(f"duplicate tensor name {name!r}", offset=info_offset)
         seen.add(name)
-        n_dims = cursor.u32(f"dimension count of {name}")
+        n_dims = cursor.u32(f"dimension count of {name!r}")
         if n_dims == 0 or n_dims > GGML_MAX_DIMS:
             cursor.fail(f"tensor {name!r} has {n_dims} dimensions (1 to {GGML_MAX_DIMS} allowed)", offset=info_offset)
-        shape = tuple(cursor.u64(f"dimension of {name}") for _ in range(n_dims))
+        shape = tuple(cursor.u64(f"dimension of {name!r}") for _ in range(n_dims))
         type_offset = cursor.position
-        type_id = cursor.u32(f"type of {name}")
+        type_id = cursor.u32(f"type of {name!r}")
         if type_id not in GGML_TYPES:
             cursor.fail(f"tensor {name!r} has unknown ggml type id {type_id}", offset=type_offset)
         offset_field = cursor.position
-        relative = cursor.u64(f"data offset of {name}")
+        relative = cursor.u64(f"data offset of {name!r}")
         block_size = GGML_TYPES[type_id][1]
         if shape[0] % block_size:
             cursor.fail(
@@ -505,7 +548,7 @@ def _parse(path, buffer, size, shard, available=None, source=None):
             cursor.fail(f"tensor {name!r} data offset {relative} is not a multiple of the alignment {alignment}", offset=info_offset)
         infos.append((name, type_id, shape, tensor_nbytes(type_id, shape), relative, offset_field))
 
-    _check_data_layout(cursor, infos, alignment)
+    data_bytes = _check_data_layout(cursor, infos, alignment)
     data_offset = -(-cursor.position // alignment) * alignment
     tensors = []
     for name, type_id, shape, n_bytes, relative, _ in infos:
@@ -517,12 +560,38 @@ def _parse(path, buffer, size, shard, available=None, source=None):
                 offset=absolute,
             )
         tensors.append(TensorInfo(name, type_id, shape, n_bytes, shard, absolute))
+    _check_nothing_after_the_data(path, size, infos, data_offset, data_bytes)
     return GGUFHeader(path, version, size, metadata, value_types, tensors, alignment, data_offset)
+
+
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def refuse_special_file(path):
+    """Raise GGUFError when `path` exists but is not a regular file (a FIFO, device or socket): opening a
+    FIFO blocks until a writer appears and reading one never ends, so this is checked with stat, before
+    any open. A missing path is left to the open that follows (its OSError names it). stat and the S_IS*
+    tests exist on every platform (on Windows they are simply false for what Windows lacks)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):  # (a folder has its own message where it is opened)
+        return
+    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "a special file")
+    raise GGUFError(path, f"is {kind}, not a regular file; a GGUF model must be a regular file "
+                          f"(its header and tensors are read by offset)")
 
 
 def read_header(path, shard=0):
     """Parse the header of the GGUF file at `path`. Raises GGUFError (or OSError) on bad input."""
     path = os.fspath(path)
+    refuse_special_file(path)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:

@@ -100,7 +100,10 @@ class RangeClient:
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise RemoteError(name, f"cannot fetch {url!r}: not an http(s) URL")
         target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        expired = getattr(self._local, "expired", None)
         for attempt in (0, 1):
+            if expired is not None and expired.is_set():  # (no fresh connection, retry or hop past the deadline)
+                raise TimeoutError("the request's deadline passed")
             key, connection = self._open(parts)
             with self._lock:
                 self.requests += 1
@@ -118,28 +121,62 @@ class RangeClient:
 
     def get_range(self, name, url, start, end, if_none_match=None):
         """Bytes [start, end) of the file at `url` (a Reply). Raises RemoteError, one line, for
-        anything but a complete partial-content answer (or a 304 to `if_none_match`)."""
+        anything but a complete partial-content answer (or a 304 to `if_none_match`).
+
+        `timeout` bounds the whole request, redirects, headers and body included: a socket timeout alone
+        bounds each read, and a server dripping a byte every half second never trips it. At the deadline
+        a watchdog shuts this thread's sockets down, so the read that waits returns at once (shutdown
+        works on every platform's sockets, unlike signals)."""
+        pool = self._pool()
+        expired = threading.Event()
+
+        def expire():
+            expired.set()
+            for connection in list(pool.values()):
+                if connection.sock is not None:
+                    try:
+                        connection.sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        self._local.expired = expired
+        watchdog = threading.Timer(self.timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             return self._get_range(name, url, start, end, if_none_match)
         except RemoteError:
+            if expired.is_set():  # (a read cut short by the watchdog reads as a short or broken answer)
+                self._drop_all()
+                raise self._late(name) from None
             raise
         except BaseException:
-            for key in list(self._pool()):
-                self._drop(key)  # a half-read answer leaves no connection reusable
+            self._drop_all()  # a half-read answer leaves no connection reusable
+            if expired.is_set():
+                raise self._late(name) from None
             self._raise_one_line(name)
+        finally:
+            watchdog.cancel()
+
+    def _drop_all(self):
+        for key in list(self._pool()):
+            self._drop(key)
+
+    def _late(self, name):
+        return RemoteError(name, f"no answer within {self.timeout:g} s (--timeout bounds the whole request)")
 
     def _raise_one_line(self, name):
         try:
             raise
         except TimeoutError:
-            raise RemoteError(name, f"no answer within {self.timeout:g} s (--timeout)") from None
+            raise self._late(name) from None
         except http.client.IncompleteRead as err:
             raise RemoteError(name, f"short response: the server closed after {len(err.partial)} of the bytes asked for") from None
         except http.client.HTTPException as err:
             raise RemoteError(name, f"bad HTTP response: {type(err).__name__} {err}".strip()) from None
         except OSError as err:
             if isinstance(err, socket.timeout):
-                raise RemoteError(name, f"no answer within {self.timeout:g} s (--timeout)") from None
+                raise self._late(name) from None
             raise RemoteError(name, f"cannot connect: {err.strerror or err}") from None
 
     def _get_range(self, name, url, start, end, if_none_match):

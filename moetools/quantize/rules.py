@@ -272,9 +272,9 @@ def _layer_info(state, counter, name):
     if max(1, state.facts.n_expert) > 1:
         layer = _layer_of(name)
         if layer is None:
-            raise ValueError(f"Failed to determine layer for tensor {name}")
+            raise ValueError(f"Failed to determine layer for tensor {name!r}")
         if not 0 <= layer < state.n_layer:
-            raise ValueError(f"Bad layer {layer} for tensor {name}. Must be in [0, {state.n_layer})")
+            raise ValueError(f"Bad layer {layer} for tensor {name!r}. Must be in [0, {state.n_layer})")
         return layer, state.n_layer
     return counter, state.n_layer
 
