@@ -351,3 +351,10 @@ def test_a_string_length_of_2_32_inside_a_big_file_is_refused_not_allocated(big_
     line = one_line_error(_as_completed(result), path, named, f"at offset {at}:", str(2 ** 32))
     assert "more than a whole GGUF header holds (256 MiB)" in line
     assert time.monotonic() - started < 10
+
+
+def test_a_warning_naming_a_name_with_a_newline_stays_one_line(capsys):
+    from moetools.output import warn
+
+    warn("tensor 'a\nb' is odd")
+    assert capsys.readouterr().err == "warning: tensor 'a\\nb' is odd\n"
