@@ -8,6 +8,8 @@ is actually drawn, so the JSON path stays fast.
 import json
 import sys
 
+from moetools.errors import printable_line
+
 
 class Table:
     """A table to draw on a terminal: `rows` are lists of already formatted cells; `right_align`
@@ -352,7 +354,7 @@ def warn(message):
     """A diagnostic on stderr; never on stdout, which carries data. One line in a pipe or a log (a
     script greps it); on a terminal wrapped between words to its width, like every note."""
     width = _stderr_width()
-    text = f"warning: {message}"
+    text = printable_line(f"warning: {message}")  # (a name read from a file may hold a newline)
     lines = wrap_text(text, width) if width else [text]
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()

@@ -321,3 +321,40 @@ def test_a_file_holding_only_its_listed_tensors_and_their_padding_reads(good, tm
     shorter = tmp_path / "unpadded.gguf"
     shorter.write_bytes(good.read_bytes()[:last.offset + last.n_bytes])
     assert CliRunner().invoke(cli, ["inspect", str(shorter), "--json"]).exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def big_sparse(tmp_path_factory):
+    """A header-only (sparse) 18 GB qwen3-30b-a3b: a string length of 2^32 lies inside it."""
+    return factory.write_preset(tmp_path_factory.mktemp("sparse"), "qwen3-30b-a3b")
+
+
+@pytest.mark.parametrize("where, element, named", [
+    ("general.name", None, "value of general.name length"),
+    ("general.architecture", "name", "metadata key"),
+    ("blk.0.attn_q.weight", "name", "name of tensor"),
+    ("tokenizer.ggml.tokens", 7, "string 7 of"),
+])
+def test_a_string_length_of_2_32_inside_a_big_file_is_refused_not_allocated(big_sparse, tmp_path, where, element, named):
+    """On a file bigger than 4 GiB the length lies inside the file: it was read into memory (4 GiB, or a
+    MemoryError reported as an internal error). No string may be longer than a whole header (256 MiB)."""
+    with open(big_sparse, "rb") as handle:
+        head = bytearray(handle.read(64 * 1024 * 1024))
+    at = string_length_at(head, where, element)
+    struct.pack_into("<Q", head, at, 2 ** 32)
+    path = tmp_path / "big.gguf"
+    with open(path, "wb") as handle:
+        handle.write(head)
+        handle.truncate(os.path.getsize(big_sparse))
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["inspect", str(path), "--json"])
+    line = one_line_error(_as_completed(result), path, named, f"at offset {at}:", str(2 ** 32))
+    assert "more than a whole GGUF header holds (256 MiB)" in line
+    assert time.monotonic() - started < 10
+
+
+def test_a_warning_naming_a_name_with_a_newline_stays_one_line(capsys):
+    from moetools.output import warn
+
+    warn("tensor 'a\nb' is odd")
+    assert capsys.readouterr().err == "warning: tensor 'a\\nb' is odd\n"

@@ -36,6 +36,12 @@ _SCALAR_STRUCTS = {
 }
 _TYPE_AND_OFFSET = struct.Struct("<IQ")  # a tensor info's ggml type and data offset
 _DIMS = {n_dims: struct.Struct(f"<{n_dims}Q") for n_dims in range(1, GGML_MAX_DIMS + 1)}
+# A GGUF header this long is corruption (the largest real vocabularies take under 16 MiB): no string, and
+# no header read over HTTP, may be longer. On a big (or sparse) file a string length of 2^32 lies inside
+# the file, and only this bound stops it from being read into memory.
+MAX_HEADER_BYTES = 256 * 1024 * 1024
+# Tensor names longer than this (llama.cpp allows 63 bytes) are left to the careful loop, which bounds them
+PLAIN_NAME_BYTES = 4096
 # Numeric arrays up to this many bytes are decoded at once (per-layer head counts and the like);
 # bigger ones (token types, scores) stay lazy.
 EAGER_ARRAY_BYTES = 64 * 1024
@@ -247,10 +253,12 @@ class _Cursor:
         return position, count
 
     def _fail_at_bad_string(self, count, what):
-        """After the fast walk ran off the file: walk the array again from its start (self.position), one
-        bounds test per string (the fast walk's mark may already lie past the bad string), and fail naming the first string whose length runs past the end of the file (its
-        number, its length and the offset of its length field), rather than the end of the file. Returns
-        when that string lies past the bytes at hand (a header prefix): the caller's message stands."""
+        """After the fast walk ran off the file (or past MAX_HEADER_BYTES): walk the array again from its
+        start (self.position), one bounds test per string (the fast walk's mark may already lie past the
+        bad string), and fail naming the first string whose length runs past the end of the file or past
+        MAX_HEADER_BYTES (its number, its length and the offset of its length field), rather than the end
+        of the file. Returns when that string lies past the bytes at hand (a header prefix): the caller's
+        message stands."""
         unpack_len = _U64.unpack_from
         position, index = self.position, 0
         while index < count and position + 8 <= self.available:
@@ -258,6 +266,9 @@ class _Cursor:
             if length > self.size - position - 8:
                 self.fail(f"{what}: string {index} of {count} has length {length}, which runs past the end of "
                           f"the file ({self.size} bytes)", offset=position)
+            if length > MAX_HEADER_BYTES:
+                self.fail(f"{what}: string {index} of {count} has length {length}, more than a whole GGUF header "
+                          f"holds ({MAX_HEADER_BYTES >> 20} MiB)", offset=position)
             position += 8 + length
             index += 1
         if index < count and position + 8 > self.size and position <= self.available:
@@ -289,6 +300,9 @@ class _Cursor:
         length = self.u64(f"{what} length")
         if length > self.size - self.position:
             self.fail(f"{what} length {length} runs past the end of the file ({self.size} bytes)", offset=start)
+        if length > MAX_HEADER_BYTES:
+            self.fail(f"{what} length {length} is more than a whole GGUF header holds ({MAX_HEADER_BYTES >> 20} MiB)",
+                      offset=start)
         self.have(self.position + length)
         raw = bytes(self.buffer[self.position : self.position + length])
         self.position += length
@@ -339,17 +353,18 @@ class _Cursor:
                 mark, done = position, count
         except (struct.error, IndexError, OverflowError):
             _release(views)
+            self._fail_at_bad_string(count, what)
             if self.available < self.size:
                 stop, left = self._strings_left(mark, count - done)
                 if stop + 8 * left <= self.size:
                     self.have(stop + 8 * left)
-            self._fail_at_bad_string(count, what)
             self.position = min(position, self.size)
             self.fail(f"truncated inside {what}: a string length runs past the end of the file")
         finally:  # (also after the except's release, which is harmless: no way out may leave the mmap exported)
             _release(views)
-        if position > self.size:
+        if position > self.size or position - self.position > MAX_HEADER_BYTES:
             self._fail_at_bad_string(count, what)
+        if position > self.size:
             self.position = self.size
             self.fail(f"{what} runs past the end of the file")
         if position > self.available:
@@ -397,6 +412,9 @@ def _read_value(cursor, value_type, key):
         item_size = _SCALAR_STRUCTS[elem_type].size
         if count > remaining // item_size:
             cursor.fail(f"array of {count} x {item_size}-byte values runs past the end of the file", offset=start, key=key)
+        if count * item_size > MAX_HEADER_BYTES:
+            cursor.fail(f"array of {count} x {item_size}-byte values is more than a whole GGUF header holds "
+                        f"({MAX_HEADER_BYTES >> 20} MiB)", offset=start, key=key)
         first = cursor.position
         cursor.position += count * item_size
         if count * item_size <= EAGER_ARRAY_BYTES:
@@ -419,8 +437,9 @@ def _plain_tensor_infos(buffer, position, count, limit, alignment, seen, infos):
     for read in range(count):
         if position + 8 > limit:
             return position, read
-        name_end = position + 8 + unpack_u64(buffer, position)[0]
-        if name_end + 4 > limit:
+        name_length = unpack_u64(buffer, position)[0]
+        name_end = position + 8 + name_length
+        if name_end + 4 > limit or name_length > PLAIN_NAME_BYTES:
             return position, read
         try:
             name = str(buffer[position + 8:name_end], "utf-8")

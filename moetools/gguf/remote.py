@@ -23,15 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from moetools.errors import RemoteError
-from moetools.gguf.header import HeaderIncomplete, parse_header_bytes
+from moetools.gguf.header import MAX_HEADER_BYTES, HeaderIncomplete, parse_header_bytes
 from moetools.gguf.headercache import HeaderCache
 from moetools.gguf.model import SPLIT_NAME_RE, model_from_headers
 
 MAX_REDIRECTS = 10
 # The first read of shard 2, 3, ... of a split set: room for about 2,500 tensor infos.
 LATER_SHARD_CHUNK = 256 * 1024
-# A GGUF header this long is corruption (the largest real vocabularies take under 16 MiB).
-MAX_HEADER_BYTES = 256 * 1024 * 1024
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
