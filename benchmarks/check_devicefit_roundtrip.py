@@ -60,8 +60,9 @@ def main(argv=None):
             code, line, err = moetools("device-fit", model, *options, "--emit", "llama")
             saved = Path(folder) / "launch.sh"
             saved.write_text(line)
-            devices = [arg for arg in options if not arg.startswith("--draft") and arg not in ("--spec-type", "draft-mtp")]
-            devices = [arg for index, arg in enumerate(devices) if not (index and devices[index - 1] == "--draft")]
+            # the line carries the draft (-md, --spec-type): --check gets the devices only
+            devices = [arg for index, arg in enumerate(options)
+                       if arg not in ("--draft", "--spec-type") and not (index and options[index - 1] in ("--draft", "--spec-type"))]
             code, out, err = moetools("device-fit", *devices, "--json", "--check", saved)
             doc = json.loads(out) if out.strip().startswith("{") else None
             ok = (doc is not None and doc["check"]["fits"] and ledger(doc) == ledger(planned)
