@@ -201,3 +201,4 @@ def test_every_synth_builder_and_preset_passes(tmp_path):
 def test_inspect_strict_passes_a_good_model(tiny_models):
     result = invoke("inspect", tiny_models["deepseek2"], "--json", "--strict")
     assert result.exit_code == 0 and json.loads(result.stdout)["llama_refuses"] == []
+

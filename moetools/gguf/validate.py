@@ -66,9 +66,11 @@ def check_metadata(model):
     for template in U32_KEYS:
         _whole_numbers(model, template)
     n_embd = _whole_numbers(model, Keys.EMBEDDING_LENGTH)
-    if not n_embd:
+    # (a file without `blk.N` tensors -- a vision projector, whose keys are clip.vision.* -- is no
+    # model llama.cpp's load_hparams reads: its missing key is not refused)
+    if not n_embd and any(tensor_block(tensor.name) is not None for tensor in model.tensors):
         raise _error(model, "missing metadata key embedding_length (llama.cpp requires it)", Keys.EMBEDDING_LENGTH)
-    if n_embd[0] == 0:
+    if n_embd and n_embd[0] == 0:
         raise _error(model, "embedding_length is 0: a model needs a positive hidden size", Keys.EMBEDDING_LENGTH)
     summary = model.summary  # the reader's own checks: key types, expert tensors against expert_count
     has_experts = bool(summary.moe_layers)
@@ -130,7 +132,7 @@ class _Rules:
         self.head_v = model.get_int(Keys.VALUE_LENGTH, self.n_embd // first if first else 0)
         self.n_rot = model.get_int(Keys.ROPE_DIMENSION_COUNT, self.head_k)
         self.n_ff = model.layer_values(Keys.FEED_FORWARD_LENGTH, 0)
-        self.n_ff_exp = model.get_int(Keys.EXPERT_FEED_FORWARD_LENGTH, 0)
+        self.n_ff_exp = model.layer_values(Keys.EXPERT_FEED_FORWARD_LENGTH, 0)  # per layer in deepseek2
         self.n_expert = model.get_int(Keys.EXPERT_COUNT, 0)
         used = model.layer_values(Keys.EXPERT_USED_COUNT, 0)
         self.n_expert_used = max(used) if used else 0
@@ -150,8 +152,8 @@ class _Rules:
     def ff_exp(self, il):
         if self.arch == "llama":
             return self.ff(il)
-        if self.n_ff_exp:
-            return _Dim(self.n_ff_exp, "expert_feed_forward_length")
+        if self.n_ff_exp[il]:
+            return _Dim(self.n_ff_exp[il], "expert_feed_forward_length")
         if self.arch in ("qwen3moe", "glm4moe") and self.n_expert_used:
             return _Dim(self.n_ff[il] // self.n_expert_used, "feed_forward_length / expert_used_count")
         return None  # not derivable here: that dimension is not checked
