@@ -202,3 +202,13 @@ def test_inspect_strict_passes_a_good_model(tiny_models):
     result = invoke("inspect", tiny_models["deepseek2"], "--json", "--strict")
     assert result.exit_code == 0 and json.loads(result.stdout)["llama_refuses"] == []
 
+
+
+
+def test_inspect_table_says_llama_cpp_will_not_load_it(tmp_path):
+    from moetools.inspect_cmd import describe, tables
+
+    path = damaged(tmp_path, "qwen3moe", drop=["blk.1.attn_k.weight"])
+    with open_model(path) as model:
+        overview = tables(describe(model))[0]
+    assert ["llama.cpp loads it", "no: 1 tensor problem(s), first blk.1.attn_k.weight"] in overview.rows
