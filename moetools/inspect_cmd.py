@@ -110,7 +110,9 @@ def _metadata_cell(entry):
 
 def describe(model, with_tensors=False, with_metadata=False):
     """The inspect document for `model` (a moetools.gguf.Model): plain data, bytes as ints."""
-    summary = model.summary
+    from moetools.gguf import validate
+
+    summary = validate.check_metadata(model)  # the metadata every command checks (issue 32)
     types = {}
     for tensor in model.tensors:
         entry = types.setdefault(tensor.type_name, {"type": tensor.type_name, "count": 0, "bytes": 0})
@@ -154,6 +156,9 @@ def describe(model, with_tensors=False, with_metadata=False):
         "types": sorted(types.values(), key=lambda entry: -entry["bytes"]),
         "resident_tier": tier_identity(model.metadata),
         "warnings": list(model.warnings),
+        # what llama.cpp's load_tensors will refuse (a missing block tensor, a wrong shape): the file is
+        # still described; `--strict` exits 2 on it
+        "llama_refuses": [{"tensor": name, "reason": reason} for name, reason in validate.load_refusals(model)],
     }
     total_params, active_params = parameter_counts(model)
     doc.update(
@@ -223,6 +228,9 @@ def tables(doc):
         ["parameters", f"{_count(doc['parameters'])} total, {_count(doc['active_parameters'])} active per token"],
         ["bits per weight", f"{doc['bits_per_weight']:.2f}"],
     ])
+    if doc.get("llama_refuses"):
+        first = doc["llama_refuses"][0]["tensor"]
+        overview.rows.append(["llama.cpp loads it", f"no: {len(doc['llama_refuses'])} tensor problem(s), first {first}"])
     if "requests" in doc:
         overview.caption = (f"header read remotely: {format_size(doc['fetched_bytes'])} in {doc['requests']} requests"
                             f" ({doc['cached_shards']} of {len(doc['shards'])} shards from the header cache)")
@@ -310,8 +318,11 @@ def _inspect_repo(text, fetch, json_flag):
 @click.option("--tensors", is_flag=True, help="Also list every tensor (name, type, ggml shape, bytes, shard, offset).")
 @click.option("--metadata", is_flag=True, help="Also list the raw metadata key/value pairs (arrays: type, length, first items).")
 @click.option("--include", metavar="GLOB", help="With hf://ORG/REPO: only the files whose repo path matches GLOB.")
+@click.option("--strict", is_flag=True,
+              help="Exit 2 (one line) when llama.cpp would refuse to load the model (a missing or misshapen tensor), "
+                   "after describing it: for CI pipelines.")
 @source_options
-def inspect_command(model_path, json_flag, tensors, metadata, fetch):
+def inspect_command(model_path, json_flag, tensors, metadata, strict, fetch):
     """Summarise a GGUF model: shape, experts, parameters, bits per weight, file type, bytes by class,
     per-layer expert bytes, types, shards.
 
@@ -325,4 +336,14 @@ def inspect_command(model_path, json_flag, tensors, metadata, fetch):
         doc = describe(model, with_tensors=tensors, with_metadata=metadata)
     for message in doc["warnings"]:
         warn(message)
+    refusals = doc["llama_refuses"]
+    for entry in [] if strict else refusals[:5]:  # with --strict the error line says it
+        warn(f"llama.cpp will refuse this model: {entry['reason']}")
+    if len(refusals) > 5 and not strict:
+        warn(f"llama.cpp will refuse this model: and {len(refusals) - 5} more tensors (see llama_refuses in --json)")
     render(doc, lambda: tables(doc), json_flag)
+    if strict and refusals:
+        from moetools.errors import GGUFError
+
+        more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+        raise GGUFError(doc["path"], f"--strict: {refusals[0]['reason']}{more}")

@@ -9,6 +9,11 @@ Two mutators: `mutate` (blind: byte flips, truncations, extreme lengths and coun
 `StructuredMutator` (knows where each field of this header is: counts, string and array lengths,
 value and tensor type ids, dimensions, data offsets, the alignment, split keys, block counts and the
 block numbers in tensor names, and sets one of them to a value that matters).
+
+A third, `SpecMutator`, mutates the model itself (issue 32): a synth spec's keys, tensors, types and
+shapes, written as a real GGUF; `fuzz_models` runs each mutant through all four MODEL commands
+(inspect --strict, device-fit, quantize, container-encode) as subprocesses with a timeout
+(tests/test_validate_fuzz.py; `benchmarks/fuzz_reader.py --models`).
 """
 
 import random
@@ -235,3 +240,173 @@ def fuzz_file(source_path, work_path, iterations, seed=0, structured=0.5, measur
         if measure_memory:
             tracemalloc.stop()
     return outcome
+
+
+# --- model-level mutation through every command, each a subprocess with a timeout (issue 32) ------
+
+# what every command is run with; OUT is a fresh output folder per run
+ALL_COMMANDS = (
+    ("inspect", "--json", "--strict"),
+    ("device-fit", "--vram", "24G", "--json"),
+    ("quantize", "--pure", "--type", "q8_0", "-o", "OUT", "--json"),
+    ("container-encode", "-o", "OUT", "--json"),
+)
+
+_KEY_VALUES = (
+    (0, "u32"), (1, "u32"), (2**31, "u32"), (2**32 - 1, "u32"), (2**32, "u64"), (2**64 - 1, "u64"),
+    (8.0, "f32"), (float("nan"), "f32"), ("8", "str"), ([8, 8], "u32[]"), ([], "u32[]"), (True, "bool"), (-1, "i32"),
+)
+
+
+class SpecMutator:
+    """Structure-aware mutation of a synth model spec: a key's value or type (counts set to 0, 2^31,
+    2^64-1, an f32, a string, an array), a key dropped, a tensor dropped, renamed to another block,
+    given another ggml type, or reshaped (a dimension doubled, halved, zeroed or folded into the next,
+    a dimension added). Returns the mutated spec and a line saying what changed."""
+
+    def __init__(self, builder):
+        from moetools import synth
+
+        self.builder = builder
+        self.synth = synth
+
+    def mutate(self, rng):
+        import copy
+
+        spec = self.synth.tiny(self.builder)
+        spec = copy.deepcopy(spec)
+        what = []
+        for _ in range(1 if rng.random() < 0.75 else 2):
+            what.append(self._one(spec, rng))
+        return spec, "; ".join(what)
+
+    def _one(self, spec, rng):
+        kind = rng.randrange(6)
+        arch_keys = [index for index, (key, _, _) in enumerate(spec.metadata) if key.startswith(spec.architecture + ".")]
+        if kind <= 1 and arch_keys:
+            index = rng.choice(arch_keys)
+            key = spec.metadata[index][0]
+            if kind == 1 and rng.random() < 0.3:
+                del spec.metadata[index]
+                return f"dropped {key}"
+            value, value_kind = rng.choice(_KEY_VALUES)
+            spec.metadata[index] = (key, value, value_kind)
+            return f"{key} = {value!r} ({value_kind})"
+        index = rng.randrange(len(spec.tensors))
+        tensor = spec.tensors[index]
+        if kind == 2:
+            del spec.tensors[index]
+            return f"dropped {tensor.name}"
+        if kind == 3 and tensor.name.startswith("blk."):
+            rest = tensor.name.split(".", 2)[2]
+            block = rng.choice([0, 1, 2, 3, 9, 511, 512])
+            name = f"blk.{block}.{rest}"
+            if any(other.name == name for other in spec.tensors):
+                return f"kept {tensor.name} (blk.{block} has it)"
+            tensor.name = name
+            return f"moved {tensor.name} to block {block}"
+        if kind == 4:
+            tensor.type_id = rng.choice([0, 1, 8, 12, 14, 30])
+            return f"{tensor.name} type {tensor.type_id}"
+        shape = list(tensor.shape)
+        axis = rng.randrange(len(shape))
+        change = rng.randrange(5)
+        if change == 0:
+            shape[axis] *= 2
+        elif change == 1:
+            shape[axis] = max(1, shape[axis] // 2)
+        elif change == 2 and len(shape) > 1:
+            shape[0:2] = [shape[0] * shape[1]]  # folded
+        elif change == 3:
+            shape.append(rng.choice([1, 2]))
+        else:
+            shape[axis] = rng.choice([1, 3, 7])
+        # keep the row a whole number of the type's blocks (the writer and the reader check it)
+        block = {8: 32, 12: 256, 14: 256, 30: 1, 0: 1, 1: 1}.get(tensor.type_id, 32)
+        if shape[0] % block:
+            shape[0] = max(block, shape[0] - shape[0] % block)
+        tensor.shape = tuple(int(d) for d in shape)
+        return f"{tensor.name} shape {list(tensor.shape)}"
+
+
+class CommandRun:
+    __slots__ = ("command", "code", "stderr", "seconds", "problem")
+
+    def __init__(self, command, code, stderr, seconds, problem):
+        self.command, self.code, self.stderr, self.seconds, self.problem = command, code, stderr, seconds, problem
+
+
+def judge(code, stderr):
+    """None when an outcome is clean (exit 0 or 1; or 2 with one `error:` line and no traceback), else
+    what is wrong with it."""
+    if code not in (0, 1, 2):
+        return f"exit {code}"
+    if "Traceback" in stderr or "internal error" in stderr:
+        return "traceback or internal error"
+    if code == 2:
+        errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        if len(errors) != 1 or lines[-1] != errors[0]:
+            return "exit 2 without exactly one closing `error:` line"
+    return None
+
+
+def run_command_subprocess(path, workdir, command, timeout):
+    """Run `python -m moetools COMMAND path ...` in a subprocess; a run past `timeout` is a hang."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    out = os.path.join(workdir, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    name, *options = command
+    argv = [sys.executable, "-m", "moetools", name, str(path), *[out if o == "OUT" else o for o in options]]
+    env = dict(os.environ, COLUMNS="100", PYTHONPATH=os.pathsep.join(filter(None, [
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH")])))
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return CommandRun(name, None, "", time.perf_counter() - start, f"no answer in {timeout} s (a hang)")
+    seconds = time.perf_counter() - start
+    return CommandRun(name, done.returncode, done.stderr, seconds, judge(done.returncode, done.stderr))
+
+
+def fuzz_models(builders, mutants_each, workdir, seed=0, timeout=30, commands=ALL_COMMANDS, header_share=0.25):
+    """Seeded model-level fuzz: for each builder, `mutants_each` mutants (SpecMutator, or for
+    `header_share` of them StructuredMutator's header edits), each run through every command of
+    `commands` in a subprocess. Returns (runs [CommandRun], crashes [(description, CommandRun)])."""
+    import os
+
+    from moetools import synth
+
+    rng = random.Random(seed)
+    runs, crashes = [], []
+    path = os.path.join(workdir, "mutant.gguf")
+    for builder in builders:
+        mutator = SpecMutator(builder)
+        source = synth.write_model(synth.tiny(builder), os.path.join(workdir, f"{builder}.gguf"), sparse=True)[0]
+        header = read_header(source)
+        with open(source, "rb") as handle:
+            structured = StructuredMutator(handle.read(header.data_offset))
+        for _ in range(mutants_each):
+            if rng.random() < header_share:
+                mutant, _ = structured.mutate(rng)
+                with open(path, "wb") as handle:
+                    handle.write(mutant)
+                    handle.truncate(header.file_size)
+                what = f"{builder}: a header field"
+            else:
+                spec, what = mutator.mutate(rng)
+                what = f"{builder}: {what}"
+                try:
+                    synth.write_model(spec, path, sparse=True)
+                except Exception:  # noqa: BLE001 -- gguf-py refuses to write this one: not a file to test
+                    continue
+            for command in commands:
+                run = run_command_subprocess(path, workdir, command, timeout)
+                runs.append(run)
+                if run.problem:
+                    crashes.append((what, run))
+    return runs, crashes

@@ -24,12 +24,20 @@ def _size_option(value):
         raise click.BadParameter(str(err)) from None
 
 
-def _open_model(path, command):
+def _open_model(path, command, validate=False):
     from moetools.gguf import open_model
     from moetools.gguf.locator import refuse_remote
 
     refuse_remote(path, command)
     model = open_model(path)
+    if validate:
+        from moetools.gguf.validate import check_model
+
+        try:
+            check_model(model)  # what llama.cpp refuses, as every command checks it (issue 32)
+        except BaseException:
+            model.close()
+            raise
     for message in model.warnings:
         warn(message)
     return model
@@ -124,7 +132,7 @@ def encode_command(model, folder, force, batch, banks_numbering, tiers_text, jso
         from moetools.container import tiered
 
         ladder = tiered.parse_tiers(tiers_text)
-    with _open_model(model, "container-encode") as source:
+    with _open_model(model, "container-encode", validate=True) as source:
         if tiered is not None:
             plan = tiered.plan_tiered(source, ladder, banks_numbering)
             total, to_write = tiered.total_bytes(plan.manifest), tiered.bytes_to_write(folder, plan)

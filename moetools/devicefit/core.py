@@ -77,7 +77,11 @@ def model_facts(model, load_mtp=False):
 
     load_mtp: as llama_model_params.load_mtp (--spec-type draft-mtp): the NextN/MTP blocks' tensors
     are loaded with the trunk's, so they stay in `layers`."""
-    shape = kvmod.kv_shape(model)
+    from moetools.gguf import validate
+
+    validate.check_metadata(model)  # the metadata every command checks (issue 32)
+    shape = kvmod.kv_shape(model)  # its own refusals name the KV cache's reasons first
+    validate.check_model(model)  # then what llama.cpp's load_tensors refuses
     per_expert = model.expert_bytes_by_layer
     # the reader checked every expert tensor holds expert_count experts, so a layer's bytes are exact
     layer_bytes = {block: value * model.expert_count for block, value in per_expert.items()}

@@ -214,6 +214,9 @@ def quantize_command(model_path, mix, outputs, running):
 
     check_output_folder(outputs.output_dir, "-o")  # the tier folder is created, its parent must be there
     with open_model(model_path) as model, contextlib.ExitStack() as holding:
+        from moetools.gguf import validate
+
+        validate.check_metadata(model)  # the metadata every command checks (issue 32)
         for message in model.warnings:
             warn(message)
         installed = None

@@ -17,7 +17,7 @@ class TensorSpec:
 @dataclass
 class ModelSpec:
     architecture: str
-    metadata: list  # (key, value, kind) with kind in "u32", "i32", "f32", "bool", "str", "u32[]", "i32[]", "u64[]", "str[]"
+    metadata: list  # (key, value, kind) with kind in "u32", "u64", "i32", "f32", "bool", "str", "u32[]", "i32[]", "u64[]", "str[]"
     tensors: list = field(default_factory=list)
     vocab_size: int = 0
     merges: int = 0  # number of BPE merges to write (0: none)

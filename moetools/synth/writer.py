@@ -60,7 +60,7 @@ def _write_model(spec, path, sparse, shards, seed, alignment):
 
     from moetools.gguf.constants import tensor_nbytes
 
-    kinds = {"u32": GGUFValueType.UINT32, "i32": GGUFValueType.INT32, "f32": GGUFValueType.FLOAT32,
+    kinds = {"u32": GGUFValueType.UINT32, "u64": GGUFValueType.UINT64, "i32": GGUFValueType.INT32, "f32": GGUFValueType.FLOAT32,
              "bool": GGUFValueType.BOOL, "str": GGUFValueType.STRING}
     sizes = [tensor_nbytes(tensor.type_id, tensor.shape) for tensor in spec.tensors]
     split_max_tensors = 0
