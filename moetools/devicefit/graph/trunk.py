@@ -58,8 +58,11 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None, kept=()):
         where = None
         if homes is not None:  # a layer on another device, or with its experts elsewhere, is not a repeat
             where = (homes.layer_device[il], tuple(sorted(homes.expert_device.get(il, {}).items())))
+        # a layer reusing an earlier layer's KV (gemma4) is never a repeat: it builds no K/V, and its reads
+        # of a cache on another device are copies that stay (pipeline parallelism pins them)
+        shared = il if kvshape.kv_from_start and il >= kvshape.kv_from_start else -1
         return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
-                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where, il in kept)
+                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where, il in kept, shared)
     if graph_shape.attn_res_block or graph_shape.altup:
         # the residual stack grows: no two layers see the same allocator state (gemma3n: replayed whole)
         return set()
