@@ -172,6 +172,14 @@ def build_rs(b):
     return b.s_views
 
 
+def clear_state(b):
+    """build_rs's ggml_scale_inplace(state_zero, 0) on a view of the layer's state cache, expanded before
+    its gather: no memory of its own, but an op whose source lives in the cache's buffer, so the scheduler
+    runs it on the cache's backend (ggml_backend_sched_backend_id_from_cur) and the expansions carry that
+    backend on to the gather and to the previous layer's weightless tail that follows it in the graph."""
+    b.g.expand(b.g.write(b.cache))
+
+
 def build_moe_ffn(b, il, x, layer, logits=None, shared=None):
     """build_moe_ffn (and the shared expert of build_ffn beside it). logits / shared: the router
     logits and the shared expert's output when the caller built them first (nemotron-h-moe's MTP head)."""
