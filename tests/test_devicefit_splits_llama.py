@@ -20,12 +20,6 @@ MiB = 1024 * 1024
 # compute per device: ours / llama.cpp's within [1 - UNDER, 1 + OVER] (UNDER: llama.cpp's two-decimal rounding)
 OVER = 0.01
 UNDER = 0.0005
-# Not yet within: gemma4 with flash attention on. The device holding layer 0 (the first RPC device, or the
-# CPU under -ngl < n_layer) is over by one [n_embd, n_ubatch] f32 tensor (1 MiB at 512 wide, ub 512:
-# 1.02-1.17x), and a device whose shared full-attention layer reads a cache on another device is under
-# by one full-attention query (0.97x at ts 2,1 and on the small layout). Flash attention off is within.
-REMAINING = {"gemma4-small", "gemma4-small-partial", "gemma4-mid-ts1-1", "gemma4-mid-ts2-1", "gemma4-mid-ts1-2",
-             "gemma4-mid-c8192", "gemma4-mid-ub128", "gemma4-mid-partial", "gemma4-mid-noshared"}
 
 
 def device_fit_args(model, case):
@@ -40,9 +34,7 @@ def test_the_record():
     assert {case["tiny"] for case in RECORD["cases"]} == {"gemma4", "nemotron_h_moe", "qwen35moe"}
 
 
-@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.xfail(strict=True, reason="gemma4 with flash attention: see REMAINING"))
-                                  if case["id"] in REMAINING else case for case in RECORD["cases"]],
-                         ids=lambda case: case["id"])
+@pytest.mark.parametrize("case", RECORD["cases"], ids=lambda case: case["id"])
 def test_per_device_buffers_equal_llama_cpp(tmp_path, case):
     """Each device's model and KV/state bytes to the logged 0.01 MiB (0.02 for the summed caches), its
     compute buffer never under llama.cpp's and within 1% over."""

@@ -87,6 +87,19 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None, kept=()):
     return skipped
 
 
+def _mlp_beside_experts(b, il, attn_out, layer):
+    """gemma4.cpp's MoE block: the dense GeGLU MLP (ffn_norm, then post_ffw_norm_1), the experts' input
+    (pre_ffw_norm_2), the router's logits from a bare rms_norm of the block input, scaled and times
+    ffn_gate_inp.scale, the experts (then post_ffw_norm_2), and the two branches added."""
+    g, T, n_embd = b.g, b.T, b.shape.n_embd
+    mlp = b.norm(build_ffn(b, b.norm(attn_out, n_embd), layer.n_ff_beside), n_embd)
+    moe_in = b.norm(attn_out, n_embd)
+    tmp = g.op(b.f32(n_embd, T), attn_out)  # ggml_rms_norm: a new tensor (attn_out is read on)
+    tmp = g.op(tmp.nbytes, b.unary(tmp, tmp.nbytes), b.weights, inplace=(0,))  # scale, times the router scale
+    moe = b.norm(build_moe_ffn(b, il, moe_in, layer, logits=b.mm(layer.n_expert, tmp)), n_embd)
+    return g.op(b.f32(n_embd, T), mlp, moe, inplace=(0, 1))
+
+
 def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None, outputs=None):
     """outputs: rows the graph outputs (output_rows: llama_context's min(n_ubatch, n_outputs_max) before
     the tokens are rounded to the sequences; None: the settings' `outputs`, whose 0 means every token —
@@ -215,6 +228,12 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             ffn_out = g.op(b.f32(n_embd, T), dense, cur, inplace=(0, 1))
             out = build_moe_ffn(b, il, b.norm(residual, n_embd), layer)
             cur = g.op(b.f32(n_embd, T), out, ffn_out, inplace=(0, 1))
+        elif layer.ffn == "moe" and layer.n_ff_beside:
+            out = _mlp_beside_experts(b, il, cur, layer)
+            il_saved, b.il = b.il, -1  # ffn_post_norm, built with il = -1 (never pinned)
+            out = b.norm(out, n_embd)
+            b.il = il_saved
+            cur = g.op(b.f32(n_embd, T), out, cur, inplace=(0, 1))
         elif layer.ffn != "none":
             ffn_in = cur
             x = cur if post_norm else b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
