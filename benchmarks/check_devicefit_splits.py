@@ -49,6 +49,11 @@ NEMOTRON_MID = {"pattern": "ME*EMEM*EME", "n_embd": 1024, "n_head": 8, "n_head_k
 NEMOTRON_FULL = {"pattern": "MEM*EMEM*E", "n_embd": 2688, "n_head": 32, "n_head_kv": 2, "head": 128, "n_ff_exp": 1856,
                  "n_ff_shexp": 3712, "n_expert": 8, "top_k": 6, "ssm_heads": 64, "ssm_head": 64, "state": 128, "groups": 8,
                  "vocab": 2048, "ctx": 8192}
+# Qwen3-Next-80B-A3B's widths (2048 wide, 16 query / 2 KV heads of 256, 16 key / 32 value delta-net heads of
+# 128, 512-wide experts and shared expert, top 10) with fewer experts and layers
+QWEN3NEXT_FULL = {"arch": "qwen3next", "n_layer": 8, "n_embd": 2048, "n_head": 16, "n_head_kv": 2, "head": 256, "rope": 64,
+                  "n_ff_exp": 512, "n_ff_shexp": 512, "n_expert": 16, "top_k": 10, "k_heads": 16, "v_heads": 32,
+                  "state": 128, "full_every": 4, "vocab": 2048, "ctx": 8192}
 QWEN3NEXT_MID = {"arch": "qwen3next", "n_layer": 8, "n_embd": 1024, "n_head": 8, "n_head_kv": 2, "head": 128, "rope": 32, "n_ff_exp": 256,
                  "n_ff_shexp": 256, "n_expert": 16, "top_k": 4, "k_heads": 4, "v_heads": 8, "state": 64, "full_every": 4,
                  "vocab": 2048, "ctx": 8192}
@@ -73,6 +78,8 @@ def _cases():
     add("gemma4-mid-ub128", "gemma4", GEMMA4_MID, 99, "1,1", ub=128)
     add("gemma4-mid-partial", "gemma4", GEMMA4_MID, 8, "1,1")
     add("gemma4-mid-noshared", "gemma4", GEMMA4_MID | {"shared_kv": 0}, 99, "1,1")
+    add("gemma4-mid-partial-fa-off", "gemma4", GEMMA4_MID, 8, "1,1", fa="off")
+    add("gemma4-mid-partial-ub128", "gemma4", GEMMA4_MID, 10, "2,1", ub=128)
 
     small_nh = {"pattern": "ME*EME*E", "ctx": 8192}
     add("nemotron_h_moe-small", "nemotron_h_moe", small_nh, 99, "1,1")
@@ -99,6 +106,12 @@ def _cases():
     add("qwen3next-mid-fa-off", "qwen35moe", QWEN3NEXT_MID, 99, "1,1", fa="off")
     add("qwen3next-mid-ub128", "qwen35moe", QWEN3NEXT_MID, 99, "1,1", ub=128)
     add("qwen3next-mid-partial", "qwen35moe", QWEN3NEXT_MID, 5, "1,1")
+    add("qwen3next-full-ts1-1", "qwen35moe", QWEN3NEXT_FULL, 99, "1,1")
+    add("qwen3next-full-ts3-1", "qwen35moe", QWEN3NEXT_FULL, 99, "3,1")
+    add("qwen3next-full-fa-off", "qwen35moe", QWEN3NEXT_FULL, 99, "1,1", fa="off")
+    add("qwen3next-full-ub128", "qwen35moe", QWEN3NEXT_FULL, 99, "1,1", ub=128)
+    add("qwen3next-full-partial", "qwen35moe", QWEN3NEXT_FULL, 6, "1,1")
+    add("qwen3next-full-partial-c8192", "qwen35moe", QWEN3NEXT_FULL, 4, "2,1", ctx=8192)
     return out
 
 
@@ -141,7 +154,8 @@ def main():
     parser.add_argument("--bin", required=True, help="folder holding llama-completion and ggml-rpc-server")
     parser.add_argument("--commit", default="0c1e57098", help="the llama.cpp commit those binaries were built from")
     parser.add_argument("--write", action="store_true", help="record the figures in " + RECORD)
-    parser.add_argument("--only", action="append", help="run only the cases whose id starts with this (repeatable)")
+    parser.add_argument("--only", action="append",
+                        help="run only the cases whose id starts with this (repeatable; --write then keeps the others' records)")
     options = parser.parse_args()
     tool = lambda name: os.path.join(options.bin, name)  # noqa: E731
     servers = [subprocess.Popen([tool("ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
@@ -185,6 +199,13 @@ def main():
     if options.write:
         from moetools.atomic import write_json
 
+        if options.only and os.path.exists(RECORD):  # the cases run replace theirs in the record, the rest stay
+            with open(RECORD) as handle:
+                kept = json.load(handle)
+            ran = {case["id"]: case for case in record["cases"]}
+            order = [case["id"] for case in CASES]
+            merged = {case["id"]: case for case in kept["cases"]} | ran
+            record["cases"] = [merged[name] for name in order if name in merged]
         write_json(RECORD, record)
     return 0
 
