@@ -56,6 +56,7 @@ class LayerShape(Record):
         # gemma4.cpp: a dense GeGLU MLP this wide beside the experts (the block holds ffn_up and
         # pre_ffw_norm_2): each branch with its own pre and post norm, the router on a scaled rms_norm
         ("n_ff_beside", 0),
+        ("out_scale", False),  # layer_output_scale: the block's output times a per-layer scalar (gemma4.cpp)
         ("ssm_in_rows", 0),  # recurrent input projection rows
         ("ssm_inner", 0),
         ("ssm_conv_channels", 0),
@@ -209,6 +210,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         ssm_a = model.tensor_by_name.get(blk + "ssm_a")
         shape.ssm_heads = _rows(model, blk + "ssm_dt.bias", 0) or (max(ssm_a.shape) if ssm_a is not None else 0)
         shape.ssm_norm = _has(model, blk + "ssm_norm.weight")
+    shape.out_scale = _has(model, blk + "layer_output_scale.weight")
     up_exps = model.tensor_by_name.get(blk + "ffn_up_exps.weight") or model.tensor_by_name.get(blk + "ffn_gate_up_exps.weight")
     if up_exps is not None:
         shape.ffn = "moe"

@@ -246,6 +246,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
                 b.il = il_saved
             pair = (ffn_in, out) if graph_shape.residual_first else (out, ffn_in)
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
+        if layer.out_scale:  # ggml_mul by the layer's output scale: an op with a weight, on the layer's device
+            cur = g.op(cur.nbytes, cur, b.weights, inplace=(0,))
         following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)
         if stack is None and (following is None or following.mixer not in STATE_FIRST_MIXERS):
             # (else the next layer's state gathering joins the graph before this layer's tail; kimi-k3.cpp
