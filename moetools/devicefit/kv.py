@@ -73,6 +73,9 @@ class KVShape(Record):
         ("ple_layers", list),  # per block: True where that row exists ([] = none)
         ("recurrent_kind", ""),  # "kda" | "gdn" | "lightning" | "mamba" | "rwkv" | "shortconv" ("" without recurrent layers)
         ("has_kv", list),  # per block: False where the layer holds no attention cache (filtered/shared); [] = all
+        # llama_hparams::n_layer_kv_from_start where later layers reuse an earlier layer's cache (gemma4's
+        # shared_kv_layers); 0 where none does
+        ("kv_from_start", 0),
         ("indexer_width", 0),  # DSA: values per cell of the indexer K cache (one head)
         ("indexer_layers", list),  # per block: True where the layer has an indexer cache
         # DeepSeek-V4 (llama_kv_cache_dsv4): per block its compression ratio (0 window only, 4 CSA +
@@ -383,6 +386,8 @@ def kv_shape(model):
         ple_layers=ple_layers,
         recurrent_kind=recurrent_kind,
         has_kv=has_kv,
+        kv_from_start=(has_kv.index(False) if entry.kv_layers_from_start is not None and not all(has_kv[:trunk])
+                       else 0),
         indexer_width=indexer_width,
         indexer_layers=indexer_layers,
         compress_ratios=compress_ratios,

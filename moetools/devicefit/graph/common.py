@@ -18,24 +18,48 @@ def build_attn_mha(b, il, q, q_bytes_per_head, kind, n_head, k_width, v_width, v
     g, T = b.g, b.T
     n_kv = b.cells[kind]
     mask = b.masks[kind] if mask is None else mask
-    k = g.view(b.cache)
-    v = g.view(b.cache)
+    source = shared_kv_source(b, il)
+    if source is None:
+        k = g.view(b.cache)
+        v = g.view(b.cache)
+        k_read, v_read = g.view(k), g.view(v)
+    else:
+        # a layer past n_layer_kv_from_start reads the views get_k / get_v make of the earlier layer's
+        # cache, on that layer's device: on another device the scheduler copies each view whole
+        # (ggml_backend_sched_split_graph: a split input is ggml_dup_tensor of the view), per layer
+        cache, hkv = source
+        k = v = g.view(cache)
+        k_read, v_read = g.view(k), g.view(v)
+        k_read.nbytes = kvmod.row_bytes(b.settings.ctk, k_width) * hkv * n_kv * b.streams
+        v_read.nbytes = kvmod.row_bytes(b.settings.ctv, v_width) * hkv * n_kv * b.streams
     qv = g.view(g.view(q))
     if b.fa:
-        cur = g.op(b.f32(v_width, n_head, T), qv, g.view(k), g.view(v), mask)
+        cur = g.op(b.f32(v_width, n_head, T), qv, k_read, v_read, mask)
         if v_mla_rows:
             cur = g.op(b.f32(v_mla_rows, T, n_head), b.weights, g.view(cur))
             cur = g.op(b.f32(v_mla_rows, n_head, T), g.view(cur))
         return g.expand(g.view(cur))  # build_attn_mha expands its output
-    kq = g.op(b.f32(n_kv, T, n_head), g.view(k), qv)
+    kq = g.op(b.f32(n_kv, T, n_head), k_read, qv)
     kq = g.op(kq.nbytes, kq, mask, inplace=(0,))  # soft_max_ext
     if b.kv.mla:
         v = g.op(kvmod.row_bytes(b.settings.ctk, v_width) * n_kv * b.streams, g.view(v))  # cont(transpose(v))
-    kqv = g.op(b.f32(v_width, T, n_head), v if b.kv.mla else g.view(v), kq)
+    kqv = g.op(b.f32(v_width, T, n_head), v if b.kv.mla else v_read, kq)
     if v_mla_rows:
         kqv = g.op(b.f32(v_mla_rows, T, n_head), b.weights, kqv)
         v_width = v_mla_rows
     return g.expand(g.op(b.f32(v_width * n_head, T), g.view(kqv)))  # cont_2d
+
+
+def shared_kv_source(b, il):
+    """(the cache external, its KV heads) of the earlier layer whose KV layer il reads when il is past
+    llama_hparams::n_layer_kv_from_start (gemma4's shared_kv_layers: llama_model's reuse callback,
+    n_layer_kv_from_start - 2 for a sliding-window layer, - 1 for a full one; llama_kv_cache maps the
+    layer to that one's tensors); None for a layer with its own cache."""
+    kv = b.kv
+    if not kv.kv_from_start or il < kv.kv_from_start or kv.has_kv[il]:
+        return None
+    reuse = kv.kv_from_start - (2 if kv.is_swa[il] else 1)
+    return b.layer_cache(reuse), kv.head_count_kv[reuse]
 
 
 def _store(b, kind, k_cur, v_cur, v_strided, v_bytes):
@@ -62,6 +86,8 @@ def build_attn(b, il, x, layer, mask=None, rope=None):
     n_head, hkv = b.shape.n_head[il], kv.head_count_kv[il]
     k_width, v_width = kv.k_width[il], kv.v_width[il]
     q_rows = layer.q_rows or n_head * k_width
+    if shared_kv_source(b, il) is not None:
+        return _build_attn_shared(b, il, x, layer, kind, n_head, k_width, v_width, q_rows, mask, rope)
     if layer.fused_qkv:
         qkv = b.mm(q_rows, x)
         if layer.qkv_bias:
@@ -114,6 +140,20 @@ def build_attn(b, il, x, layer, mask=None, rope=None):
     return cur
 
 
+def _build_attn_shared(b, il, x, layer, kind, n_head, k_width, v_width, q_rows, mask, rope):
+    """build_attn of a layer that reuses an earlier layer's KV (gemma4.cpp: no k_cur / v_cur): the query
+    alone (projected, normed, roped), nothing stored, the attention over the earlier layer's cache."""
+    g, T = b.g, b.T
+    q = g.view(b.mm(q_rows, x))
+    if layer.qk_norm:
+        q = b.norm(q, n_head * k_width)
+    if b.shape.rope if rope is None else rope:
+        q = g.op(b.f32(n_head * k_width, T), q, b.pos, inplace=(0,))
+    g.expand(q)
+    cur = build_attn_mha(b, il, q, k_width, kind, n_head, k_width, v_width, mask=mask)
+    return b.mm(b.shape.n_embd, cur)
+
+
 def _state_copy(b):
     """build_rs_inp: the recurrent cache's s_copy input (i32, one per cell: n_seq of them)."""
     if b.s_copy is None:
@@ -130,6 +170,14 @@ def build_rs(b):
         s_copy = _state_copy(b)
         b.s_views = (b.g.view(s_copy), b.g.view(s_copy))
     return b.s_views
+
+
+def clear_state(b):
+    """build_rs's ggml_scale_inplace(state_zero, 0) on a view of the layer's state cache, expanded before
+    its gather: no memory of its own, but an op whose source lives in the cache's buffer, so the scheduler
+    runs it on the cache's backend (ggml_backend_sched_backend_id_from_cur) and the expansions carry that
+    backend on to the gather and to the previous layer's weightless tail that follows it in the graph."""
+    b.g.expand(b.g.write(b.cache))
 
 
 def build_moe_ffn(b, il, x, layer, logits=None, shared=None):

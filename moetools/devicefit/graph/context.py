@@ -55,6 +55,15 @@ class _Build:
         self.weights = self._external(("w", dev, key), dev, True, self._dense_copy_bytes())
         self.cache = self._external(("kv", dev), dev, False)
 
+    def layer_cache(self, il):
+        """The KV-cache external of layer il (on its device), as `move` would make it there."""
+        if self.homes is None:
+            return self.cache
+        if isinstance(self.homes, _Slots):
+            return self.homes.layer_externals(self, ("layer", il), il)[1]
+        device = self.homes.layer_device[il]
+        return self._external(("kv", device), device, False)
+
     def expert_weights(self, il, part):
         """An expert matrix of block il: on the device its -ot override (or its layer) puts it."""
         if self.homes is None:

@@ -53,6 +53,10 @@ class LayerShape(Record):
         ("w_scale", False),  # expert_weights_scale other than 0 and 1: the weights are scaled
         ("gating", 1),  # 1 softmax, 2 sigmoid, 3 softmax over the selected
         ("n_ff_shexp", 0),
+        # gemma4.cpp: a dense GeGLU MLP this wide beside the experts (the block holds ffn_up and
+        # pre_ffw_norm_2): each branch with its own pre and post norm, the router on a scaled rms_norm
+        ("n_ff_beside", 0),
+        ("out_scale", False),  # layer_output_scale: the block's output times a per-layer scalar (gemma4.cpp)
         ("ssm_in_rows", 0),  # recurrent input projection rows
         ("ssm_inner", 0),
         ("ssm_conv_channels", 0),
@@ -206,6 +210,7 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         ssm_a = model.tensor_by_name.get(blk + "ssm_a")
         shape.ssm_heads = _rows(model, blk + "ssm_dt.bias", 0) or (max(ssm_a.shape) if ssm_a is not None else 0)
         shape.ssm_norm = _has(model, blk + "ssm_norm.weight")
+    shape.out_scale = _has(model, blk + "layer_output_scale.weight")
     up_exps = model.tensor_by_name.get(blk + "ffn_up_exps.weight") or model.tensor_by_name.get(blk + "ffn_gate_up_exps.weight")
     if up_exps is not None:
         shape.ffn = "moe"
@@ -223,6 +228,8 @@ def _layer_shape(model, il, kvshape, top_k, n_expert, gating, norm_w, w_scale=Fa
         shape.norm_w = norm_w
         shape.w_scale = w_scale
         shape.n_ff_shexp = _rows(model, blk + "ffn_up_shexp.weight")
+        if _has(model, blk + "pre_ffw_norm_2.weight"):
+            shape.n_ff_beside = _rows(model, blk + "ffn_up.weight")
         shape.shexp_gate = _has(model, blk + "ffn_gate_inp_shexp.weight")
     elif _has(model, blk + "ffn_up.weight") or _has(model, blk + "ffn_down.weight"):
         shape.ffn = "dense"

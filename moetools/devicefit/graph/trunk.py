@@ -58,8 +58,11 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None, kept=()):
         where = None
         if homes is not None:  # a layer on another device, or with its experts elsewhere, is not a repeat
             where = (homes.layer_device[il], tuple(sorted(homes.expert_device.get(il, {}).items())))
+        # a layer reusing an earlier layer's KV (gemma4) is never a repeat: it builds no K/V, and its reads
+        # of a cache on another device are copies that stay (pipeline parallelism pins them)
+        shared = il if kvshape.kv_from_start and il >= kvshape.kv_from_start else -1
         return (graph_shape.layers[il].as_tuple(), graph_shape.n_head[il], kvshape.head_count_kv[il],
-                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where, il in kept)
+                kvshape.k_width[il], kvshape.v_width[il], kvshape.is_swa[il], where, il in kept, shared)
     if graph_shape.attn_res_block or graph_shape.altup:
         # the residual stack grows: no two layers see the same allocator state (gemma3n: replayed whole)
         return set()
@@ -82,6 +85,19 @@ def _repeats(graph_shape, kvshape, layer_set, homes=None, kept=()):
         if run > (RUN_KEPT if homes is None else RUN_KEPT_SPLIT) and il != last:
             skipped.add(il)
     return skipped
+
+
+def _mlp_beside_experts(b, il, attn_out, layer):
+    """gemma4.cpp's MoE block: the dense GeGLU MLP (ffn_norm, then post_ffw_norm_1), the experts' input
+    (pre_ffw_norm_2), the router's logits from a bare rms_norm of the block input, scaled and times
+    ffn_gate_inp.scale, the experts (then post_ffw_norm_2), and the two branches added."""
+    g, T, n_embd = b.g, b.T, b.shape.n_embd
+    mlp = b.norm(build_ffn(b, b.norm(attn_out, n_embd), layer.n_ff_beside), n_embd)
+    moe_in = b.norm(attn_out, n_embd)
+    tmp = g.op(b.f32(n_embd, T), attn_out)  # ggml_rms_norm: a new tensor (attn_out is read on)
+    tmp = g.op(tmp.nbytes, b.unary(tmp, tmp.nbytes), b.weights, inplace=(0,))  # scale, times the router scale
+    moe = b.norm(build_moe_ffn(b, il, moe_in, layer, logits=b.mm(layer.n_expert, tmp)), n_embd)
+    return g.op(b.f32(n_embd, T), mlp, moe, inplace=(0, 1))
 
 
 def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, output, homes=None, outputs=None):
@@ -212,6 +228,12 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
             ffn_out = g.op(b.f32(n_embd, T), dense, cur, inplace=(0, 1))
             out = build_moe_ffn(b, il, b.norm(residual, n_embd), layer)
             cur = g.op(b.f32(n_embd, T), out, ffn_out, inplace=(0, 1))
+        elif layer.ffn == "moe" and layer.n_ff_beside:
+            out = _mlp_beside_experts(b, il, cur, layer)
+            il_saved, b.il = b.il, -1  # ffn_post_norm, built with il = -1 (never pinned)
+            out = b.norm(out, n_embd)
+            b.il = il_saved
+            cur = g.op(b.f32(n_embd, T), out, cur, inplace=(0, 1))
         elif layer.ffn != "none":
             ffn_in = cur
             x = cur if post_norm else b.norm(stack.mix(cur) if stack is not None else cur, n_embd)
@@ -224,6 +246,8 @@ def _build(graph_shape, kvshape, caches, settings, tokens, streams, layers, outp
                 b.il = il_saved
             pair = (ffn_in, out) if graph_shape.residual_first else (out, ffn_in)
             cur = g.op(b.f32(n_embd, T), *pair, inplace=(0, 1))
+        if layer.out_scale:  # ggml_mul by the layer's output scale: an op with a weight, on the layer's device
+            cur = g.op(cur.nbytes, cur, b.weights, inplace=(0,))
         following = next((graph_shape.layers[j] for j in range(il + 1, last + 1) if j in layer_set and j not in skipped), None)
         if stack is None and (following is None or following.mixer not in STATE_FIRST_MIXERS):
             # (else the next layer's state gathering joins the graph before this layer's tail; kimi-k3.cpp

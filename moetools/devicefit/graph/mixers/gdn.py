@@ -2,7 +2,7 @@
 """
 
 from moetools.arch.registry import profile
-from moetools.devicefit.graph.common import build_rs
+from moetools.devicefit.graph.common import build_rs, clear_state
 
 
 def _gdn_layer(b, il, x, layer):
@@ -39,10 +39,12 @@ def _gdn_layer(b, il, x, layer):
         alpha = g.op(b.f32(heads, T), g.view(b.mm(heads, x)), b.weights, inplace=(0,))
     gate = g.op(alpha.nbytes, b.unary(alpha, alpha.nbytes), b.weights, inplace=(0,))  # softplus, * A
     s_main, s_extra = build_rs(b)
+    clear_state(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # build_rs
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))  # its extra states (none reserving)
     conv_in = g.op(b.f32(channels, T) + b.f32(b.kv.state_r, n_seq), g.view(conv_state), g.view(mixed))  # concat
     g.expand(g.view(b.cache, g.view(conv_in)))  # the last d_conv-1 columns back to the cache
+    clear_state(b)
     state = g.expand(g.op(b.f32(b.kv.state_s, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     conv = b.unary(g.op(b.f32(channels, T), conv_in, b.weights), b.f32(channels, T))  # ssm_conv, silu

@@ -2,7 +2,7 @@
 build_mamba2_layer; src/models/mamba.cpp, jamba.cpp, nemotron-h.cpp, falcon-h1.cpp, granite-hybrid.cpp).
 """
 
-from moetools.devicefit.graph.common import build_rs
+from moetools.devicefit.graph.common import build_rs, clear_state
 
 # LayerShape.mixer of the two Mamba layer kinds (graph/shape.py picks them from the layer's tensors)
 MAMBA1 = "mamba"
@@ -19,6 +19,7 @@ def _mamba_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     inner, rank, state = layer.ssm_inner, layer.ssm_dt_rank, layer.ssm_state
     s_main, s_extra = build_rs(b)
+    clear_state(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
     xz = b.mm(layer.ssm_in_rows, g.view(x))
@@ -37,6 +38,7 @@ def _mamba_layer(b, il, x, layer):
         b_in = c_in = g.view(x_db)
     dt = b.mm(inner, dt)
     dt = g.op(dt.nbytes, dt, b.weights, inplace=(0,))
+    clear_state(b)
     scan = g.expand(g.op(b.f32(inner, T) + b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(conv), dt,
                          b.weights, b_in, c_in, s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
@@ -58,6 +60,7 @@ def _mamba2_layer(b, il, x, layer):
     n_seq = max(1, b.settings.n_seq)
     channels, inner = layer.ssm_conv_channels, layer.ssm_inner
     s_main, s_extra = build_rs(b)
+    clear_state(b)
     conv_state = g.expand(g.op(b.f32(b.kv.state_r, n_seq), g.view(b.cache), s_main))  # get_rows
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))  # the extra states: none when reserving
     zxbcdt = b.mm(layer.ssm_in_rows, x)
@@ -68,6 +71,7 @@ def _mamba2_layer(b, il, x, layer):
     conv = b.unary(conv, conv.nbytes)  # silu
     dt = g.op(b.f32(layer.ssm_heads, T), g.view(zxbcdt))  # cont
     dt = g.op(dt.nbytes, dt, b.weights, inplace=(0,))
+    clear_state(b)
     scan = g.expand(g.op(b.f32(inner, T) + b.f32(b.kv.state_s, n_seq), g.view(b.cache), g.view(conv), dt,
                          b.weights, g.view(conv), g.view(conv), s_main))
     g.expand(g.view(b.cache, g.op(0, g.view(b.cache), s_extra)))
