@@ -70,6 +70,8 @@ def measured():
     specs = devicefit_draft_case.mtp_specs()
     for name in load("mtp")["settings"]:
         add(split, specs[name].architecture, "mtp")
+    for case in load("splits")["cases"]:  # benchmarks/check_devicefit_splits.py
+        add(split, synth.tiny(case["tiny"], **case["params"]).architecture, "splits")
     for case in load("dflash")["cases"]:
         add(split if "--rpc" in case["device_fit_args"] else one, tiny_arch(case["target"]), "dflash")
     return one, split

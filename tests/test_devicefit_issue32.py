@@ -84,16 +84,20 @@ def test_the_margin_rule_by_architecture_and_placement():
     assert pct("no-such-arch", alone) == margin  # nothing measured: every placement
     assert pct("deepseek2", alone) == 0 and pct("deepseek2", split) == margin and pct("deepseek2", partial) == margin
     assert pct("qwen3moe", split) == 0 and pct("qwen3moe", alone) == 0  # measured both ways
-    for arch in ("gemma4", "nemotron_h_moe", "qwen3next"):  # measured off on splits (issue 32's verifier)
-        assert profile(arch).split_compute_off
-        assert pct(arch, split) == margin and pct(arch, alone) == 0
+    # measured off on splits and not yet within 1% (tests/test_devicefit_splits_llama.py's strict xfails)
+    assert profile("qwen3next").split_compute_off
+    assert pct("qwen3next", split) == margin and pct("qwen3next", alone) == 0
+    for arch in ("gemma4", "nemotron_h_moe"):  # measured on splits and within 1% since (devicefit_llama_splits.json)
+        assert not profile(arch).split_compute_off and pct(arch, split) == 0
     assert measured_compute("deepseek2") == (True, False)
     assert all(measured_compute(arch)[1] for arch in ("qwen3moe", "kimi-k3", "deepseek4"))
 
 
-def test_gemma4_split_gets_the_margin_in_json_ledger_and_free_bytes(preset_model):
-    path = preset_model("gemma-4-26b-a4b")
-    doc = run_json(path, "--runtime", "llama", "--vram", "8G,8G", "--ram", "64G", "--ctx", "8192")
+def test_a_split_measured_off_gets_the_margin_in_json_ledger_and_free_bytes(preset_model):
+    """qwen3next's split compute is still under llama.cpp's on a partial offload at full width
+    (tests/test_devicefit_splits_llama.py's xfails): its splits carry the margin."""
+    path = preset_model("qwen3-next-80b-a3b")
+    doc = run_json(path, "--runtime", "llama", "--vram", "24G,24G", "--ram", "64G", "--ctx", "8192")
     assert doc["verdict"] == "fits"
     for device in doc["devices"]:
         assert device["compute_margin_pct"] == 15

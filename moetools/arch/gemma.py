@@ -13,7 +13,7 @@ PROFILES = (
     P("gemma3n", shape_reader="moetools.devicefit.graph.models.gemma3n:read_gemma3n_shape", llama_cpp="src/models/gemma3n.cpp", synth_builder="moetools.synth.families.gemma:gemma3n",
       graph_builder="moetools.devicefit.graph.models.gemma3n:_build_gemma3n", swa=("always", 5, False, None, "standard"),
       kv_layers_from_start=20),
-    P("gemma4", split_compute_off="0.87x to 1.66x", swa_width_required=True, llama_cpp="src/models/gemma4.cpp", synth_builder="moetools.synth.families.gemma:gemma4",
+    P("gemma4", swa_width_required=True, llama_cpp="src/models/gemma4.cpp", synth_builder="moetools.synth.families.gemma:gemma4",
       swa=("array", 0, False, None, "standard"), nextn_tail=True, layer_input="graph", kv_layers_from_start="key",
       assistant_target=True),
     P("gemma4-assistant", llama_cpp="src/models/gemma4-assistant.cpp",

@@ -19,7 +19,7 @@ PROFILES = (
       nextn_tail=True, mtp="graph", mtp_head_norm=("nextn.shared_head_norm",), layer_input="graph"),
     P("qwen3moe", llama_cpp="src/models/qwen3moe.cpp", synth_builder="moetools.synth.families.qwen:qwen3moe", norm_w="default_true",
       layer_input="graph"),
-    P("qwen3next", split_compute_off="8.3% under", llama_cpp="src/models/qwen3next.cpp", recurrent_mixer="gdn", norm_w="default_true", gated_q=True,
+    P("qwen3next", split_compute_off="0.88x on a partial offload at Qwen3-Next-80B's widths", llama_cpp="src/models/qwen3next.cpp", recurrent_mixer="gdn", norm_w="default_true", gated_q=True,
       norm_first=True, nextn_tail=True, mtp="graph", mtp_rows="after_attention", layer_input="graph",
       gdn_repeat_groups=True),
     P("qwen3tts", llama_cpp="src/models/qwen3tts.cpp", mrope="always"),

@@ -24,7 +24,7 @@ PROFILES = (
     P("nemotron_h", llama_cpp="src/models/nemotron-h.cpp", synth_builder="moetools.synth.families.ssm:nemotron_h",
       recurrent=("mamba", "hkv0_ff0", "ff0"), rs_rollback=True, no_rope=True, relu_sqr=True, nextn_tail=True,
       mtp="skip", layer_input="graph"),
-    P("nemotron_h_moe", split_compute_off="6.3% under", mtp_crop_before_ffn=True, llama_cpp="src/models/nemotron-h-moe.cpp", synth_builder="moetools.synth.families.ssm:nemotron_h_moe",
+    P("nemotron_h_moe", mtp_crop_before_ffn=True, llama_cpp="src/models/nemotron-h-moe.cpp", synth_builder="moetools.synth.families.ssm:nemotron_h_moe",
       recurrent=("mamba", "hkv0_ff0", "ff0"), rs_rollback=True, no_rope=True, relu_sqr=True, nextn_tail=True,
       mtp="graph"),
     P("plamo2", llama_cpp="src/models/plamo2.cpp", synth_builder="moetools.synth.families.ssm:plamo2",
