@@ -45,6 +45,7 @@ class Behaviour:
         self.redirect_loop = False
         self.delay = 0.0  # seconds before answering a file request
         self.short_by = 0  # send this many bytes fewer than Content-Length says, then close
+        self.long_by = 0  # a 206 body this many bytes longer than the range (Content-Length counts them)
         self.flip_etag_after = None  # after this many file requests the ETag changes
         self.commit_override = None  # X-Repo-Commit to send instead of the repo's
         self.no_etag = False
@@ -271,7 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("ETag", etag)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
-        self.send_header("Content-Length", str(end - start))
+        extra = behaviour.long_by if status == 206 else 0
+        self.send_header("Content-Length", str(end - start + extra))
         self.end_headers()
         if self.head_only:
             return
@@ -288,6 +290,13 @@ class _Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
                 return
+        if extra:
+            try:
+                self.wfile.write(b"\0" * extra)
+                owner.count(path, extra)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
         if behaviour.short_by:
             self.close_connection = True
 

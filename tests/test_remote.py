@@ -212,6 +212,7 @@ def test_offline_without_a_cache_entry_is_one_line(k3_server):
     (lambda b: setattr(b, "status", 404), "not found (HTTP 404)"),
     (lambda b: setattr(b, "redirect_loop", True), "redirect loop"),
     (lambda b: setattr(b, "short_by", 100), "short response"),
+    (lambda b: setattr(b, "long_by", 100), "the server sent more than asked"),
     (lambda b: setattr(b, "flip_etag_after", 3), "changed while its header was read"),
     (lambda b: setattr(b, "delay", 3.0), "no answer within 0.3 s"),
 ])
@@ -222,6 +223,18 @@ def test_bad_servers_are_one_line_and_cache_nothing(preset_model, isolated_cache
         line = fail("inspect", server.url(first.name), "--timeout", "0.3")
         assert words in line and first.name in line or "kimi-k2-0000" in line, line
         assert server.bytes_served < 3 * DEFAULT_CHUNK + 2 * DEFAULT_CHUNK  # never the whole file
+    assert cache_files(isolated_cache) == []
+
+
+def test_a_body_longer_than_the_range_is_its_own_error(preset_model, isolated_cache):
+    """A 206 body with more bytes than the range asked for is not a "short response" (issue 32)."""
+    first = preset_model("kimi-k2", shards=3)
+    with Server(first.parent) as server:
+        server.behaviour.long_by = 7
+        line = fail("inspect", server.url(first.name))
+        assert server.file_requests >= 1
+    assert "the server sent more than asked" in line and "short response" not in line, line
+    assert "bytes for the" in line and first.name in line, line
     assert cache_files(isolated_cache) == []
 
 

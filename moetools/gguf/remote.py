@@ -232,9 +232,16 @@ class RangeClient:
         if first != start or last - first + 1 != want:
             self._drop(key)
             raise RemoteError(name, f"server sent bytes {first}-{last} when asked for {start}-{start + want - 1}")
+        length = response.getheader("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > want:
+            self._drop(key)  # never read a body longer than the range asked for
+            raise RemoteError(name, _more_than_asked(int(length), want, start))
         data = response.read()
         with self._lock:
             self.fetched_bytes += len(data)
+        if len(data) > want:
+            self._drop(key)
+            raise RemoteError(name, _more_than_asked(len(data), want, start))
         if len(data) != want:
             self._drop(key)
             raise RemoteError(name, f"short response: {len(data)} of {want} bytes at offset {start}")
@@ -242,6 +249,13 @@ class RangeClient:
             self._drop(key)
         etag = response.getheader("ETag") or response.getheader("X-Linked-Etag")
         return Reply(data=data, size=size, etag=etag)
+
+
+def _more_than_asked(sent, want, start):
+    """A 206 body longer than the range asked for (issue 32): not a short response, a server that sends
+    more than it was asked; its bytes cannot be trusted to be the range's."""
+    return (f"the server sent more than asked: {sent} bytes for the {want} asked at offset {start} "
+            "(a 206 body longer than its range; refusing it)")
 
 
 def _status_problem(status, reason):
