@@ -145,11 +145,12 @@ def broken(request, tmp_path):
     return damaged(tmp_path / "model", builder, **damage), tensor, reason
 
 
-@pytest.mark.parametrize("command", ["device-fit", "container-encode"])
+@pytest.mark.parametrize("command", ["device-fit", "container-encode", "quantize"])
 def test_device_fit_and_container_encode_refuse_what_llama_cpp_refuses(tmp_path, broken, command):
     path, tensor, reason = broken
     line = one_line_error(invoke(*COMMANDS[command](path, tmp_path / "out")), path)
     assert tensor in line and "llama.cpp" in line, line
+    assert not (tmp_path / "out").exists()  # refused before anything is written
     if command == "device-fit" and reason == "missing":
         return  # (device-fit's own KV or graph reason may come first; it names the tensor too)
     assert reason in line, line

@@ -216,7 +216,9 @@ def quantize_command(model_path, mix, outputs, running):
     with open_model(model_path) as model, contextlib.ExitStack() as holding:
         from moetools.gguf import validate
 
-        validate.check_metadata(model)  # the metadata every command checks (issue 32)
+        # the metadata every command checks, then what llama.cpp's load_tensors refuses (a missing block
+        # tensor, a wrong shape), before anything is written (issue 32)
+        validate.check_model(model)
         for message in model.warnings:
             warn(message)
         installed = None
