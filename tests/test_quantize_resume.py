@@ -148,11 +148,128 @@ def test_force_replaces_an_interrupted_run_and_another_plan_discards_it(sources,
     assert not (other / quantize_staging.STAGING_NAME).exists()
 
 
-def test_a_finished_run_still_needs_force(sources, reference, tmp_path):
+def test_a_finished_run_keeps_its_tiers_and_another_command_still_needs_force(sources, reference, tmp_path):
     out = tmp_path / "tiers"
     assert moetools(sources["one"], *RESIDENT, "-o", out).returncode == 0
+    inodes = {name: (out / name).stat().st_ino for name in visible(out)}
+    again = moetools(sources["one"], *RESIDENT, "-o", out, "--json")
+    assert again.returncode == 0, again.stderr
+    assert "keeping 2 tiers" in again.stderr and "quantize: about" not in again.stderr  # nothing re-quantized
+    assert contents(out) == reference["one"][0]
+    assert {name: (out / name).stat().st_ino for name in visible(out)} == inodes  # kept, not rewritten
+    assert without_paths(json.loads(again.stdout)) == without_paths(reference["one"][1])
+    # another command over the same file names needs --force: another mix (output.weight in q8_0), or
+    # another list of tiers (q4_0 alone: the q4_0 tier's bytes are the same, but this command did not write it)
+    other = moetools(sources["one"], *RESIDENT, "--output-tensor-type", "q8_0", "-o", out)
+    assert other.returncode == 2 and "qwen3moe-q8_0.gguf: already exists (use --force to replace it)" in other.stderr
+    alone = moetools(sources["one"], "--pure", "--type", "q4_0", "-o", out)
+    assert alone.returncode == 2 and "qwen3moe-q4_0.gguf: already exists (use --force to replace it)" in alone.stderr
+    assert contents(out) == reference["one"][0]
+    # a manifest without this command's record (an older moetools, another tool) is not taken as this run's
+    manifest = out / "qwen3moe-q8_0.gguf.resident.json"
+    doc = json.loads(manifest.read_text())
+    del doc["run_key"]
+    manifest.write_text(json.dumps(doc))
     again = moetools(sources["one"], *RESIDENT, "-o", out)
-    assert again.returncode == 2 and "already exists (use --force to replace it)" in again.stderr
+    assert again.returncode == 2 and "qwen3moe-q8_0.gguf: already exists (use --force" in again.stderr
+
+
+def without_paths(doc):
+    """A quantize JSON document without what names its folder (two runs in two folders compare equal)."""
+    doc = json.loads(json.dumps(doc))
+    doc.pop("output_dir", None)
+    for tier in doc["tiers"]:
+        for key in ("gguf", "gguf_files", "manifest"):
+            tier.pop(key, None)
+    if "install" in doc:
+        doc["install"] = {key: value for key, value in doc["install"].items()
+                          if key in ("model_id", "slug", "override_resident_bytes")}
+    return doc
+
+
+INSTALL = ["--type", "q8_0,q4_K", "--install", "--model-id", "tiny-moe"]
+
+
+def install(source, root, *extra, fault=""):
+    return moetools(source, *INSTALL, "--storage-root", root, *extra, "--json", fault=fault)
+
+
+@pytest.fixture(scope="module")
+def installed_reference(sources, tmp_path_factory):
+    """An uninterrupted `quantize -t q8_0,q4_K --install`: its folder's bytes and its JSON."""
+    from moetools.formats.storage import device_fit_dir
+
+    root = tmp_path_factory.mktemp("installed-ref")
+    result = install(sources["one"], root)
+    assert result.returncode == 0, result.stderr
+    folder = Path(device_fit_dir("tiny-moe", str(root)))
+    assert "resident-bytes" in visible(folder)
+    return contents(folder), json.loads(result.stdout)
+
+
+def install_folder(root):
+    from moetools.formats.storage import device_fit_dir
+
+    return Path(device_fit_dir("tiny-moe", str(root)))
+
+
+def test_a_killed_install_is_finished_by_rerunning_the_same_command(sources, installed_reference, tmp_path):
+    """Killed (os._exit, as kill -9) after its tiers were published and before the daemon's override
+    was made: the rerun verifies both tiers (manifest, size, xxh3), keeps them and installs."""
+    root = tmp_path / "root"
+    killed = install(sources["one"], root, fault="install")
+    assert killed.returncode == KILLED, killed.stderr
+    folder = install_folder(root)
+    assert "resident-bytes" not in visible(folder) and len([n for n in visible(folder) if n.endswith(".gguf")]) == 2
+    inodes = {name: (folder / name).stat().st_ino for name in visible(folder)}
+    rerun = install(sources["one"], root)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "keeping 2 tiers" in rerun.stderr and "already exists" not in rerun.stderr
+    assert contents(folder) == installed_reference[0]  # every byte of an uninterrupted run's folder
+    assert all((folder / name).stat().st_ino == inode for name, inode in inodes.items())  # kept, not rewritten
+    assert without_paths(json.loads(rerun.stdout)) == without_paths(installed_reference[1])
+
+
+def test_a_tier_that_does_not_verify_is_written_again(sources, installed_reference, tmp_path):
+    root = tmp_path / "root"
+    assert install(sources["one"], root, fault="install").returncode == KILLED
+    folder = install_folder(root)
+    damaged = next(folder / name for name in visible(folder) if name.endswith("-Q4_K_M.gguf"))
+    data = bytearray(damaged.read_bytes())
+    data[-100] ^= 0xFF  # same size, other bytes: only the digest tells
+    damaged.write_bytes(bytes(data))
+    kept = next(folder / name for name in visible(folder) if name.endswith("-Q8_0.gguf"))
+    inode = kept.stat().st_ino
+    rerun = install(sources["one"], root)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "keeping 1 tier" in rerun.stderr and "writing tier Q4_K_M again" in rerun.stderr
+    assert contents(folder) == installed_reference[0]
+    assert kept.stat().st_ino == inode
+
+
+def test_a_sigkilled_install_at_its_first_tier_is_finished_by_rerunning_it(sources, installed_reference, tmp_path):
+    """A real SIGKILL as soon as the first tier's GGUF shows in the daemon's folder (wherever the run
+    then is: publishing, making the override, printing); the rerun gives an uninterrupted run's bytes."""
+    import signal
+    import time
+
+    root = tmp_path / "root"
+    folder = install_folder(root)
+    env = dict(os.environ)
+    env.pop("MOETOOLS_QUANTIZE_FAULT", None)
+    process = subprocess.Popen([sys.executable, "-m", "moetools", "quantize", str(sources["one"]), *INSTALL,
+                                "--storage-root", str(root), "--json"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline:
+        if folder.is_dir() and any(name.endswith(".gguf") for name in visible(folder)):
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.0005)
+    process.wait(timeout=60)
+    rerun = install(sources["one"], root)
+    assert rerun.returncode == 0, rerun.stderr
+    assert contents(folder) == installed_reference[0]
 
 
 def test_a_replaced_tier_never_shows_its_old_manifest_with_the_new_gguf(sources, tmp_path):

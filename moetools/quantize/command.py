@@ -140,6 +140,9 @@ def _install_override(folder, results):
     resolve_device_fit_override takes the newest GGUF there) and price it in `resident-bytes`."""
     from moetools.formats import storage
 
+    from moetools.quantize import staged
+
+    staged.fault_point("install")  # tests: killed after the tiers are published, before the override is made
     smallest = min(results, key=lambda result: result.resident_bytes)
     chosen = storage.make_override(folder, smallest.gguf)
     if chosen is None or os.path.abspath(chosen) != os.path.abspath(smallest.gguf):
@@ -160,6 +163,35 @@ def _tensor_types(mix):
     given = parse_tensor_types(mix.tensor_types)
     from_files = tuple(pair for path in mix.tensor_type_files for pair in read_tensor_type_file(path))
     return from_files + given if mix.files_first else given + from_files
+
+
+def _write_tiers(model, plans, out_dir, outputs, running):
+    """Quantize `plans` into `out_dir` (its lock held): the free-space check, then core.run."""
+    from moetools.progress import progress
+    from moetools.quantize import core, staged
+
+    # before a byte is written: the tiers' planned bytes against what the drive has
+    check_room(out_dir, sum(core.planned_bytes(plan) for plan in plans), "the tiers")
+    core.prepare_output_dir(out_dir)
+    if outputs.force:
+        staged.staging.clear(out_dir)  # --force replaces an interrupted run instead of finishing it
+    reused = core.stage(model, plans, out_dir)
+    if reused:
+        info(f"reusing {len(reused)} file{'s' if len(reused) > 1 else ''} an interrupted run of the same plan "
+             f"finished (digests checked): {', '.join(reused)}")
+    seconds = sum(core.tier_seconds(plan, running.threads) for plan in plans)
+    info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "
+         "(from the kernels' measured speed on this engine and thread count)")
+    compiling = core.kernels_to_compile(plans)
+    if compiling:
+        info(f"quantize: compiling the kernels for {', '.join(compiling)} (first run; numba caches them for "
+             "the next runs)")
+    with progress(core.work_bytes(model, plans), desc="quantize") as bar:
+        results = core.run(model, plans, out_dir, threads=running.threads, progress=bar)
+    from moetools.cli import exit_at_once
+
+    exit_at_once()  # nothing is left to clean up once this command returns
+    return results
 
 
 @click.command("quantize", epilog=helptext.QUANTIZE)
@@ -186,7 +218,6 @@ def quantize_command(model_path, mix, outputs, running):
     model_id = outputs.model_id
     from moetools.gguf import open_model
     from moetools.gguf.locator import refuse_remote
-    from moetools.progress import progress
     from moetools.quantize import core, staged
 
     refuse_remote(model_path, "quantize")
@@ -249,6 +280,9 @@ def quantize_command(model_path, mix, outputs, running):
         plans = core.plan_tiers(model, tiers, out_dir, full=full, force=True, keep_split=outputs.keep_split, imatrix=imatrix)
         for plan in plans:
             plan.measure = not running.no_error
+        command_key = staged.run_key(model, plans)  # recorded in each manifest: a rerun keeps what it wrote
+        for plan in plans:
+            plan.command_key = command_key
         for note in notes:
             info(f"note: {note}")
         if outputs.dry_run:
@@ -258,29 +292,18 @@ def quantize_command(model_path, mix, outputs, running):
             results = core.results_from_journal(finished)  # the killed run was this very run: it is done now
             notes.append("completed the publish of an interrupted run of the same plan; nothing re-quantized")
         else:
-            if not outputs.force:
-                core.refuse_existing(plans)
-            # before a byte is written: the tiers' planned bytes against what the drive has
-            check_room(out_dir, sum(core.planned_bytes(plan) for plan in plans), "the tiers")
-            core.prepare_output_dir(out_dir)
-            if outputs.force:
-                staged.staging.clear(out_dir)  # --force replaces an interrupted run instead of finishing it
-            reused = core.stage(model, plans, out_dir)
-            if reused:
-                info(f"reusing {len(reused)} file{'s' if len(reused) > 1 else ''} an interrupted run of the same plan "
-                     f"finished (digests checked): {', '.join(reused)}")
-            seconds = sum(core.tier_seconds(plan, running.threads) for plan in plans)
-            info(f"quantize: about {_duration(seconds)} for {len(plans)} tier{'s' if len(plans) > 1 else ''} "
-                 "(from the kernels' measured speed on this engine and thread count)")
-            compiling = core.kernels_to_compile(plans)
-            if compiling:
-                info(f"quantize: compiling the kernels for {', '.join(compiling)} (first run; numba caches them for "
-                     "the next runs)")
-            with progress(core.work_bytes(model, plans), desc="quantize") as bar:
-                results = core.run(model, plans, out_dir, threads=running.threads, progress=bar)
-            from moetools.cli import exit_at_once
-
-            exit_at_once()  # nothing is left to clean up once this command returns
+            every_plan, kept = plans, []
+            if not outputs.force:  # a rerun of the same command keeps the tiers it finished (issue 32)
+                plans, kept, redone = core.resume_finished(model, plans, running.threads)
+                if kept:
+                    info(f"keeping {len(kept)} tier{'s' if len(kept) > 1 else ''} this command already wrote in {out_dir} "
+                         f"(manifest and GGUF digest checked): {', '.join(result.tier for _, result in kept)}")
+                for tier in redone:
+                    info(f"writing tier {tier} again: its GGUF in {out_dir} does not match its manifest")
+            results = _write_tiers(model, plans, out_dir, outputs, running) if plans else []
+            for index, result in kept:
+                results.insert(index, result)
+            plans = every_plan
         for note in larger_than_source_notes(results, model.resident_bytes):
             info(f"note: {note}")
             notes.append(note)

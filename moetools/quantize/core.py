@@ -108,6 +108,7 @@ class TierPlan:
     pending: set = None  # indices of the files still to write (core.stage), None before staging
     reused: dict = field(default_factory=dict)  # file name -> staged piece a killed run finished
     run_key: str = ""
+    command_key: str = ""  # staged.run_key of every tier of the command (recorded in the manifest)
     measure: bool = True  # measure the error against the source (--no-error: not, --full only)
 
     @property
@@ -452,7 +453,8 @@ def run(model, plans, out_dir, threads=None, progress=None):
         for tier, result in zip(plans, results):
             if tier.manifest_path:
                 staged_manifest = staged.staging_path(out_dir, os.path.basename(tier.manifest_path))
-                resident_manifest.write_manifest(staged_manifest, _manifest(model, tier, result), overwrite=True)
+                piece = pieces[os.path.basename(tier.gguf_path)]
+                resident_manifest.write_manifest(staged_manifest, _manifest(model, tier, result, piece), overwrite=True)
         files, manifests = staged.publish_order(plans)
         remove = [name for name in manifests if os.path.lexists(os.path.join(out_dir, name))]
         committed = True
@@ -760,7 +762,7 @@ def _type_counts(tensor_plans):
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
-def _manifest(model, tier, result):
+def _manifest(model, tier, result, piece):
     return resident_manifest.ResidentManifest(
         tier_label=tier.tier,
         resident_bytes=result.resident_bytes,
@@ -772,8 +774,67 @@ def _manifest(model, tier, result):
         rmse=result.rmse,
         max_rel_error=result.max_rel_error,
         fallbacks=result.fallbacks,
-        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "file_type": tier.file_type},
+        extra={"rel_rmse": result.rel_rmse, "source_shards": len(model.shards), "file_type": tier.file_type,
+               # what a rerun of the same command checks before it keeps this tier (resume_finished)
+               "run_key": tier.command_key or tier.run_key, "gguf_bytes": piece["bytes"], "gguf_xxh3": piece["xxh3"],
+               "tensor_errors": piece["errors"]},
     )
+
+
+def resume_finished(model, plans, threads=None):
+    """Sort a run's tiers against what is already in their folder (issue 32: a killed
+    `quantize --install` is finished by rerunning it). Returns (to_write, kept, redone):
+    `kept` [(index, TierResult)] are tiers this very command wrote (the manifest's run_key is the key of
+    this command's every tier, staged.run_key) whose GGUF still has the size and xxh3 its manifest records: kept as they are, not
+    rewritten; `redone` names tiers of this plan that do not verify (written again). Any other existing
+    output (a --full tier, another model's or mix's tier, a file moetools did not write) is an
+    OutputError unless --force."""
+    from moetools.quantize import staged
+
+    command_key = staged.run_key(model, plans)
+    to_write, kept, redone = [], [], []
+    for index, plan in enumerate(plans):
+        plan.command_key = command_key
+        present = [path for path in (*plan.gguf_paths, plan.manifest_path) if path and os.path.lexists(path)]
+        if not present:
+            to_write.append(plan)
+            continue
+        manifest = _own_manifest(plan)
+        if manifest is None:
+            refuse_existing([plan])
+        extra = manifest.extra
+        try:
+            verified = (os.path.isfile(plan.gguf_path) and os.path.getsize(plan.gguf_path) == extra.get("gguf_bytes")
+                        and staged.file_digest(plan.gguf_path) == extra.get("gguf_xxh3"))
+        except OSError:
+            verified = False
+        if verified:
+            kept.append((index, _kept_result(model, plan, extra["tensor_errors"], threads)))
+        else:
+            redone.append(plan.tier)
+            to_write.append(plan)
+    return to_write, kept, redone
+
+
+def _own_manifest(plan):
+    """The tier's manifest when this same command wrote it (its run_key), else None."""
+    if not plan.manifest_path or not os.path.isfile(plan.manifest_path):
+        return None
+    try:
+        manifest = resident_manifest.read_manifest(plan.manifest_path)
+    except Exception:  # noqa: BLE001 -- unreadable: not verifiably ours, so it needs --force
+        return None
+    if manifest.extra.get("run_key") != plan.command_key or not isinstance(manifest.extra.get("tensor_errors"), list):
+        return None
+    return manifest
+
+
+def _kept_result(model, plan, tensor_errors, threads):
+    from moetools.quantize.kernels import default_threads
+
+    plan.errors = {}
+    _restore_errors(plan, {"errors": tensor_errors})
+    return _result(model, plan, threads=threads or default_threads())
 
 
 def work_bytes(model, plans):

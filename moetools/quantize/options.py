@@ -76,7 +76,7 @@ def outputs_options(command):
                   help="--install: the model id the daemon serves this model as (default: MODEL's name without .gguf or split suffix).")
     @click.option("--keep-split", is_flag=True,
                   help="With --full and a split MODEL: write as many files as MODEL has, each with its shard's tensors.")
-    @click.option("--force", is_flag=True, help="Replace outputs that already exist.")
+    @click.option("--force", is_flag=True, help="Replace outputs that already exist (without it, a tier this same command already wrote and that verifies is kept).")
     @click.option("--dry-run", is_flag=True,
                   help="Plan only: report each tier's bytes, bits per weight and fallbacks from the headers, write nothing.")
     @functools.wraps(command)

@@ -18,14 +18,15 @@ from moetools import atomic
 from moetools.errors import OutputError
 from moetools.formats import quantize_staging as staging
 
-FAULT_ENV = "MOETOOLS_QUANTIZE_FAULT"  # tests: "piece:N" / "publish:N" / "commit" end the process there
+FAULT_ENV = "MOETOOLS_QUANTIZE_FAULT"  # tests: "piece:N" / "publish:N" / "commit" / "install" end the process there
 HASH_CHUNK = 16 << 20
 
 
 def fault_point(kind, count=None):
     """End the process abruptly (os._exit: no clean-up runs, as under kill -9, on every platform)
     at the point the test environment names: `piece:N` after the Nth finished file, `publish:N`
-    after the Nth rename into the output folder, `commit` right after the journal is written."""
+    after the Nth rename into the output folder, `commit` right after the journal is written, `install` after
+    the publish of an `--install` run, before its override is made."""
     wanted = os.environ.get(FAULT_ENV, "")
     if not wanted:
         return
