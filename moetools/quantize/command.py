@@ -218,7 +218,7 @@ def quantize_command(model_path, mix, outputs, running):
     model_id = outputs.model_id
     from moetools.gguf import open_model
     from moetools.gguf.locator import refuse_remote
-    from moetools.quantize import core, staged
+    from moetools.quantize import core, resume, staged
 
     refuse_remote(model_path, "quantize")
 
@@ -294,7 +294,7 @@ def quantize_command(model_path, mix, outputs, running):
         else:
             every_plan, kept = plans, []
             if not outputs.force:  # a rerun of the same command keeps the tiers it finished (issue 32)
-                plans, kept, redone = core.resume_finished(model, plans, running.threads)
+                plans, kept, redone = resume.resume_finished(model, plans, running.threads)
                 if kept:
                     info(f"keeping {len(kept)} tier{'s' if len(kept) > 1 else ''} this command already wrote in {out_dir} "
                          f"(manifest and GGUF digest checked): {', '.join(result.tier for _, result in kept)}")
