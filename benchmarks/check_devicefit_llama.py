@@ -13,6 +13,7 @@ moetools ships no llama.cpp code and no recipe to build it: bring your own binar
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -51,6 +52,32 @@ def launch(binary, model, args):
     return found, log
 
 
+@contextlib.contextmanager
+def rpc_servers(bin_dir, ports):
+    """ggml-rpc-server processes on 127.0.0.1 at these ports for the block's duration, stopped after it."""
+    servers = [subprocess.Popen([os.path.join(bin_dir, "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in ports]
+    try:
+        time.sleep(1.0)
+        yield servers
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=10)
+
+
+def device_row(device, logged):
+    """One device of device-fit's plan beside what llama.cpp logged for it: model, KV and compute MiB, and
+    device-fit's compute over llama.cpp's."""
+    got = logged.get(device["name"], {})
+    ratio = device["compute_bytes"] / MiB / float(got["compute"]) if got.get("compute") else float("nan")
+    return (f"  {device['name']:24} layers {device.get('layers')!s:8} "
+            f"model {(device['resident_bytes'] + device['expert_bytes']) / MiB:8.2f} vs {got.get('model', '-'):>8}  "
+            f"kv {device['kv_bytes'] / MiB:7.2f} vs {got.get('kv', '0.00'):>7}  "
+            f"compute {device['compute_bytes'] / MiB:8.2f} vs {got.get('compute', '-'):>8}  x{ratio:.4f}")
+
+
 def without_model(args):
     out, skip = [], False
     for item in args:
@@ -71,10 +98,7 @@ def main():
     parser.add_argument("--write", action="store_true", help="record the figures in " + case.RECORD)
     options = parser.parse_args()
     tool = lambda name: os.path.join(options.bin, name)  # noqa: E731
-    servers = [subprocess.Popen([tool("ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in case.RPC_PORTS]
-    try:
-        time.sleep(1.0)
+    with rpc_servers(options.bin, case.RPC_PORTS):
         with tempfile.TemporaryDirectory(prefix="devicefit-llama-") as folder:
             model = synth.write_model(case.fixture_spec(), os.path.join(folder, "fixture.gguf"), seed=1)[0]
             plan = subprocess.run([sys.executable, "-m", "moetools", "device-fit", *case.device_fit_args(model), "--json"],
@@ -99,11 +123,6 @@ def main():
             full_args = ["--rpc", ",".join(f"127.0.0.1:{p}" for p in case.RPC_PORTS), "-c", str(case.CONTEXT),
                          "-ngl", "99", "-ts", case.FULL_OFFLOAD_TS, "-fa", "on", "--fit", "off"]
             full, full_log = launch(tool("llama-completion"), model, full_args)
-    finally:
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            server.wait(timeout=10)
     record = {
         "llama_cpp_commit": options.commit,
         "device_fit_args": case.device_fit_args("MODEL")[1:],

@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,7 +25,7 @@ from moetools import synth  # noqa: E402
 from tests import devicefit_llama_case as case  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_devicefit_llama import launch  # noqa: E402
+from check_devicefit_llama import device_row, launch, rpc_servers  # noqa: E402
 
 RECORD = case.OT_RECORD
 COMMON = ["-c", str(case.CONTEXT), "-fa", "on", "--fit", "off"]
@@ -43,11 +42,8 @@ def main():
     parser.add_argument("--write", action="store_true", help="record the figures in " + RECORD)
     options = parser.parse_args()
     tool = lambda name: os.path.join(options.bin, name)  # noqa: E731
-    servers = [subprocess.Popen([tool("ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in case.RPC_PORTS]
     record = {"llama_cpp_commit": options.commit, "cases": []}
-    try:
-        time.sleep(1.0)
+    with rpc_servers(options.bin, case.RPC_PORTS):
         with tempfile.TemporaryDirectory(prefix="devicefit-ot-") as folder:
             model = synth.write_model(case.fixture_spec(), os.path.join(folder, "fixture.gguf"), seed=1)[0]
             for name, flags in case.OT_CASES:
@@ -58,15 +54,7 @@ def main():
                 record["cases"].append({"name": name, "flags": flags, "logged": logged})
                 print(f"== {name}: {' '.join(flags)} (device-fit exit {fit.returncode})")
                 for device in doc["devices"]:
-                    got = logged.get(device["name"], {})
-                    print(f"  {device['name']:24} model {(device['resident_bytes'] + device['expert_bytes']) / 2**20:9.2f} "
-                          f"vs {got.get('model', '-'):>8}  kv {device['kv_bytes'] / 2**20:8.2f} vs {got.get('kv', '0.00'):>8}  "
-                          f"compute {device['compute_bytes'] / 2**20:8.2f} vs {got.get('compute', '-'):>8}")
-    finally:
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            server.wait(timeout=10)
+                    print(device_row(device, logged))
     if options.write:
         from moetools.atomic import write_json
 

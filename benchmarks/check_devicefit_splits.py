@@ -22,14 +22,13 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from moetools import synth  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_devicefit_llama import launch  # noqa: E402
+from check_devicefit_llama import device_row, launch, rpc_servers  # noqa: E402
 
 # check_devicefit_llama's pattern with the recurrent-state (RS) buffers, counted as KV
 BUFFER = re.compile(r"(?P<device>CPU|RPC\d+\[[^\]]+\]) +(?P<kind>model|KV|RS|compute) buffer size = +(?P<mib>[\d.]+) MiB")
@@ -158,8 +157,6 @@ def main():
                         help="run only the cases whose id starts with this (repeatable; --write then keeps the others' records)")
     options = parser.parse_args()
     tool = lambda name: os.path.join(options.bin, name)  # noqa: E731
-    servers = [subprocess.Popen([tool("ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for port in RPC_PORTS]
     record = {"llama_cpp_commit": options.commit,
               "source": "two ggml-rpc-server processes on 127.0.0.1 and the CPU; llama-completion -nr -lv 4 -n 1 -lm none "
                         "with --rpc and each case's flags, on the synth.tiny layout (params) written whole, seed 1; "
@@ -167,8 +164,7 @@ def main():
               "rpc": [f"127.0.0.1:{port}={size}" for port, size in zip(RPC_PORTS, RPC_SIZES)],
               "cases": []}
     cases = [c for c in CASES if not options.only or any(c["id"].startswith(o) for o in options.only)]
-    try:
-        time.sleep(1.0)
+    with rpc_servers(options.bin, RPC_PORTS):
         with tempfile.TemporaryDirectory(prefix="devicefit-splits-") as folder:
             for case in cases:
                 model = write_case_model(case, folder)
@@ -184,18 +180,7 @@ def main():
                     print(fit.stdout[-2000:], fit.stderr[-2000:])
                     continue
                 for device in doc["devices"]:
-                    got = logged.get(device["name"], {})
-                    ratio = device["compute_bytes"] / 2**20 / float(got["compute"]) if got.get("compute") else float("nan")
-                    print(f"  {device['name']:24} layers {device.get('layers')!s:8} "
-                          f"model {(device['resident_bytes'] + device['expert_bytes']) / 2**20:8.2f} vs {got.get('model', '-'):>8}  "
-                          f"kv {device['kv_bytes'] / 2**20:7.2f} vs {got.get('kv', '0.00'):>7}  "
-                          f"compute {device['compute_bytes'] / 2**20:8.2f} vs {got.get('compute', '-'):>8}  x{ratio:.4f}",
-                          flush=True)
-    finally:
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            server.wait(timeout=10)
+                    print(device_row(device, logged), flush=True)
     if options.write:
         from moetools.atomic import write_json
 
