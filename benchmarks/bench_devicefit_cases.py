@@ -80,7 +80,8 @@ def run_once(tree, argv):
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(tree)
     start, cpu_start = time.perf_counter(), children_cpu()
-    result = subprocess.run([sys.executable, "-m", "moetools", *argv], env=env, cwd=tree, stdout=subprocess.PIPE,
+    # one working folder for both trees: the fork's launch holds absolute paths made from it (the trace file)
+    result = subprocess.run([sys.executable, "-m", "moetools", *argv], env=env, cwd=tempfile.gettempdir(), stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     return time.perf_counter() - start, children_cpu() - cpu_start, result.stdout, result.returncode
 

@@ -572,9 +572,8 @@ def smallest_vram(facts, tiers, options, coverage=None, limit=1 << 44):
     """The smallest VRAM (to 64 MiB, the reserve rule and settings unchanged) on which some division
     fits at the minimum context, or None past `limit` bytes."""
     def fits(vram):
-        trial = FitOptions(**{name: getattr(options, name) for name, _ in FitOptions.FIELDS})
-        trial.vram = vram
-        trial.ctx = options.ctx if options.ctx is not None else min(options.min_ctx, facts.shape.context_train or options.min_ctx)
+        trial = options.replace(vram=vram, ctx=options.ctx if options.ctx is not None
+                                else min(options.min_ctx, facts.shape.context_train or options.min_ctx))
         try:
             return fit(facts, tiers, trial, coverage).chosen is not None
         except UsageError:  # at or below the reserve
@@ -596,9 +595,8 @@ def fit_trade_off(facts, tiers, options, coverage=None, observations=()):
         raise UsageError("the model's training context is 0; give --ctx")
     results, rows = {}, []
     for asked in [c for c in contextmod.contexts_to_try(train) if c >= min(options.min_ctx, train)]:
-        trial = FitOptions(**{name: getattr(options, name) for name, _ in FitOptions.FIELDS})
-        trial.ctx = asked
-        trial.ctx_reason = "the model's training context" if asked == train else "tried for the trade-off"
+        trial = options.replace(ctx=asked, ctx_reason="the model's training context" if asked == train
+                                else "tried for the trade-off")
         result = fit(facts, tiers, trial, coverage, observations)
         chosen = result.chosen
         results[asked] = result

@@ -393,6 +393,4 @@ def check_draft_cache(draft):
 def draft_kv(settings, ctk, ctv):
     """The draft's KVSettings: the target's context settings with the draft cache types (and no
     recurrent-state snapshots: common_speculative_init_result sets the draft context's n_rs_seq to 0)."""
-    values = {name: getattr(settings, name) for name, _ in settings.FIELDS}
-    values.update(ctk=ctk, ctv=ctv, rs_seq=0, layer_inputs=())
-    return type(settings)(**values)
+    return settings.replace(ctk=ctk, ctv=ctv, rs_seq=0, layer_inputs=())

@@ -31,6 +31,13 @@ class Record:
         if values:
             raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(sorted(values))}")
 
+    def replace(self, **changes):
+        """A new record of the same type: these fields changed, every other one as it is here (the values
+        themselves are shared, not copied)."""
+        values = {name: getattr(self, name) for name, _ in self.FIELDS}
+        values.update(changes)
+        return type(self)(**values)
+
     def as_tuple(self):
         return tuple(getattr(self, name) for name, _ in self.FIELDS)
 

@@ -4,7 +4,6 @@ warns about."""
 
 from moetools.devicefit import core
 from moetools.devicefit import devices as devicesmod
-from moetools.devicefit.kv import KVSettings
 from moetools.devicefit.render import fork_line
 from moetools.errors import GGUFError, UsageError
 from moetools.output import ShellLine
@@ -53,7 +52,7 @@ def runtime_rows(llama_doc, fork_doc):
 
 def copy_settings(settings):
     """An independent KVSettings: a plan may set fields of its own (rs_seq) on the one it is given."""
-    return KVSettings(**{name: getattr(settings, name) for name, _ in settings.FIELDS})
+    return settings.replace()
 
 
 # the flags of one runtime that the other has no use for: (record field, flag as the user types it)

@@ -58,9 +58,7 @@ class UpstreamOptions(Record):
 
     def without_placement(self):
         """A copy with the user's placement flags dropped (what device-fit would choose)."""
-        copy = UpstreamOptions(**{name: getattr(self, name) for name, _ in UpstreamOptions.FIELDS})
-        copy.ngl = copy.ts = copy.n_cpu_moe = copy.main_gpu = copy.overrides = copy.tensor_homes = None
-        return copy
+        return self.replace(ngl=None, ts=None, n_cpu_moe=None, main_gpu=None, overrides=None, tensor_homes=None)
 
 
 class DevicePlan(Record):
@@ -361,7 +359,7 @@ def _what_a_user_would_try(facts, devices, cpu, options, ctx, searched):
     for ngl in range(1, min(n_layer + 1, FALLBACK_NGL_MAX) + 1):
         fitted = False
         for n_cpu_moe in variants:
-            trial = plan_at(facts, devices, cpu, _with(options, ngl=ngl, n_cpu_moe=n_cpu_moe), ctx)
+            trial = plan_at(facts, devices, cpu, options.replace(ngl=ngl, n_cpu_moe=n_cpu_moe), ctx)
             if trial.fits:
                 fitted = True
                 if best is None or trial.tok_s > best.tok_s:
@@ -370,7 +368,7 @@ def _what_a_user_would_try(facts, devices, cpu, options, ctx, searched):
             break
     if best is None or (searched.fits and best.tok_s <= searched.tok_s):
         return searched
-    flags = placement_flags(_with(options, ngl=best.placement.ngl, n_cpu_moe=best.placement.n_cpu_moe))
+    flags = placement_flags(options.replace(ngl=best.placement.ngl, n_cpu_moe=best.placement.n_cpu_moe))
     best.notes = [f"the placement search offloaded nothing that fits; {flags} (what a user would try, evaluated "
                   f"as device-fit evaluates a user's placement) fits: {best.tok_s:.2f} tok/s"]
     return best
@@ -589,13 +587,6 @@ def placement_flags(options):
     return " ".join(flags)
 
 
-def _with(options, **changes):
-    trial = UpstreamOptions(**{name: getattr(options, name) for name, _ in UpstreamOptions.FIELDS})
-    for name, value in changes.items():
-        setattr(trial, name, value)
-    return trial
-
-
 def user_placement_fixes(facts, devices, cpu, options, ctx):
     """For a user placement that does not fit: the smallest VRAM per GPU at which THAT placement fits
     (to 256 MiB), and the nearest placement that fits the devices given -- more experts on the CPU
@@ -620,16 +611,16 @@ def user_placement_fixes(facts, devices, cpu, options, ctx):
     nearest = None
     if not facts.dense:
         start = options.n_cpu_moe if options.n_cpu_moe is not None else 0
-        found = smallest(lambda n: plan_at(facts, devices, cpu, _with(options, n_cpu_moe=n), ctx).fits,
+        found = smallest(lambda n: plan_at(facts, devices, cpu, options.replace(n_cpu_moe=n), ctx).fits,
                           start, facts.block_count)
         if found is not None:
-            nearest = _with(options, n_cpu_moe=found)
+            nearest = options.replace(n_cpu_moe=found)
     if nearest is None and options.ngl is not None and options.ngl > 0:
         # fewer layers offloaded: the largest -ngl below the user's that fits (fits falls as ngl rises)
-        found = smallest(lambda k: plan_at(facts, devices, cpu, _with(options, ngl=options.ngl - k), ctx).fits,
+        found = smallest(lambda k: plan_at(facts, devices, cpu, options.replace(ngl=options.ngl - k), ctx).fits,
                           0, options.ngl)
         if found is not None:
-            nearest = _with(options, ngl=options.ngl - found)
+            nearest = options.replace(ngl=options.ngl - found)
     if nearest is not None:
         trial = plan_at(facts, devices, cpu, nearest, ctx)
         fixes["nearest"] = {"flags": placement_flags(nearest), "ngl": nearest.ngl, "n_cpu_moe": nearest.n_cpu_moe,

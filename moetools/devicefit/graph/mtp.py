@@ -109,13 +109,12 @@ def _build_mtp(graph_shape, kvshape, caches, settings, tokens, streams, homes=No
 def mtp_kv_shape(kvshape, blocks):
     """The KVShape of an MTP context: a plain attention cache of the NextN blocks only (the
     ctx_type MTP branches of llama_model::create_memory: no DSA indexer, no recurrent state)."""
-    values = {name: getattr(kvshape, name) for name, _ in kvshape.FIELDS}
     n = kvshape.block_count
-    values.update(has_kv=[il in blocks and bool(kvshape.head_count_kv[il]) for il in range(n)],
-                  indexer_layers=[False] * n, is_recurrent=[False] * n)
+    changes = dict(has_kv=[il in blocks and bool(kvshape.head_count_kv[il]) for il in range(n)],
+                   indexer_layers=[False] * n, is_recurrent=[False] * n)
     if profile(kvshape.architecture).dsv4_cache:  # llama_kv_cache_iswa of the NextN block (sliding-window): no
-        values.update(compress_ratios=[], mla=False)  # compressed caches, K and V (no MLA widths in its hparams)
-    return type(kvshape)(**values)
+        changes.update(compress_ratios=[], mla=False)  # compressed caches, K and V (no MLA widths in its hparams)
+    return kvshape.replace(**changes)
 
 
 def mtp_placement_compute(facts, placement, kinds, settings, ctx, outputs=None):
