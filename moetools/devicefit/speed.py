@@ -28,7 +28,13 @@ class SpeedSettings(Record):
         ("ram_bw", 60e9),  # bytes/s (dual-channel DDR5-4800 peak is 76.8 GB/s)
         ("ram_bw_source", "default (dual-channel DDR5; give --ram-bw or --ram-bw auto)"),
         ("disk_bw", 3e9),  # bytes/s, an NVMe drive's sequential read
+        ("disk_bw_source", "default (an NVMe drive; give --disk-bw)"),
         ("threads", 8),
+        ("threads_source", "default"),
+        ("pcie_bw", 25e9),  # bytes/s host-to-device during prompt processing (PCIe 4.0 x16 in practice; --h2d)
+        ("pcie_source", "default (PCIe 4.0 x16)"),
+        ("numa_nodes", 1),  # the host's NUMA nodes (a host profile says; llama.cpp reads across them)
+        ("calibration", None),  # a host profile's calibration record (efficiencies fitted on llama-bench runs)
         ("thread_bw", 12e9),  # bytes/s one CPU thread streams through a quantized matmul
         ("hop_local_s", 30e-6),  # one device switch on this host (a sync and a small copy)
         ("hop_rpc_s", 400e-6),  # one switch to or from an RPC server (a network round trip)
