@@ -47,3 +47,23 @@ def all_shared_models():
 
 def sparse_bytes_on_disk(path):
     return os.stat(path).st_blocks * 512
+
+
+BATCH_FLAGS = ("-ub", "--ubatch", "-b", "--batch")
+
+
+def as_measured(args):
+    """A device-fit command line of a case measured against llama.cpp at its -ub/-b: without either flag
+    device-fit would choose -ub by --prefer (batching.py), planning another graph than the one measured,
+    so -b 2048 (llama.cpp's default, which device-fit does not emit) pins it."""
+    args = [str(arg) for arg in args]
+    return args if any(arg in BATCH_FLAGS for arg in args) else [*args, "-b", "2048"]
+
+
+def without_threads(argv):
+    """An emitted launch line without its `-t N` (the threads do not change any buffer llama.cpp logs)."""
+    argv = list(argv)
+    if "-t" in argv:
+        index = argv.index("-t")
+        del argv[index:index + 2]
+    return argv

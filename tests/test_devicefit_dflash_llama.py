@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools import synth
+from tests import factory
 from moetools.cli import cli
 
 RECORD = json.loads((Path(__file__).parent / "data" / "devicefit_llama_dflash.json").read_text())
@@ -28,7 +29,7 @@ CASE_TOLERANCE = {
 def _plan(tmp_path, case):
     target = synth.write_model(synth.tiny(case["target"], **case["target_params"]), tmp_path / "target.gguf", sparse=True)[0]
     draft = synth.write_model(synth.tiny("dflash", **case["draft_params"]), tmp_path / "draft.gguf", sparse=True)[0]
-    args = case["device_fit_args"]
+    args = factory.as_measured(case["device_fit_args"])
     result = CliRunner().invoke(cli, ["device-fit", str(target), *args[:8], "--draft", str(draft), *args[8:], "--json"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -47,7 +48,7 @@ def test_target_and_draft_buffers_per_device_are_llama_cpps(tmp_path, case):
     the tolerance; the draft's host bytes (the target's output-buffer rows for the kept layer inputs, the
     draft's sampling rows) in the CPU's draft entry and its draft_bytes."""
     plan, draft_path = _plan(tmp_path, case)
-    args = [arg for arg in plan["launch"]["llama"]["args"][2:] if arg not in ("--no-kv-unified", draft_path)]
+    args = [arg for arg in factory.without_threads(plan["launch"]["llama"]["args"][2:]) if arg not in ("--no-kv-unified", draft_path)]
     assert args == case["emitted_args"]
     logged = case["logged"]
     tolerance = CASE_TOLERANCE.get(case["id"], TOLERANCE)
@@ -88,7 +89,7 @@ def test_the_kept_layer_inputs_are_what_the_target_grows_by(tmp_path):
     case = next(case for case in RECORD["cases"] if case["id"] == "qwen3moe-cpu")
     plan, _ = _plan(tmp_path, case)
     target = str(tmp_path / "target.gguf")
-    alone = CliRunner().invoke(cli, ["device-fit", target, *case["device_fit_args"][:8], "--n-outputs", "4", "--json"])
+    alone = CliRunner().invoke(cli, ["device-fit", target, *factory.as_measured(case["device_fit_args"][:8]), "--n-outputs", "4", "--json"])
     before = json.loads(alone.stdout)["devices"][0]["compute_bytes"]
     assert f"{before / MiB:.2f}" == case["logged"]["target"]["CPU"]["compute"] == "9.01"
     assert f"{plan['devices'][0]['compute_bytes'] / MiB:.2f}" == case["logged"]["target_drafting"]["CPU"]["compute"] == "9.51"

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools import synth
+from tests import factory
 from moetools.cli import cli
 from tests import devicefit_draft_case as case
 
@@ -27,7 +28,7 @@ def models(tmp_path_factory):
 
 
 def plan(models, setting):
-    result = CliRunner().invoke(cli, ["device-fit", *case.device_fit_args(*models, setting), "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["device-fit", *factory.as_measured(case.device_fit_args(*models, setting)), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -47,7 +48,7 @@ def test_draft_buffers_per_device_are_llama_cpps(models, setting):
     doc = plan(models, setting)
     # the flags llama.cpp ran are the ones device-fit emits now (llama-server's --no-kv-unified aside)
     args = [os.path.basename(arg) if arg in models else arg for arg in doc["launch"]["llama"]["args"]]
-    assert [arg for arg in args if arg != "--no-kv-unified"] == record["emitted_args"]
+    assert [arg for arg in factory.without_threads(args) if arg != "--no-kv-unified"] == record["emitted_args"]
     logged = record["draft_logged"]
     ours = {device["name"]: device for device in doc["draft"]["devices"]}
     assert {name for name, device in ours.items() if any(device[key] for key in ("resident_bytes", "kv_bytes"))} == set(logged)

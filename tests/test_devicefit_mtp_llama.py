@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools import synth
+from tests import factory
 from moetools.cli import cli
 from moetools.arch.registry import profile
 from tests import devicefit_draft_case as case
@@ -28,7 +29,7 @@ def targets(tmp_path_factory):
 
 
 def run(*args):
-    return CliRunner().invoke(cli, ["device-fit", *map(str, args)])
+    return CliRunner().invoke(cli, ["device-fit", *factory.as_measured(args)])
 
 
 def mib(n_bytes):
@@ -76,7 +77,7 @@ def test_mtp_context_and_nextn_weights_per_device_are_llama_cpps(targets, target
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     args = [os.path.basename(arg) if arg == targets[target] else arg for arg in doc["launch"]["llama"]["args"]]
-    assert [arg for arg in args if arg != "--no-kv-unified"] == record["emitted_args"]
+    assert [arg for arg in factory.without_threads(args) if arg != "--no-kv-unified"] == record["emitted_args"]
     # the target's model buffers hold the NextN tensors (load_mtp), its KV is the trunk's
     for device in doc["devices"]:
         theirs = record["target_logged"].get(device["name"], {})

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools.cli import cli
-from moetools.devicefit import core, devices, kv, placement, speed, upstream
+from moetools.devicefit import core, devices, kv, placement, speed, upstream, upstream_doc
 from moetools.devicefit.kv import KVSettings
 from moetools.devicefit.placement import CPU
 from moetools.errors import UsageError
@@ -359,7 +359,7 @@ def test_a_draft_leaving_no_room_for_the_output_layer_skips_the_device_alone_rep
         assert all(home == CPU for home in plan.placement.layer_device) is (room == "none")
         replayed = bool(target.graph.__dict__.get("_compute_memo"))  # the device-alone figures
         assert replayed is (not skip or room == "plenty")
-        docs.append(json.dumps([upstream.plan_doc(plan), plan.notes], sort_keys=True))
+        docs.append(json.dumps([upstream_doc.plan_doc(plan), plan.notes], sort_keys=True))
     assert docs[0] == docs[1]
 
 
@@ -420,7 +420,8 @@ def test_llama_table(preset_model):
     from moetools.devicefit.render import llama_tables
 
     doc = run_json(preset_model("gpt-oss-120b"), "--runtime", "llama", "--gpu", "rtx3090", "--ram", "64G", "-c", 8192)
-    ledger, contexts = llama_tables(doc)
+    ledger, contexts, *speed_tables = llama_tables(doc)
+    assert [table.title.split(" ")[0] for table in speed_tables] == ["Batch", "Speed"]  # the -ub trade-off, the assumptions
     assert ledger.columns == ["", "CUDA0", "CPU"]  # a column per device, a row per buffer
     # "mmap span": the CPU's model buffer as llama.cpp maps it (issue 32)
     assert [row[0] for row in ledger.rows] == ["kind", "capacity", "compute", "resident", "KV", "experts", "mmap span",

@@ -8,7 +8,7 @@ import shlex
 import click
 
 from moetools.devicefit import devices as devicesmod
-from moetools.devicefit import upstream
+from moetools.devicefit import upstream, upstream_doc
 import moetools.devicefit.launch as launchmod
 from moetools.devicefit.render import llama_tables
 from moetools.errors import UsageError
@@ -31,7 +31,7 @@ def run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json
                                    f"the largest multiple of {shrink[1]} that fits)"]
             options.ctx = fitted
             result = upstream.plan(facts, offload, cpu, options)
-    doc = upstream.result_doc(result, facts, model_path, kv_flags)
+    doc = upstream_doc.result_doc(result, facts, model_path, kv_flags)
     doc["notes"] = list(notes) + doc["notes"]
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:

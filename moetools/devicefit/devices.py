@@ -28,14 +28,28 @@ GB = 1e9
 # (nvidia.com GeForce/data-center product pages, amd.com Radeon specifications). Decimal GB/s.
 GPU_TABLE = {
     "rtx3060": ("GeForce RTX 3060 12GB", 12 * GIB, 360 * GB),
+    "rtx3070": ("GeForce RTX 3070", 8 * GIB, 448 * GB),
+    "rtx3080": ("GeForce RTX 3080 10GB", 10 * GIB, 760 * GB),
     "rtx3090": ("GeForce RTX 3090", 24 * GIB, 936 * GB),
+    "rtx3090ti": ("GeForce RTX 3090 Ti", 24 * GIB, 1008 * GB),
     "rtx4060ti": ("GeForce RTX 4060 Ti 16GB", 16 * GIB, 288 * GB),
+    "rtx4070": ("GeForce RTX 4070", 12 * GIB, 504 * GB),
+    "rtx4070ti": ("GeForce RTX 4070 Ti", 12 * GIB, 504 * GB),
+    "rtx4070tisuper": ("GeForce RTX 4070 Ti SUPER", 16 * GIB, 672 * GB),
     "rtx4080": ("GeForce RTX 4080", 16 * GIB, 717 * GB),
     "rtx4090": ("GeForce RTX 4090", 24 * GIB, 1008 * GB),
+    "rtx5060ti": ("GeForce RTX 5060 Ti 16GB", 16 * GIB, 448 * GB),
+    "rtx5070ti": ("GeForce RTX 5070 Ti", 16 * GIB, 896 * GB),
+    "rtx5080": ("GeForce RTX 5080", 16 * GIB, 960 * GB),
     "rtx5090": ("GeForce RTX 5090", 32 * GIB, 1792 * GB),
     "a6000": ("RTX A6000", 48 * GIB, 768 * GB),
+    "rtx6000ada": ("RTX 6000 Ada Generation", 48 * GIB, 960 * GB),
+    "rtxpro6000": ("RTX PRO 6000 Blackwell", 96 * GIB, 1792 * GB),
+    "p40": ("Tesla P40", 24 * GIB, 347 * GB),
+    "l40s": ("L40S", 48 * GIB, 864 * GB),
     "a100-80g": ("A100 80GB PCIe", 80 * GIB, 1935 * GB),
     "h100-pcie": ("H100 PCIe 80GB", 80 * GIB, 2000 * GB),
+    "h100-sxm": ("H100 SXM 80GB", 80 * GIB, 3350 * GB),
     "rx7900xtx": ("Radeon RX 7900 XTX", 24 * GIB, 960 * GB),
 }
 DEFAULT_GPU_BW = 936 * GB  # an RTX 3090, the most common card in the published llama-bench results

@@ -35,6 +35,8 @@ class Block(Record):
         ("expert_tensors", dict),  # {part: [(n_bytes, cuda_pad_bytes)]}
         ("top_k", 0),  # experts used per token in this block (0: dense block)
         ("expert_count", 0),
+        ("dense_params", 0),  # weights (elements) of the dense matrices: 2 x this is a token's dense FLOPs
+        ("expert_params", dict),  # {part: weights of that matrix over all experts}
     )
 
     @property
@@ -108,6 +110,17 @@ def mtp_skipped_tensors(model):
                      if tensor_block(tensor.name) in blocks and not tensor.name.endswith(kept))
 
 
+def _matrix_params(shape):
+    """Weights a matmul multiplies a token by: the elements of a 2-D (or stacked expert) matrix; 0 for
+    norms and biases, whose work does not scale like a matmul's."""
+    if len(shape) < 2:
+        return 0
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count
+
+
 def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
     """LayerBytes of an open moetools.gguf.Model. `top_k_per_block`: {block: top-k} of the MoE blocks;
     `skip_names`: tensors llama.cpp does not allocate (mtp_skipped_tensors), left out."""
@@ -126,13 +139,16 @@ def layer_bytes(model, top_k_per_block=None, skip_names=frozenset()):
         block = kind[0] if kind else tensor_block(tensor.name)
         if block is not None and block < len(blocks):
             target = blocks[block]
+            params = _matrix_params(tensor.shape)
             result.tensors.append((tensor.name, "expert" if kind else "dense", block, kind[1] if kind else None, *entry))
             if kind:
                 part = kind[1]
                 target.experts[part] = target.experts.get(part, 0) + tensor.n_bytes
+                target.expert_params[part] = target.expert_params.get(part, 0) + params
                 target.expert_tensors.setdefault(part, []).append(entry)
             else:
                 target.dense_bytes += tensor.n_bytes
+                target.dense_params += params
                 target.dense_tensors.append(entry)
         elif tensor.name.startswith(INPUT_PREFIXES):
             result.tensors.append((tensor.name, "input", None, None, *entry))

@@ -18,7 +18,7 @@ ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', '
 ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
 
 PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'override_tensor', 'cpu_moe',
-                                                   'check'], defaults=((), False, False))
+                                                   'check', 'prefer'], defaults=((), False, False, "balanced"))
 PlacementOptions.__doc__ = ("The user's own llama.cpp placement, evaluated instead of chosen. override_tensor: the -ot values, "
                             "or (as the command hands it over) the overrides in command-line order (override_sources).")
 
@@ -65,8 +65,8 @@ def context_options(command):
     @click.option("--min-ctx", type=int, default=4096, show_default=True, metavar="N", help="Never squeeze the context below this.")
     @click.option("--ctk", "-ctk", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="K cache type.")
     @click.option("--ctv", "-ctv", type=click.Choice(CACHE_TYPES), default="f16", show_default=True, help="V cache type.")
-    @click.option("--ubatch", "-ub", type=int, default=512, show_default=True, help="Physical batch (-ub).")
-    @click.option("--batch", "-b", type=int, default=2048, show_default=True, help="Logical batch (-b).")
+    @click.option("--ubatch", "-ub", type=int, help="Physical batch (-ub; default: llama: chosen by --prefer, fork: 512).")
+    @click.option("--batch", "-b", type=int, help="Logical batch (-b; default 2048, or -ub where the search chooses more).")
     @click.option("--parallel", "-np", type=int, default=1, show_default=True, metavar="N", help="Sequences (-np).")
     @click.option("--kv-unified/--no-kv-unified", "-kvu/-no-kvu", default=False, show_default=True,
                   help="One KV stream shared by all sequences (llama.cpp's -kvu / --no-kv-unified).")
@@ -96,6 +96,9 @@ def placement_options(command):
     @click.option("--cpu-moe", "-cmoe", "cpu_moe", is_flag=True, help="llama: evaluate your own --cpu-moe (every expert on the CPU).")
     @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
     @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
+    @click.option("--prefer", type=click.Choice(["balanced", "decode", "prompt"]), default="balanced", show_default=True,
+                  help="llama: what the -ub search maximises: decode tok/s, prompt tok/s, or balanced (the shortest "
+                       "time for a 4096-token prompt and 512 generated tokens).")
     @click.option("--check", is_flag=True,
                   help="Evaluate a llama-server/llama-cli command line given after -- (or in a FILE, or -): "
                        "whether it fits each device, its speed, and what device-fit's own plan changes (exit 1 "

@@ -183,7 +183,8 @@ def llama_tables(doc):
     rows = [[label] + [cell(device) for device in doc["devices"]] for label, cell in fields]
     # the answer first: a long model name wraps the title's end, never the speed
     title = "device-fit (llama.cpp): "
-    title += "unfittable" if doc["verdict"] == "unfittable" else f"context {doc['context']}, {doc['tok_s']:.2f} tok/s"
+    title += ("unfittable" if doc["verdict"] == "unfittable" else
+              f"context {doc['context']}, {doc['tok_s']:.2f} tok/s decode, {doc.get('pp_tok_s', 0):.0f} prompt")
     title += f" — {os.path.basename(doc['model'])}"
     ledger = Table(title, [""] + [device["name"] for device in doc["devices"]], rows,
                    right_align=tuple(range(1, len(doc["devices"]) + 1)))
@@ -191,12 +192,35 @@ def llama_tables(doc):
     if pct:
         ledger.caption = (f"unmeasured: +{pct}% on each device's compute buffer ({doc.get('architecture', 'this architecture')}: no llama.cpp "
                           "measurement of this kind of placement; docs/device-fit.md)")
-    alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s"], [
+    alternatives = Table("Contexts (* = chosen)", ["context", "fits", "-ngl", "-ts", "CPU-expert layers", "GPU bytes", "tok/s",
+                                                   "prompt"], [
         [("* " if alt["context"] == doc["context"] and doc["verdict"] != "unfittable" else "  ") + str(alt["context"]),
          "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",
-         len(alt["cpu_expert_layers"]), gib(alt["gpu_bytes"]), f"{alt['tok_s']:.2f}"]
-        for alt in doc["alternatives"]], right_align=(2, 4, 5, 6))
-    return [ledger, alternatives]
+         len(alt["cpu_expert_layers"]), gib(alt["gpu_bytes"]), f"{alt['tok_s']:.2f}", f"{alt.get('pp_tok_s', 0):.0f}"]
+        for alt in doc["alternatives"]], right_align=(2, 4, 5, 6, 7))
+    return [ledger, alternatives, *batch_tables(doc), assumptions_table(doc)]
+
+
+def batch_tables(doc):
+    """The -ub trade-off at the chosen context, when device-fit chose -ub (one row per -ub tried)."""
+    rows = doc.get("batches") or []
+    if not rows:
+        return []
+    body = [[("* " if row["chosen"] else "  ") + str(row["ubatch"]), row["batch"], "yes" if row["fits"] else "no",
+             format_size(row["gpu_compute_bytes"]), row["cpu_expert_layers"], f"{row['tok_s']:.2f}", f"{row['pp_tok_s']:.0f}",
+             f"{row['request_s']:.1f}"]
+            for row in rows]
+    return [Table(f"Batch sizes at context {doc['context']} (* = chosen, --prefer {doc.get('prefer', 'balanced')})",
+                  ["-ub", "-b", "fits", "GPU compute", "CPU-expert layers", "tok/s", "prompt", "request s"], body,
+                  right_align=(0, 1, 3, 4, 5, 6, 7),
+                  caption=f"prompt: tok/s over a {doc.get('prompt_tokens', 0)}-token prompt; request: seconds for "
+                          "4096 prompt + 512 generated tokens")]
+
+
+def assumptions_table(doc):
+    """What the tok/s figures rest on, each with where it came from."""
+    rows = [[row["figure"], row["value"], row["source"]] for row in doc.get("speed_assumptions") or []]
+    return Table("Speed rests on", ["figure", "value", "from"], rows)
 
 
 def repo_tables(text, listing, rows):

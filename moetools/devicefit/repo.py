@@ -5,7 +5,7 @@ import shlex
 
 import click
 
-from moetools.devicefit import core, upstream
+from moetools.devicefit import core, upstream, upstream_doc
 from moetools.devicefit import devices as devicesmod
 import moetools.devicefit.launch as launchmod
 from moetools.devicefit.kv import force_flash_attn_off
@@ -58,7 +58,7 @@ def fit_repo_llama(text, fetch, make_options, offload, ram_bytes, json_flag):
                 forced = force_flash_attn_off(facts.architecture, options.kv)
                 cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
                 result = upstream.plan(facts, offload, cpu, options)
-                doc = upstream.result_doc(result, facts, model.path, launchmod.kv_flags(options.kv))
+                doc = upstream_doc.result_doc(result, facts, model.path, launchmod.kv_flags(options.kv))
                 placement = doc["placement"] or {}
                 rows.append({"set": gguf_set.name, "model": model.path, "file_type": doc_file_type(model),
                              "shards": len(gguf_set.paths), "file_bytes": sum(header.file_size for header in model.headers),

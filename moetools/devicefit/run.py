@@ -8,7 +8,7 @@ import shlex
 import click
 
 from moetools.arch.registry import profile
-from moetools.devicefit import core, upstream
+from moetools.devicefit import core, upstream, upstream_doc
 from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
@@ -105,6 +105,22 @@ def _ram_option(text):
     return parse_capacity(text, "--ram")
 
 
+def _batch_sizes(context):
+    """(context with -ub/-b resolved to llama.cpp's defaults where not given, notes): llama.cpp clamps
+    n_ubatch to n_batch (src/llama-context.cpp: n_ubatch = min(n_batch, n_ubatch)); so does the plan."""
+    ubatch = 512 if context.ubatch is None else context.ubatch
+    batch = 2048 if context.batch is None else context.batch
+    if ubatch < 1 or batch < 1:
+        raise UsageError("--ubatch and --batch must be at least 1")
+    notes = []
+    if context.batch is not None and context.ubatch is None and batch < ubatch:
+        ubatch = batch
+    elif ubatch > batch:
+        notes.append(f"-ub {ubatch} is above -b {batch}: llama.cpp clamps the ubatch to the batch; planned with -ub {batch}")
+        ubatch = batch
+    return context._replace(ubatch=ubatch, batch=batch), notes
+
+
 def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
     """--runtime llama's speed settings from its options (the defaults when none are given)."""
     speed = SpeedSettings()
@@ -154,7 +170,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         raise UsageError("this model's per-layer bytes are unknown")
     cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     result = upstream.plan(facts, offload, cpu, options)
-    doc = upstream.result_doc(result, facts, model_path, launchmod.kv_flags(options.kv))
+    doc = upstream_doc.result_doc(result, facts, model_path, launchmod.kv_flags(options.kv))
     # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
     # reserve (margin 0), not the modelled buffer
     doc["reserve_source"] = "compute+margin" if options.reserve is None else "--reserve"
@@ -574,6 +590,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     h2d_bytes_per_s = parse_rate(fork.h2d)  # refused on either runtime, though only the fork's streaming uses it
     if n_outputs is not None and n_outputs < 0:
         raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
+    batch_search = context.ubatch is None and context.batch is None
+    context, batch_notes = _batch_sizes(context)
     if n_outputs is None:  # the target context's rows as the server sets them: llama-server's rule, which
         # the fork's server applies too (CambrianTech/llama.cpp tools/server/server-context.cpp load_model)
         speculative = bool(drafting.draft_path) or drafting.spec_type == "draft-mtp"
@@ -645,6 +663,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
                                  main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
                                  threads=machine.threads, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
+        options.prefer = placement.prefer
+        options.batch_search = batch_search and check is None
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),
@@ -689,7 +709,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             elif outputs.emit == "env":
                 raise UsageError("--emit env is the streaming fork's launch, and the fork cannot run this plan (it "
                                  "streams into one local GPU: no RPC devices, no draft, not a dense model)")
-        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram),
+        _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram) + batch_notes,
                    flag_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []), beside=beside,
                    fetch_stats=fetch_stats)
         return

@@ -7,12 +7,14 @@ Pure functions over ModelFacts (with its LayerBytes), Devices and UpstreamOption
 
 from moetools.arch.registry import measured_compute, profile
 from moetools.devicefit.bisect import smallest
+from moetools.devicefit import batching as batchmod
 from moetools.devicefit import compute as computemod
 from moetools.devicefit import context
 from moetools.devicefit import draft as draftmod
 from moetools.devicefit import kv as kvmod
 from moetools.devicefit import placement as placemod
 from moetools.devicefit import speed as speedmod
+from moetools.devicefit.speed import prompt as promptmod
 from moetools.devicefit.devices import GPU_TABLE, Device
 from moetools.devicefit.placement import CPU
 from moetools.devicefit.record import REQUIRED, Record
@@ -50,6 +52,8 @@ class UpstreamOptions(Record):
         # ("--n-cpu-moe", N)] (overrides.py); plan() resolves them into tensor_homes
         ("overrides", None),
         ("tensor_homes", None),
+        ("prefer", "balanced"),  # --prefer: what the -ub search maximises (batching.py)
+        ("batch_search", False),  # neither -ub nor -b given: choose -ub (and -b) by --prefer
     )
 
     @property
@@ -73,6 +77,10 @@ class DevicePlan(Record):
         ("breakdown", REQUIRED),
         ("notes", list),
         ("draft_shares", None),  # {device key: Share} of the draft model (--draft)
+        ("pp_tok_s", 0.0),  # prompt tokens per second (speed/prompt.py) for a prompt of prompt_tokens
+        ("pp_breakdown", dict),  # {name: seconds} of that prompt
+        ("prompt_tokens", 0),
+        ("n_ubatch", 0),
     )
 
     @property
@@ -338,6 +346,10 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
         room = cpu.capacity_bytes - options.os_reserve - cpu_share.kv_bytes - cpu_share.compute_bytes
     seconds, breakdown = speedmod.decode_time(shares, placement, devices, kv_read, options.speed, room)
     result = DevicePlan(ctx, depth, placement, shares, seconds, breakdown, notes, footprint)
+    result.n_ubatch = kvmod.n_ubatch(options.kv, ctx)
+    result.prompt_tokens = min(options.speed.prompt_tokens, ctx)
+    result.pp_tok_s, result.pp_breakdown = promptmod.prompt_time(facts, placement, devices, options.speed,
+                                                                 result.prompt_tokens, result.n_ubatch)
     if not whole_model and not options.user_placement and devices and (not result.fits or all(home == CPU for home in placement.layer_device)):
         result = _what_a_user_would_try(facts, devices, cpu, options, ctx, result)
     return result
@@ -387,6 +399,11 @@ class UpstreamResult(Record):
         ("draft", None),  # the draft.Draft planned beside the target
         ("mmap", True),  # llama.cpp maps the model (no --no-mmap): the CPU's model buffer is a file span
         ("tensor_homes", None),  # the user's overrides resolved: {tensor name: device key}
+        ("kv", None),  # the chosen plan's KVSettings (its -ub/-b, where the search chose them)
+        ("batches", list),  # [(ubatch, batch, DevicePlan)] the -ub trade-off at the chosen context
+        ("threads", None),  # -t of the launch line
+        ("speed", None),  # the SpeedSettings the tok/s rest on
+        ("prefer", "balanced"),
     )
 
 
@@ -432,7 +449,8 @@ def plan(facts, devices, cpu, options):
         candidates = [plan_at(facts, devices, cpu, options, ctx) for ctx in context.contexts_to_try(train)]
     feasible = [candidate for candidate in candidates if candidate.fits]
     result = UpstreamResult(alternatives=candidates, devices=devices, cpu=cpu, notes=notes, warnings=warnings,
-                            draft=options.draft, mmap=options.speed.mmap, tensor_homes=options.tensor_homes)
+                            draft=options.draft, mmap=options.speed.mmap, tensor_homes=options.tensor_homes,
+                            speed=options.speed, prefer=options.prefer)
     free_ram = cpu.capacity_bytes - options.os_reserve
     if options.speed.mmap and cpu.capacity_bytes and facts.file_bytes > free_ram:
         warnings.append(f"the model file ({facts.file_bytes / GIB:.2f} GiB) exceeds free RAM ({free_ram / GIB:.2f} GiB: --ram "
@@ -459,7 +477,11 @@ def plan(facts, devices, cpu, options):
         chosen = next(c for c in feasible if c.context == picked)
         notes.append(f"context {chosen.context}: the largest of {', '.join(str(c.context) for c in candidates)} "
                      f"costing at most 5% of the best speed ({chosen.tok_s:.2f} vs {best:.2f} tok/s); give --ctx to choose")
+    result.kv = options.kv
+    if options.batch_search and not options.user_placement and options.draft is None:
+        chosen = _choose_batch(facts, devices, cpu, options, result, chosen, notes)
     result.chosen = chosen
+    result.threads = options.speed.threads
     notes += chosen.notes
     cpu_share = chosen.shares[-1]
     if cpu.capacity_bytes and cpu_share.free_bytes < 0:
@@ -467,6 +489,22 @@ def plan(facts, devices, cpu, options):
                         f"({cpu.capacity_bytes / GIB:.2f} GiB): llama.cpp memory-maps the weights, so the missing "
                         f"part is read from the drive (--disk-bw) and the speed counts those misses")
     return result
+
+
+def _choose_batch(facts, devices, cpu, options, result, chosen, notes):
+    """The -ub trade-off at the chosen context (batching.py): the best plan for --prefer replaces the
+    chosen one (and its row among the contexts)."""
+    best, rows = batchmod.choose_ubatch(
+        lambda kv: plan_at(facts, devices, cpu, options.replace(kv=kv), chosen.context), chosen, options.kv, options.prefer)
+    result.batches = rows
+    if best is not chosen:
+        ubatch, batch = next((ub, b) for ub, b, plan_ in rows if plan_ is best)
+        result.kv = options.kv.replace(ubatch=ubatch, batch=batch)
+        result.alternatives = [best if candidate is chosen else candidate for candidate in result.alternatives]
+        notes.append(f"-ub {ubatch} -b {batch} (--prefer {options.prefer}): {best.tok_s:.2f} tok/s decode, "
+                     f"{best.pp_tok_s:.0f} tok/s prompt, against {chosen.tok_s:.2f} and {chosen.pp_tok_s:.0f} at "
+                     f"-ub {options.kv.ubatch} -b {options.kv.batch}")
+    return best
 
 
 def _resolve_overrides(facts, devices, options, notes, warnings):
@@ -674,7 +712,8 @@ def server_args(model_path, result, kv_flags):
         entries = placemod.override_patterns(placement, devices)
         if entries:
             args += ["-ot", ",".join(f"{pattern}={target}" for pattern, target in entries)]
-    return args + kv_flags + draft_args(result.draft, devices) + ["--fit", "off"]
+    threads = ["-t", str(result.threads)] if result.threads else []
+    return args + kv_flags + threads + draft_args(result.draft, devices) + ["--fit", "off"]
 
 
 def draft_args(draft, devices):
@@ -703,83 +742,3 @@ def draft_args(draft, devices):
 
 def _weight_text(weight):
     return str(int(weight)) if float(weight).is_integer() else f"{weight:g}"
-
-
-# --- the document ---------------------------------------------------------------------------------
-
-def plan_doc(plan_):
-    placement = plan_.placement
-    doc = _plan_doc(plan_, placement)
-    if placement.sources is not None:  # the user's overrides, in llama.cpp's (command-line) order
-        doc["overrides"] = [kind if value is None else f"{kind} {value}" for kind, value in placement.sources]
-    return doc
-
-
-def _plan_doc(plan_, placement):
-    return {
-        "context": plan_.context,
-        "depth": plan_.depth,
-        "fits": plan_.fits,
-        "tok_s": round(plan_.tok_s, 4),
-        "ngl": placement.ngl,
-        "ts": placement.ts,
-        "n_cpu_moe": placement.n_cpu_moe,
-        "gpu_bytes": plan_.gpu_bytes,
-        "devices": [share.to_doc() for share in plan_.shares],
-        "seconds_per_token": {name: round(value, 6) for name, value in plan_.breakdown.items()},
-        "cpu_expert_layers": sorted(block for block, homes in placement.expert_device.items()
-                                    if CPU in homes.values() and placement.layer_device[block] != CPU),
-        "partial_layers": {str(block): sorted(part for part, home in homes.items() if home == CPU)
-                           for block, homes in placement.expert_device.items()
-                           if CPU in homes.values() and len(set(homes.values())) > 1},
-        "cpu_layers": [il for il, home in enumerate(placement.layer_device[:-1]) if home == CPU],
-    }
-
-
-def _devices_doc(facts, result):
-    """The ledger's devices; under mmap the CPU's also carries the file span llama.cpp maps as its model
-    buffer (`mmap_span_bytes`, and `mmap_spans` [shard, first, end] per shard) beside its tensor bytes."""
-    plan_ = result.chosen or result.alternatives[0]
-    devices = [share.to_doc() for share in plan_.shares]
-    if result.mmap:
-        spans = mapped_spans(facts.layers, plan_.placement, result.tensor_homes)
-        devices[-1]["mmap_span_bytes"] = sum(end - first for _, first, end in spans)
-        devices[-1]["mmap_spans"] = [list(span) for span in spans]
-    return devices
-
-
-def result_doc(result, facts, model_path, kv_flags):
-    chosen = result.chosen
-    doc = {
-        "runtime": "llama",
-        "model": model_path,
-        "architecture": facts.architecture,
-        "verdict": "unfittable" if chosen is None else "fits",
-        "context": chosen.context if chosen else 0,
-        "context_train": facts.shape.context_train,
-        "tok_s": round(chosen.tok_s, 4) if chosen else 0.0,
-        "devices": _devices_doc(facts, result),
-        "placement": plan_doc(chosen) if chosen else None,
-        "alternatives": [plan_doc(candidate) for candidate in result.alternatives],
-        "unfittable": result.unfittable,
-        "notes": list(result.notes),
-        "warnings": list(result.warnings),
-    }
-    if chosen:
-        # the first shard, whichever the user named (as the fork's launch line): llama.cpp finds the others
-        doc["launch"] = {"llama": {"args": server_args(facts.path or model_path, result, kv_flags)}}
-    if result.draft is not None:
-        draft = result.draft
-        shares = (chosen or result.alternatives[0]).draft_shares or {}
-        doc["draft"] = {"spec_type": draft.spec_type, "model": draft.path, "architecture": draft.facts.architecture,
-                        "ngl": draft.ngl,
-                        "ctk": draft.kv.ctk, "ctv": draft.kv.ctv,
-                        "placed_on": None if draft.devices is None else [result.devices[i].name for i in draft.devices],
-                        "devices": [{"name": share.device.name, "resident_bytes": share.resident_bytes,
-                                     "expert_bytes": share.expert_bytes, "kv_bytes": share.kv_bytes,
-                                     "compute_bytes": share.compute_bytes, "layers": placemod.ranges_text(share.layers)}
-                                    for share in shares.values()]}
-        if draft.host_bytes:  # a DFlash draft: output-buffer rows in host memory (in the CPU entry's compute_bytes)
-            doc["draft"]["host_bytes"] = draft.host_bytes
-            doc["draft"]["target_layers"] = list(draft.target_layers)
-    return doc

@@ -12,40 +12,24 @@
 At decode llama.cpp computes CPU-resident experts on the CPU (ggml-cuda offloads them to the GPU only
 for batches of 32 tokens and more), so decode is bound by RAM bandwidth and threads; prefill by PCIe.
 A token reads its dense weights whole and top-k / n_expert of each block's expert bytes (at their real
-types). The fork's streaming formula (`fork_tok_s`) lives here too.
+types). The RAM bandwidth counts as its peak (a measured read rate as MEASURED_SHARE_OF_PEAK of it) and
+across NUMA nodes as numa_factor() says.
 """
 
 from moetools.devicefit.placement import CPU
-from moetools.devicefit.record import Record
 
 
-class SpeedSettings(Record):
-    """Defaults calibrated against published llama-bench/llama-server figures (README: Speed model)."""
-
-    FIELDS = (
-        ("gpu_efficiency", 0.70),  # share of a GPU's peak bandwidth decode reaches
-        ("cpu_efficiency", 0.45),  # share of the host's RAM bandwidth the CPU experts reach
-        ("ram_bw", 60e9),  # bytes/s (dual-channel DDR5-4800 peak is 76.8 GB/s)
-        ("ram_bw_source", "default (dual-channel DDR5; give --ram-bw or --ram-bw auto)"),
-        ("disk_bw", 3e9),  # bytes/s, an NVMe drive's sequential read
-        ("disk_bw_source", "default (an NVMe drive; give --disk-bw)"),
-        ("threads", 8),
-        ("threads_source", "default"),
-        ("pcie_bw", 25e9),  # bytes/s host-to-device during prompt processing (PCIe 4.0 x16 in practice; --h2d)
-        ("pcie_source", "default (PCIe 4.0 x16)"),
-        ("numa_nodes", 1),  # the host's NUMA nodes (a host profile says; llama.cpp reads across them)
-        ("calibration", None),  # a host profile's calibration record (efficiencies fitted on llama-bench runs)
-        ("thread_bw", 12e9),  # bytes/s one CPU thread streams through a quantized matmul
-        ("hop_local_s", 30e-6),  # one device switch on this host (a sync and a small copy)
-        ("hop_rpc_s", 400e-6),  # one switch to or from an RPC server (a network round trip)
-        ("floor_s", 0.002),
-        ("mmap", True),
-    )
+def numa_factor(settings):
+    """The share of the whole machine's RAM bandwidth llama.cpp reaches across its NUMA nodes: one node's
+    bandwidth plus `numa_gain` of it for each further node (without --numa, threads read pages that sit
+    on the other socket across the interconnect)."""
+    nodes = max(1, int(settings.numa_nodes or 1))
+    return (1 + (nodes - 1) * settings.numa_gain) / nodes
 
 
 def cpu_rate(settings):
     """Bytes/s the CPU reads weights at during decode."""
-    return min(settings.ram_bw * settings.cpu_efficiency, settings.threads * settings.thread_bw)
+    return min(settings.ram_peak() * settings.cpu_efficiency * numa_factor(settings), settings.threads * settings.thread_bw)
 
 
 def hops(placement, devices):
@@ -99,20 +83,3 @@ def decode_time(shares, placement, devices, kv_read, settings, cpu_room=None):
     breakdown["floor"] = settings.floor_s
     total += breakdown["hops"] + settings.floor_s
     return total, breakdown
-
-
-def fork_tok_s(coverage, experts_per_token, expert_bytes, h2d_bytes_per_s, floor_s, drive_share=0.0,
-               disk_bytes_per_s=None, cache_on_host=False):
-    """The streaming fork, per token: the expert bytes read (experts_per_token x expert_bytes) that miss
-    the cache cross PCIe at h2d, and the share of them the page cache does not hold (drive_share) is read
-    from the drive first; with the cache in host RAM its hits cross PCIe too.
-
-        tok/s = 1 / (hits' PCIe + (1 - coverage) x bytes x (1/h2d + drive_share/disk) + floor)
-
-    With the cache in VRAM and every expert in RAM this is 1 / ((1 - coverage) x bytes / h2d + floor)."""
-    read = experts_per_token * expert_bytes
-    miss_seconds = (1.0 - coverage) * read / h2d_bytes_per_s
-    if drive_share > 0 and disk_bytes_per_s:
-        miss_seconds += (1.0 - coverage) * read * drive_share / disk_bytes_per_s
-    hit_seconds = coverage * read / h2d_bytes_per_s if cache_on_host else 0.0
-    return 1.0 / (hit_seconds + miss_seconds + floor_s)

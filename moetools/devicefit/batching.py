@@ -1,0 +1,82 @@
+"""The batch sizes and threads of a plan: which -ub/-b is fastest for what the user prefers, and -t.
+
+A larger -ub makes every ubatch carry more prompt tokens past the same per-ubatch cost (above all, the copy
+of CPU-held expert weights to the GPU: speed/prompt.py), so prompt processing speeds up almost in
+proportion; but each device's compute buffer grows with -ub and takes VRAM from experts, so decode can
+slow down. The trade-off is shown as the context one is: one row per -ub, the chosen one marked.
+
+--prefer says what to maximise:
+- decode: tokens generated per second (prompt speed breaks ties within 1%);
+- prompt: prompt tokens per second (decode breaks ties within 1%);
+- balanced (the default): the shortest time for a chat request of BALANCED_PROMPT prompt tokens and
+  BALANCED_GENERATED generated tokens, prompt / pp + generated / tg.
+"""
+
+from moetools.errors import UsageError
+
+PREFERENCES = ("balanced", "decode", "prompt")
+UBATCH_CANDIDATES = (512, 1024, 2048, 4096)
+BALANCED_PROMPT = 4096
+BALANCED_GENERATED = 512
+TIE = 0.01
+
+
+def check_prefer(value):
+    if value not in PREFERENCES:
+        raise UsageError(f"--prefer {value!r}: expected one of {', '.join(PREFERENCES)}")
+    return value
+
+
+def request_seconds(tok_s, pp_tok_s):
+    """Seconds for the balanced preference's request (inf where a speed is 0)."""
+    if tok_s <= 0 or pp_tok_s <= 0:
+        return float("inf")
+    return BALANCED_PROMPT / pp_tok_s + BALANCED_GENERATED / tok_s
+
+
+def score(plan, prefer):
+    """A key that sorts the best plan last for `prefer` (speeds within TIE count as equal)."""
+
+    def rounded(value):
+        # equal within 1%: compare on a log grid of 1% steps
+        import math
+        return math.floor(math.log(value) / math.log1p(TIE)) if value > 0 else -math.inf
+
+    if prefer == "decode":
+        return (rounded(plan.tok_s), plan.pp_tok_s)
+    if prefer == "prompt":
+        return (rounded(plan.pp_tok_s), plan.tok_s)
+    return (-request_seconds(plan.tok_s, plan.pp_tok_s), plan.tok_s)
+
+
+def candidates(context, batch):
+    """The -ub values to try at this context: llama.cpp caps n_ubatch at the context."""
+    values = sorted({min(ub, context) for ub in UBATCH_CANDIDATES})
+    return [ub for ub in values if ub >= 1]
+
+
+def choose_ubatch(evaluate, chosen, kv, prefer):
+    """(best plan, rows) over the -ub candidates at the chosen plan's context. evaluate(kv settings) ->
+    DevicePlan; rows: [(ubatch, batch, plan)] in -ub order. -b follows -ub where -ub exceeds it (llama.cpp
+    would clamp -ub to -b)."""
+    rows = []
+    for ub in candidates(chosen.context, kv.batch):
+        settings = kv.replace(ubatch=ub, batch=max(kv.batch, ub))
+        plan = chosen if (settings.ubatch == kv.ubatch and settings.batch == kv.batch) else evaluate(settings)
+        rows.append((settings.ubatch, settings.batch, plan))
+    fitting = [row for row in rows if row[2].fits]
+    if not fitting:
+        return chosen, rows
+    best = max(fitting, key=lambda row: (score(row[2], prefer), -row[0]))
+    return best[2], rows
+
+
+def saturating_threads(settings):
+    """The fewest threads at which decode's CPU reads reach the RAM's rate (more add nothing to decode;
+    prompt processing's CPU work still gains)."""
+    import math
+
+    from moetools.devicefit.speed.decode import numa_factor
+
+    ram = settings.ram_peak() * settings.cpu_efficiency * numa_factor(settings)
+    return max(1, math.ceil(ram / settings.thread_bw))
