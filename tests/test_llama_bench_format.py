@@ -67,7 +67,7 @@ def test_placement_of_follows_llama_bench_order():
     assert placement.overrides == (("-ot", r"blk\.[0-1]\.ffn_.*_exps=CPU,blk\.2\.ffn_up_exps=CPU"), ("--n-cpu-moe", 2))
     assert (placement.ngl, placement.ts, placement.flash_attn, placement.context, placement.depth) == (99, (), True, 112, 32)
     assert lb.device_fit_args(placement) == [
-        "-c", "112", "-ngl", "99", "-ot", r"blk\.[0-1]\.ffn_.*_exps=CPU,blk\.2\.ffn_up_exps=CPU", "--n-cpu-moe", "2",
+        "-c", "112", "--depth", "32", "-ngl", "99", "-ot", r"blk\.[0-1]\.ffn_.*_exps=CPU,blk\.2\.ffn_up_exps=CPU", "--n-cpu-moe", "2",
         "-ub", "512", "-b", "2048", "-t", "2", "-ctk", run.type_k, "-ctv", "f16", "-fa", "on"]
 
 
@@ -79,7 +79,7 @@ def test_rpc_runs_split_and_rpc_buffer_type():
     assert runs[2].tensor_buft_overrides == ((r"blk\.0\.", "RPC0[127.0.0.1:50231]"),)
     placement = lb.placement_of(runs[2])
     assert placement.overrides == (("-ot", r"blk\.0\.=RPC0[127.0.0.1:50231]"),)
-    assert lb.device_fit_args(placement)[:6] == ["-c", "64", "-ngl", "99", "-ts", "1,1"]
+    assert lb.device_fit_args(placement)[:8] == ["-c", "64", "--depth", "0", "-ngl", "99", "-ts", "1,1"]
 
 
 def test_jsonl_and_two_models():

@@ -278,8 +278,10 @@ def placement_of(run):
 
 def device_fit_args(placement):
     """The `moetools device-fit --runtime llama` flags that evaluate this placement (a list of strings;
-    the devices still come from --vram/--gpu/--rpc/--ram). An ngl below 0 (every layer) becomes 999."""
-    args = ["-c", str(placement.context), "-ngl", str(placement.ngl if placement.ngl >= 0 else 999)]
+    the devices still come from --vram/--gpu/--rpc/--ram). An ngl below 0 (every layer) becomes 999;
+    --depth is the run's n_depth, the context llama-bench measured its tokens after."""
+    args = ["-c", str(placement.context), "--depth", str(placement.depth),
+            "-ngl", str(placement.ngl if placement.ngl >= 0 else 999)]
     if placement.ts:
         args += ["-ts", ",".join(f"{w:g}" for w in placement.ts)]
     if placement.split_mode == "none":
