@@ -5,8 +5,8 @@ margin it leaves, and the speed llama-bench measures beside the speed device-fit
 
 For each case: device-fit plans the model for the device(s) (`device-fit MODEL --runtime llama ... --json`;
 on CUDA with `--vram auto` and the default 1 GiB margin), `llama-server` is launched with the flags the
-plan emits plus `-lv 4 -nr` (and `-lm none` on rpc/cpu, so the CPU's model buffer is one plain `CPU`
-buffer) and stopped once it listens; its log gives each device's model, KV and compute buffers (the
+plan emits plus `-lv 4 -nr -lm none` (no repacking and no mmap, so the CPU's model buffer is one plain
+`CPU` buffer, as device-fit's CPU ledger counts it) and stopped once it listens; its log gives each device's model, KV and compute buffers (the
 lines of load_tensors, llama_kv_cache and sched_reserve, summed per device: an iSWA model logs two KV
 buffers) and the free memory llama.cpp reports for each device it loads onto (src/llama.cpp
 llama_prepare_model_devices: "using device NAME (DESCRIPTION) (ID) - N MiB free"; the CPU's from
@@ -189,9 +189,7 @@ def device_rows(doc, logged, free):
 
 def bench_rows(bin_dir, model, flags, device_args, device):
     p, n, r = BENCH[device]
-    argv = [os.path.join(bin_dir, "llama-bench"), *flags, "-p", p, "-n", n, "-r", r, "--repack", "0", "-o", "json"]
-    if device != "cuda":
-        argv += ["-lm", "none"]
+    argv = [os.path.join(bin_dir, "llama-bench"), *flags, "-p", p, "-n", n, "-r", r, "--repack", "0", "-lm", "none", "-o", "json"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"llama-bench failed: {shlex.join(argv)}\n{done.stderr[-3000:]}")
@@ -221,7 +219,7 @@ def run_case(bin_dir, device, name, model, device_args, context_args):
     if doc.get("verdict") == "unfittable":
         return {"case": name, "verdict": "unfittable", "device_fit_args": [*device_args, *context_args]}
     server_args = doc["launch"]["llama"]["args"]
-    extra = ["-nr"] + (["-lm", "none"] if device != "cuda" else [])
+    extra = ["-nr", "-lm", "none"]
     log = serve(bin_dir, server_args, extra)
     logged, free = device_buffers(log), reported_free(log)
     rows, bench_argv = bench_rows(bin_dir, model, bench_flags(server_args), device_args, device)
