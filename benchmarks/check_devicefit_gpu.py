@@ -19,8 +19,9 @@ measured vs predicted tok/s (a prompt-speed prediction is null while device-fit'
 
 Devices:
 - rpc: two `ggml-rpc-server` on 127.0.0.1 (ports 50240, 50241; rpc_servers of check_devicefit_llama.py)
-  offering device-fit 14 MiB and 10 MiB, the tiny real models of ../shared/models (the case fixture of
-  tests/devicefit_llama_case.py when they are absent), -c 1024. Writes tests/data/devicefit_gpu_margin_cpu.json.
+  offering device-fit 14 MiB and 10 MiB, the tiny real models of ../shared/models, -c 1024 (the case
+  fixture of tests/devicefit_llama_case.py with its 120 and 90 MiB when they are absent or with
+  `--case fixture-qwen3moe`). Writes tests/data/devicefit_gpu_margin_cpu.json.
 - cpu: the same models on the CPU alone (-ngl 0). Same file (one key per device).
 - cuda: header-only presets (moetools.synth: sparse files, which llama.cpp reads as zeros: the weights
   are never looked at, the memory and the kernels are real) on the GPU nvidia-smi reports. Writes
@@ -247,8 +248,9 @@ def cpu_name():
         return None
 
 
-def models(device, folder):
-    """[(case name, model path)] for a device."""
+def models(device, folder, only=()):
+    """[(case name, model path)] for a device: on rpc/cpu the tiny real models, and the case fixture when
+    they are absent or asked for by name (fixture-qwen3moe)."""
     if device == "cuda":
         out = []
         for preset in CUDA_PRESETS:
@@ -257,26 +259,33 @@ def models(device, folder):
             out.append((preset, path))
         return out
     found = [(name[:-5], str(SHARED_MODELS / name)) for name in TINY if (SHARED_MODELS / name).is_file()]
-    if found:
-        return found
-    return [("fixture-qwen3moe", synth.write_model(case.fixture_spec(), os.path.join(folder, "fixture.gguf"), seed=1)[0])]
+    if not found or "fixture-qwen3moe" in only:
+        found.append(("fixture-qwen3moe", synth.write_model(case.fixture_spec(), os.path.join(folder, "fixture.gguf"), seed=1)[0]))
+    return found
+
+
+def device_args(device, name):
+    """device-fit's device flags for a case: the GPU's free memory on CUDA; on rpc the two servers (the
+    fixture, 8x larger than the tiny models, gets the sizes of tests/devicefit_llama_case.py)."""
+    if device == "cuda":
+        return ["--vram", "auto"]
+    if device == "cpu":
+        return ["--ram", "16G"]
+    sizes = case.RPC_SIZES if name == "fixture-qwen3moe" else RPC_SIZES
+    return [arg for port, size in zip(RPC_PORTS, sizes) for arg in ("--rpc", f"127.0.0.1:{port}={size}")] + ["--margin", "0", "--ram", "16G"]
 
 
 def device_record(bin_dir, device, only):
-    device_args = {"cuda": ["--vram", "auto"],
-                   "rpc": [arg for port, size in zip(RPC_PORTS, RPC_SIZES) for arg in ("--rpc", f"127.0.0.1:{port}={size}")]
-                   + ["--margin", "0", "--ram", "16G"],
-                   "cpu": ["--ram", "16G"]}[device]
     context_args = [] if device == "cuda" else ["-c", "1024"]
     with tempfile.TemporaryDirectory(prefix="devicefit-gpu-") as folder:
-        cases = [(name, path) for name, path in models(device, folder) if not only or name in only]
+        cases = [(name, path) for name, path in models(device, folder, only) if not only or name in only]
         records = []
         for name, path in cases:
             if device == "rpc":
                 with rpc_servers(bin_dir, RPC_PORTS):
-                    records.append(run_case(bin_dir, device, name, path, device_args, context_args))
+                    records.append(run_case(bin_dir, device, name, path, device_args(device, name), context_args))
             else:
-                records.append(run_case(bin_dir, device, name, path, device_args, context_args))
+                records.append(run_case(bin_dir, device, name, path, device_args(device, name), context_args))
     facts = gpu_facts() if device == "cuda" else {
         "device_name": "two ggml-rpc-server on 127.0.0.1 (CPU backend)" if device == "rpc" else "CPU", "driver": None,
         # ggml-cpu.cpp ggml_backend_cpu_device_get_memory: on Linux free = total RAM ("ill-defined")
