@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from moetools import synth  # noqa: E402
 from tests import devicefit_llama_case as case  # noqa: E402
 
-BUFFER = re.compile(r"(?P<device>CPU|RPC\d+\[[^\]]+\]) +(?P<kind>model|KV|compute) buffer size = +(?P<mib>[\d.]+) MiB")
+BUFFER = re.compile(r"(?P<device>CPU|CUDA\d+|RPC\d+\[[^\]]+\]) +(?P<kind>model|KV|compute) buffer size = +(?P<mib>[\d.]+) MiB")
 FREE = re.compile(r"using device (RPC\d+) \(([^)]+)\).* - (\d+) MiB free")
 MiB = 1024 * 1024
 
