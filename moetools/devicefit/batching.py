@@ -16,6 +16,7 @@ from moetools.errors import UsageError
 
 PREFERENCES = ("balanced", "decode", "prompt")
 UBATCH_CANDIDATES = (512, 1024, 2048, 4096)
+DEFAULT_UBATCH = 512  # llama.cpp's -ub
 BALANCED_PROMPT = 4096
 BALANCED_GENERATED = 512
 TIE = 0.01
@@ -49,26 +50,36 @@ def score(plan, prefer):
     return (-request_seconds(plan.tok_s, plan.pp_tok_s), plan.tok_s)
 
 
-def candidates(context, batch):
-    """The -ub values to try at this context: llama.cpp caps n_ubatch at the context."""
-    values = sorted({min(ub, context) for ub in UBATCH_CANDIDATES})
-    return [ub for ub in values if ub >= 1]
+def candidates(context):
+    """The -ub values to try beside the default at this context, largest first (llama.cpp caps
+    n_ubatch at the context)."""
+    values = sorted({min(ub, context) for ub in UBATCH_CANDIDATES if ub != DEFAULT_UBATCH}, reverse=True)
+    return [ub for ub in values if ub > DEFAULT_UBATCH]
 
 
 def choose_ubatch(evaluate, chosen, kv, prefer):
-    """(best plan, rows) over the -ub candidates at the chosen plan's context. evaluate(kv settings) ->
-    DevicePlan; rows: [(ubatch, batch, plan)] in -ub order. -b follows -ub where -ub exceeds it (llama.cpp
-    would clamp -ub to -b)."""
-    rows = []
-    for ub in candidates(chosen.context, kv.batch):
-        settings = kv.replace(ubatch=ub, batch=max(kv.batch, ub))
-        plan = chosen if (settings.ubatch == kv.ubatch and settings.batch == kv.batch) else evaluate(settings)
-        rows.append((settings.ubatch, settings.batch, plan))
-    fitting = [row for row in rows if row[2].fits]
-    if not fitting:
+    """(best plan, rows) of the -ub search at the chosen plan's context. evaluate(kv settings) ->
+    DevicePlan; rows: [(ubatch, batch, plan)] of the -ub values evaluated, in -ub order. -b follows -ub
+    where -ub exceeds it (llama.cpp would clamp -ub to -b).
+
+    Each -ub replays its own graphs (the compute buffers grow with it: a K3-class model's take a fifth of a
+    second), so the search walks down from the largest and stops at the first that fits and beats the
+    default: prompt speed grows with -ub, so for --prefer prompt that is the best; for balanced it is the
+    largest -ub whose prompt gain outweighs its decode loss (a smaller one could balance slightly better:
+    the table shows what was evaluated). --prefer decode
+    keeps llama.cpp's default (-ub only adds compute buffer to a token's decode)."""
+    rows = [(kv.ubatch, kv.batch, chosen)]
+    if prefer == "decode":
         return chosen, rows
-    best = max(fitting, key=lambda row: (score(row[2], prefer), -row[0]))
-    return best[2], rows
+    best = chosen
+    for ub in candidates(chosen.context):
+        settings = kv.replace(ubatch=ub, batch=max(kv.batch, ub))
+        plan = evaluate(settings)
+        rows.append((settings.ubatch, settings.batch, plan))
+        if plan.fits and score(plan, prefer) > score(best, prefer):
+            best = plan
+            break  # the largest -ub that fits and beats the default: the prompt's best, and balanced's
+    return best, sorted(rows, key=lambda row: row[0])
 
 
 def saturating_threads(settings):
