@@ -40,10 +40,11 @@ def test_document_shape():
 
 
 def test_enough_points_with_spread():
-    assert len(POINTS) >= 24
-    assert sum(1 for p in POINTS if p["pp"] is not None) >= 12
-    assert len({p["source"] for p in POINTS}) >= 10
-    assert sum(1 for p in POINTS if p["runtime"] == "llama.cpp") >= 12
+    assert len(POINTS) >= 40
+    assert sum(1 for p in POINTS if p["pp"] is not None) >= 18
+    assert len({p["source"] for p in POINTS}) >= 20
+    assert sum(1 for p in POINTS if p["runtime"] == "llama.cpp") >= 32
+    assert sum(1 for p in POINTS if p["tool"] == "llama-bench") >= 2
     assert any(len(p["gpus"]) >= 2 for p in POINTS)
     assert any(p["cpu"]["sockets"] and p["cpu"]["sockets"] >= 2 for p in POINTS)
 
