@@ -228,7 +228,7 @@ def fork_options(command):
 def machine_options(command):
     """The host: speed floor, RAM, its bandwidth, the drive, threads: the command receives them as `machine`, a MachineOptions."""
 
-    @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 2ms).")
+    @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 3.7ms).")
     @click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
     @click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
     @click.option("--disk-bw", default="3GB/s", show_default=True,

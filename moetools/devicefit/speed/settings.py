@@ -24,10 +24,12 @@ class SpeedSettings(Record):
     """Defaults fitted on published llama-bench/llama-server figures (docs/devicefit-speed.md)."""
 
     FIELDS = (
+        # fitted by benchmarks/calibrate_devicefit_speed.py on the published points (docs/devicefit-speed.md);
+        # gpu_efficiency stays the dense all-GPU figure (GLM-Z1-32B on an RTX 3090 Ti), which those pin
         ("gpu_efficiency", 0.70),  # share of a GPU's peak bandwidth decode reaches
-        ("cpu_efficiency", 0.45),  # share of the host's RAM bandwidth the CPU experts reach
-        ("gpu_compute_efficiency", 0.25),  # share of a GPU's dense fp16 tensor peak prompt processing reaches
-        ("pcie_efficiency", 0.55),  # share of the PCIe rate the per-ubatch copy of CPU-held weights reaches
+        ("cpu_efficiency", 0.56),  # share of the host's peak RAM bandwidth the CPU experts reach
+        ("gpu_compute_efficiency", 0.044),  # share of a GPU's dense fp16 tensor peak MoE prompt processing reaches
+        ("pcie_efficiency", 0.86),  # share of the PCIe rate the per-ubatch copy of CPU-held weights reaches
         ("numa_gain", 0.25),  # what each NUMA node past the first adds to the CPU's rate (llama.cpp without --numa)
         ("ram_bw", 60e9),  # bytes/s (dual-channel DDR5-4800 peak is 76.8 GB/s)
         ("ram_bw_source", "default (dual-channel DDR5; give --ram-bw or --ram-bw auto)"),
@@ -36,15 +38,15 @@ class SpeedSettings(Record):
         ("disk_bw_source", "default (an NVMe drive; give --disk-bw)"),
         ("threads", 8),
         ("threads_source", "default"),
-        ("pcie_bw", 25e9),  # bytes/s host-to-device during prompt processing (PCIe 4.0 x16 in practice; --h2d)
-        ("pcie_source", "default (PCIe 4.0 x16)"),
+        ("pcie_bw", 31.5e9),  # bytes/s host-to-device per direction during prompt processing (PCIe 4.0 x16)
+        ("pcie_source", "default (PCIe 4.0 x16: 31.5 GB/s per direction)"),
         ("numa_nodes", 1),  # the host's NUMA nodes (a host profile says; llama.cpp reads across them)
         ("calibration", None),  # a host profile's calibration record (efficiencies fitted on llama-bench runs)
         ("thread_bw", 12e9),  # bytes/s one CPU thread streams through a quantized matmul
         ("cpu_flops_per_thread", DEFAULT_CPU_FLOPS_PER_THREAD),
         ("hop_local_s", 30e-6),  # one device switch on this host (a sync and a small copy)
         ("hop_rpc_s", 400e-6),  # one switch to or from an RPC server (a network round trip)
-        ("floor_s", 0.002),  # per token at decode, per ubatch at prompt processing
+        ("floor_s", 0.0037),  # per token at decode, per ubatch at prompt processing
         ("prompt_tokens", 4096),  # the prompt pp is stated for (capped at the context)
         ("op_offload", True),  # llama.cpp's op offload (-nopo / --no-op-offload turns it off)
         ("offload_min_batch", OFFLOAD_MIN_BATCH),
