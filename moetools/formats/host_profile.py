@@ -38,26 +38,23 @@ _POSITIVE = {"cpu.threads", "cpu.physical_cores", "cpu.logical_cpus", "cpu.numa_
 
 
 def _kind_name(kind):
-    if isinstance(kind, tuple) and kind and kind[-1] is None:
-        return _kind_name(kind[0]) + " or null"
     if kind is NUMBER:
         return "a number"
-    if isinstance(kind, dict) or kind is dict:
+    if kind is dict:
         return "an object"
-    if isinstance(kind, list):
-        return "a list"
     return {str: "a string", int: "an integer"}[kind]
 
 
 def _check(value, kind, where, name, generic):
     """Raise FormatError naming `where` (cpu.threads, gpus[0].pcie.gen) when value is not of `kind`."""
+    null = ""
     if isinstance(kind, tuple) and kind and kind[-1] is None:  # nullable
         if value is None:
             return
-        kind = kind[0]
+        kind, null = kind[0], " or null"
     if isinstance(kind, dict):
         if not isinstance(value, dict):
-            raise FormatError(name, f"{where or 'the profile'} must be an object")
+            raise FormatError(name, f"{where or 'the profile'} must be an object{null}, not {json.dumps(value)[:40]}")
         for key, inner in kind.items():
             path = f"{where}.{key}" if where else key
             if key not in value:
@@ -66,13 +63,12 @@ def _check(value, kind, where, name, generic):
         return
     if isinstance(kind, list):
         if not isinstance(value, list):
-            raise FormatError(name, f"{where} must be a list, not {type(value).__name__}")
+            raise FormatError(name, f"{where} must be a list{null}, not {json.dumps(value)[:40]}")
         for index, item in enumerate(value):
             _check(item, kind[0], f"{where}[{index}]", name, f"{generic}[]")
         return
-    wrong = isinstance(value, bool) or not isinstance(value, kind)
-    if wrong:
-        raise FormatError(name, f"{where} must be {_kind_name(kind)}, not {json.dumps(value)[:40]}")
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise FormatError(name, f"{where} must be {_kind_name(kind)}{null}, not {json.dumps(value)[:40]}")
     if generic in _POSITIVE and value <= 0:
         raise FormatError(name, f"{where} must be more than 0, not {value}")
 

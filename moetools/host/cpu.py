@@ -115,12 +115,12 @@ def math_threads(root="/", machine=None):
                     cpu += 1  # the loop's ++cpu: the hyperthread sibling is skipped
                 cpu += 1
             if count > 0:
-                return count, "llama.cpp's default: performance cores, one thread each (hybrid CPU, E-cores excluded)"
+                return count, "performance cores, one thread each, llama.cpp's default (a hybrid CPU: E-cores excluded)"
     if machine.startswith(("ppc64", "powerpc")):
         online = logical_cpus(root)
         smt = online // cores if cores and online > cores else 1
-        return cores * min(smt, 2), "llama.cpp's default on POWER: physical cores x min(SMT, 2)"
-    return cores, f"llama.cpp's default: physical cores ({how})"
+        return cores * min(smt, 2), "physical cores x min(SMT, 2), llama.cpp's default on POWER"
+    return cores, f"physical cores, llama.cpp's default ({how})"
 
 
 def sockets(root="/"):
