@@ -55,6 +55,8 @@ def test_the_profile_is_the_machine_planned(tiny_models, host_file):
     assert machine["disk_bw_bytes_per_s"] == 5e9 and machine["disk_bw_source"] == f"{label}: measured read of /models"
     assert machine["pcie_bytes_per_s"] == 31.504e9 and machine["pcie_source"].startswith(f"{label}: PCIe 4.0 x16 of CUDA0")
     assert machine["numa_nodes"] == 2
+    assert f"machine: server as {host_file} describes it (1 GPU(s), RAM read 80.0 GB/s, 12 threads, drive 5.0 GB/s, " \
+           "PCIe 31.5 GB/s)" in " ".join(doc["notes"])
 
 
 def test_flags_beside_the_profile_win(tiny_models, host_file):
@@ -138,3 +140,9 @@ def test_profile_from_moetools_host_plans(tiny_models, tmp_path):
     machine = run_json(tiny_models["qwen3moe"], "--runtime", "llama", "--host", out, "--ctx", 4096)["machine"]
     assert machine["threads"] == profile["cpu"]["threads"]
     assert machine["ram_bw_bytes_per_s"] == profile["ram"]["read_bytes_per_s"]
+
+
+def test_check_evaluates_a_line_on_the_profiles_machine(tiny_models, host_file):
+    doc = run_json("--host", host_file, "--check", "--", "llama-server", "-m", tiny_models["qwen3moe"], "-ngl", 99, "-c", 4096)
+    assert doc["check"]["fits"] and doc["devices"][0]["capacity_bytes"] == 22 * GIB
+    assert doc["machine"]["threads"] == 12 and doc["machine"]["ram_bw_source"] == f"host profile {host_file}: measured read"

@@ -60,7 +60,7 @@ def test_host_without_gpu_tools_describes_cpu_and_ram(tmp_path):
     assert "llama.cpp's default" in cpu["threads_source"] and cpu["numa_nodes"] >= 1 and cpu["sockets"] >= 1
     assert 0 < ram["available_bytes"] <= ram["total_bytes"]
     assert ram["read_bytes_per_s"] > 0 and ram["read_source"].startswith("measured: ")
-    assert f"by {cpu['logical_cpus']} threads" in ram["read_source"]
+    assert f"by {cpu['logical_cpus']} thread" in ram["read_source"]
 
 
 @pytest.mark.skipif(sys.platform.startswith("win"), reason="a shell script stands in for nvidia-smi")
@@ -159,6 +159,18 @@ def test_cores_fallback_and_numa(tmp_path):
     assert cpumod.physical_cores(str(tmp_path)) == (8, "half of 16 logical CPUs (llama.cpp's fallback rule)")
     assert cpumod.numa_nodes(str(tmp_path)) == 2 and cpumod.sockets(str(tmp_path)) == 1
     assert cpumod.parse_cpu_list("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+
+
+def test_ram_read_needs_no_cleanup_of_its_threads():
+    """A short read test: a positive rate, its threads gone when it returns."""
+    import threading
+
+    from moetools.host import measure
+
+    before = threading.active_count()
+    rate, how = measure.ram_read(2, total_bytes=16 * MIB, seconds=0, min_passes=2)
+    assert rate > 0 and "0.02 GiB read by 2 threads at once" in how and "best of 2 passes" in how
+    assert threading.active_count() == before
 
 
 def test_pcie_rates():

@@ -151,3 +151,20 @@ def machine_doc(speed, machine):
             "disk_bw_bytes_per_s": speed.disk_bw, "disk_bw_source": speed.disk_bw_source,
             "pcie_bytes_per_s": speed.pcie_bw, "pcie_source": speed.pcie_source,
             "numa_nodes": speed.numa_nodes}
+
+
+def notes(speed, machine):
+    """A note naming the profile a plan is of and the figures taken from it ([] without --host)."""
+    if not machine.profile:
+        return []
+    taken = [f"{len(machine.profile['gpus'])} GPU(s)"]
+    if speed.ram_bw_source.startswith(machine.label):
+        taken.append(f"RAM read {speed.ram_bw / 1e9:.1f} GB/s")
+    if speed.threads_source.startswith(machine.label):
+        taken.append(f"{speed.threads} threads")
+    if speed.disk_bw_source.startswith(machine.label):
+        taken.append(f"drive {speed.disk_bw / 1e9:.1f} GB/s")
+    if speed.pcie_source.startswith(machine.label):
+        taken.append(f"PCIe {speed.pcie_bw / 1e9:.1f} GB/s")
+    return [f"machine: {machine.profile['hostname']} as {machine.path} describes it ({', '.join(taken)}); "
+            "flags given beside --host win"]

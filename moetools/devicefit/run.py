@@ -154,8 +154,9 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
     # reserve (margin 0), not the modelled buffer
     doc["reserve_source"] = "compute+margin" if options.reserve is None else "--reserve"
-    doc["machine"] = hostplan.machine_doc(options.speed, machine or hostplan.Machine())
-    doc["notes"] = list(notes) + doc["notes"]
+    machine = machine or hostplan.Machine()
+    doc["machine"] = hostplan.machine_doc(options.speed, machine)
+    doc["notes"] = list(notes) + doc["notes"] + hostplan.notes(options.speed, machine)
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
@@ -304,9 +305,10 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     doc["devices"] = core.fork_ledger(result, inputs.gpus[0].name)
     doc["warnings"] = warnings + doc["warnings"]
     doc["fork_fit_device_reserve_bytes"] = core.fork_default_reserve(inputs.options.vram)
+    doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache")) + fork["notes"] + [_reserve_note(doc)]
     if inputs.speed is not None:
         doc["machine"] = hostplan.machine_doc(inputs.speed, inputs.machine)
-    doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache")) + fork["notes"] + [_reserve_note(doc)]
+        doc["notes"] += hostplan.notes(inputs.speed, inputs.machine)
     if inputs.tier_settings is not None:
         _tier_doc(doc, inputs.tier_settings, result.chosen)
     if result.chosen is None:
@@ -675,8 +677,9 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         if check is not None:
             line, options.speed.mmap, shrink, check_notes, check_warnings = check
             run_check(model_path, facts, rpcs + gpus, ram_bytes, options, line, shrink, outputs.json_flag,
-                       decimal_vram_notes(devices.vram) + check_notes,
-                       check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []))
+                       decimal_vram_notes(devices.vram) + check_notes + hostplan.notes(options.speed, host),
+                       check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []),
+                       machine=hostplan.machine_doc(options.speed, host))
             return
         beside = None
         if runtime == "auto":

@@ -25,24 +25,33 @@ def ram_read(threads, total_bytes=GIB, seconds=0.6, min_passes=3, max_passes=30)
     done_barrier = threading.Barrier(threads + 1)
     stop = []
 
+    failed = []
+
     def worker(index):
-        arrays[index] = np.ones(chunk // 8, dtype=np.uint64)  # written once: every page is real
-        start_barrier.wait()
-        while True:
+        try:
+            arrays[index] = np.ones(chunk // 8, dtype=np.uint64)  # written once: every page is real
             start_barrier.wait()
-            if stop:
-                return
-            arrays[index].max()
-            done_barrier.wait()
+            while True:
+                start_barrier.wait()
+                if stop:
+                    return
+                arrays[index].max()
+                done_barrier.wait()
+        except threading.BrokenBarrierError:
+            return
+        except Exception as err:  # MemoryError above all: the others must not wait for this one forever
+            failed.append(err)
+            start_barrier.abort()
+            done_barrier.abort()
 
     workers = [threading.Thread(target=worker, args=(index,), daemon=True) for index in range(threads)]
     for thread in workers:
         thread.start()
-    start_barrier.wait()  # every chunk allocated
     best = 0.0
     passes = 0
-    began = time.perf_counter()
     try:
+        start_barrier.wait()  # every chunk allocated
+        began = time.perf_counter()
         while passes < max_passes and (passes < min_passes or time.perf_counter() - began < seconds):
             tick = time.perf_counter()
             start_barrier.wait()
@@ -51,12 +60,20 @@ def ram_read(threads, total_bytes=GIB, seconds=0.6, min_passes=3, max_passes=30)
             passes += 1
             if elapsed > 0:
                 best = max(best, chunk * threads / elapsed)
+    except threading.BrokenBarrierError:
+        pass
     finally:
         stop.append(True)
-        start_barrier.wait()
+        start_barrier.abort()  # every worker waiting at a barrier leaves
+        done_barrier.abort()
         for thread in workers:
             thread.join()
-    how = (f"measured: {chunk * threads / GIB:.2f} GiB read by {threads} threads at once (numpy max over "
+    if failed:
+        from moetools.errors import UsageError
+
+        raise UsageError(f"the RAM read test could not run ({type(failed[0]).__name__}: "
+                         f"{failed[0] or 'no memory'}; it needs {chunk * threads / MIB:.0f} MiB)")
+    how = (f"measured: {chunk * threads / GIB:.2f} GiB read by {threads} thread{'s' if threads > 1 else ''} at once (numpy max over "
            f"per-thread uint64 chunks), best of {passes} passes")
     return best, how
 
