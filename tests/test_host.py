@@ -95,6 +95,22 @@ def test_host_falls_back_to_the_plain_query(tmp_path):
     assert [gpu["pcie"] for gpu in gpus] == [None, None]
 
 
+@pytest.mark.skipif(sys.platform.startswith("win"), reason="a shell script stands in for rocm-smi")
+def test_host_reads_rocm_smi(tmp_path):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    memory = json.dumps({"card0": {"VRAM Total Memory (B)": "25753026560", "VRAM Total Used Memory (B)": "753026560"}})
+    buses = json.dumps({"card0": {"PCI Bus": "0000:FD:00.0"}})
+    tool = folder / "rocm-smi"
+    tool.write_text(f"#!/bin/sh\ncase \"$1\" in\n  --showbus) echo '{buses}' ;;\n  *) echo '{memory}' ;;\nesac\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    result = run_host(path=folder)
+    assert result.returncode == 0, result.stderr
+    [gpu] = json.loads(result.stdout)["gpus"]
+    assert (gpu["name"], gpu["backend"], gpu["vram_bytes"], gpu["vram_free_bytes"]) == ("card0", "rocm", 25753026560, 25_000_000_000)
+    assert gpu["bandwidth_bytes_per_s"] is None and "not in the GPU table" in gpu["bandwidth_source"]
+
+
 def test_output_file_and_disk(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -245,3 +261,14 @@ def test_not_json(tmp_path):
     path.write_text("{not json")
     with pytest.raises(FormatError, match="host profile is not valid JSON"):
         host_profile.load(path)
+
+
+def test_disk_reads_a_large_file_where_it_is(tmp_path):
+    """A file past the size floor is read as it is, never written or deleted."""
+    from moetools.host import measure
+
+    model = tmp_path / "model.gguf"
+    model.write_bytes(os.urandom(4 * MIB))
+    rate, how = measure.disk_read(str(model), min_file_bytes=MIB)
+    assert rate > 0 and f"4 MiB of {model}" in how and model.stat().st_size == 4 * MIB
+    assert os.listdir(tmp_path) == ["model.gguf"]

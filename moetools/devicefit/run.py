@@ -366,13 +366,13 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
         min_ctx=context.min_ctx,
         kv=settings,
         h2d_bytes_per_s=speed.pcie_bw,
-        h2d_label="--h2d" if speed.pcie_source in ("--h2d", hostplan.DEFAULT_H2D_SOURCE) else "host profile",
+        h2d_label="host profile" if speed.pcie_source.startswith("host profile") else "--h2d",
         floor_s=parse_floor(machine.floor_text or "10ms"),
         ram=ram_bytes,
         os_reserve=_size_option("--os-reserve", machine.os_reserve),
         container=outputs.container or "",
         disk_bytes_per_s=speed.disk_bw,
-        disk_label="--disk-bw" if speed.disk_bw_source in ("--disk-bw", hostplan.DEFAULT_DISK_BW_SOURCE) else "host profile",
+        disk_label="host profile" if speed.disk_bw_source.startswith("host profile") else "--disk-bw",
         tiers=tier_settings.costs if tier_settings is not None else None,
     )
     input_warnings = []
