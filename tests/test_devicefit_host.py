@@ -146,3 +146,12 @@ def test_check_evaluates_a_line_on_the_profiles_machine(tiny_models, host_file):
     doc = run_json("--host", host_file, "--check", "--", "llama-server", "-m", tiny_models["qwen3moe"], "-ngl", 99, "-c", 4096)
     assert doc["check"]["fits"] and doc["devices"][0]["capacity_bytes"] == 22 * GIB
     assert doc["machine"]["threads"] == 12 and doc["machine"]["ram_bw_source"] == f"host profile {host_file}: measured read"
+
+
+def test_a_profile_on_stdin(tiny_models, host_file):
+    result = CliRunner().invoke(cli, ["device-fit", str(tiny_models["qwen3moe"]), "--runtime", "llama", "--host", "-",
+                                      "--ctx", "4096", "--json"], input=host_file.read_text())
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["machine"]["threads_source"].startswith("host profile -: ")
+    result = run(tiny_models["qwen3moe"], "--host", "-", "--coverage", "-")
+    assert result.exit_code == 2 and "--coverage and --host cannot both read stdin" in result.output

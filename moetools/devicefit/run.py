@@ -29,12 +29,6 @@ from moetools.sizes import format_size, parse_size
 _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
 
 
-def parse_rate(text):
-    """`25GB/s` (decimal), `25G` (GiB), raw bytes per second -> bytes/s (> 0; a bare number under
-    1 MiB/s is a missing unit)."""
-    return float(devicesmod.parse_rate(text, "--h2d"))
-
-
 def parse_floor(text):
     """`10ms`, `0.01s`, `10` (milliseconds) -> seconds (>= 0)."""
     match = _FLOOR_RE.match(str(text))
@@ -572,8 +566,11 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     n_outputs = drafting.n_outputs
     if coverage_policy is not None and not fork.coverage_path:
         raise UsageError(f"--coverage-policy {coverage_policy} needs --coverage FILE (a curve from trace-tail --curve)")
-    if fork.coverage_path == "-" and fork.observations_path == "-":
-        raise UsageError("--coverage and --observations cannot both read stdin")
+    from_stdin = [flag for flag, path in (("--coverage", fork.coverage_path), ("--observations", fork.observations_path),
+                                          ("--host", machine.host_path)) if path == "-"]
+    if len(from_stdin) > 1:
+        raise UsageError(f"{', '.join(from_stdin[:-1])} and {from_stdin[-1]} cannot {'both' if len(from_stdin) == 2 else 'all'} "
+                         "read stdin")
     if context.fa_text is not None:
         flash_attn = context.fa_text != "off"
     if context.min_ctx < 1:
