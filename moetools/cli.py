@@ -28,6 +28,7 @@ COMMANDS = {
     "cold-twin": "moetools.coldtwin.command:cold_twin_command",
     "trace-tail": "moetools.tracetail.command:trace_tail_command",
     "build-env": "moetools.buildenv.command:build_env_command",
+    "host": "moetools.host.command:host_command",
 }
 
 # OS errors that mean "bad input path", reported as one line with exit 2.

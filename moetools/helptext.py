@@ -22,6 +22,7 @@ DEVICE_FIT = examples(
     "moetools device-fit model.gguf --vram 24G --coverage curve.json --ctx 8192",
     "moetools device-fit model.gguf --vram 24G --emit env",
     "moetools device-fit model.gguf --runtime llama --vram 24G,24G --ram 64G",
+    "moetools device-fit model.gguf --host host.json",
     "moetools device-fit model.gguf --runtime llama --vram 24G --ram 64G -ot exps=CPU",
     "moetools device-fit --vram 24G --ram 64G --check -- llama-server -m model.gguf -ngl 99 -ot exps=CPU",
 )
@@ -45,6 +46,9 @@ COLD_TWIN = examples(
 TRACE_TAIL = examples(
     "moetools trace-tail run.trace --model model.gguf",
     "moetools trace-tail run.trace --model model.gguf --curve -o curve.json",
+)
+HOST = examples(
+    "moetools host -o host.json",
 )
 BUILD_ENV = examples(
     "moetools build-env --check",

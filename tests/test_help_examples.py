@@ -21,7 +21,7 @@ from tests import factory
 from tests.test_tracetail_cli import skewed_tokens, write_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["trace-tail", "inspect", "device-fit", "quantize", "container-encode", "container-verify", "container-read",
+ORDER = ["trace-tail", "host", "inspect", "device-fit", "quantize", "container-encode", "container-verify", "container-read",
          "cold-twin", "build-env"]
 # exit 1 is the documented "the answer is no": no twin yet; no CUDA toolkit on the test machine
 ANSWER_MAY_BE_NO = {"moetools cold-twin hot cold", "moetools build-env --check", "moetools build-env --shell json"}

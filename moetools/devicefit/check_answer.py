@@ -16,10 +16,11 @@ from moetools.output import render, warn
 from moetools.sizes import format_size
 
 
-def run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json_flag, notes=(), warnings=()):
+def run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json_flag, notes=(), warnings=(), machine=None):
     """--check: evaluate the command line's placement (options), plan device-fit's own on the same
     devices and context, print both, exit 1 when the line does not fit. shrink: (least context, step)
-    when --fit on may shrink a training context that does not fit (common/fit.cpp), else None."""
+    when --fit on may shrink a training context that does not fit (common/fit.cpp), else None.
+    machine: the document's `machine` entry (hostplan.machine_doc), or None."""
     cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
     kv_flags = launchmod.kv_flags(options.kv)
     result = upstream.plan(facts, offload, cpu, options)
@@ -34,6 +35,8 @@ def run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json
     doc = upstream_doc.result_doc(result, facts, model_path, kv_flags)
     doc["notes"] = list(notes) + doc["notes"]
     doc["warnings"] = list(warnings) + doc["warnings"]
+    if machine is not None:
+        doc["machine"] = machine
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
     own_options = options.without_placement()

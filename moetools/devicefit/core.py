@@ -232,11 +232,13 @@ class FitOptions(Record):
         ("min_ctx", 4096),
         ("kv", kvmod.KVSettings),
         ("h2d_bytes_per_s", 25e9),
+        ("h2d_label", "--h2d"),  # where the rate came from, as the notes name it ("host profile" with --host)
         ("floor_s", 0.010),
         ("ram", None),
         ("os_reserve", 4 * GIB),
         ("container", ""),
         ("disk_bytes_per_s", 3e9),  # the drive's read rate, for the experts the page cache cannot hold
+        ("disk_label", "--disk-bw"),
         ("tiers", None),  # devicefit.tiers.TierCosts: pins and the rest priced at the plan's container tiers
     )
 
@@ -383,16 +385,16 @@ def speed_assumes(result):
     cache = chosen_fork_cache(result)
     where = "a host-RAM cache whose hits still cross PCIe" if cache is not None and cache.device == "host" else "a VRAM cache"
     share = drive_share(facts, options)
-    h2d = f"{options.h2d_bytes_per_s / 1e9:g} GB/s (--h2d)"
+    h2d = f"{options.h2d_bytes_per_s / 1e9:g} GB/s ({options.h2d_label})"
     source = "the container's banks" if options.container else "the model's mmap"
     if cache is not None and cache.device == "host" and options.container:
         misses = (f"misses read from {source} on the drive (the host cache takes the RAM the page cache would hold) "
-                  f"at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw), then PCIe at {h2d}")
+                  f"at {options.disk_bytes_per_s / 1e9:g} GB/s ({options.disk_label}), then PCIe at {h2d}")
     elif options.ram is None:
         misses = f"misses from RAM over PCIe at {h2d}, assuming the page cache holds every expert (no --ram)"
     elif share > 0:
         misses = (f"misses from {source} over PCIe at {h2d}; the page cache holds {1 - share:.0%} of the experts, the other "
-                  f"{share:.0%} are read from the drive at {options.disk_bytes_per_s / 1e9:g} GB/s (--disk-bw)")
+                  f"{share:.0%} are read from the drive at {options.disk_bytes_per_s / 1e9:g} GB/s ({options.disk_label})")
     else:
         misses = f"misses from RAM (the page cache holds every expert) over PCIe at {h2d}"
     return f"{where}; {misses}"

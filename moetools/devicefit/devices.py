@@ -168,7 +168,41 @@ class _Answer:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
+# --vram auto's query, and the host probe's (moetools host): the same GPUs with the PCI bus id and the
+# PCIe link (nvidia-smi --help-query-gpu: pcie.link.gen.max is "the maximum possible with this GPU and
+# system configuration"; the current generation drops while the link idles)
+NVIDIA_LINK_QUERY = ["--query-gpu=index,name,memory.free,memory.total,pci.bus_id,pcie.link.gen.current,"
+                     "pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max", "--format=csv,noheader,nounits"]
+ROCM_BUS_QUERY = ["--showbus", "--json"]
+
+
+class GpuReport:
+    """One GPU as nvidia-smi or rocm-smi reports it. Bytes; link: (gen, width) pairs or None where the
+    tool did not say; bus_id: the PCI address sysfs names the device by (0000:19:00.0), or ""."""
+
+    def __init__(self, name, backend, free_bytes, total_bytes=None, bus_id="", link_current=None, link_max=None):
+        self.name, self.backend = name, backend
+        self.free_bytes, self.total_bytes = free_bytes, total_bytes
+        self.bus_id, self.link_current, self.link_max = bus_id, link_current, link_max
+
+
+def _number(text):
+    """An nvidia-smi field as an int, or None for `[N/A]`, `[Not Supported]` and the like."""
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def _sysfs_bus_id(text):
+    """nvidia-smi's `00000000:19:00.0` (8-digit domain) as sysfs names it: `0000:19:00.0`."""
+    match = re.match(r"^([0-9A-Fa-f]+):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", text.strip())
+    return f"{int(match[1], 16):04x}:{match[2].lower()}" if match else ""
+
+
 def _parse_nvidia(text):
+    """[GpuReport] from the CSV of NVIDIA_LINK_QUERY, or of the older four-column query (index, name,
+    free, total: what an nvidia-smi that refuses the link fields answers); None when not understood."""
     gpus = []
     for line in text.splitlines():
         if not line.strip():
@@ -176,11 +210,19 @@ def _parse_nvidia(text):
         parts = [part.strip() for part in line.split(",")]
         if len(parts) < 4:
             return None
-        try:
-            free_mib = int(float(parts[-2]))
-        except ValueError:
+        linked = len(parts) >= 9 and bool(_sysfs_bus_id(parts[-5]))
+        tail = parts[-7:] if linked else parts[-2:]
+        free_mib, total_mib = _number(tail[0]), _number(tail[1])
+        if free_mib is None:
             return None
-        gpus.append((", ".join(parts[1:-2]), free_mib * 1024 * 1024))
+        report = GpuReport(", ".join(parts[1:len(parts) - len(tail)]), "cuda", free_mib * 1024 * 1024,
+                           None if total_mib is None else total_mib * 1024 * 1024)
+        if linked:
+            report.bus_id = _sysfs_bus_id(tail[2])
+            gen, width, gen_max, width_max = (_number(value) for value in tail[3:7])
+            report.link_current = (gen, width) if gen and width else None
+            report.link_max = (gen_max, width_max) if gen_max and width_max else None
+        gpus.append(report)
     return gpus
 
 
@@ -198,23 +240,43 @@ def _parse_rocm(text):
         total = fields.get("VRAM Total Memory (B)")
         used = fields.get("VRAM Total Used Memory (B)")
         try:
-            gpus.append((card, int(total) - int(used)))
+            gpus.append(GpuReport(card, "rocm", int(total) - int(used), int(total)))
         except (TypeError, ValueError):
             return None
     return gpus
 
 
-def detect_gpus(which=default_which, run=default_run):
-    """[(name, free bytes)] of this machine's GPUs from nvidia-smi, else rocm-smi.
+def _rocm_buses(path, run, gpus):
+    """Each ROCm card's PCI address from `rocm-smi --showbus --json` ({"card0": {"PCI Bus": ...}});
+    left "" where it does not answer."""
+    answer = run([path, *ROCM_BUS_QUERY], 30.0)
+    try:
+        doc = json.loads(answer.stdout) if answer is not None and answer.returncode == 0 else {}
+    except ValueError:
+        doc = {}
+    for gpu in gpus:
+        fields = doc.get(gpu.name) if isinstance(doc, dict) else None
+        if isinstance(fields, dict):
+            gpu.bus_id = _sysfs_bus_id(str(fields.get("PCI Bus", "")))
+
+
+def detect_gpus(which=default_which, run=default_run, details=False):
+    """[(name, free bytes)] of this machine's GPUs from nvidia-smi, else rocm-smi; with details=True
+    [GpuReport] (total memory, PCI address and PCIe link too: the host probe's query, falling back to
+    --vram auto's when nvidia-smi refuses it).
 
     Raises UsageError naming the tools tried when neither is on the PATH or neither answers."""
     tried = []
-    for tool, query, parse in (("nvidia-smi", NVIDIA_QUERY, _parse_nvidia), ("rocm-smi", ROCM_QUERY, _parse_rocm)):
+    nvidia_queries = [NVIDIA_LINK_QUERY, NVIDIA_QUERY] if details else [NVIDIA_QUERY]
+    for tool, queries, parse in (("nvidia-smi", nvidia_queries, _parse_nvidia), ("rocm-smi", [ROCM_QUERY], _parse_rocm)):
         path = which(tool)
         if not path:
             tried.append(f"{tool} (not on the PATH)")
             continue
-        answer = run([path, *query], 30.0)
+        for query in queries:
+            answer = run([path, *query], 30.0)
+            if answer is not None and answer.returncode == 0:
+                break
         if answer is None:
             tried.append(f"{tool} (cannot be run)")
             continue
@@ -229,28 +291,57 @@ def detect_gpus(which=default_which, run=default_run):
         if not gpus:
             tried.append(f"{tool} (lists no GPU)")
             continue
+        if not details:
+            return [(gpu.name, gpu.free_bytes) for gpu in gpus]
+        if tool == "rocm-smi":
+            _rocm_buses(path, run, gpus)
         return gpus
     raise UsageError("--vram auto: no GPU found; tried " + ", ".join(tried) + "; give --vram SIZE[,SIZE...]")
+
+
+def _windows_memory():
+    """(total, available) physical bytes from GlobalMemoryStatusEx, or None."""
+    import ctypes
+
+    class MemoryStatus(ctypes.Structure):
+        _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong), ("total_phys", ctypes.c_ulonglong),
+                    ("avail_phys", ctypes.c_ulonglong), ("total_page", ctypes.c_ulonglong),
+                    ("avail_page", ctypes.c_ulonglong), ("total_virtual", ctypes.c_ulonglong),
+                    ("avail_virtual", ctypes.c_ulonglong), ("avail_ext", ctypes.c_ulonglong)]
+
+    status = MemoryStatus()
+    status.length = ctypes.sizeof(MemoryStatus)
+    if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
+        return int(status.total_phys), int(status.avail_phys)
+    return None
 
 
 def host_ram_bytes():
     """This machine's physical RAM in bytes, or None when it cannot be read."""
     if sys.platform.startswith("win"):
-        import ctypes
-
-        class MemoryStatus(ctypes.Structure):
-            _fields_ = [("length", ctypes.c_ulong), ("load", ctypes.c_ulong), ("total_phys", ctypes.c_ulonglong),
-                        ("avail_phys", ctypes.c_ulonglong), ("total_page", ctypes.c_ulonglong),
-                        ("avail_page", ctypes.c_ulonglong), ("total_virtual", ctypes.c_ulonglong),
-                        ("avail_virtual", ctypes.c_ulonglong), ("avail_ext", ctypes.c_ulonglong)]
-
-        status = MemoryStatus()
-        status.length = ctypes.sizeof(MemoryStatus)
-        if ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):
-            return int(status.total_phys)
-        return None
+        memory = _windows_memory()
+        return memory[0] if memory else None
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_ram_available_bytes(meminfo="/proc/meminfo"):
+    """The RAM this machine could give a new process without swapping, in bytes (Linux: MemAvailable of
+    /proc/meminfo; Windows: GlobalMemoryStatusEx's available physical memory), or None."""
+    if sys.platform.startswith("win"):
+        memory = _windows_memory()
+        return memory[1] if memory else None
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
 
@@ -301,7 +392,7 @@ def build_gpus(vram_sizes=None, gpu_names_list=None, vram_bw=None, detected=None
         elif names:
             bw, source = GPU_TABLE[names[index]][2], f"GPU table ({GPU_TABLE[names[index]][0]})"
         else:
-            guess = _table_match(reported[index])
+            guess = table_match(reported[index])
             if guess:
                 bw, source = GPU_TABLE[guess][2], f"GPU table ({GPU_TABLE[guess][0]}, matched {reported[index]!r})"
             else:
@@ -311,7 +402,7 @@ def build_gpus(vram_sizes=None, gpu_names_list=None, vram_bw=None, detected=None
     return devices
 
 
-def _table_match(reported):
+def table_match(reported):
     """A table key whose compact name appears in a tool's GPU name (`NVIDIA GeForce RTX 4090`)."""
     compact = re.sub(r"[^a-z0-9]", "", reported.lower())
     for key in sorted(GPU_TABLE, key=len, reverse=True):

@@ -29,8 +29,9 @@ ForkOptions = namedtuple('ForkOptions', ['tiers_dir', 'storage_root', 'capture_p
                                          'pin_tier', 'default_tier', 'port'])
 ForkOptions.__doc__ = "The streaming fork's artifacts, the cache's speed inputs, the plan's container tiers and the daemon's port."
 
-MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve'])
-MachineOptions.__doc__ = 'The host: speed floor, RAM, its bandwidth, the drive, threads.'
+MachineOptions = namedtuple('MachineOptions', ['floor_text', 'ram', 'ram_bw', 'disk_bw', 'threads', 'os_reserve', 'host_path'],
+                            defaults=(None,))
+MachineOptions.__doc__ = 'The host: speed floor, RAM, its bandwidth, the drive, threads, and a host profile describing it all.'
 
 OutputOptions = namedtuple('OutputOptions', ['container', 'plan_path', 'emit', 'json_flag'])
 OutputOptions.__doc__ = 'What is written and printed.'
@@ -209,7 +210,8 @@ def fork_options(command):
                        "writes lru, lfu, decay_bandit, predictive, ...; belady is a ceiling, refused). "
                        "Default: the curve's best online demand policy.")
     @click.option("--observations", "observations_path", metavar="FILE", help='Measured runs, JSON lines {"tier", "tok_s", "tokens"} (- for stdin).')
-    @click.option("--h2d", default="25GB/s", show_default=True, help="Host-to-device bandwidth (25GB/s decimal, 25G GiB).")
+    @click.option("--h2d", metavar="RATE", help="Host-to-device bandwidth (25GB/s decimal, 25G GiB; default: the first GPU's PCIe "
+                                                "link in --host, else 25GB/s).")
     @click.option("--pin-tier", metavar="TIER",
                   help="The container ladder's tier the plan's hot pins are served from (each pin's \"tier\"): its "
                        "index (0 = sharpest) or, with --container, its name (q8_0, Q4_K_M). Priced in tok/s with --container.")
@@ -230,11 +232,18 @@ def machine_options(command):
 
     @click.option("--floor", "floor_text", help="Per-token time that no cache removes (fork default 10ms, llama default 3.7ms).")
     @click.option("--ram", metavar="SIZE|auto", help="Host RAM: the CPU device's capacity (fork: also sizes the host expert cache).")
-    @click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default 60GB/s; auto measures a short copy).")
-    @click.option("--disk-bw", default="3GB/s", show_default=True,
-                  help="Drive read rate for the experts the page cache cannot hold (llama: mapped CPU experts; fork: its misses).")
-    @click.option("--threads", "-t", type=int, help="llama: CPU threads for the CPU experts (default: this machine's cores).")
+    @click.option("--ram-bw", metavar="RATE|auto", help="llama: host RAM bandwidth (default: --host's measured read, else "
+                                                          "60GB/s; auto measures a short copy here).")
+    @click.option("--disk-bw", metavar="RATE",
+                  help="Drive read rate for the experts the page cache cannot hold (llama: mapped CPU experts; fork: its "
+                       "misses). Default: --host's measured drive, else 3GB/s.")
+    @click.option("--threads", "-t", type=int,
+                  help="llama: CPU threads for the CPU experts (default: --host's; else llama.cpp's default on this machine, "
+                       "its physical cores, when the plan is of this machine; else 8).")
     @click.option("--os-reserve", default="4G", show_default=True, metavar="SIZE", help="RAM kept for the OS.")
+    @click.option("--host", "host_path", metavar="FILE",
+                  help="Plan for the machine a host profile describes (`moetools host -o FILE` on it): its GPUs, RAM, "
+                       "RAM and drive read rates, PCIe link and threads. Flags given beside it win.")
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         return command(*args, machine=MachineOptions(*(kwargs.pop(name) for name in MachineOptions._fields)), **kwargs)

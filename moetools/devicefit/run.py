@@ -10,6 +10,7 @@ import click
 from moetools.arch.registry import profile
 from moetools.devicefit import core, upstream, upstream_doc
 from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
+from moetools.devicefit import hostplan
 from moetools.devicefit import draft as draftmod
 import moetools.devicefit.launch as launchmod
 from moetools.devicefit.options import overrides_of
@@ -26,12 +27,6 @@ from moetools.output import ShellLine, echo_shell, print_json, render, warn
 from moetools.sizes import format_size, parse_size
 
 _FLOOR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us)?\s*$", re.IGNORECASE)
-
-
-def parse_rate(text):
-    """`25GB/s` (decimal), `25G` (GiB), raw bytes per second -> bytes/s (> 0; a bare number under
-    1 MiB/s is a missing unit)."""
-    return float(devicesmod.parse_rate(text, "--h2d"))
 
 
 def parse_floor(text):
@@ -67,8 +62,9 @@ def decimal_vram_notes(vram):
     return notes
 
 
-def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
-    """(local GPUs, RPC devices) from the device options."""
+def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw, machine=None):
+    """(local GPUs, RPC devices) from the device options; without --gpu, a --host profile's GPUs
+    (hostplan.Machine `machine`), their sizes and bandwidths overridden by --vram and --vram-bw."""
     names = devicesmod.parse_gpu_list(gpu_text) if gpu_text else None
     bandwidths = devicesmod.parse_rate_list(vram_bw, "--vram-bw") if vram_bw else None
     detected = sizes = None
@@ -76,7 +72,10 @@ def _offload_devices(vram, gpu_text, vram_bw, rpc_specs, rpc_bw):
         detected = devicesmod.detect_gpus()
     elif vram is not None:
         sizes = devicesmod.parse_size_list(vram, "--vram")
-    gpus = devicesmod.build_gpus(sizes, names, bandwidths, detected)
+    if machine is not None and machine.profile is not None and not names:
+        gpus = hostplan.host_gpus(machine, sizes, bandwidths)
+    else:
+        gpus = devicesmod.build_gpus(sizes, names, bandwidths, detected)
     rpcs = devicesmod.build_rpc(list(rpc_specs), devicesmod.parse_rate_list(rpc_bw, "--rpc-bw") if rpc_bw else None)
     return gpus, rpcs
 
@@ -92,9 +91,9 @@ def _refuse_a_tier(model_path, metadata):
                          f"tiers beside it, or give --tiers {os.path.dirname(os.path.abspath(model_path))})")
 
 
-def _ram_option(text):
+def _ram_option(text, machine=None):
     if text is None:
-        return None
+        return hostplan.ram_bytes(machine) if machine is not None else None
     if text.strip().lower() == "auto":
         found = devicesmod.host_ram_bytes()
         if not found:
@@ -121,27 +120,18 @@ def _batch_sizes(context):
     return context._replace(ubatch=ubatch, batch=batch), notes
 
 
-def _llama_speed(floor_text=None, ram_bw=None, disk_bw="3GB/s", threads=None):
-    """--runtime llama's speed settings from its options (the defaults when none are given)."""
-    speed = SpeedSettings()
-    if ram_bw is not None and ram_bw.strip().lower() == "auto":
-        speed.ram_bw = devicesmod.measure_copy_bandwidth()
-        speed.ram_bw_source = "measured copy bandwidth of this host (--ram-bw auto)"
-    elif ram_bw is not None:
-        speed.ram_bw = devicesmod.parse_rate(ram_bw, "--ram-bw")
-        speed.ram_bw_source = "--ram-bw"
-    speed.disk_bw = devicesmod.parse_rate(disk_bw, "--disk-bw")
+def _llama_speed(floor_text=None, ram_bw=None, disk_bw=None, threads=None, machine=None, h2d=None):
+    """The speed settings from the machine options (the defaults when none are given), each host figure
+    with its source (hostplan): a flag, the --host profile `machine`, this machine, or a stated default."""
+    speed = hostplan.apply(SpeedSettings(), machine or hostplan.Machine(), ram_bw, disk_bw, threads, h2d)
     if floor_text is not None:
         speed.floor_s = parse_floor(floor_text)
-    if threads is not None and threads < 1:
-        raise UsageError("--threads must be at least 1")
-    speed.threads = threads or os.cpu_count() or 1
     return speed
 
 
-def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, floor_text, ram_bw, disk_bw,
-                   threads, os_reserve, overrides=None):
-    speed = _llama_speed(floor_text, ram_bw, disk_bw, threads)
+def _llama_options(settings, *, speed, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, main_gpu, depth, os_reserve, overrides=None):
+    """UpstreamOptions from the options; `speed` (SpeedSettings) is copied: a plan keeps state in its options."""
+    speed = speed.replace()
     ts = None
     if ts_text is not None:
         try:
@@ -161,7 +151,7 @@ def _llama_options(settings, *, ctx, reserve, margin, ngl, ts_text, n_cpu_moe, m
 
 
 def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, notes=(), warnings=(), beside=None,
-               fetch_stats=None):
+               fetch_stats=None, machine=None):
     """--runtime llama (and auto): plan, print, exit 1 when no runtime fits. `notes` and `warnings` join
     the document's. `beside`: the fork's (doc, result, launch) for the same model, shown beside (auto)."""
     if emit == "env" and beside is None:
@@ -174,7 +164,9 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
     # reserve (margin 0), not the modelled buffer
     doc["reserve_source"] = "compute+margin" if options.reserve is None else "--reserve"
-    doc["notes"] = list(notes) + doc["notes"]
+    machine = machine or hostplan.Machine()
+    doc["machine"] = hostplan.machine_doc(options.speed, machine)
+    doc["notes"] = list(notes) + doc["notes"] + hostplan.notes(options.speed, machine)
     doc["warnings"] = list(warnings) + doc["warnings"]
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
@@ -211,7 +203,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
         click.get_current_context().exit(1)
 
 
-def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
+def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes, speed=None):
     """Numbers for a card no division fits: the shortfall, the smallest VRAM that fits, and what
     upstream llama.cpp (CPU experts, no streaming) would do on the same card."""
     shortfall = core.Fit.shortfall_bytes.fget(core.fit(facts, tiers, options, coverage))
@@ -221,7 +213,7 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes):
         parts.append(f"the fork fits from {answer['smallest_vram_bytes'] / 1024**3:.2f} GiB of VRAM")
     if not tiers:
         parts.append("a smaller resident tier (quantize --resident-only, --tiers) would lower the resident weights")
-    speed = _llama_speed()  # --runtime llama's defaults
+    speed = speed.replace() if speed is not None else _llama_speed()  # --runtime llama's settings
     cpu = devicesmod.cpu_device(ram_bytes or 0, speed.ram_bw, speed.ram_bw_source)
     try:
         # the card's own --margin / --reserve, as --runtime llama would hold them back
@@ -278,7 +270,7 @@ class FitInputs:
 
     def __init__(self, options, tiers_dir, curve, coverage_policy, coverage_label, observations, plan_path="",
                  capture_path="", storage_root=None, model_id=None, gpus=(), ram_bytes=None, fork_notes=(), warnings=(),
-                 tier_settings=None, trace_path=""):
+                 tier_settings=None, trace_path="", speed=None, machine=None):
         self.options = options
         self.tiers_dir = tiers_dir
         self.curve = curve
@@ -295,6 +287,8 @@ class FitInputs:
         self.fork_notes = list(fork_notes)
         self.warnings = list(warnings)  # found while reading the inputs (e.g. the curve's default policy)
         self.tier_settings = tier_settings  # devicefit.tiers.PlanTierSettings: --pin-tier/--default-tier, or None
+        self.speed = speed  # SpeedSettings: the machine's figures and their sources (hostplan)
+        self.machine = machine or hostplan.Machine()
 
 
 def fit_model(facts, fetch_stats, model_path, inputs):
@@ -322,10 +316,13 @@ def fit_model(facts, fetch_stats, model_path, inputs):
     doc["warnings"] = warnings + doc["warnings"]
     doc["fork_fit_device_reserve_bytes"] = core.fork_default_reserve(inputs.options.vram)
     doc["notes"] = doc["notes"] + inputs.fork_notes + pool_notes(doc.get("fork_cache")) + fork["notes"] + [_reserve_note(doc)]
+    if inputs.speed is not None:
+        doc["machine"] = hostplan.machine_doc(inputs.speed, inputs.machine)
+        doc["notes"] += hostplan.notes(inputs.speed, inputs.machine)
     if inputs.tier_settings is not None:
         _tier_doc(doc, inputs.tier_settings, result.chosen)
     if result.chosen is None:
-        doc["unfittable"] = _fork_unfittable(facts, tiers, inputs.options, coverage, inputs.gpus, inputs.ram_bytes)
+        doc["unfittable"] = _fork_unfittable(facts, tiers, inputs.options, coverage, inputs.gpus, inputs.ram_bytes, inputs.speed)
         doc["notes"].append(doc["unfittable"]["summary"])
     if fetch_stats is not None:
         doc.update(fetch_stats)
@@ -354,9 +351,13 @@ def fit_repo(text, fetch, inputs, json_flag):
         click.get_current_context().exit(1)
 
 
-def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_bytes, h2d_bytes_per_s):
-    """The fork's FitInputs from the option records: its options, the curve and observations read once."""
+def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_bytes, speed, host=None):
+    """The fork's FitInputs from the option records: its options, the curve and observations read once.
+    speed: the machine's figures (SpeedSettings: PCIe for --h2d, the drive); host: the hostplan.Machine."""
     coverage_policy = fork.coverage_policy
+    # the fork's h2d: --h2d, the profile's link, else its own practical default (25 GB/s; the llama speed
+    # model's PCIe default is the link's rate, which its fitted efficiency is a share of)
+    fork_h2d, h2d_source = hostplan.pcie_figure(fork.h2d, host or hostplan.Machine())
     fork_notes = decimal_vram_notes(devices.vram)
     if len(gpus) > 1:
         fork_notes.append(f"the fork keeps one expert cache (per expert size, process-wide, on the CUDA device current "
@@ -377,12 +378,14 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
         ctx=context.ctx,
         min_ctx=context.min_ctx,
         kv=settings,
-        h2d_bytes_per_s=h2d_bytes_per_s,
+        h2d_bytes_per_s=fork_h2d,
+        h2d_label="host profile" if h2d_source.startswith("host profile") else "--h2d",
         floor_s=parse_floor(machine.floor_text or "10ms"),
         ram=ram_bytes,
         os_reserve=_size_option("--os-reserve", machine.os_reserve),
         container=outputs.container or "",
-        disk_bytes_per_s=devicesmod.parse_rate(machine.disk_bw, "--disk-bw"),
+        disk_bytes_per_s=speed.disk_bw,
+        disk_label="host profile" if speed.disk_bw_source.startswith("host profile") else "--disk-bw",
         tiers=tier_settings.costs if tier_settings is not None else None,
     )
     input_warnings = []
@@ -404,7 +407,8 @@ def fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_by
         observations = core.parse_observations(read_text(fork.observations_path, "observations"), display_name(fork.observations_path))
     return FitInputs(options, fork.tiers_dir, curve, coverage_policy, fork.coverage_path or "<curve>", observations,
                      outputs.plan_path or "", fork.capture_path or "", fork.storage_root, fork.model_id, gpus, ram_bytes, fork_notes, input_warnings,
-                     tier_settings, trace_path=_trace_option(fork.trace_path, outputs.plan_path, fork.capture_path))
+                     tier_settings, trace_path=_trace_option(fork.trace_path, outputs.plan_path, fork.capture_path),
+                     speed=speed, machine=host)
 
 
 def write_fork_plan(plan_path, result, doc, tier_settings=None):
@@ -581,13 +585,18 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
     n_outputs = drafting.n_outputs
     if coverage_policy is not None and not fork.coverage_path:
         raise UsageError(f"--coverage-policy {coverage_policy} needs --coverage FILE (a curve from trace-tail --curve)")
-    if fork.coverage_path == "-" and fork.observations_path == "-":
-        raise UsageError("--coverage and --observations cannot both read stdin")
+    from_stdin = [flag for flag, path in (("--coverage", fork.coverage_path), ("--observations", fork.observations_path),
+                                          ("--host", machine.host_path)) if path == "-"]
+    if len(from_stdin) > 1:
+        raise UsageError(f"{', '.join(from_stdin[:-1])} and {from_stdin[-1]} cannot {'both' if len(from_stdin) == 2 else 'all'} "
+                         "read stdin")
     if context.fa_text is not None:
         flash_attn = context.fa_text != "off"
     if context.min_ctx < 1:
         raise UsageError("--min-ctx must be at least 1 token")
-    h2d_bytes_per_s = parse_rate(fork.h2d)  # refused on either runtime, though only the fork's streaming uses it
+    host = hostplan.machine_of(machine.host_path, devices.vram, devices.gpu_text, machine.ram)
+    # every machine figure, checked on either runtime (a bad --h2d is refused though only the fork streams)
+    speed = _llama_speed(machine.floor_text, machine.ram_bw, machine.disk_bw, machine.threads, host, fork.h2d)
     if n_outputs is not None and n_outputs < 0:
         raise UsageError("--n-outputs must be 0 (the batch, -b) or more")
     batch_search = context.ubatch is None and context.batch is None
@@ -598,8 +607,8 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         n_outputs = server_outputs(context.batch, context.parallel, max(0, drafting.draft_n_max) if speculative else 0)
     settings = KVSettings(ctk=context.ctk, ctv=context.ctv, ubatch=context.ubatch, batch=context.batch, n_seq=context.parallel, unified=context.kv_unified,
                           swa_full=context.swa_full, flash_attn=flash_attn, outputs=n_outputs)
-    gpus, rpcs = _offload_devices(devices.vram, devices.gpu_text, devices.vram_bw, devices.rpc_specs, devices.rpc_bw)
-    ram_bytes = _ram_option(machine.ram)
+    gpus, rpcs = _offload_devices(devices.vram, devices.gpu_text, devices.vram_bw, devices.rpc_specs, devices.rpc_bw, host)
+    ram_bytes = _ram_option(machine.ram, host)
     from moetools.gguf import open_model
 
     repo = is_repo(model_path)
@@ -652,17 +661,16 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
             for message in flag_warnings:
                 warn(message)
             llama_options = lambda: _llama_options(  # noqa: E731  (one per set: a plan keeps state in its options)
-                copy_settings(settings), ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl,
-                ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe, main_gpu=placement.main_gpu, depth=placement.depth,
-                floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw, threads=machine.threads,
-                os_reserve=machine.os_reserve, overrides=overrides_of(placement))
+                copy_settings(settings), speed=speed, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin,
+                ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe, main_gpu=placement.main_gpu,
+                depth=placement.depth, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
             return fit_repo_llama(model_path, fetch, llama_options, rpcs + gpus, ram_bytes, outputs.json_flag)
         if mtp and profile(facts.architecture).rs_rollback:
             # common_params_speculative::need_n_rs_seq: the target's recurrent state keeps n_max snapshots
             settings.rs_seq = drafting.draft_n_max
-        options = _llama_options(settings, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl, ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe,
-                                 main_gpu=placement.main_gpu, depth=placement.depth, floor_text=machine.floor_text, ram_bw=machine.ram_bw, disk_bw=machine.disk_bw,
-                                 threads=machine.threads, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
+        options = _llama_options(settings, speed=speed, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl,
+                                 ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe, main_gpu=placement.main_gpu,
+                                 depth=placement.depth, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
         options.prefer = placement.prefer
         options.batch_search = batch_search and check is None
         if mtp:
@@ -689,8 +697,9 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         if check is not None:
             line, options.speed.mmap, shrink, check_notes, check_warnings = check
             run_check(model_path, facts, rpcs + gpus, ram_bytes, options, line, shrink, outputs.json_flag,
-                       decimal_vram_notes(devices.vram) + check_notes,
-                       check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []))
+                       decimal_vram_notes(devices.vram) + check_notes + hostplan.notes(options.speed, host),
+                       check_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []),
+                       machine=hostplan.machine_doc(options.speed, host))
             return
         beside = None
         if runtime == "auto":
@@ -698,7 +707,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                                  speculative=bool(drafting.draft_path) or mtp)
             if reason:
                 inputs = fork_inputs(devices, context, fork, machine, outputs, copy_settings(settings), gpus, ram_bytes,
-                                     h2d_bytes_per_s)
+                                     speed, host)
                 fork_doc, fork_result, fork_launch = fit_model(facts, None, model_path, inputs)
                 fork_doc["applies_because"] = reason
                 if daemon is not None:
@@ -711,7 +720,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                                  "streams into one local GPU: no RPC devices, no draft, not a dense model)")
         _run_llama(model_path, facts, rpcs + gpus, ram_bytes, options, outputs.emit, outputs.json_flag, decimal_vram_notes(devices.vram) + batch_notes,
                    flag_warnings + ((forced if isinstance(forced, list) else [forced]) if forced else []), beside=beside,
-                   fetch_stats=fetch_stats)
+                   fetch_stats=fetch_stats, machine=host)
         return
     if overrides_of(placement):
         raise UsageError("-ot/--cpu-moe are llama.cpp's placement: evaluate them with --runtime llama")
@@ -719,7 +728,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         raise UsageError("--rpc needs --runtime llama: the fork streams experts into one local GPU")
     if not gpus:
         raise UsageError("--runtime fork needs the GPU it streams to: give --vram SIZE (or --gpu NAME)")
-    inputs = fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_bytes, h2d_bytes_per_s)
+    inputs = fork_inputs(devices, context, fork, machine, outputs, settings, gpus, ram_bytes, speed, host)
     options = inputs.options
     if repo:
         if outputs.plan_path or outputs.emit:
