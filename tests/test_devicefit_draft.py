@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from moetools import synth
+from tests import factory
 from moetools.cli import cli
 from moetools.devicefit import draft as draftmod
 from tests import devicefit_llama_case as case
@@ -28,7 +29,7 @@ def run(*args):
 
 
 def plan(models, *extra):
-    args = case.device_fit_args(models["target"])
+    args = factory.as_measured(case.device_fit_args(models["target"]))  # with and without a draft at one -ub
     result = run(*args, "--json", *extra)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)

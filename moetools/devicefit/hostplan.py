@@ -144,12 +144,26 @@ def apply(speed, machine, ram_bw=None, disk_bw=None, threads=None, h2d=None):
         # llama.cpp without --numa reads across the sockets' memory: the speed model's NUMA term is per socket
         speed.numa_nodes = machine.profile["cpu"]["sockets"] or 1
         calibration = machine.profile.get("calibration")
-        if calibration:
+        if isinstance(calibration, dict) and "efficiencies" in calibration:
+            _check_efficiencies(calibration["efficiencies"], machine)
             fitted = speed.calibrated(calibration)
             for name in speed.EFFICIENCIES:
                 setattr(speed, name, getattr(fitted, name))
             speed.calibration = calibration
     return speed
+
+
+def _check_efficiencies(efficiencies, machine):
+    """Exit 2 naming the field when a profile's calibration holds an efficiency that is not a number in
+    (0, 1.2] (floor_s: seconds above 0)."""
+    if not isinstance(efficiencies, dict):
+        raise UsageError(f"{machine.path}: calibration.efficiencies must be an object")
+    for name, value in efficiencies.items():
+        limit = None if name == "floor_s" else 1.2
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or (limit and value > limit):
+            raise UsageError(f"{machine.path}: calibration.efficiencies.{name} is {value!r}: expected a number in "
+                             f"(0, {limit}]" if limit else f"{machine.path}: calibration.efficiencies.{name} is {value!r}: "
+                             "expected seconds above 0")
 
 
 def machine_doc(speed, machine):
@@ -160,7 +174,7 @@ def machine_doc(speed, machine):
             "ram_bw_bytes_per_s": speed.ram_bw, "ram_bw_source": speed.ram_bw_source,
             "disk_bw_bytes_per_s": speed.disk_bw, "disk_bw_source": speed.disk_bw_source,
             "pcie_bytes_per_s": speed.pcie_bw, "pcie_source": speed.pcie_source,
-            "numa_nodes": speed.numa_nodes}
+            "sockets": speed.numa_nodes}
 
 
 def notes(speed, machine):

@@ -218,14 +218,16 @@ def _fork_unfittable(facts, tiers, options, coverage, gpus, ram_bytes, speed=Non
     try:
         # the card's own --margin / --reserve, as --runtime llama would hold them back
         held = (dict(reserve=options.reserve, margin=0) if options.reserve is not None else dict(margin=options.margin))
+        # llama.cpp's default batch sizes: --runtime llama would choose -ub (its --prefer balanced)
+        search = options.kv.ubatch == 512 and options.kv.batch == 2048
         fallback = upstream.plan(facts, gpus[:1], cpu, UpstreamOptions(kv=options.kv, ctx=options.ctx, speed=speed,
-                                                                   os_reserve=options.os_reserve, **held))
+                                                                   os_reserve=options.os_reserve, batch_search=search, **held))
     except UsageError:
         fallback = None
     if fallback is not None and fallback.chosen is not None:
         chosen = fallback.chosen
         answer["upstream_tok_s"] = round(chosen.tok_s, 4)
-        answer["upstream_args"] = upstream.server_args(facts.path, fallback, launchmod.kv_flags(options.kv))
+        answer["upstream_args"] = upstream.server_args(facts.path, fallback, launchmod.kv_flags(fallback.kv or options.kv))
         experts_on_cpu = any(device == upstream.CPU for parts in chosen.placement.expert_device.values()
                              for device in parts.values())
         parts.append(f"upstream llama.cpp fits this card{' with CPU experts' if experts_on_cpu else ''} (-ngl {chosen.placement.ngl}"

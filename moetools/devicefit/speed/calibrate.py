@@ -20,10 +20,10 @@ from moetools.devicefit.speed import prompt as promptmod
 
 MAX_EFFICIENCY = 1.2
 SEARCH_RANGE = {"gpu_efficiency": (0.02, 3.0), "cpu_efficiency": (0.02, 3.0), "gpu_compute_efficiency": (0.005, 3.0),
-                "pcie_efficiency": (0.02, 3.0), "floor_s": (1e-5, 0.05)}
+                "pcie_efficiency": (0.02, 3.0), "cpu_compute_efficiency": (0.01, 3.0), "floor_s": (1e-5, 0.05)}
 # which measured figure each efficiency moves: a fit on decode runs alone leaves the prompt's alone
 MOVES = {"gpu_efficiency": ("tg", "pp"), "cpu_efficiency": ("tg", "pp"), "floor_s": ("tg", "pp"),
-         "gpu_compute_efficiency": ("pp",), "pcie_efficiency": ("pp",)}
+         "gpu_compute_efficiency": ("pp",), "pcie_efficiency": ("pp",), "cpu_compute_efficiency": ("pp",)}
 
 
 class Case(Record):
@@ -100,7 +100,9 @@ def _loss(cases, efficiencies):
 def fittable(cases, names):
     """The names whose measured figures the cases hold (a decode-only set cannot fit the prompt's)."""
     kinds = {"tg" for case in cases if case.tg is not None} | {"pp" for case in cases if case.pp is not None}
-    return [name for name in names if set(MOVES[name]) & kinds and (name != "pcie_efficiency" or _copies(cases))]
+    gpu = any(device.kind == "gpu" for case in cases for device in case.devices)
+    wanted = {"pcie_efficiency": _copies(cases), "gpu_efficiency": gpu, "gpu_compute_efficiency": gpu}
+    return [name for name in names if set(MOVES[name]) & kinds and wanted.get(name, True)]
 
 
 def _copies(cases):

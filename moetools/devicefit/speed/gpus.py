@@ -7,7 +7,7 @@ quantized matmuls on int8 tensor cores (MMQ) at a comparable rate; the compute e
 model fits absorbs the difference. Keys are devices.GPU_TABLE's.
 """
 
-from moetools.devicefit.devices import GPU_TABLE, _table_match
+from moetools.devicefit.devices import GPU_TABLE, table_match
 
 T = 1e12
 FP16_TENSOR_FLOPS = {
@@ -25,7 +25,7 @@ FLOPS_PER_BYTE_OF_BANDWIDTH = FP16_TENSOR_FLOPS["rtx3090"] / GPU_TABLE["rtx3090"
 def peak_flops(device):
     """Dense fp16 tensor FLOP/s of a plan's GPU or RPC device (its table entry, else by bandwidth)."""
     for name in (device.model, device.name):
-        key = _table_match(name) if name else None
+        key = table_match(name) if name else None
         if key:
             return FP16_TENSOR_FLOPS[key]
     return device.bandwidth * FLOPS_PER_BYTE_OF_BANDWIDTH

@@ -8,7 +8,7 @@ llama.cpp evaluates a prompt in ubatches of n_ubatch = min(-ub, -b, context) tok
         scheduler runs their matmuls on the first CUDA device and copies the weights there first, every
         ubatch: their bytes / (PCIe x pcie efficiency), the FLOPs on that device; below 32, or without a
         CUDA device, or with --no-op-offload, the CPU computes them:
-        max(FLOPs / (threads x FLOPs per thread), bytes touched / the CPU's read rate)
+        max(FLOPs / (threads x 100 GFLOP/s x cpu compute efficiency), bytes touched / the CPU's read rate)
       + hops (a sync and the activations, n_ubatch x n_embd f32, per device switch) + a per-ubatch floor
 
 Sources (llama.cpp 0c1e57098): ggml/src/ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (an op
@@ -28,6 +28,7 @@ from moetools.devicefit.devices import DEFAULT_RPC_NET_BW
 from moetools.devicefit.placement import CPU
 from moetools.devicefit.speed.decode import cpu_rate, hops
 from moetools.devicefit.speed.gpus import peak_flops
+from moetools.devicefit.speed.settings import CPU_FLOPS_PER_THREAD
 
 F32 = 4
 
@@ -135,7 +136,7 @@ def ubatch_time(facts, placement, devices, settings, tokens, depth=0):
     cpu_flops = host.attention_flops + (0.0 if offload is not None else host.flops_per_token * tokens)
     cpu_bytes = 0.0 if offload is not None else host.bytes_touched
     if cpu_flops or cpu_bytes:
-        breakdown["CPU"] = max(cpu_flops / (settings.threads * settings.cpu_flops_per_thread),
+        breakdown["CPU"] = max(cpu_flops / (settings.threads * CPU_FLOPS_PER_THREAD * settings.cpu_compute_efficiency),
                                cpu_bytes / cpu_rate(settings))
     local, rpc = hops(_offloaded(placement, offload) if offload is not None else placement, devices)
     activations = tokens * facts.graph.n_embd * F32

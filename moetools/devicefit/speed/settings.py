@@ -17,7 +17,9 @@ MEASURED_SHARE_OF_PEAK = 0.80
 # ggml-cuda's default op_offload_min_batch_size (ggml/src/ggml-cuda/ggml-cuda.cu, GGML_OP_OFFLOAD_MIN_BATCH):
 # an op whose weights sit in host memory runs on the first CUDA device once its batch reaches this
 OFFLOAD_MIN_BATCH = 32
-DEFAULT_CPU_FLOPS_PER_THREAD = 40e9  # quantized matmul work one core does per second during prompt processing
+# one core's nominal matmul rate (AVX-512: two 16-wide fp32 FMA units at 3 GHz); prompt processing on the
+# CPU reaches cpu_compute_efficiency of it
+CPU_FLOPS_PER_THREAD = 100e9
 
 
 class SpeedSettings(Record):
@@ -43,7 +45,7 @@ class SpeedSettings(Record):
         ("numa_nodes", 1),  # the host's NUMA nodes (a host profile says; llama.cpp reads across them)
         ("calibration", None),  # a host profile's calibration record (efficiencies fitted on llama-bench runs)
         ("thread_bw", 12e9),  # bytes/s one CPU thread streams through a quantized matmul
-        ("cpu_flops_per_thread", DEFAULT_CPU_FLOPS_PER_THREAD),
+        ("cpu_compute_efficiency", 0.40),  # share of CPU_FLOPS_PER_THREAD x threads the CPU's prompt matmuls reach
         ("hop_local_s", 30e-6),  # one device switch on this host (a sync and a small copy)
         ("hop_rpc_s", 400e-6),  # one switch to or from an RPC server (a network round trip)
         ("floor_s", 0.0037),  # per token at decode, per ubatch at prompt processing
@@ -53,7 +55,8 @@ class SpeedSettings(Record):
         ("mmap", True),
     )
 
-    EFFICIENCIES = ("gpu_efficiency", "cpu_efficiency", "gpu_compute_efficiency", "pcie_efficiency", "floor_s")
+    EFFICIENCIES = ("gpu_efficiency", "cpu_efficiency", "gpu_compute_efficiency", "pcie_efficiency", "cpu_compute_efficiency",
+                    "floor_s")
 
     def ram_peak(self):
         """The RAM's peak bandwidth the CPU efficiency is a share of."""
