@@ -1,0 +1,114 @@
+"""Record what llama.cpp's `--fit` chooses (llama-fit-params' printed flags) for MoE models on two loopback
+RPC devices and the CPU, for tests/test_devicefit_fitparams.py (devicefit/fit_emulation.py must choose
+the same).
+
+    .venv/bin/python benchmarks/check_devicefit_fitparams.py --bin DIR_WITH_LLAMA_TOOLS [--write]
+
+Starts two `ggml-rpc-server` processes on 127.0.0.1 (stopped at the end). An RPC server's CPU backend
+reports the host's whole physical memory as free (ggml-cpu.cpp ggml_backend_cpu_device_get_memory:
+free = total), so each device's size is set by its fit target: `-fitt` = reported free MiB - size MiB,
+which leaves a target of the size plus the part of a MiB the free memory has beyond whole MiB; the
+record keeps the reported free bytes (sysconf on this host) to reproduce that exactly. Header-only
+presets (`python -m moetools.synth`) cost no RAM: llama-fit-params loads with no_alloc and
+LLAMA_LOAD_MODE_NONE and never reads tensor data. `--write` records tests/data/devicefit_llama_fitparams.json
+(with --commit), keeping the record's hand-written `xfail` entries (cases device-fit's memory model
+is known to decide otherwise, and why). moetools ships no llama.cpp code and no recipe to build it: bring your own binaries.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from moetools import synth  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_devicefit_llama import rpc_servers  # noqa: E402
+
+RECORD = "tests/data/devicefit_llama_fitparams.json"
+PORTS = (50271, 50272)
+MIB = 1024 * 1024
+SHARED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "models")
+# (name, model: a synth preset or a file of ../shared/models, device sizes MiB, -c (0: the training
+# context), -fitc or None)
+CASES = [
+    ("gpt-oss-120b on 16+20 GiB", "gpt-oss-120b", [16000, 20000], 4096, None),
+    ("gpt-oss-120b on one 20 GiB device", "gpt-oss-120b", [20000], 4096, None),
+    ("gpt-oss-120b, -c 0 (context reduced)", "gpt-oss-120b", [16000, 20000], 0, 8192),
+    ("qwen3-235b on 20+22 GiB", "qwen3-235b", [20000, 22000], 4096, None),
+    ("glm-4.5-air on 12+18 GiB", "glm-4.5-air", [12000, 18000], 8192, None),
+    ("qwen3-30b-a3b on 6+8 GiB", "qwen3-30b-a3b", [6000, 8000], 4096, None),
+    ("qwen3-30b-a3b fits as it is", "qwen3-30b-a3b", [20000, 20000], 4096, None),
+    ("deepseek-v3 on 20+22 GiB", "deepseek-v3", [20000, 22000], 4096, None),
+    ("deepseek-v3 on 3+3 GiB (dense weights do not fit)", "deepseek-v3", [3000, 3000], 4096, None),
+    ("kimi-k2 on 18+23 GiB", "kimi-k2", [18000, 23000], 4096, None),
+    ("tiny-qwen3moe on 3+4 MiB (only the output layer fits)", "tiny-qwen3moe-Q8_0.gguf", [3, 4], 512, None),
+    ("tiny-qwen3moe on 6+8 MiB", "tiny-qwen3moe-Q8_0.gguf", [6, 8], 512, None),
+    ("tiny-gptoss on 8+8 MiB", "tiny-gptoss-Q8_0.gguf", [8, 8], 512, None),
+    ("tiny-deepseekv3 on 5+6 MiB", "tiny-deepseekv3-Q8_0.gguf", [5, 6], 512, None),
+    ("tiny-mixtral on 5+6 MiB", "tiny-mixtral-Q8_0.gguf", [5, 6], 512, None),
+    ("tiny-mixtral on one 4 MiB device", "tiny-mixtral-Q8_0.gguf", [4], 512, None),
+]
+
+
+def reported_free():
+    """What an RPC server's CPU backend reports free on this host: the physical memory (bytes)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def model_path(model, folder):
+    if model.endswith(".gguf"):
+        return os.path.abspath(os.path.join(SHARED_MODELS, model))
+    path = os.path.join(folder, f"{model}.gguf")
+    if not os.path.exists(path):
+        synth.write_model(synth.preset(model), path, sparse=True)
+    return path
+
+
+def fit_params(binary, model, sizes, ctx, fitc, free):
+    margins = [free // MIB - size for size in sizes]
+    argv = [binary, "-m", model, "--rpc", ",".join(f"127.0.0.1:{port}" for port in PORTS[:len(sizes)]),
+            "-c", str(ctx), "-fa", "on", "-fitt", ",".join(map(str, margins))]
+    if fitc is not None:
+        argv += ["-fitc", str(fitc)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("-c ")]
+    return argv, margins, (lines[-1] if lines else None), done.returncode, done.stderr[-2000:]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin", required=True, help="folder holding llama-fit-params and ggml-rpc-server")
+    parser.add_argument("--commit", default="0c1e57098", help="the llama.cpp commit those binaries were built from")
+    parser.add_argument("--write", action="store_true", help="record the flags in " + RECORD)
+    options = parser.parse_args()
+    free = reported_free()
+    record = {"llama_cpp_commit": options.commit, "reported_free_bytes": free, "ports": list(PORTS), "cases": []}
+    with rpc_servers(options.bin, PORTS):
+        with tempfile.TemporaryDirectory(prefix="devicefit-fitparams-") as folder:
+            for name, model, sizes, ctx, fitc in CASES:
+                argv, margins, line, rc, tail = fit_params(os.path.join(options.bin, "llama-fit-params"),
+                                                           model_path(model, folder), sizes, ctx, fitc, free)
+                print(f"== {name}: exit {rc}\n   {line or tail}")
+                record["cases"].append({"name": name, "model": model, "sizes_mib": sizes, "ctx": ctx, "fitc": fitc,
+                                        "fitt_mib": margins, "exit": rc, "printed": shlex.split(line) if line else None})
+    if options.write:
+        from moetools.atomic import write_json
+
+        if os.path.exists(RECORD):  # the hand-written list of cases device-fit is known to choose otherwise
+            with open(RECORD) as handle:
+                known = json.load(handle).get("xfail", {})
+            names = {entry["name"] for entry in record["cases"]}
+            record["xfail"] = {name: why for name, why in known.items() if name in names}
+
+        write_json(RECORD, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
