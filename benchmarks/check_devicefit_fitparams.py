@@ -34,15 +34,22 @@ RECORD = "tests/data/devicefit_llama_fitparams.json"
 PORTS = (50271, 50272)
 MIB = 1024 * 1024
 SHARED_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "models")
-# (name, model: a synth preset or a file of ../shared/models, device sizes MiB, -c (0: the training
-# context), -fitc or None)
+# (name, model: a synth preset or a file of ../shared/models, device sizes MiB, -c (None: not given, so
+# the training context, which --fit may reduce to -fitc; 0: the training context, which -c 0 forbids the
+# fit to reduce, common/arg.cpp setting fit_params_min_ctx to UINT32_MAX unless a later -fitc resets it),
+# -fitc or None)
 CASES = [
     ("gpt-oss-120b on 16+20 GiB", "gpt-oss-120b", [16000, 20000], 4096, None),
     ("gpt-oss-120b on one 20 GiB device", "gpt-oss-120b", [20000], 4096, None),
-    ("gpt-oss-120b, -c 0 (context reduced)", "gpt-oss-120b", [16000, 20000], 0, 8192),
+    ("gpt-oss-120b, -c 0 -fitc 8192 (context reduced to 8192)", "gpt-oss-120b", [16000, 20000], 0, 8192),
     ("qwen3-235b on 20+22 GiB", "qwen3-235b", [20000, 22000], 4096, None),
     ("glm-4.5-air on 12+18 GiB", "glm-4.5-air", [12000, 18000], 8192, None),
     ("qwen3-30b-a3b on 6+8 GiB", "qwen3-30b-a3b", [6000, 8000], 4096, None),
+    ("qwen3-30b-a3b, no -c, one 20 GiB device (only the context changes)", "qwen3-30b-a3b", [20000], None, None),
+    ("qwen3-30b-a3b, no -c, one 17.5 GiB device (context at the minimum, then experts)", "qwen3-30b-a3b", [17500],
+     None, None),
+    ("qwen3-30b-a3b, -c 0, one 17.5 GiB device (the training context kept)", "qwen3-30b-a3b", [17500], 0, None),
+    ("qwen3-235b, no -c, on 20+23 GiB", "qwen3-235b", [20000, 23000], None, None),
     ("qwen3-30b-a3b fits as it is", "qwen3-30b-a3b", [20000, 20000], 4096, None),
     ("deepseek-v3 on 20+22 GiB", "deepseek-v3", [20000, 22000], 4096, None),
     ("deepseek-v3 on 3+3 GiB (dense weights do not fit)", "deepseek-v3", [3000, 3000], 4096, None),
@@ -73,7 +80,7 @@ def model_path(model, folder):
 def fit_params(binary, model, sizes, ctx, fitc, free):
     margins = [free // MIB - size for size in sizes]
     argv = [binary, "-m", model, "--rpc", ",".join(f"127.0.0.1:{port}" for port in PORTS[:len(sizes)]),
-            "-c", str(ctx), "-fa", "on", "-fitt", ",".join(map(str, margins))]
+            *(["-c", str(ctx)] if ctx is not None else []), "-fa", "on", "-fitt", ",".join(map(str, margins))]
     if fitc is not None:
         argv += ["-fitc", str(fitc)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)

@@ -12,7 +12,8 @@ llama.cpp's algorithm (common/fit.cpp, 0c1e57098):
 - Step 1 (common_params_fit_impl "step 1"). The default parameters are measured: every layer offloaded
   (-ngl -1), split by free memory, no overrides. With one device, nothing changes when its free memory
   less the use is at least its margin; with several, when that holds on every device.
-- Step 2 (context). Only when the context is 0 (`-c 0`: the training context) and the sum of the
+- Step 2 (context). Only when the context is 0 (no -c: the training context; `-c 0` asks for it too but
+  also sets n_ctx_min to UINT32_MAX, so nothing is reduced, unless a later `-fitc` sets it) and the sum of the
   projected free memory is below the sum of the margins: the model is measured again at
   n_ctx_min (`-fitc/--fit-ctx`, default 4096) and the context interpolated linearly between that and
   the training context to meet the summed targets (with several devices less (nd+1) times a sixth of
@@ -139,6 +140,28 @@ def layout(slots, overflow_to, n_total):
     return ngl, [slot[0] for slot in slots], entries
 
 
+def trial_options(facts, devices, options, ngl=None, ts=None, entries=()):
+    """upstream.UpstreamOptions that evaluate a --fit configuration as a user's placement: -ngl (None:
+    -1, every layer), -ts counts (None or all 0: llama.cpp's default split), -ot [(pattern, buffer
+    name)] resolved to tensor homes on these devices."""
+    options = options.replace(ngl=ngl, ts=list(ts) if ts and any(ts) else None, n_cpu_moe=None, main_gpu=None,
+                              overrides=None, tensor_homes=None)
+    if entries:
+        sources = [("-ot", ",".join(f"{pattern}={buft}" for pattern, buft in entries))]
+        resolved = overridesmod.resolve(sources, devices)
+        homes = overridesmod.tensor_homes(resolved, facts.layers.tensors)[0]
+        return options.replace(overrides=sources, tensor_homes=homes)
+    if ngl is None:
+        return options.replace(ngl=facts.layers.n_layer + 1)
+    return options
+
+
+def choice_options(choice, facts, devices, options):
+    """trial_options of a FitChoice: `upstream.plan_at(facts, devices, cpu, these, choice.ctx)` is what
+    device-fit predicts for the placement --fit would choose (its ledger and speed)."""
+    return trial_options(facts, devices, options, choice.ngl, choice.ts, choice.overrides)
+
+
 class _Measure:
     """device-fit's memory model as fit.cpp's get_memory_for_layers: [bytes per offload device] of a
     configuration (model + KV + compute, and a draft's share), counting the trials."""
@@ -149,15 +172,7 @@ class _Measure:
 
     def __call__(self, ctx, ngl=None, ts=None, entries=()):
         self.trials += 1
-        options = self.options.replace(ngl=ngl, ts=list(ts) if ts and any(ts) else None, n_cpu_moe=None,
-                                       main_gpu=None, overrides=None, tensor_homes=None)
-        if entries:
-            sources = [("-ot", ",".join(f"{pattern}={buft}" for pattern, buft in entries))]
-            resolved = overridesmod.resolve(sources, self.devices)
-            homes = overridesmod.tensor_homes(resolved, self.facts.layers.tensors)[0]
-            options = options.replace(overrides=sources, tensor_homes=homes)
-        elif ngl is None:
-            options = options.replace(ngl=self.facts.layers.n_layer + 1)  # -ngl -1: every layer
+        options = trial_options(self.facts, self.devices, self.options, ngl, ts, entries)
         plan = upstream.plan_at(self.facts, self.devices, self.cpu, options, ctx)
         return [share.model_bytes + share.kv_bytes + share.compute_bytes + share.draft_bytes
                 for share in plan.shares[:-1]]
@@ -174,8 +189,10 @@ def fit_choice(facts, devices, cpu, options, ctx, margins=None, n_ctx_min=FIT_CT
     """What `--fit` chooses for this model (core.ModelFacts) on these offload devices (each
     capacity_bytes taken as the free memory llama.cpp reads) and the CPU, with upstream.UpstreamOptions
     (its kv settings; options.margin is --fit-target unless `margins` gives one per device, bytes).
-    ctx: the user's -c (None: -c 0, the training context, which the fit may reduce down to
-    n_ctx_min). Returns a FitChoice. Pure (no llama.cpp)."""
+    ctx: the user's -c (None: the training context -- no -c, or -c 0 -- which the fit may reduce down
+    to n_ctx_min; n_ctx_min None: never reduced, as `-c 0` makes it, common/arg.cpp setting
+    fit_params_min_ctx to UINT32_MAX unless a later -fitc resets it). Returns a FitChoice. Pure (no
+    llama.cpp)."""
     measure = _Measure(facts, devices, cpu, options)
     try:
         return _fit(facts, devices, options, ctx, margins, n_ctx_min, measure)
@@ -202,7 +219,7 @@ def _fit(facts, devices, options, ctx, margins, n_ctx_min, measure):
         return FitChoice(ctx=ctx, used=full, status="unchanged", trials=measure.trials)
     # step 2: the context, only when it was left at 0
     surplus = sum(free) - sum(full) - sum(margins)
-    if surplus < 0 and auto and n_ctx_max > n_ctx_min:
+    if surplus < 0 and auto and n_ctx_min is not None and n_ctx_max > n_ctx_min:
         target = sum(free) - sum(margins)
         if nd > 1:
             model = sum(measure_model(measure, ctx))
@@ -224,7 +241,7 @@ def _fit(facts, devices, options, ctx, margins, n_ctx_min, measure):
 
 def measure_model(measure, ctx):
     """The model bytes per device of the default parameters (step 2's per-layer weight)."""
-    options = measure.options.replace(ngl=measure.facts.layers.n_layer + 1, ts=None)
+    options = trial_options(measure.facts, measure.devices, measure.options)
     plan = upstream.plan_at(measure.facts, measure.devices, measure.cpu, options, ctx)
     return [share.model_bytes for share in plan.shares[:-1]]
 
