@@ -1,6 +1,7 @@
 """Record what llama.cpp's `--fit` chooses (llama-fit-params' printed flags) for MoE models on two loopback
 RPC devices and the CPU, for tests/test_devicefit_fitparams.py (devicefit/fit_emulation.py must choose
-the same).
+the same), and the scheduler's splits llama-completion logs for experts on the CPU at either end of a
+device's range (sched_splits, for the hop count of the speed model).
 
     .venv/bin/python benchmarks/check_devicefit_fitparams.py --bin DIR_WITH_LLAMA_TOOLS [--write]
 
@@ -18,6 +19,7 @@ is known to decide otherwise, and why). moetools ships no llama.cpp code and no 
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -62,6 +64,45 @@ CASES = [
     ("tiny-mixtral on one 4 MiB device", "tiny-mixtral-Q8_0.gguf", [4], 512, None),
 ]
 
+# The scheduler's splits of a placement (ggml-backend.cpp ggml_backend_sched_split_graph, logged by
+# llama.cpp as "graph: nodes = N, splits = S"): tiny-qwen3moe (4 blocks) on the two RPC devices, -ngl 99
+# -ts 1,1 (blocks 0-2 on the first, block 3 and the output on the second), experts moved by -ot;
+# (name, -ot value or None, -ub). RPC backends never take the CPU's weights' ops (ggml-rpc.cpp: no
+# offload_op), so prompt and decode graphs split alike.
+SPLITS_MODEL = "tiny-qwen3moe-Q8_0.gguf"
+SPLITS_RPC1 = f"RPC0[127.0.0.1:{PORTS[1]}]"
+EXPS = r"ffn_(up|down|gate)_exps"
+SPLIT_CASES = [
+    ("every expert on its layer's device", None, 512),
+    ("block 0's experts on the CPU (first of device 0's range)", rf"blk\.0\.{EXPS}=CPU", 512),
+    ("block 2's experts on the CPU (last of device 0's range)", rf"blk\.2\.{EXPS}=CPU", 512),
+    ("blocks 0-1 on the CPU (first two)", rf"blk\.[01]\.{EXPS}=CPU", 512),
+    ("blocks 1-2 on the CPU (last two)", rf"blk\.[12]\.{EXPS}=CPU", 512),
+    ("blocks 0-1 on the CPU, -ub 1", rf"blk\.[01]\.{EXPS}=CPU", 1),
+    ("blocks 1-2 on the CPU, -ub 1", rf"blk\.[12]\.{EXPS}=CPU", 1),
+    ("blocks 0-2 on the CPU (the whole range)", rf"blk\.[0-2]\.{EXPS}=CPU", 512),
+    ("block 3's experts on the CPU (last device, before the output)", rf"blk\.3\.{EXPS}=CPU", 512),
+    ("block 2 keeps up (LAYER_FRACTION_UP to the CPU)", r"blk\.2\.ffn_(gate|down)_exps=CPU", 512),
+    ("block 0 keeps up (LAYER_FRACTION_UP to the CPU)", r"blk\.0\.ffn_(gate|down)_exps=CPU", 512),
+    ("block 2 keeps up and gate (LAYER_FRACTION_GATE to the CPU)", r"blk\.2\.ffn_down_exps=CPU", 512),
+    ("block 0 keeps up and gate (LAYER_FRACTION_GATE to the CPU)", r"blk\.0\.ffn_down_exps=CPU", 512),
+    ("block 2 keeps up, its gate and down on the next device", rf"blk\.2\.ffn_(gate|down)_exps={SPLITS_RPC1}", 512),
+    ("block 0 keeps up, its gate and down on the next device", rf"blk\.0\.ffn_(gate|down)_exps={SPLITS_RPC1}", 512),
+]
+
+
+def sched_splits(binary, model, ot, ubatch):
+    """The splits llama.cpp logs for its reserved graph with this -ot on the two RPC devices."""
+    argv = [binary, "-m", model, "--rpc", ",".join(f"127.0.0.1:{port}" for port in PORTS), "-ngl", "99", "-ts", "1,1",
+            *(["-ot", ot] if ot else []), "-c", "512", "-ub", str(ubatch), "-b", str(max(ubatch, 1)), "-fa", "on",
+            "--fit", "off", "-n", "1", "-p", "hi", "-no-cnv", "-lv", "4"]
+    # errors="replace": the tiny model's one sampled token is any bytes
+    done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=600)
+    found = re.findall(r"graph: nodes = \d+, splits = (\d+)", done.stdout + done.stderr)
+    if not found:
+        raise SystemExit(f"no splits logged by {shlex.join(argv)}:\n{(done.stdout + done.stderr)[-2000:]}")
+    return int(found[-1])
+
 
 def reported_free():
     """What an RPC server's CPU backend reports free on this host: the physical memory (bytes)."""
@@ -95,7 +136,8 @@ def main():
     parser.add_argument("--write", action="store_true", help="record the flags in " + RECORD)
     options = parser.parse_args()
     free = reported_free()
-    record = {"llama_cpp_commit": options.commit, "reported_free_bytes": free, "ports": list(PORTS), "cases": []}
+    record = {"llama_cpp_commit": options.commit, "reported_free_bytes": free, "ports": list(PORTS), "cases": [],
+              "splits_model": SPLITS_MODEL, "sched_splits": []}
     with rpc_servers(options.bin, PORTS):
         with tempfile.TemporaryDirectory(prefix="devicefit-fitparams-") as folder:
             for name, model, sizes, ctx, fitc in CASES:
@@ -104,6 +146,10 @@ def main():
                 print(f"== {name}: exit {rc}\n   {line or tail}")
                 record["cases"].append({"name": name, "model": model, "sizes_mib": sizes, "ctx": ctx, "fitc": fitc,
                                         "fitt_mib": margins, "exit": rc, "printed": shlex.split(line) if line else None})
+            for name, ot, ubatch in SPLIT_CASES:
+                splits = sched_splits(os.path.join(options.bin, "llama-completion"), model_path(SPLITS_MODEL, folder), ot, ubatch)
+                print(f"== splits, {name}: {splits}")
+                record["sched_splits"].append({"name": name, "ot": ot, "ubatch": ubatch, "splits": splits})
     if options.write:
         from moetools.atomic import write_json
 
