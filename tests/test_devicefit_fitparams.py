@@ -113,11 +113,12 @@ def test_n_cpu_moe_only_for_the_leading_blocks_whole():
 def test_the_choice_evaluates_as_a_user_placement_with_the_experts_of_the_last_layers_on_the_cpu(models):
     entry = next(e for e in RECORD["cases"] if e["name"] == "gpt-oss-120b on 16+20 GiB")
     facts = models(entry["model"])
-    choice = choice_of(facts, entry)
     free = RECORD["reported_free_bytes"]
     devices = [Device(f"RPC0[127.0.0.1:{port}]", "rpc", free, 1e12) for port in RECORD["ports"]]
-    options = fit_emulation.choice_options(choice, facts, devices, upstream.UpstreamOptions(kv=KVSettings(flash_attn=True, outputs=0), margin=0))
-    plan = upstream.plan_at(facts, devices, cpu_device(64 << 30, 50e9, "test"), options, choice.ctx)
+    options = upstream.UpstreamOptions(kv=KVSettings(flash_attn=True, outputs=0), margin=0)
+    choice, plan = fit_emulation.fit_plan(facts, devices, cpu_device(64 << 30, 50e9, "test"), options, entry["ctx"],
+                                          margins=[mib * MIB for mib in entry["fitt_mib"]])
+    assert choice.flags() == entry["printed"] and plan.tok_s > 0
     layer_device = plan.placement.layer_device
     assert [layer_device.count(k) for k in (0, 1)] == [10, 27]
     on_cpu = sorted(b for b, homes in plan.placement.expert_device.items() if set(homes.values()) == {-1})

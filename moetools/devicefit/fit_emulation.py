@@ -162,6 +162,15 @@ def choice_options(choice, facts, devices, options):
     return trial_options(facts, devices, options, choice.ngl, choice.ts, choice.overrides)
 
 
+def fit_plan(facts, devices, cpu, options, ctx, **fit_options):
+    """(FitChoice, upstream.DevicePlan of that choice at its context, or None when the fit failed):
+    what --fit would choose and what device-fit predicts for it (ledger, fits, tok/s)."""
+    choice = fit_choice(facts, devices, cpu, options, ctx, **fit_options)
+    if choice.status == "failed":
+        return choice, None
+    return choice, upstream.plan_at(facts, devices, cpu, choice_options(choice, facts, devices, options), choice.ctx)
+
+
 class _Measure:
     """device-fit's memory model as fit.cpp's get_memory_for_layers: [bytes per offload device] of a
     configuration (model + KV + compute, and a draft's share), counting the trials."""
