@@ -8,12 +8,22 @@ point exceeds (il - first offloaded) / offloaded. The input layer (token embeddi
 the output layer lands on the last device. `-ot PATTERN=BUFT` overrides move single tensors (llama.cpp
 matches the first pattern that `regex_search`es the name); `--n-cpu-moe N` is the overrides of blocks < N.
 
-The chooser (what `--fit` in common/fit.cpp finds by loading the model again and again) works on the
-header's bytes instead: first every layer's dense part and KV must fit on the GPUs (else leading layers
-go to the CPU whole, `-ngl` below all); then devices are filled front to back, each taking layers while
-the rest can still be held dense-only by the devices after it; within each device's range the experts of
-the last layers stay on the device and those of the first go to the CPU (so one GPU is `--n-cpu-moe N`),
-and the boundary block keeps single matrices (up, then gate) as --fit's LAYER_FRACTION_UP/GATE do.
+The chooser works on the header's bytes: first every layer's dense part and KV must fit on the GPUs
+(else leading layers go to the CPU whole, `-ngl` below all); then devices are filled front to back,
+each taking layers while the rest can still be held dense-only by the devices after it; within each
+device's range, by default (spill "first"), the experts of the last layers stay on the device and those
+of the first go to the CPU (so one GPU is `--n-cpu-moe N`), and the boundary block keeps single matrices
+(up, then up and gate) as --fit's LAYER_FRACTION_UP/GATE do. spill "last" sends the experts of the last
+layers of each range to the CPU instead, the side llama.cpp's --fit chooses.
+
+llama.cpp's `--fit` (common/fit.cpp common_params_fit_impl, 0c1e57098; emulated step by step in
+fit_emulation.py) measures trial loads instead: it fills devices back to front with dense-only layers,
+then front to back converts them to whole layers by false position, and set_ngl_tensor_split_tbo lays
+each device's range out as its whole layers FIRST and its partial layers LAST: the experts that leave a
+GPU are those of the last layers of its range (`blk\\.N\\.ffn_(up|down|gate_up|gate)_(ch|)exps=CPU`),
+the first of them, the boundary, sending only its LAYER_FRACTION_UP/GATE/ATTN part (and, on every GPU
+but the last, to the next GPU's buffer rather than the CPU). So device-fit's default puts the CPU
+experts at the other end of each range from --fit's; the same bytes move either way.
 """
 
 import struct
@@ -176,10 +186,18 @@ def _dense_rest_fits(costs, start, k, used_k, budgets):
     return used_k + need <= budgets[k]
 
 
-def choose(layers, costs, budgets):
+SPILLS = ("first", "last")
+
+
+def choose(layers, costs, budgets, spill="first"):
     """A Placement for devices with these usable budgets (bytes after compute and margin), in order.
 
-    Returns (placement, notes)."""
+    spill: which experts of a device's range leave for the CPU when not all fit -- "first" (device-fit's
+    default: those of the first layers, so one GPU is `--n-cpu-moe N`) or "last" (those of the last
+    layers, as llama.cpp's --fit does: common/fit.cpp set_ngl_tensor_split_tbo). The layer ranges are
+    the same either way. Returns (placement, notes)."""
+    if spill not in SPILLS:
+        raise ValueError(f"spill must be one of {SPILLS}, not {spill!r}")
     n_layer = layers.n_layer
     m = len(budgets)
     notes = []
@@ -213,7 +231,7 @@ def choose(layers, costs, budgets):
     homes = {}
     for k, (start, end) in enumerate(ranges):
         room = budgets[k] - sum(costs.dense[start:end]) - (costs.output if k == m - 1 else 0)
-        homes.update(_fill_experts(layers, range(start, end), k, room))
+        homes.update(_fill_experts(layers, range(start, end), k, room, spill))
     counts = [end - start for start, end in ranges]
     counts[-1] += 1  # the output layer counts in the last device's share, as --fit writes -ts
     ngl = sum(counts)
@@ -264,12 +282,13 @@ def _proportional(costs, budgets):
     return ranges
 
 
-def _fill_experts(layers, blocks, device, room):
-    """Experts of a device's layers: whole blocks from the back of its range while they fit, then the
-    boundary block's single matrices (up, then up and gate); the rest on the CPU. {block: {part: home}}."""
+def _fill_experts(layers, blocks, device, room, spill="first"):
+    """Experts of a device's layers: whole blocks from the back of its range (spill "first"; from the
+    front for "last") while they fit, then the boundary block's single matrices (up, then up and gate);
+    the rest on the CPU. {block: {part: home}}."""
     homes = {}
     boundary_done = False
-    for il in reversed(list(blocks)):
+    for il in (reversed(list(blocks)) if spill == "first" else list(blocks)):
         block = layers.blocks[il]
         if not block.experts:
             continue

@@ -266,8 +266,9 @@ def _room_for_every_layer(costs, devices, cpu, options, ctx):
     return sum(costs.dense) + costs.output <= room
 
 
-def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
-    """The DevicePlan for a context of `ctx` tokens (the user's placement when given, else chosen).
+def plan_at(facts, devices, cpu, options, ctx, whole_model=False, spill="first"):
+    """The DevicePlan for a context of `ctx` tokens (the user's placement when given, else chosen, its
+    CPU experts those of the first or the last layers of each device's range: placement.choose's spill).
 
     whole_model: None as soon as the chosen placement leaves a layer on the CPU (what _fits_with asks
     for), before its compute buffers are replayed. Exact: each round's budgets are at most the round
@@ -312,7 +313,7 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False):
         assumed = [need + _draft_bytes(footprint, index) for index, need in enumerate(assumed)]
         for _ in range(REPLAN_ROUNDS):
             budgets = [device.capacity_bytes - assumed[index] - options.margin for index, device in enumerate(devices)]
-            placement, notes = placemod.choose(layers, costs, budgets)
+            placement, notes = placemod.choose(layers, costs, budgets, spill)
             if whole_model and CPU in placement.layer_device:
                 return None
             placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
