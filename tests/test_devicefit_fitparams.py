@@ -1,8 +1,8 @@
 """devicefit/fit_emulation.fit_choice against what llama.cpp's own `--fit` printed
 (tests/data/devicefit_llama_fitparams.json, recorded by benchmarks/check_devicefit_fitparams.py with
 llama-fit-params on two loopback RPC devices): the same flags for every case, or the case is in the
-record's strict "xfail" list with what differs and why. And speed.hops() beside the scheduler splits
-llama.cpp logged (the record's sched_splits), with the cases where it differs named and explained."""
+record's strict "xfail" list with what differs and why. And speed.hops() + 1 equal to the scheduler splits
+llama.cpp logged for every recorded placement (the record's sched_splits)."""
 
 import json
 from pathlib import Path
@@ -131,24 +131,9 @@ def test_the_choice_evaluates_as_a_user_placement_with_the_experts_of_the_last_l
 
 # --- the scheduler's splits beside speed.hops() ---------------------------------------------------
 
-# Where speed.hops() (device switches a token makes, + 1 = splits) is known to differ from the splits
-# llama.cpp's scheduler makes (ggml-backend.cpp ggml_backend_sched_split_graph): {case: (hops + 1, why)}.
-END_OF_RANGE = ("the block's expert output goes straight to the next device: the weighting, sum and residual "
-                "nodes have no weights, and pass 2's 'expand gpu up' gives them the next layer's device, so "
-                "hops() counts one switch (back to the layer's device) too many")
-KEEPS_UP = ("gate and up are interleaved: the graph's node order is gate, up, swiglu, down (ggml_swiglu_split's "
-            "sources visited in order), so up on the device between gate and down elsewhere makes four switches "
-            "where hops() counts two")
-HOPS_DIFFER = {
-    "block 2's experts on the CPU (last of device 0's range)": (5, END_OF_RANGE),
-    "blocks 1-2 on the CPU (last two)": (7, END_OF_RANGE),
-    "blocks 1-2 on the CPU, -ub 1": (7, END_OF_RANGE),
-    "blocks 0-2 on the CPU (the whole range)": (9, END_OF_RANGE),
-    "block 2 keeps up (LAYER_FRACTION_UP to the CPU)": (5, KEEPS_UP + "; less one at the end of the range"),
-    "block 0 keeps up (LAYER_FRACTION_UP to the CPU)": (5, KEEPS_UP),
-    "block 2 keeps up and gate (LAYER_FRACTION_GATE to the CPU)": (5, END_OF_RANGE),
-    "block 0 keeps up, its gate and down on the next device": (5, KEEPS_UP),
-}
+# speed.hops() walks a block's expert matrices in graph order (gate, up, swiglu, down: ggml_swiglu_split's
+# sources) and sends what follows the experts (weighting, sum, residual: no weights, pass 2's "expand gpu
+# up") to the next block's device, as the scheduler splits them; hops + 1 = the splits llama.cpp logged.
 
 
 @pytest.mark.parametrize("entry", RECORD["sched_splits"], ids=[entry["name"] for entry in RECORD["sched_splits"]])
@@ -160,13 +145,4 @@ def test_hops_beside_the_splits_llama_cpp_logged(models, entry):
     sources = [("-ot", entry["ot"])] if entry["ot"] else None
     homes = overrides.tensor_homes(overrides.resolve(sources, devices), facts.layers.tensors)[0] if sources else None
     chosen = placement.user_placement(facts.layers, 2, ngl=99, ts=[1, 1], sources=sources, homes=homes)
-    got = sum(speed.hops(chosen, devices)) + 1
-    if entry["name"] in HOPS_DIFFER:
-        expected, why = HOPS_DIFFER[entry["name"]]
-        assert got != entry["splits"] and got == expected, why
-    else:
-        assert got == entry["splits"]
-
-
-def test_every_hops_difference_names_a_recorded_case():
-    assert set(HOPS_DIFFER) <= {entry["name"] for entry in RECORD["sched_splits"]}
+    assert sum(speed.hops(chosen, devices)) + 1 == entry["splits"]

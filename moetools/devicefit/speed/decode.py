@@ -6,7 +6,7 @@
                                                                       threads x per-thread rate)
       + page-cache misses: when the CPU-held weights (memory-mapped) exceed the RAM left for the page
         cache, the missing share of the CPU's active expert bytes comes from the drive at --disk-bw
-      + hops: each switch between devices along the layers (a CPU-expert layer is two), local or RPC
+      + hops: each switch between devices along the layers as the scheduler splits them, local or RPC
       + floor (sampling, graph launch and everything per token that does not scale with bytes)
 
 At decode llama.cpp computes CPU-resident experts on the CPU (ggml-cuda offloads them to the GPU only
@@ -32,8 +32,18 @@ def cpu_rate(settings):
     return min(settings.ram_peak() * settings.cpu_efficiency * numa_factor(settings), settings.threads * settings.thread_bw)
 
 
+# the expert matrices in the order a block's graph reaches them (build_moe_ffn: the merged gate_up, or
+# gate then up through ggml_swiglu_split's sources, then down)
+GRAPH_ORDER = ("gate_up", "gate", "up", "down")
+
+
 def hops(placement, devices):
-    """(local switches, RPC switches) one token makes walking the layers in order."""
+    """(local switches, RPC switches) one token makes walking the layers as llama.cpp's scheduler splits
+    them (ggml-backend.cpp ggml_backend_sched_split_graph): each block's attention on its device, its
+    expert matrices in graph order on theirs, and what follows the experts (weighting, sum, residual: no
+    weights) on the next block's device ("expand gpu up"), so a block whose experts end away from its
+    device goes straight on to the next block's. Checked against the splits llama.cpp logged
+    (tests/data/devicefit_llama_fitparams.json sched_splits)."""
     kinds = {CPU: "cpu", **{index: device.kind for index, device in enumerate(devices)}}
     local = rpc = 0
     current = CPU  # the input layer (embeddings) is on the CPU
@@ -49,11 +59,9 @@ def hops(placement, devices):
 
     for il, home in enumerate(placement.layer_device[:-1]):
         move(home)
-        parts = placement.expert_device.get(il)
-        if parts:
-            for target in sorted(set(parts.values()) - {home}):
-                move(target)
-            move(home)
+        parts = placement.expert_device.get(il) or {}
+        for part in sorted(parts, key=lambda name: GRAPH_ORDER.index(name) if name in GRAPH_ORDER else len(GRAPH_ORDER)):
+            move(parts[part])
     move(placement.layer_device[-1])
     return local, rpc
 
