@@ -198,7 +198,19 @@ def llama_tables(doc):
          "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",
          len(alt["cpu_expert_layers"]), gib(alt["gpu_bytes"]), f"{alt['tok_s']:.2f}", f"{alt.get('pp_tok_s', 0):.0f}"]
         for alt in doc["alternatives"]], right_align=(2, 4, 5, 6, 7))
-    return [ledger, alternatives, *batch_tables(doc), assumptions_table(doc)]
+    return [ledger, alternatives, *batch_tables(doc), *placement_tables(doc), assumptions_table(doc)]
+
+
+def placement_tables(doc):
+    """Which layers' experts leave the GPUs: device-fit's two sides and llama.cpp --fit's choice."""
+    rows = doc.get("placements") or []
+    if not rows:
+        return []
+    body = [[("* " if row["chosen"] else "  ") + row["who"], row["cpu_expert_layers"] or "-", "yes" if row["fits"] else "no",
+             f"{row['tok_s']:.2f}" if row["tok_s"] else "-", f"{row['pp_tok_s']:.0f}" if row["pp_tok_s"] else "-"]
+            for row in rows]
+    return [Table("Experts on the CPU (* = chosen)", ["placement", "CPU-expert layers", "fits", "tok/s", "prompt"], body,
+                  right_align=(3, 4))]
 
 
 def batch_tables(doc):

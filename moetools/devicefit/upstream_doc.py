@@ -82,6 +82,8 @@ def result_doc(result, facts, model_path, kv_flags):
         "notes": list(result.notes),
         "warnings": list(result.warnings),
     }
+    if result.placements:
+        doc["placements"] = result.placements
     if result.batches:
         doc["prefer"] = result.prefer
         doc["batches"] = [_batch_row(ubatch, batch, plan_, plan_ is chosen) for ubatch, batch, plan_ in result.batches]

@@ -1,0 +1,49 @@
+"""Which layers' experts leave each GPU: device-fit's choice beside the alternatives a user meets.
+
+At the chosen context and batch sizes, three placements of the same devices are evaluated as device-fit
+evaluates any placement (its ledger, whether it fits, decode and prompt speed):
+- device-fit's own (the experts of the first layers of each device's range go to the CPU);
+- the same budgets with the experts of the LAST layers of each range on the CPU (placement.choose's
+  spill="last", the side llama.cpp's --fit takes);
+- what llama.cpp's `--fit` itself would choose (fit_emulation.fit_choice: common/fit.cpp's search).
+The faster of device-fit's two (by --prefer) is the plan; --fit's is shown beside it with its speed.
+"""
+
+from moetools.devicefit import batching
+from moetools.devicefit.placement import CPU, ranges_text
+
+
+def cpu_expert_layers(placement):
+    return sorted(block for block, homes in placement.expert_device.items()
+                  if CPU in homes.values() and placement.layer_device[block] != CPU)
+
+
+def row(who, plan_, flags=None):
+    """One line of the comparison (a dict for the JSON and the table)."""
+    if plan_ is None:
+        return {"who": who, "fits": False, "tok_s": 0.0, "pp_tok_s": 0.0, "cpu_expert_layers": "", "flags": flags or []}
+    return {"who": who, "fits": plan_.fits, "tok_s": round(plan_.tok_s, 4), "pp_tok_s": round(plan_.pp_tok_s, 2),
+            "cpu_expert_layers": ranges_text(cpu_expert_layers(plan_.placement)), "flags": flags or []}
+
+
+def compare(evaluate_spill, fit_plan, chosen, prefer):
+    """(best plan, rows, note). evaluate_spill("last") -> DevicePlan of the last-layers spill at the
+    chosen context and settings; fit_plan() -> (FitChoice, DevicePlan or None) of llama.cpp's --fit."""
+    rows = [row("device-fit: first layers' experts on the CPU", chosen)]
+    best = chosen
+    last = evaluate_spill("last") if cpu_expert_layers(chosen.placement) else None
+    if last is not None:
+        rows.append(row("device-fit: last layers' experts on the CPU", last))
+        if last.fits and batching.score(last, prefer) > batching.score(chosen, prefer):
+            best = last
+    choice, fitted = fit_plan()
+    rows.append(row("llama.cpp --fit (common/fit.cpp)", fitted, choice.flags() if fitted is not None else []))
+    for entry in rows:
+        entry["chosen"] = False
+    rows[1 if best is not chosen else 0]["chosen"] = True
+    note = None
+    if best is not chosen:
+        note = (f"the experts of the last layers of each device's range on the CPU (as llama.cpp's --fit does): "
+                f"{best.tok_s:.2f} tok/s decode, {best.pp_tok_s:.0f} prompt, against {chosen.tok_s:.2f} and "
+                f"{chosen.pp_tok_s:.0f} with the first layers'")
+    return best, rows, note
