@@ -55,8 +55,11 @@ BATCH_FLAGS = ("-ub", "--ubatch", "-b", "--batch")
 def as_measured(args):
     """A device-fit command line of a case measured against llama.cpp at its -ub/-b: without either flag
     device-fit would choose -ub by --prefer (batching.py), planning another graph than the one measured,
-    so -b 2048 (llama.cpp's default, which device-fit does not emit) pins it."""
+    so -b 2048 (llama.cpp's default, which device-fit does not emit) pins it; and --spill first keeps the
+    side of each range whose experts leave it as measured (auto may take the last layers' instead)."""
     args = [str(arg) for arg in args]
+    if "--spill" not in args:  # the first layers' experts on the CPU, as the measured plans had them
+        args += ["--spill", "first"]
     return args if any(arg in BATCH_FLAGS for arg in args) else [*args, "-b", "2048"]
 
 

@@ -28,12 +28,14 @@ def row(who, plan_, flags=None):
 
 def compare(evaluate_spill, fit_plan, chosen, prefer):
     """(best plan, rows, note). evaluate_spill("last") -> DevicePlan of the last-layers spill at the
-    chosen context and settings; fit_plan() -> (FitChoice, DevicePlan or None) of llama.cpp's --fit."""
-    rows = [row("device-fit: first layers' experts on the CPU", chosen)]
+    chosen context and settings (None: --spill first or last fixed the side); fit_plan() -> (FitChoice,
+    DevicePlan or None) of llama.cpp's --fit."""
+    rows = [row("device-fit", chosen)]
     best = chosen
-    last = evaluate_spill("last") if cpu_expert_layers(chosen.placement) else None
+    last = evaluate_spill("last") if evaluate_spill and cpu_expert_layers(chosen.placement) else None
     if last is not None:
-        rows.append(row("device-fit: last layers' experts on the CPU", last))
+        rows[0]["who"] = "device-fit, first layers' experts"
+        rows.append(row("device-fit, last layers' experts", last))
         if last.fits and batching.score(last, prefer) > batching.score(chosen, prefer):
             best = last
     choice, fitted = fit_plan()

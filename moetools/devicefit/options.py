@@ -18,7 +18,7 @@ ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', '
 ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
 
 PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'override_tensor', 'cpu_moe',
-                                                   'check', 'prefer'], defaults=((), False, False, "balanced"))
+                                                   'check', 'prefer', 'spill'], defaults=((), False, False, "balanced", "auto"))
 PlacementOptions.__doc__ = ("The user's own llama.cpp placement, evaluated instead of chosen. override_tensor: the -ot values, "
                             "or (as the command hands it over) the overrides in command-line order (override_sources).")
 
@@ -100,6 +100,9 @@ def placement_options(command):
     @click.option("--prefer", type=click.Choice(["balanced", "decode", "prompt"]), default="balanced", show_default=True,
                   help="llama: what the -ub search maximises: decode tok/s, prompt tok/s, or balanced (the shortest "
                        "time for a 4096-token prompt and 512 generated tokens).")
+    @click.option("--spill", type=click.Choice(["auto", "first", "last"]), default="auto", show_default=True,
+                  help="llama: whose experts leave a GPU for the CPU: the first layers of its range, the last "
+                       "(as llama.cpp's --fit), or auto: the faster by --prefer.")
     @click.option("--check", is_flag=True,
                   help="Evaluate a llama-server/llama-cli command line given after -- (or in a FILE, or -): "
                        "whether it fits each device, its speed, and what device-fit's own plan changes (exit 1 "

@@ -676,6 +676,7 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         options.prefer = placement.prefer
         options.batch_search = batch_search and check is None
         options.compare_placements = check is None
+        options.spill = placement.spill
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),

@@ -55,6 +55,7 @@ class UpstreamOptions(Record):
         ("prefer", "balanced"),  # --prefer: what the -ub search maximises (batching.py)
         ("batch_search", False),  # neither -ub nor -b given: choose -ub (and -b) by --prefer
         ("compare_placements", False),  # also try the last layers' experts on the CPU, and show --fit's choice
+        ("spill", "auto"),  # --spill: the experts of the first or last layers of a range leave it, or auto (the faster)
     )
 
     @property
@@ -267,7 +268,7 @@ def _room_for_every_layer(costs, devices, cpu, options, ctx):
     return sum(costs.dense) + costs.output <= room
 
 
-def plan_at(facts, devices, cpu, options, ctx, whole_model=False, spill="first"):
+def plan_at(facts, devices, cpu, options, ctx, whole_model=False, spill=None):
     """The DevicePlan for a context of `ctx` tokens (the user's placement when given, else chosen, its
     CPU experts those of the first or the last layers of each device's range: placement.choose's spill).
 
@@ -314,7 +315,7 @@ def plan_at(facts, devices, cpu, options, ctx, whole_model=False, spill="first")
         assumed = [need + _draft_bytes(footprint, index) for index, need in enumerate(assumed)]
         for _ in range(REPLAN_ROUNDS):
             budgets = [device.capacity_bytes - assumed[index] - options.margin for index, device in enumerate(devices)]
-            placement, notes = placemod.choose(layers, costs, budgets, spill)
+            placement, notes = placemod.choose(layers, costs, budgets, spill or ("last" if options.spill == "last" else "first"))
             if whole_model and CPU in placement.layer_device:
                 return None
             placement.n_cpu_moe = placemod.cpu_moe_count(placement, layers)
@@ -519,7 +520,7 @@ def _compare_placements(facts, devices, cpu, options, result, chosen, notes):
     from moetools.devicefit import fit_emulation
 
     best, rows, note = comparemod.compare(
-        lambda side: plan_at(facts, devices, cpu, options, chosen.context, spill=side),
+        (lambda side: plan_at(facts, devices, cpu, options, chosen.context, spill=side)) if options.spill == "auto" else None,
         lambda: fit_emulation.fit_plan(facts, devices, cpu, options, chosen.context), chosen, options.prefer)
     result.placements = rows
     if best is not chosen:
