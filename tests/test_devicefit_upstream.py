@@ -421,7 +421,8 @@ def test_llama_table(preset_model):
 
     doc = run_json(preset_model("gpt-oss-120b"), "--runtime", "llama", "--gpu", "rtx3090", "--ram", "64G", "-c", 8192)
     ledger, contexts, *speed_tables = llama_tables(doc)
-    assert [table.title.split(" ")[0] for table in speed_tables] == ["Batch", "Speed"]  # the -ub trade-off, the assumptions
+    # the -ub trade-off, which layers' experts leave the GPU (with llama.cpp --fit's choice), the assumptions
+    assert [table.title.split(" ")[0] for table in speed_tables] == ["Batch", "Experts", "Speed"]
     assert ledger.columns == ["", "CUDA0", "CPU"]  # a column per device, a row per buffer
     # "mmap span": the CPU's model buffer as llama.cpp maps it (issue 32)
     assert [row[0] for row in ledger.rows] == ["kind", "capacity", "compute", "resident", "KV", "experts", "mmap span",

@@ -39,7 +39,7 @@ def run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json
         doc["machine"] = machine
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
-    own_options = options.without_placement()
+    own_options = options.without_placement().replace(compare_placements=True)  # as a plan without --check chooses
     own_options.ctx = (result.chosen or result.alternatives[0]).context
     try:
         own = upstream.plan(facts, offload, cpu, own_options) if options.user_placement else result

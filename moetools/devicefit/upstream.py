@@ -525,6 +525,7 @@ def _compare_placements(facts, devices, cpu, options, result, chosen, notes):
     result.placements = rows
     if best is not chosen:
         result.alternatives = [best if candidate is chosen else candidate for candidate in result.alternatives]
+        result.batches = [(ub, b, best if plan_ is chosen else plan_) for ub, b, plan_ in result.batches]
         notes.append(note)
     return best
 

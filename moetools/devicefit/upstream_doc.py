@@ -86,7 +86,9 @@ def result_doc(result, facts, model_path, kv_flags):
         doc["placements"] = result.placements
     if result.batches:
         doc["prefer"] = result.prefer
-        doc["batches"] = [_batch_row(ubatch, batch, plan_, plan_ is chosen) for ubatch, batch, plan_ in result.batches]
+        kv = result.kv
+        doc["batches"] = [_batch_row(ubatch, batch, plan_, chosen is not None and (ubatch, batch) == (kv.ubatch, kv.batch))
+                          for ubatch, batch, plan_ in result.batches]
     if chosen:
         # the first shard, whichever the user named (as the fork's launch line): llama.cpp finds the others
         flags = launchmod.kv_flags(result.kv) if result.kv is not None else kv_flags
