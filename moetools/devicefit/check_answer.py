@@ -8,6 +8,7 @@ import shlex
 import click
 
 from moetools.devicefit import devices as devicesmod
+from moetools.devicefit import compare as comparemod
 from moetools.devicefit import upstream, upstream_doc
 import moetools.devicefit.launch as launchmod
 from moetools.devicefit.render import llama_tables
@@ -39,10 +40,12 @@ def run_check(model_path, facts, offload, ram_bytes, options, line, shrink, json
         doc["machine"] = machine
     if ram_bytes is None:
         doc["warnings"].append("no --ram: the CPU's capacity is unknown (0 in the ledger); page-cache misses are not counted")
-    own_options = options.without_placement().replace(compare_placements=True)  # as a plan without --check chooses
+    own_options = options.without_placement()
     own_options.ctx = (result.chosen or result.alternatives[0]).context
     try:
-        own = upstream.plan(facts, offload, cpu, own_options) if options.user_placement else result
+        # as a plan without --check chooses it
+        own = comparemod.refine(upstream.plan(facts, offload, cpu, own_options), facts, offload, cpu, own_options) \
+            if options.user_placement else result
     except UsageError:
         own = None
     doc["check"] = check_doc(line, result, own, model_path, kv_flags, facts.layers.n_layer + 1,

@@ -9,7 +9,7 @@ evaluates any placement (its ledger, whether it fits, decode and prompt speed):
 The faster of device-fit's two (by --prefer) is the plan; --fit's is shown beside it with its speed.
 """
 
-from moetools.devicefit import batching
+from moetools.devicefit import batching, fit_emulation, upstream
 from moetools.devicefit.placement import CPU, ranges_text
 
 
@@ -49,3 +49,24 @@ def compare(evaluate_spill, fit_plan, chosen, prefer):
                 f"{best.tok_s:.2f} tok/s decode, {best.pp_tok_s:.0f} prompt, against {chosen.tok_s:.2f} and "
                 f"{chosen.pp_tok_s:.0f} with the first layers'")
     return best, rows, note
+
+
+def refine(result, facts, devices, cpu, options):
+    """compare() on upstream.plan's result at its chosen context and batch sizes (a user's placement, a
+    draft or no offload device: nothing to compare): the last layers' experts on the CPU replace the first
+    layers' where faster (by --prefer, with --spill auto); llama.cpp --fit's choice is evaluated beside
+    them. Updates `result` in place."""
+    chosen = result.chosen
+    if chosen is None or options.user_placement or options.draft is not None or not devices:
+        return result
+    options = options.replace(kv=result.kv or options.kv)
+    spill = (lambda side: upstream.plan_at(facts, devices, cpu, options, chosen.context, spill=side)) if options.spill == "auto" else None
+    best, rows, note = compare(spill, lambda: fit_emulation.fit_plan(facts, devices, cpu, options, chosen.context),
+                               chosen, options.prefer)
+    result.placements = rows
+    if best is not chosen:
+        result.chosen = best
+        result.alternatives = [best if candidate is chosen else candidate for candidate in result.alternatives]
+        result.batches = [(ub, b, best if plan_ is chosen else plan_) for ub, b, plan_ in result.batches]
+        result.notes.append(note)
+    return result

@@ -8,6 +8,7 @@ import shlex
 import click
 
 from moetools.arch.registry import profile
+from moetools.devicefit import compare as comparemod
 from moetools.devicefit import core, upstream, upstream_doc
 from moetools.devicefit import devices as devicesmod  # `devices` is device_fit's option record
 from moetools.devicefit import hostplan
@@ -159,7 +160,7 @@ def _run_llama(model_path, facts, offload, ram_bytes, options, emit, json_flag, 
     if facts.layers is None:
         raise UsageError("this model's per-layer bytes are unknown")
     cpu = devicesmod.cpu_device(ram_bytes or 0, options.speed.ram_bw, options.speed.ram_bw_source)
-    result = upstream.plan(facts, offload, cpu, options)
+    result = comparemod.refine(upstream.plan(facts, offload, cpu, options), facts, offload, cpu, options)
     doc = upstream_doc.result_doc(result, facts, model_path, launchmod.kv_flags(options.kv))
     # as the fork's document says it: under --reserve each GPU/RPC device's compute_bytes is that fixed
     # reserve (margin 0), not the modelled buffer
@@ -675,7 +676,6 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
                                  depth=placement.depth, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
         options.prefer = placement.prefer
         options.batch_search = batch_search and check is None
-        options.compare_placements = check is None
         options.spill = placement.spill
         if mtp:
             draftmod.check_mtp(model_path, facts)

@@ -54,7 +54,6 @@ class UpstreamOptions(Record):
         ("tensor_homes", None),
         ("prefer", "balanced"),  # --prefer: what the -ub search maximises (batching.py)
         ("batch_search", False),  # neither -ub nor -b given: choose -ub (and -b) by --prefer
-        ("compare_placements", False),  # also try the last layers' experts on the CPU, and show --fit's choice
         ("spill", "auto"),  # --spill: the experts of the first or last layers of a range leave it, or auto (the faster)
     )
 
@@ -484,8 +483,6 @@ def plan(facts, devices, cpu, options):
     result.kv = options.kv
     if options.batch_search and not options.user_placement and options.draft is None:
         chosen = _choose_batch(facts, devices, cpu, options, result, chosen, notes)
-    if options.compare_placements and not options.user_placement and options.draft is None and devices:
-        chosen = _compare_placements(facts, devices, cpu, options.replace(kv=result.kv), result, chosen, notes)
     result.chosen = chosen
     result.threads = options.speed.threads
     notes += chosen.notes
@@ -510,23 +507,6 @@ def _choose_batch(facts, devices, cpu, options, result, chosen, notes):
         notes.append(f"-ub {ubatch} -b {batch} (--prefer {options.prefer}): {best.tok_s:.2f} tok/s decode, "
                      f"{best.pp_tok_s:.0f} tok/s prompt, against {chosen.tok_s:.2f} and {chosen.pp_tok_s:.0f} at "
                      f"-ub {options.kv.ubatch} -b {options.kv.batch}")
-    return best
-
-
-def _compare_placements(facts, devices, cpu, options, result, chosen, notes):
-    """compare.py at the chosen context and batch sizes: the last layers' experts on the CPU replace the
-    first layers' where faster (by --prefer); llama.cpp --fit's choice is evaluated beside them."""
-    from moetools.devicefit import compare as comparemod
-    from moetools.devicefit import fit_emulation
-
-    best, rows, note = comparemod.compare(
-        (lambda side: plan_at(facts, devices, cpu, options, chosen.context, spill=side)) if options.spill == "auto" else None,
-        lambda: fit_emulation.fit_plan(facts, devices, cpu, options, chosen.context), chosen, options.prefer)
-    result.placements = rows
-    if best is not chosen:
-        result.alternatives = [best if candidate is chosen else candidate for candidate in result.alternatives]
-        result.batches = [(ub, b, best if plan_ is chosen else plan_) for ub, b, plan_ in result.batches]
-        notes.append(note)
     return best
 
 
