@@ -198,6 +198,8 @@ def llama_tables(doc):
          "yes" if alt["fits"] else "no", alt["ngl"], ",".join(str(w) for w in alt["ts"] or []) or "-",
          len(alt["cpu_expert_layers"]), gib(alt["gpu_bytes"]), f"{alt['tok_s']:.2f}", f"{alt.get('pp_tok_s', 0):.0f}"]
         for alt in doc["alternatives"]], right_align=(2, 4, 5, 6, 7))
+    if doc.get("batches"):
+        alternatives.caption = "each context at -ub 512 -b 2048; the chosen one at the chosen -ub (Batch sizes)"
     return [ledger, alternatives, *batch_tables(doc), *placement_tables(doc), assumptions_table(doc)]
 
 

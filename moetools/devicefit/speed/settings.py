@@ -70,7 +70,7 @@ class SpeedSettings(Record):
 
 
 def _rate(value):
-    return f"{value / 1e9:.0f} GB/s" if value >= 10e9 else f"{value / 1e9:.1f} GB/s"
+    return f"{value / 1e9:.0f} GB/s" if value >= 100e9 else f"{value / 1e9:.1f} GB/s"
 
 
 def assumptions(settings, devices):
