@@ -49,19 +49,24 @@ def logical_cpus(root="/"):
     return len(listed) if listed else (os.cpu_count() or 1)
 
 
+def _topology(root, name):
+    """Each CPU's /sys/devices/system/cpu/cpuN/topology/NAME (stripped), N from 0 up to the first CPU
+    without one."""
+    cpu = 0
+    while True:
+        text = _read(root, f"/sys/devices/system/cpu/cpu{cpu}/topology/{name}")
+        if text is None:
+            return
+        yield text.strip()
+        cpu += 1
+
+
 def physical_cores(root="/", logical=None):
     """(cores, how found) as llama.cpp's common_cpu_get_num_physical_cores (common/common.cpp at
     0c1e57098) counts them on Linux: the distinct /sys/devices/system/cpu/cpuN/topology/thread_siblings
     masks, N from 0 up to the first CPU without one; elsewhere (and when sysfs says nothing) its fallback,
     the logical CPUs if 4 or fewer, else half of them (std::thread::hardware_concurrency rule)."""
-    siblings = set()
-    cpu = 0
-    while True:
-        mask = _read(root, f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings")
-        if mask is None:
-            break
-        siblings.add(mask.strip())
-        cpu += 1
+    siblings = set(_topology(root, "thread_siblings"))
     if siblings:
         return len(siblings), "thread_siblings in sysfs"
     if sys.platform == "darwin" and root == "/":
@@ -125,14 +130,7 @@ def math_threads(root="/", machine=None):
 
 def sockets(root="/"):
     """CPU packages: distinct physical_package_id in sysfs, else distinct `physical id` in /proc/cpuinfo, else 1."""
-    ids = set()
-    cpu = 0
-    while True:
-        text = _read(root, f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id")
-        if text is None:
-            break
-        ids.add(text.strip())
-        cpu += 1
+    ids = set(_topology(root, "physical_package_id"))
     if not ids:
         ids = set(re.findall(r"^physical id\s*:\s*(\S+)", _read(root, "/proc/cpuinfo") or "", re.MULTILINE))
     return max(1, len(ids))
