@@ -139,3 +139,11 @@ def test_batch_score_orders_by_preference():
     # balanced: 4096/900 + 512/9.5 = 58.4 s against 4096/100 + 512/10 = 92.2 s
     assert batching.score(fast_prompt, "balanced") > batching.score(slow_prompt, "balanced")
     assert batching.request_seconds(10.0, 100.0) == pytest.approx(4096 / 100 + 512 / 10)
+
+
+def test_too_few_threads_for_the_ram_is_said(oss):
+    path, _ = oss
+    doc = run_json(path, "--runtime", "llama", "--gpu", "rtx3090", "--ram", "128G", "-c", 8192, "-t", 1)
+    assert any(note.startswith("-t 1: decode's CPU reads are thread-bound") for note in doc["notes"])
+    enough = run_json(path, "--runtime", "llama", "--gpu", "rtx3090", "--ram", "128G", "-c", 8192, "-t", 16)
+    assert not any("thread-bound" in note for note in enough["notes"])

@@ -82,6 +82,17 @@ def choose_ubatch(evaluate, chosen, kv, prefer):
     return best, sorted(rows, key=lambda row: row[0])
 
 
+def threads_note(settings, cpu_active_bytes):
+    """What -t buys decode, when the CPU reads weights per token: a note, or None."""
+    if cpu_active_bytes <= 0:
+        return None
+    enough = saturating_threads(settings)
+    if settings.threads < enough:
+        return (f"-t {settings.threads}: decode's CPU reads are thread-bound ({settings.threads} x "
+                f"{settings.thread_bw / 1e9:.0f} GB/s); {enough} threads would reach the RAM's rate")
+    return None
+
+
 def saturating_threads(settings):
     """The fewest threads at which decode's CPU reads reach the RAM's rate (more add nothing to decode;
     prompt processing's CPU work still gains)."""

@@ -485,6 +485,9 @@ def plan(facts, devices, cpu, options):
         chosen = _choose_batch(facts, devices, cpu, options, result, chosen, notes)
     result.chosen = chosen
     result.threads = options.speed.threads
+    threads = batchmod.threads_note(options.speed, chosen.shares[-1].active_bytes)
+    if threads:
+        notes.append(threads)
     notes += chosen.notes
     cpu_share = chosen.shares[-1]
     if cpu.capacity_bytes and cpu_share.free_bytes < 0:
