@@ -27,9 +27,9 @@ def good(tmp_path_factory):
     return factory.write_tiny(tmp_path_factory.mktemp("good"), "qwen3moe", alignment=64)
 
 
-def moetools(*args, timeout=60):
+def moetools(*args, timeout=60, env=None):
     """Run the real CLI in a child process (a hang fails the test at `timeout` instead of hanging it)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100", **(env or {}))
     return subprocess.run([sys.executable, "-m", "moetools", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=subprocess.DEVNULL)
 
@@ -292,6 +292,22 @@ def test_a_slow_drip_server_fails_within_the_timeout(drip_head):
     line = one_line_error(result, url, "--timeout")
     assert "within 2 s" in line
     assert elapsed < 2 + 4, elapsed  # (the child's start-up included; without the deadline it took 50 s)
+
+
+def test_a_slow_drip_hub_listing_fails_within_the_timeout():
+    """hf://ORG/REPO lists the repo through huggingface_hub, whose timeout bounds each read: the
+    listing call as a whole is bounded by --timeout too."""
+    from tests.httpfixture import DripServer
+
+    with DripServer(0.5, size=400) as server:
+        endpoint = server.url("").rstrip("/")
+        started = time.monotonic()
+        result = moetools("device-fit", "hf://org/repo", "--vram", "24G", "--timeout", "2", timeout=120,
+                          env={"HF_ENDPOINT": endpoint})
+        elapsed = time.monotonic() - started
+    line = one_line_error(result, "hf://org/repo", "--timeout")
+    assert "within 2 s" in line
+    assert elapsed < 2 + 8, elapsed  # (the child's start-up and the Hub library's import included)
 
 
 # --- 7. a tensor count that lies (n-1, n/2, 0): the data left over is refused, not a smaller model -------

@@ -94,6 +94,34 @@ def _hub_problem(err, revision):
     return f"{name}: {str(err).splitlines()[0] if str(err) else 'Hub request failed'}"
 
 
+class _Deadline(Exception):
+    pass
+
+
+def _within(seconds, call):
+    """call()'s result, or _Deadline once `seconds` have passed. huggingface_hub's timeout bounds each
+    socket read, so a server that drips a byte at a time would hold it for ever: the call runs in a
+    daemon thread, abandoned at the deadline (the process exits with it)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="hub-listing", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise _Deadline()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def repo_listing(repo_id, revision, settings):
     """The repo's files at `revision` (None: the default branch). Offline, the cached listing."""
     endpoint = _endpoint()
@@ -112,7 +140,10 @@ def repo_listing(repo_id, revision, settings):
     from huggingface_hub import HfApi
 
     try:
-        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True, timeout=settings.timeout)
+        info = _within(settings.timeout, lambda: HfApi(endpoint=endpoint).model_info(
+            repo_id, revision=revision, files_metadata=True, timeout=settings.timeout))
+    except _Deadline:
+        raise RemoteError(display, f"no answer within {settings.timeout:g} s (--timeout bounds the whole listing)") from None
     except Exception as err:  # noqa: BLE001 - every Hub failure becomes one line
         raise RemoteError(display, _hub_problem(err, revision)) from None
     if not info.sha:
