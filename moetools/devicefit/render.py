@@ -284,14 +284,15 @@ def llama_repo_tables(text, listing, rows):
     body = []
     for row in rows:
         if row["verdict"] == "unreadable":
-            body.append([row["set"], "-", gib(row["file_bytes"]), "unreadable", "-", "-", "-"])
+            body.append([row["set"], "-", gib(row["file_bytes"]), "unreadable", "-", "-", "-", "-"])
             continue
         fits = row["verdict"] == "fits"
         placement = "-" if not fits else f"-ngl {row['ngl']}" + (f" --n-cpu-moe {row['n_cpu_moe']}" if row["n_cpu_moe"] else "")
         body.append([row["set"], row["file_type"] or "-", gib(row["file_bytes"]), row["verdict"],
-                     row["context"] if fits else "-", placement, f"{row['tok_s']:.2f}" if fits else "-"])
+                     row["context"] if fits else "-", placement, f"{row['tok_s']:.2f}" if fits else "-",
+                     f"{row['pp_tok_s']:.0f}" if fits else "-"])
     table = Table(f"device-fit (llama.cpp): every GGUF set in {text} (commit {listing.commit[:12]})",
-                  ["set", "type", "size", "verdict", "context", "placement", "tok/s"], body, right_align=(2, 4, 6))
+                  ["set", "type", "size", "verdict", "context", "placement", "tok/s", "prompt"], body, right_align=(2, 4, 6, 7))
     table.caption = (f"headers read: {gib(sum(row.get('fetched_bytes', 0) for row in rows))} in "
                      f"{sum(row.get('requests', 0) for row in rows)} requests")
     return [table]

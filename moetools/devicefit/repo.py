@@ -63,6 +63,7 @@ def fit_repo_llama(text, fetch, make_options, offload, ram_bytes, json_flag):
                 rows.append({"set": gguf_set.name, "model": model.path, "file_type": doc_file_type(model),
                              "shards": len(gguf_set.paths), "file_bytes": sum(header.file_size for header in model.headers),
                              "verdict": doc["verdict"], "context": doc["context"], "tok_s": doc["tok_s"],
+                             "pp_tok_s": doc["pp_tok_s"],
                              "ngl": placement.get("ngl"), "n_cpu_moe": placement.get("n_cpu_moe"),
                              "args": doc["launch"]["llama"]["args"] if "launch" in doc else [],
                              "notes": ([forced] if forced else []) + doc["notes"],
