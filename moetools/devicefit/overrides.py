@@ -143,23 +143,40 @@ def tensor_homes(overrides, tensors):
     [per override: (tensors it matches, tensors it wins)]; [(tensor name, winner, loser)] where an
     override of another flag with another target matches a tensor after the winner). `tensors`:
     LayerBytes.tensors entries (the name first)."""
+    names = tuple(entry[0] for entry in tensors)
+    matched = [_matching(override.pattern, override.regex, names) for override in overrides]
     homes = {}
-    counts = [[0, 0] for _ in overrides]
+    counts = [[len(hits), 0] for hits in matched]
     contests = []
-    for entry in tensors:
-        name = entry[0]
-        winner = None
-        for position, override in enumerate(overrides):
-            if not override.regex.search(name):
-                continue
-            counts[position][0] += 1
+    winners = {}  # position in `names` -> the override that took it
+    for position, (override, hits) in enumerate(zip(overrides, matched)):
+        for index in hits:
+            winner = winners.get(index)
             if winner is None:
-                winner = override
-                homes[name] = override.target
+                winners[index] = override
+                homes[names[index]] = override.target
                 counts[position][1] += 1
             elif override.target != winner.target and _flag(override) != _flag(winner):
-                contests.append((name, winner, override))
-    return homes, counts, contests
+                contests.append((index, names[index], winner, override))
+    contests.sort(key=lambda contest: contest[0])  # in tensor order, as llama.cpp meets them
+    return homes, counts, [contest[1:] for contest in contests]
+
+
+_MATCHES = {}  # (pattern, names) -> the positions it matches: a placement search asks again and again
+_MATCHES_MAX = 4096
+
+
+def _matching(pattern, regex, names):
+    """Positions in `names` that `regex` (the override's `pattern`) regex_searches, ascending; cached:
+    llama.cpp's --fit emulation evaluates dozens of -ot lists that share most of their patterns."""
+    key = (pattern, regex.flags, names)
+    hits = _MATCHES.get(key)
+    if hits is None:
+        if len(_MATCHES) >= _MATCHES_MAX:
+            _MATCHES.clear()
+        search = regex.search
+        hits = _MATCHES[key] = tuple(index for index, name in enumerate(names) if search(name))
+    return hits
 
 
 def _flag(override):
