@@ -147,3 +147,12 @@ def test_too_few_threads_for_the_ram_is_said(oss):
     assert any(note.startswith("-t 1: decode's CPU reads are thread-bound") for note in doc["notes"])
     enough = run_json(path, "--runtime", "llama", "--gpu", "rtx3090", "--ram", "128G", "-c", 8192, "-t", 16)
     assert not any("thread-bound" in note for note in enough["notes"])
+
+
+def test_prefer_and_spill_change_nothing_under_the_fork_and_say_so(oss):
+    path, _ = oss
+    result = CliRunner().invoke(cli, ["device-fit", str(path), "--runtime", "fork", "--vram", "24G", "--prefer", "prompt",
+                                      "--spill", "last", "--json"])
+    assert result.exit_code in (0, 1), result.output
+    assert "--prefer chooses upstream llama.cpp's placement and changes nothing under --runtime fork" in result.stderr
+    assert "--spill chooses" in result.stderr

@@ -18,7 +18,7 @@ ContextOptions = namedtuple('ContextOptions', ['ctx', 'min_ctx', 'ctk', 'ctv', '
 ContextOptions.__doc__ = "The context and llama.cpp's cache and batch settings."
 
 PlacementOptions = namedtuple('PlacementOptions', ['ngl', 'ts_text', 'n_cpu_moe', 'main_gpu', 'depth', 'override_tensor', 'cpu_moe',
-                                                   'check', 'prefer', 'spill'], defaults=((), False, False, "balanced", "auto"))
+                                                   'check', 'prefer', 'spill'], defaults=((), False, False, None, None))
 PlacementOptions.__doc__ = ("The user's own llama.cpp placement, evaluated instead of chosen. override_tensor: the -ot values, "
                             "or (as the command hands it over) the overrides in command-line order (override_sources).")
 
@@ -97,12 +97,12 @@ def placement_options(command):
     @click.option("--cpu-moe", "-cmoe", "cpu_moe", is_flag=True, help="llama: evaluate your own --cpu-moe (every expert on the CPU).")
     @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
     @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
-    @click.option("--prefer", type=click.Choice(["balanced", "decode", "prompt"]), default="balanced", show_default=True,
-                  help="llama: what the -ub search maximises: decode tok/s, prompt tok/s, or balanced (the shortest "
-                       "time for a 4096-token prompt and 512 generated tokens).")
-    @click.option("--spill", type=click.Choice(["auto", "first", "last"]), default="auto", show_default=True,
+    @click.option("--prefer", type=click.Choice(["balanced", "decode", "prompt"]),
+                  help="llama: what the -ub search maximises: decode tok/s, prompt tok/s, or balanced (the default: the "
+                       "shortest time for a 4096-token prompt and 512 generated tokens).")
+    @click.option("--spill", type=click.Choice(["auto", "first", "last"]),
                   help="llama: whose experts leave a GPU for the CPU: the first layers of its range, the last "
-                       "(as llama.cpp's --fit), or auto: the faster by --prefer.")
+                       "(as llama.cpp's --fit), or auto (the default): the faster by --prefer.")
     @click.option("--check", is_flag=True,
                   help="Evaluate a llama-server/llama-cli command line given after -- (or in a FILE, or -): "
                        "whether it fits each device, its speed, and what device-fit's own plan changes (exit 1 "

@@ -674,9 +674,9 @@ def device_fit(model_path, devices, context, placement, drafting, fork, machine,
         options = _llama_options(settings, speed=speed, ctx=context.ctx, reserve=devices.reserve, margin=devices.margin, ngl=placement.ngl,
                                  ts_text=placement.ts_text, n_cpu_moe=placement.n_cpu_moe, main_gpu=placement.main_gpu,
                                  depth=placement.depth, os_reserve=machine.os_reserve, overrides=overrides_of(placement))
-        options.prefer = placement.prefer
+        options.prefer = placement.prefer or "balanced"
         options.batch_search = batch_search and check is None
-        options.spill = placement.spill
+        options.spill = placement.spill or "auto"
         if mtp:
             draftmod.check_mtp(model_path, facts)
             options.draft = draftmod.Draft(facts, model_path, draftmod.draft_kv(settings, drafting.draft_ctk, drafting.draft_ctv),

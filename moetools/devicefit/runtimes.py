@@ -62,6 +62,9 @@ LLAMA_ONLY = (("ngl", "-ngl"), ("ts_text", "-ts"), ("n_cpu_moe", "--n-cpu-moe"),
 LLAMA_ONLY_SPEED = (("ram_bw", "--ram-bw"), ("threads", "--threads"))
 
 
+LLAMA_ONLY_CHOICES = (("prefer", "--prefer"), ("spill", "--spill"))  # what the llama planner maximises, where it spills
+
+
 FORK_ONLY = (("tiers_dir", "--tiers"), ("coverage_path", "--coverage"), ("coverage_policy", "--coverage-policy"),
              ("pin_tier", "--pin-tier"), ("default_tier", "--default-tier"), ("port", "--port"),
              ("observations_path", "--observations"), ("capture_path", "--capture"), ("trace_path", "--trace"),
@@ -81,8 +84,10 @@ def other_runtime_flags(runtime, placement, fork, outputs, machine):
             if getattr(placement, field) is not None:
                 raise UsageError(f"{flag} is upstream llama.cpp's placement (--runtime llama): the fork chooses its own "
                                  f"division of one GPU and streams the experts; drop {flag} or use --runtime llama or auto")
-        return [f"{flag} is upstream llama.cpp's (its CPU experts' speed) and changes nothing under --runtime fork"
-                for field, flag in LLAMA_ONLY_SPEED if getattr(machine, field) is not None]
+        warnings = [f"{flag} is upstream llama.cpp's (its CPU experts' speed) and changes nothing under --runtime fork"
+                    for field, flag in LLAMA_ONLY_SPEED if getattr(machine, field) is not None]
+        return warnings + [f"{flag} chooses upstream llama.cpp's placement and changes nothing under --runtime fork"
+                           for field, flag in LLAMA_ONLY_CHOICES if getattr(placement, field, None) is not None]
     if runtime == "llama":
         given = [flag for field, flag in FORK_ONLY if getattr(fork, field) is not None]
         given += [flag for field, flag in FORK_ONLY_OUTPUTS if getattr(outputs, field)]
