@@ -12,6 +12,8 @@ slow down. The trade-off is shown as the context one is: one row per -ub, the ch
   BALANCED_GENERATED generated tokens, prompt / pp + generated / tg.
 """
 
+import math
+
 from moetools.errors import UsageError
 
 PREFERENCES = ("balanced", "decode", "prompt")
@@ -38,9 +40,7 @@ def request_seconds(tok_s, pp_tok_s):
 def score(plan, prefer):
     """A key that sorts the best plan last for `prefer` (speeds within TIE count as equal)."""
 
-    def rounded(value):
-        # equal within 1%: compare on a log grid of 1% steps
-        import math
+    def rounded(value):  # equal within 1%: compare on a log grid of 1% steps
         return math.floor(math.log(value) / math.log1p(TIE)) if value > 0 else -math.inf
 
     if prefer == "decode":
@@ -96,8 +96,6 @@ def threads_note(settings, cpu_active_bytes):
 def saturating_threads(settings):
     """The fewest threads at which decode's CPU reads reach the RAM's rate (more add nothing to decode;
     prompt processing's CPU work still gains)."""
-    import math
-
     from moetools.devicefit.speed.decode import numa_factor
 
     ram = settings.ram_peak() * settings.cpu_efficiency * numa_factor(settings)

@@ -53,17 +53,16 @@ def run_case(run, path, machine, devices):
     speed.threads, speed.threads_source = placement.threads, "the run's -t"
     kv = KVSettings(ubatch=placement.ubatch, batch=max(placement.batch, 1), flash_attn=placement.flash_attn is not False,
                     ctk=placement.ctk, ctv=placement.ctv)
-    overrides = list(placement.overrides) or None
+    overrides = list(placement.overrides)
+    ot_given = any(kind == "-ot" for kind, _ in overrides)
     ngl = placement.ngl if placement.ngl >= 0 else 999
     options = upstream.UpstreamOptions(ctx=max(placement.context, 256), kv=kv, speed=speed, depth=placement.depth, ngl=ngl,
                                        ts=list(placement.ts) if placement.ts and len(placement.ts) == len(devices) else None,
                                        main_gpu=placement.main_gpu if placement.split_mode == "none" and devices else None,
-                                       overrides=[item for item in overrides if item[0] == "-ot"] if overrides else None,
-                                       n_cpu_moe=next((n for kind, n in overrides or () if kind == "--n-cpu-moe"), None),
+                                       # -ot (with llama-bench's --n-cpu-moe patterns after it) in order, or the count alone
+                                       overrides=overrides if ot_given else None,
+                                       n_cpu_moe=None if ot_given else next((n for _, n in overrides), None),
                                        margin=0)
-    if options.overrides and options.n_cpu_moe is not None:
-        options.overrides = list(overrides)
-        options.n_cpu_moe = None
     ram = machine.profile["ram"]["total_bytes"]
     cpu = devicesmod.cpu_device(ram, speed.ram_bw, speed.ram_bw_source)
     if options.overrides:

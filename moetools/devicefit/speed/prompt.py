@@ -153,11 +153,13 @@ def prompt_time(facts, placement, devices, settings, n_prompt, n_ubatch, depth=0
     full, rest = divmod(n_prompt, n_ubatch)
     total = {}
     done = depth
-    for tokens, count in ((n_ubatch, full), (rest, 1 if rest else 0)):
-        for _ in range(min(count, 1)):
-            seconds, breakdown = ubatch_time(facts, placement, devices, settings, tokens, done + tokens * (count - 1) / 2)
-            for name, value in breakdown.items():
-                total[name] = total.get(name, 0.0) + value * count
+    for tokens, count in ((n_ubatch, full), (rest, 1)):
+        if not tokens or not count:
+            continue
+        # the `count` ubatches of this size, at the mean depth they are evaluated after
+        _, breakdown = ubatch_time(facts, placement, devices, settings, tokens, done + tokens * (count - 1) / 2)
+        for name, value in breakdown.items():
+            total[name] = total.get(name, 0.0) + value * count
         done += tokens * count
     seconds = sum(total.values())
     return (n_prompt / seconds if seconds > 0 else math.inf), total
