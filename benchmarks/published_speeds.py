@@ -23,9 +23,9 @@ from moetools.devicefit.kv import KVSettings
 from moetools.devicefit.speed import SpeedSettings
 from moetools.devicefit.speed.calibrate import case_from_plan
 from moetools.gguf import open_model
+from moetools.host.gpus import PCIE_LANE_BYTES, pcie_bytes_per_s
 from moetools.synth.spec import Types, more_bits_blocks
 
-PCIE_LANE = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9}  # bytes/s per lane and direction
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "devicefit_published_speeds.json"
 GIB = 1024**3
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0 = 10, 11, 12, 13, 14, 8
@@ -164,11 +164,10 @@ def skip_reason(point):
 
 
 def _gpu(name):
-    compact = re.sub(r"[^a-z0-9]", "", name.lower())
-    for key, entry in sorted({**devicesmod.GPU_TABLE, **EXTRA_GPUS}.items(), key=lambda item: len(item[0]), reverse=True):
-        if key.replace("-", "") in compact:
-            return key, entry
-    return None
+    """(table key, (name, VRAM, bandwidth)) of a published GPU, or None."""
+    table = {**devicesmod.GPU_TABLE, **EXTRA_GPUS}
+    key = devicesmod.table_match(name, table)
+    return (key, table[key]) if key else None
 
 
 # what a point that leaves the RAM's speed or channels out is taken to have: the type's common speed, and
@@ -218,7 +217,7 @@ def build_case(point, folder):
     flags = point["flags"]
     cores = (point["cpu"].get("cores") or 8) * (point["cpu"].get("sockets") or 1)
     lanes = point.get("pcie") or {}
-    pcie = {"pcie_bw": PCIE_LANE[lanes["gen"]] * lanes["width"]} if lanes.get("gen") in PCIE_LANE and lanes.get("width") else {}
+    pcie = {"pcie_bw": pcie_bytes_per_s(lanes["gen"], lanes["width"])} if lanes.get("gen") in PCIE_LANE_BYTES and lanes.get("width") else {}
     speed = SpeedSettings(ram_bw=bw, ram_bw_measured=measured, threads=flags.get("t") or cores, **pcie,
                           numa_nodes=point["cpu"].get("sockets") or 1)
     tg = None if excluded(point, "tg") else point.get("tg")

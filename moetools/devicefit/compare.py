@@ -10,12 +10,7 @@ The faster of device-fit's two (by --prefer) is the plan; --fit's is shown besid
 """
 
 from moetools.devicefit import batching, fit_emulation, upstream
-from moetools.devicefit.placement import CPU, ranges_text
-
-
-def cpu_expert_layers(placement):
-    return sorted(block for block, homes in placement.expert_device.items()
-                  if CPU in homes.values() and placement.layer_device[block] != CPU)
+from moetools.devicefit.placement import cpu_expert_layers, ranges_text
 
 
 def row(who, plan_, flags=None):

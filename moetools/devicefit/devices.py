@@ -402,10 +402,11 @@ def build_gpus(vram_sizes=None, gpu_names_list=None, vram_bw=None, detected=None
     return devices
 
 
-def table_match(reported):
-    """A table key whose compact name appears in a tool's GPU name (`NVIDIA GeForce RTX 4090`)."""
+def table_match(reported, table=None):
+    """A key of `table` (default GPU_TABLE) whose compact name appears in a tool's GPU name (`NVIDIA
+    GeForce RTX 4090`), the longest first."""
     compact = re.sub(r"[^a-z0-9]", "", reported.lower())
-    for key in sorted(GPU_TABLE, key=len, reverse=True):
+    for key in sorted(GPU_TABLE if table is None else table, key=len, reverse=True):
         if key.replace("-", "") in compact:
             return key
     return None

@@ -335,6 +335,12 @@ def cpu_moe_count(placement, layers):
     return n if sorted(cpu_blocks) == expected else None
 
 
+def cpu_expert_layers(placement):
+    """Blocks on an offload device whose experts (any matrix) the CPU holds, ascending."""
+    return sorted(block for block, homes in placement.expert_device.items()
+                  if CPU in homes.values() and placement.layer_device[block] != CPU)
+
+
 def partial_patterns(placement, devices):
     """`-ot` entries of the boundary blocks only (single matrices moved off their layer's device)."""
     return [entry for entry in override_patterns(placement, devices) if not entry[0].endswith("(up|down|gate|gate_up)_(ch|)exps")]

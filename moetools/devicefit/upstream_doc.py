@@ -31,8 +31,7 @@ def _plan_doc(plan_, placement):
         "devices": [share.to_doc() for share in plan_.shares],
         "seconds_per_token": {name: round(value, 6) for name, value in plan_.breakdown.items()},
         "prompt_seconds": {name: round(value, 6) for name, value in plan_.pp_breakdown.items()},
-        "cpu_expert_layers": sorted(block for block, homes in placement.expert_device.items()
-                                    if CPU in homes.values() and placement.layer_device[block] != CPU),
+        "cpu_expert_layers": placemod.cpu_expert_layers(placement),
         "partial_layers": {str(block): sorted(part for part, home in homes.items() if home == CPU)
                            for block, homes in placement.expert_device.items()
                            if CPU in homes.values() and len(set(homes.values())) > 1},
@@ -57,7 +56,7 @@ def _batch_row(ubatch, batch, plan_, chosen):
 
     return {"ubatch": ubatch, "batch": batch, "fits": plan_.fits, "chosen": chosen,
             "gpu_compute_bytes": sum(share.compute_bytes for share in plan_.shares if share.device.kind != "cpu"),
-            "cpu_expert_layers": sum(1 for homes in plan_.placement.expert_device.values() if CPU in homes.values()),
+            "cpu_expert_layers": len(placemod.cpu_expert_layers(plan_.placement)),
             "tok_s": round(plan_.tok_s, 4), "pp_tok_s": round(plan_.pp_tok_s, 2),
             "request_s": round(request_seconds(plan_.tok_s, plan_.pp_tok_s), 3)}
 
