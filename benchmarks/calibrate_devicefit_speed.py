@@ -37,16 +37,6 @@ def split(points, cases):
     return [c for c in cases if c.label not in held], [c for c in cases if c.label in held], held
 
 
-def fit_defaults(points=None):
-    """(fitted {name: value}, train cases, held-out cases, skipped) from the current defaults."""
-    points = points or ps.load_points()
-    cases, skipped = ps.build_cases(points)
-    train, test, _ = split(points, cases)
-    defaults = SpeedSettings()
-    fitted, _ = cal.fit(train, {name: getattr(defaults, name) for name in FITTED}, FITTED)
-    return fitted, train, test, skipped
-
-
 def _line(name, stats):
     parts = [f"{kind} n={s['n']} mean {s['mean_abs']:.1%} worst {s['worst_abs']:.1%}" for kind, s in stats.items()]
     return f"{name:28} " + "; ".join(parts)

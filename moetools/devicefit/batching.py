@@ -14,20 +14,12 @@ slow down. The trade-off is shown as the context one is: one row per -ub, the ch
 
 import math
 
-from moetools.errors import UsageError
-
 PREFERENCES = ("balanced", "decode", "prompt")
 UBATCH_CANDIDATES = (512, 1024, 2048, 4096)
 DEFAULT_UBATCH = 512  # llama.cpp's -ub
 BALANCED_PROMPT = 4096
 BALANCED_GENERATED = 512
 TIE = 0.01
-
-
-def check_prefer(value):
-    if value not in PREFERENCES:
-        raise UsageError(f"--prefer {value!r}: expected one of {', '.join(PREFERENCES)}")
-    return value
 
 
 def request_seconds(tok_s, pp_tok_s):

@@ -8,6 +8,7 @@ from collections import namedtuple
 
 import click
 
+from moetools.devicefit.batching import PREFERENCES
 from moetools.devicefit.memory.cells import CACHE_TYPES
 
 
@@ -97,7 +98,7 @@ def placement_options(command):
     @click.option("--cpu-moe", "-cmoe", "cpu_moe", is_flag=True, help="llama: evaluate your own --cpu-moe (every expert on the CPU).")
     @click.option("--main-gpu", "-mg", type=int, metavar="I", help="llama: evaluate split mode none on device I.")
     @click.option("--depth", type=int, metavar="N", help="llama: tokens of context decode speed is measured at (default half the context).")
-    @click.option("--prefer", type=click.Choice(["balanced", "decode", "prompt"]),
+    @click.option("--prefer", type=click.Choice(PREFERENCES),
                   help="llama: what the -ub search maximises: decode tok/s, prompt tok/s, or balanced (the default: the "
                        "shortest time for a 4096-token prompt and 512 generated tokens).")
     @click.option("--spill", type=click.Choice(["auto", "first", "last"]),
