@@ -95,22 +95,12 @@ def _offload_device(devices, settings):
     return next((index for index, device in enumerate(devices) if device.kind == "gpu"), None)
 
 
-class _Route:
-    """The layers' route through the devices as hops() reads it."""
-
-    __slots__ = ("layer_device", "expert_device")
-
-    def __init__(self, layer_device, expert_device):
-        self.layer_device = layer_device
-        self.expert_device = expert_device
-
-
 def _offloaded(placement, offload):
     """The route of a ubatch whose CPU-held experts run on the offload device: their activations never
     leave it (the weights travel instead)."""
     experts = {block: {part: offload if home == CPU else home for part, home in homes.items()}
                for block, homes in placement.expert_device.items()}
-    return _Route(placement.layer_device, experts)
+    return placement.replace(expert_device=experts)
 
 
 def ubatch_time(facts, placement, devices, settings, tokens, depth=0):
